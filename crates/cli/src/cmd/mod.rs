@@ -1,0 +1,7 @@
+//! One module per subcommand.
+pub(crate) mod bench;
+pub(crate) mod env;
+pub(crate) mod launch;
+pub(crate) mod sampler;
+pub(crate) mod store;
+pub(crate) mod train;

@@ -1,0 +1,50 @@
+//! The `phalanx` binary: one entry point for launching, training, benchmarking and debugging
+//! distributed jobs. Each subcommand lives in `src/cmd/<name>.rs`; its `--help` is its manual.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Distributed data-parallel training for Rust.
+#[derive(Parser)]
+#[command(name = "phalanx", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a program on N processes per host (torchrun's interface).
+    Launch(cmd::launch::Args),
+    /// Train the seed MLP (the main job); launches itself unless started by a launcher.
+    Train(cmd::train::Args),
+    /// Benchmarks: `phalanx bench allreduce`, `phalanx bench train`.
+    #[command(subcommand)]
+    Bench(cmd::bench::Bench),
+    /// Run a standalone rendezvous store for multi-host jobs.
+    Store(cmd::store::Args),
+    /// Print the indices a rank of a DistributedSampler sees.
+    Sampler(cmd::sampler::Args),
+    /// List the environment variables phalanx reads (`--markdown` renders docs/env-vars.md).
+    Env(cmd::env::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Launch(a) => cmd::launch::run(a),
+        Command::Train(a) => cmd::train::run(a),
+        Command::Bench(b) => cmd::bench::run(b),
+        Command::Store(a) => cmd::store::run(a),
+        Command::Sampler(a) => cmd::sampler::run(a),
+        Command::Env(a) => cmd::env::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("phalanx: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! phalanx-collectives (under construction).

@@ -1,0 +1,160 @@
+//! The one registry of environment variables phalanx reads.
+//!
+//! Each variable is declared once here with its default, meaning and category, in NCCL's
+//! manner; `docs/env-vars.md` is generated from [`REGISTRY`] by `phalanx env --markdown`
+//! and a test keeps the two equal.
+//!
+//! ```
+//! use phalanx_core::env;
+//! assert!(env::REGISTRY.iter().any(|v| v.name == "PHALANX_TIMEOUT"));
+//! assert_eq!(env::closest("PHALANX_TIMEOTU"), Some("PHALANX_TIMEOUT"));
+//! ```
+
+/// Whether a variable configures the system or helps debugging (NCCL's split).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// Read by `init_process_group`; set by launchers and schedulers.
+    Launcher,
+    /// Configures phalanx for the system it runs on.
+    Config,
+    /// Debugging aids; do not keep them in production.
+    Debug,
+}
+
+/// One documented environment variable.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Default, as text (`""` when unset means "not set").
+    pub default: &'static str,
+    /// What it does and the values accepted.
+    pub doc: &'static str,
+    /// Version that introduced it.
+    pub since: &'static str,
+    /// Config or debug.
+    pub category: Category,
+}
+
+macro_rules! vars {
+    ($($id:ident = ($cat:ident, $default:expr, $doc:expr);)*) => {
+        $(
+            #[doc = $doc]
+            pub const $id: EnvVar = EnvVar {
+                name: stringify!($id),
+                default: $default,
+                doc: $doc,
+                since: "0.1",
+                category: Category::$cat,
+            };
+        )*
+        /// Every variable, in documentation order.
+        pub const REGISTRY: &[EnvVar] = &[$($id),*];
+    };
+}
+
+vars! {
+    RANK = (Launcher, "", "Global rank of this process, 0..WORLD_SIZE. Set by `phalanx launch` and torchrun.");
+    WORLD_SIZE = (Launcher, "", "Number of processes in the job.");
+    LOCAL_RANK = (Launcher, "", "Rank of this process on its host, 0..LOCAL_WORLD_SIZE.");
+    LOCAL_WORLD_SIZE = (Launcher, "", "Number of processes on this host.");
+    GROUP_RANK = (Launcher, "", "Rank of this host (node) among the job's hosts.");
+    MASTER_ADDR = (Launcher, "127.0.0.1", "Address of the rendezvous store (node rank 0).");
+    MASTER_PORT = (Launcher, "29500", "Port of the rendezvous store.");
+    PHALANX_TOKEN = (Config, "", "Job secret used to authenticate every connection (HMAC-SHA256 challenge). `phalanx launch` generates a random one per job; set it yourself for multi-host jobs started without the launcher's store. Never logged.");
+    PHALANX_JOB_ID = (Config, "", "Identifier of the job, sent in every handshake so that two jobs sharing a port never mix. Set by `phalanx launch`.");
+    PHALANX_TIMEOUT = (Config, "300s", "Progress timeout for store operations, rendezvous and collectives: a wait that makes no progress for this long fails. Accepts `300`, `300s`, `5m`, `250ms`.");
+    PHALANX_SOCKET_IFNAME = (Config, "", "Network interface(s) to use, NCCL's syntax: `eth0` (prefix), `eth,ib` (prefix list), `^docker0,lo` (exclude), `=eth0` (exact). Default: the interface that routes to MASTER_ADDR.");
+    PHALANX_BACKEND = (Config, "native", "Process-group backend: `native` (TCP and shared memory), `mpi`, `nccl`.");
+    PHALANX_DEBUG = (Debug, "WARN", "Log level: WARN, INFO (per rank: interface, addresses, transports, algorithms) or TRACE.");
+    PHALANX_TRACE = (Debug, "", "Path prefix for a Chrome/Perfetto trace per rank.");
+}
+
+/// Reads a registered variable; empty values count as unset.
+pub fn get(var: EnvVar) -> Option<String> {
+    std::env::var(var.name).ok().filter(|v| !v.is_empty())
+}
+
+/// The registered `PHALANX_*` name closest to `name` (edit distance at most 3).
+pub fn closest(name: &str) -> Option<&'static str> {
+    REGISTRY
+        .iter()
+        .map(|v| (edit_distance(name, v.name), v.name))
+        .filter(|(d, _)| *d <= 3)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n)
+}
+
+/// `PHALANX_*` variables set in the environment that the registry does not know, each with
+/// the closest known name; callers log these as warnings.
+pub fn unknown_phalanx_vars() -> Vec<(String, Option<&'static str>)> {
+    let mut out: Vec<_> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("PHALANX_") && !REGISTRY.iter().any(|v| v.name == k))
+        .map(|k| {
+            let near = closest(&k);
+            (k, near)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Renders the registry as `docs/env-vars.md`, in NCCL's format.
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "# Environment variables\n\nGenerated from `crates/core/src/env.rs` by `phalanx env --markdown`; do not edit by hand.\n",
+    );
+    for (cat, title) in [
+        (Category::Launcher, "Launcher (torchrun-compatible)"),
+        (Category::Config, "System configuration"),
+        (Category::Debug, "Debugging (do not keep these in production)"),
+    ] {
+        s.push_str(&format!("\n## {title}\n"));
+        for v in REGISTRY.iter().filter(|v| v.category == cat) {
+            let default = if v.default.is_empty() { "unset" } else { v.default };
+            s.push_str(&format!(
+                "\n### {}\n\n{}\n\nDefault: `{}` (since {})\n",
+                v.name, v.doc, default, v.since
+            ));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_name() {
+        assert_eq!(closest("PHALANX_DEBGU"), Some("PHALANX_DEBUG"));
+        assert_eq!(closest("PHALANX_SOCKET_IFNAM"), Some("PHALANX_SOCKET_IFNAME"));
+        assert_eq!(closest("SOMETHING_ELSE_ENTIRELY"), None);
+    }
+
+    #[test]
+    fn docs_are_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/env-vars.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        if std::env::var_os("PHALANX_BLESS").is_some() {
+            std::fs::write(path, markdown()).unwrap();
+            return;
+        }
+        assert_eq!(on_disk, markdown(), "docs/env-vars.md is stale: rerun with PHALANX_BLESS=1");
+    }
+}

@@ -1,0 +1,24 @@
+//! Shared vocabulary of phalanx: element types, reduce operations, the one registry of
+//! environment variables, and the timeout model used by the store, rendezvous and collectives.
+//!
+//! ```
+//! use phalanx_core::{DType, ReduceOp, Element};
+//! assert_eq!(DType::BF16.size(), 2);
+//! assert_eq!(f32::DTYPE, DType::F32);
+//! assert_eq!(f32::reduce(ReduceOp::Max, 1.0, 3.0), 3.0);
+//! assert_eq!("avg".parse::<ReduceOp>().unwrap(), ReduceOp::Avg);
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+
+mod dtype;
+mod element;
+pub mod env;
+mod error;
+mod reduce_op;
+mod timeout;
+
+pub use dtype::DType;
+pub use element::Element;
+pub use error::{Error, Result};
+pub use reduce_op::ReduceOp;
+pub use timeout::{parse_duration, Timeout, DEFAULT_TIMEOUT};

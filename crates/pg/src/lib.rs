@@ -1,0 +1,1 @@
+//! phalanx-pg (under construction).

@@ -1,0 +1,1 @@
+//! phalanx-transport (under construction).
