@@ -1,0 +1,146 @@
+//! The error type of `phalanx-transport`. Every variant names the peer rank involved.
+
+use std::{io, time::Duration};
+
+use crate::{frame::FrameError, handshake::HandshakeError, Fingerprint};
+
+/// Errors of byte transports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    // === Peer failures ===
+    /// The peer closed its connection (it exited, crashed or aborted).
+    #[error("rank {peer} closed the connection during {during}")]
+    PeerClosed {
+        /// The peer.
+        peer: usize,
+        /// The collective in progress.
+        during: String,
+    },
+    /// The peer aborted the job and said why.
+    #[error("rank {peer} aborted: {reason}")]
+    PeerAborted {
+        /// The peer.
+        peer: usize,
+        /// Its reason (the root cause travels along cascades unchanged).
+        reason: String,
+    },
+    /// The peer is in a different collective, or the same one with other arguments.
+    #[error("collective mismatch: rank {me} called {ours} but rank {peer} called {theirs}")]
+    Mismatch {
+        /// This rank.
+        me: usize,
+        /// The peer.
+        peer: usize,
+        /// What this rank called.
+        ours: Fingerprint,
+        /// What the peer called.
+        theirs: Fingerprint,
+    },
+    /// A frame length that disagrees with the collective's layout.
+    #[error("rank {peer} sent {got} bytes in {fp}, rank {me} expected {expected}")]
+    Length {
+        /// This rank.
+        me: usize,
+        /// The peer.
+        peer: usize,
+        /// The collective.
+        fp: Fingerprint,
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes announced.
+        got: usize,
+    },
+    /// The peer sent bytes that are not a valid frame.
+    #[error("malformed frame from rank {peer}: {source}")]
+    Frame {
+        /// The peer.
+        peer: usize,
+        /// What was wrong.
+        source: FrameError,
+    },
+    /// No progress for the configured timeout.
+    #[error("timed out after {after:?} without progress in {during}, waiting for rank(s) {waiting_for:?}")]
+    Timeout {
+        /// The collective in progress.
+        during: String,
+        /// The ranks that did not deliver.
+        waiting_for: Vec<usize>,
+        /// The timeout.
+        after: Duration,
+    },
+    /// This transport was aborted locally (by this rank or a watcher).
+    #[error("aborted: {reason}")]
+    Aborted {
+        /// Why.
+        reason: String,
+    },
+    /// An operating-system error on the connection to `peer`.
+    #[error("{op} with rank {peer}: {source}")]
+    Io {
+        /// The peer.
+        peer: usize,
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+
+    // === Setup ===
+    /// A connection attempt failed its handshake.
+    #[error("handshake with {addr} failed: {source}")]
+    Handshake {
+        /// The remote address.
+        addr: String,
+        /// What was wrong.
+        source: HandshakeError,
+    },
+    /// Two connections claimed the same rank.
+    #[error(
+        "two processes claim rank {rank} (from {first} and {second}); check RANK on every host"
+    )]
+    DuplicateRank {
+        /// The rank claimed twice.
+        rank: usize,
+        /// Address of the first.
+        first: String,
+        /// Address of the second.
+        second: String,
+    },
+    /// Could not reach a peer's listen address.
+    #[error("cannot connect to rank {peer} at {addr}: {source}")]
+    Connect {
+        /// The peer.
+        peer: usize,
+        /// Its address.
+        addr: String,
+        /// The last OS error.
+        source: io::Error,
+    },
+    /// The mesh did not complete in time.
+    #[error("mesh setup timed out after {after:?}: no connection from rank(s) {missing:?}")]
+    MeshTimeout {
+        /// Ranks that never connected.
+        missing: Vec<usize>,
+        /// The timeout.
+        after: Duration,
+    },
+    /// `PHALANX_SOCKET_IFNAME` matched no interface.
+    #[error("PHALANX_SOCKET_IFNAME={spec:?} matches no interface with an address; available: {available}")]
+    NoInterface {
+        /// The spec given.
+        spec: String,
+        /// Interfaces present.
+        available: String,
+    },
+    /// Binding or listening failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

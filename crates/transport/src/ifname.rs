@@ -1,0 +1,157 @@
+//! Interface selection: `PHALANX_SOCKET_IFNAME` with NCCL's syntax, or the route to the master.
+//!
+//! | spec | meaning |
+//! |---|---|
+//! | `eth0` | interfaces whose name starts with `eth0` |
+//! | `eth,ib` | names starting with `eth` or `ib` |
+//! | `^docker0,lo` | any interface except those starting with `docker0` or `lo` |
+//! | `=eth0` | exactly `eth0` (`^=` excludes exact names) |
+
+use std::net::{IpAddr, UdpSocket};
+
+use crate::{Error, Result};
+
+/// A parsed `PHALANX_SOCKET_IFNAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfFilter {
+    exclude: bool,
+    exact: bool,
+    names: Vec<String>,
+}
+
+impl IfFilter {
+    /// Parses NCCL's syntax.
+    pub fn parse(spec: &str) -> IfFilter {
+        let mut s = spec.trim();
+        let exclude = s.starts_with('^');
+        if exclude {
+            s = &s[1..];
+        }
+        let exact = s.starts_with('=');
+        if exact {
+            s = &s[1..];
+        }
+        let names = s
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        IfFilter {
+            exclude,
+            exact,
+            names,
+        }
+    }
+
+    /// Whether interface `name` is selected.
+    pub fn matches(&self, name: &str) -> bool {
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                name == n
+            } else {
+                name.starts_with(n.as_str())
+            }
+        });
+        hit != self.exclude
+    }
+}
+
+/// The interface and address this rank listens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    /// Interface name (`lo`, `eth0`, …).
+    pub ifname: String,
+    /// Its address.
+    pub ip: IpAddr,
+}
+
+/// Chooses the address to listen on: the first interface matching `spec` (IPv4 first), or,
+/// without a spec, the interface whose address routes to `master_addr` (no packet is sent:
+/// connecting a UDP socket only consults the routing table).
+pub fn select(spec: Option<&str>, master_addr: &str) -> Result<Selected> {
+    let ifaces = if_addrs::get_if_addrs().unwrap_or_default();
+    let name_of = |ip: IpAddr| {
+        ifaces
+            .iter()
+            .find(|i| i.ip() == ip)
+            .map_or_else(|| "?".to_string(), |i| i.name.clone())
+    };
+    if let Some(spec) = spec {
+        let filter = IfFilter::parse(spec);
+        let mut candidates: Vec<_> = ifaces.iter().filter(|i| filter.matches(&i.name)).collect();
+        candidates.sort_by_key(|i| (!i.ip().is_ipv4(), i.is_loopback()));
+        return match candidates.first() {
+            Some(i) => Ok(Selected {
+                ifname: i.name.clone(),
+                ip: i.ip(),
+            }),
+            None => {
+                let mut names: Vec<_> = ifaces.iter().map(|i| i.name.clone()).collect();
+                names.dedup();
+                Err(Error::NoInterface {
+                    spec: spec.to_string(),
+                    available: names.join(", "),
+                })
+            }
+        };
+    }
+    let ip = route_to(master_addr).unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    Ok(Selected {
+        ifname: name_of(ip),
+        ip,
+    })
+}
+
+fn route_to(master_addr: &str) -> Option<IpAddr> {
+    let target = (master_addr, 9).to_socket_addrs_first()?;
+    let sock = UdpSocket::bind(if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .ok()?;
+    sock.connect(target).ok()?;
+    Some(sock.local_addr().ok()?.ip())
+}
+
+trait FirstAddr {
+    fn to_socket_addrs_first(self) -> Option<std::net::SocketAddr>;
+}
+
+impl FirstAddr for (&str, u16) {
+    fn to_socket_addrs_first(self) -> Option<std::net::SocketAddr> {
+        use std::net::ToSocketAddrs;
+        self.to_socket_addrs().ok()?.next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_syntax() {
+        let f = IfFilter::parse("eth,ib");
+        assert!(f.matches("eth0") && f.matches("ib1") && !f.matches("lo"));
+        let f = IfFilter::parse("^docker0,lo");
+        assert!(f.matches("eth0") && !f.matches("lo") && !f.matches("docker0"));
+        let f = IfFilter::parse("=eth0");
+        assert!(f.matches("eth0") && !f.matches("eth01"));
+        let f = IfFilter::parse("^=lo");
+        assert!(f.matches("lo0") && !f.matches("lo"));
+    }
+
+    #[test]
+    fn loopback_selection() {
+        let s = select(Some("lo"), "127.0.0.1").unwrap();
+        assert_eq!(s.ifname, "lo");
+        assert!(s.ip.is_loopback());
+        let s = select(None, "127.0.0.1").unwrap();
+        assert!(s.ip.is_loopback());
+        match select(Some("=nonexistent0"), "127.0.0.1") {
+            Err(Error::NoInterface { available, .. }) => assert!(available.contains("lo")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! [`TcpTransport`]: a full mesh of authenticated TCP connections between the ranks.
+//!
+//! Setup: every rank listens on the address chosen by [`crate::ifname::select`]; the addresses
+//! are exchanged out of band (the process group uses the store); rank `i` then connects to
+//! every rank `j < i` and accepts from every rank `j > i`, so each pair has exactly one
+//! connection. Each connection runs the [`crate::handshake`] before any data flows.
+
+use std::{
+    io::{Read, Write},
+    net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream},
+    sync::{Arc, Mutex},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    frame,
+    handshake::{self, Hello, HELLO_FIXED, PROOF_LEN},
+    tcp_exchange::{self, Conn},
+    Error, Fingerprint, RecvReq, Result, SendReq, Transport,
+};
+
+/// Identity and limits of this rank for mesh setup.
+#[derive(Clone)]
+pub struct MeshConfig {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world_size: usize,
+    /// Job id; peers of another job are refused.
+    pub job_id: String,
+    /// Job token (HMAC key); never sent.
+    pub token: Vec<u8>,
+    /// Progress timeout for setup and every exchange.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for MeshConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshConfig")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("job_id", &self.job_id)
+            .field("token", &"<hidden>")
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Aborts a transport from another thread (a failure watcher): wakes any blocked exchange.
+#[derive(Clone, Debug, Default)]
+pub struct AbortHandle {
+    inner: Arc<AbortInner>,
+}
+
+#[derive(Debug, Default)]
+struct AbortInner {
+    reason: Mutex<Option<String>>,
+    streams: Mutex<Vec<TcpStream>>,
+}
+
+impl AbortHandle {
+    /// Records `reason` (the first one wins) and shuts every connection down.
+    pub fn abort(&self, reason: &str) {
+        {
+            let mut r = self.inner.reason.lock().unwrap();
+            if r.is_none() {
+                *r = Some(reason.to_string());
+            }
+        }
+        for s in self.inner.streams.lock().unwrap().iter() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The abort reason, once aborted.
+    pub fn reason(&self) -> Option<String> {
+        self.inner.reason.lock().unwrap().clone()
+    }
+}
+
+/// A full TCP mesh implementing [`Transport`].
+#[derive(Debug)]
+pub struct TcpTransport {
+    rank: usize,
+    world_size: usize,
+    conns: Vec<Option<Conn>>,
+    timeout: Duration,
+    abort: AbortHandle,
+}
+
+/// Binds a listener on `ip` with an OS-chosen port.
+pub fn listen(ip: IpAddr) -> Result<TcpListener> {
+    TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|source| Error::Listen {
+        addr: ip.to_string(),
+        source,
+    })
+}
+
+impl TcpTransport {
+    /// Builds the mesh: connects to lower ranks at `addrs[j]`, accepts higher ranks on
+    /// `listener`. `addrs` holds every rank's listen address (ours included).
+    pub fn connect(cfg: &MeshConfig, listener: TcpListener, addrs: &[SocketAddr]) -> Result<Self> {
+        let me = cfg.rank;
+        let hello = Hello {
+            job_id: cfg.job_id.clone(),
+            rank: me as u32,
+            world_size: cfg.world_size as u32,
+            nonce: [0; 32],
+        };
+        let mut conns: Vec<Option<Conn>> = (0..cfg.world_size).map(|_| None).collect();
+        let accepted = thread::scope(|s| -> Result<Vec<(usize, TcpStream)>> {
+            let acceptor = s.spawn(|| accept_higher(cfg, &listener, &hello));
+            for (j, addr) in addrs.iter().enumerate().take(me) {
+                let stream = connect_retry(*addr, j, cfg.timeout)?;
+                let peer = run_handshake(&stream, cfg, &hello)?;
+                if peer != j {
+                    return Err(Error::Handshake {
+                        addr: addr.to_string(),
+                        source: handshake::HandshakeError::BadJobId,
+                    });
+                }
+                conns[j] = Some(prepare(stream)?);
+            }
+            acceptor.join().expect("acceptor thread panicked")
+        })?;
+        for (j, stream) in accepted {
+            conns[j] = Some(prepare(stream)?);
+        }
+        let abort = AbortHandle::default();
+        *abort.inner.streams.lock().unwrap() = conns
+            .iter()
+            .flatten()
+            .filter_map(|c| c.stream.try_clone().ok())
+            .collect();
+        Ok(TcpTransport {
+            rank: me,
+            world_size: cfg.world_size,
+            conns,
+            timeout: cfg.timeout,
+            abort,
+        })
+    }
+
+    /// A handle that aborts this transport from another thread.
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.abort.clone()
+    }
+
+    /// Changes the progress timeout of later exchanges.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn exchange(
+        &mut self,
+        fp: &Fingerprint,
+        sends: &[SendReq<'_>],
+        recvs: &mut [RecvReq<'_>],
+    ) -> Result<()> {
+        if let Some(reason) = self.abort.reason() {
+            return Err(Error::Aborted { reason });
+        }
+        let abort = self.abort.clone();
+        let res = tcp_exchange::exchange(
+            self.rank,
+            &mut self.conns,
+            fp,
+            sends,
+            recvs,
+            self.timeout,
+            &move || abort.reason(),
+        );
+        match res {
+            // A local abort shuts the sockets, which surfaces as a closed peer: report the
+            // abort's reason instead, it is the root cause.
+            Err(Error::PeerClosed { .. }) | Err(Error::Io { .. })
+                if self.abort.reason().is_some() =>
+            {
+                Err(Error::Aborted {
+                    reason: self.abort.reason().unwrap_or_default(),
+                })
+            }
+            other => other,
+        }
+    }
+
+    fn abort(&mut self, reason: &str) {
+        let msg = frame::encode_abort(reason);
+        for c in self.conns.iter_mut().flatten() {
+            if c.at_frame_boundary {
+                let _ = c.stream.set_nonblocking(false);
+                let _ = c.stream.set_write_timeout(Some(Duration::from_millis(200)));
+                let _ = c.stream.write_all(&msg);
+            }
+        }
+        self.abort.abort(reason);
+    }
+}
+
+fn prepare(stream: TcpStream) -> Result<Conn> {
+    let io = |source| Error::Io {
+        peer: usize::MAX,
+        op: "configure socket",
+        source,
+    };
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_read_timeout(None).map_err(io)?;
+    stream.set_write_timeout(None).map_err(io)?;
+    stream.set_nonblocking(true).map_err(io)?;
+    Ok(Conn {
+        stream,
+        at_frame_boundary: true,
+    })
+}
+
+fn connect_retry(addr: SocketAddr, peer: usize, timeout: Duration) -> Result<TcpStream> {
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        match TcpStream::connect_timeout(&addr, timeout.min(Duration::from_secs(10))) {
+            Ok(s) => return Ok(s),
+            Err(source) => {
+                if start.elapsed() + backoff > timeout {
+                    return Err(Error::Connect {
+                        peer,
+                        addr: addr.to_string(),
+                        source,
+                    });
+                }
+                thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+fn accept_higher(
+    cfg: &MeshConfig,
+    listener: &TcpListener,
+    hello: &Hello,
+) -> Result<Vec<(usize, TcpStream)>> {
+    let expected = cfg.world_size - cfg.rank - 1;
+    let mut got: Vec<(usize, TcpStream, String)> = Vec::new();
+    let io = |source| Error::Listen {
+        addr: format!("{:?}", listener.local_addr().ok()),
+        source,
+    };
+    listener.set_nonblocking(true).map_err(io)?;
+    let start = Instant::now();
+    while got.len() < expected {
+        match listener.accept() {
+            Ok((stream, addr)) => {
+                let _ = stream.set_nonblocking(false);
+                match run_handshake(&stream, cfg, hello) {
+                    Ok(peer) if peer > cfg.rank && peer < cfg.world_size => {
+                        if let Some((_, _, first)) = got.iter().find(|(p, _, _)| *p == peer) {
+                            return Err(Error::DuplicateRank {
+                                rank: peer,
+                                first: first.clone(),
+                                second: addr.to_string(),
+                            });
+                        }
+                        got.push((peer, stream, addr.to_string()));
+                    }
+                    Ok(peer) => {
+                        tracing::warn!(%addr, peer, "dropping connection from unexpected rank")
+                    }
+                    // A stranger or a peer without the token: drop it, keep accepting.
+                    Err(e) => tracing::warn!(%addr, error = %e, "dropping connection"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if start.elapsed() > cfg.timeout {
+                    let missing = (cfg.rank + 1..cfg.world_size)
+                        .filter(|r| !got.iter().any(|(p, _, _)| p == r))
+                        .collect();
+                    return Err(Error::MeshTimeout {
+                        missing,
+                        after: cfg.timeout,
+                    });
+                }
+                thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(got.into_iter().map(|(p, s, _)| (p, s)).collect())
+}
+
+/// Runs the symmetric handshake on a blocking stream; returns the peer's rank.
+fn run_handshake(stream: &TcpStream, cfg: &MeshConfig, hello: &Hello) -> Result<usize> {
+    let addr = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let fail = |source| Error::Handshake {
+        addr: addr.clone(),
+        source,
+    };
+    let io = |source| Error::Io {
+        peer: usize::MAX,
+        op: "handshake",
+        source,
+    };
+    // Bounded, so a silent or slow stranger cannot stall mesh setup.
+    let limit = Some(cfg.timeout.min(Duration::from_secs(10)));
+    stream.set_read_timeout(limit).map_err(io)?;
+    stream.set_write_timeout(limit).map_err(io)?;
+    let mut s = stream;
+    let mine = Hello {
+        nonce: handshake::nonce(),
+        ..hello.clone()
+    };
+    s.write_all(&mine.encode()).map_err(io)?;
+    let mut fixed = [0u8; HELLO_FIXED];
+    s.read_exact(&mut fixed).map_err(io)?;
+    let (mut peer, id_len) = Hello::decode_fixed(&fixed).map_err(fail)?;
+    let mut id = vec![0u8; id_len];
+    s.read_exact(&mut id).map_err(io)?;
+    peer.job_id = String::from_utf8(id).map_err(|_| fail(handshake::HandshakeError::BadJobId))?;
+    mine.check_peer(&peer).map_err(fail)?;
+    s.write_all(&handshake::proof(&cfg.token, &peer.nonce, &mine))
+        .map_err(io)?;
+    let mut got = [0u8; PROOF_LEN];
+    s.read_exact(&mut got).map_err(io)?;
+    handshake::verify(&cfg.token, &mine.nonce, &peer, &got).map_err(fail)?;
+    Ok(peer.rank as usize)
+}
