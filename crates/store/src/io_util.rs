@@ -1,0 +1,73 @@
+//! Blocking socket helpers: reads bounded by a deadline, and whole-frame reads.
+
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::time::Instant;
+
+use crate::wire::{self, DecodeError};
+
+/// Fills `buf` by `deadline`. The deadline bounds the whole read, not each `read` call, so a
+/// peer that drips one byte at a time (slowloris) still runs out of time.
+pub(crate) fn read_exact_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Outcome of reading one frame.
+pub(crate) enum FrameRead {
+    /// A whole frame body.
+    Frame(Vec<u8>),
+    /// The peer closed the connection cleanly between frames.
+    Closed,
+    /// The header announced a length past the limit.
+    Malformed(DecodeError),
+}
+
+/// Reads one frame with the socket's current read timeout. The body buffer grows only as bytes
+/// arrive, so a header that lies about a large length costs nothing until the bytes exist.
+pub(crate) fn read_frame(stream: &mut TcpStream) -> io::Result<FrameRead> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match stream.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(FrameRead::Closed),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let len = match wire::frame_len(header) {
+        Ok(n) => n,
+        Err(e) => return Ok(FrameRead::Malformed(e)),
+    };
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    let read = stream.take(len as u64).read_to_end(&mut body)?;
+    if read < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(FrameRead::Frame(body))
+}

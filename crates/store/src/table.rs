@@ -1,0 +1,245 @@
+//! The key-value table behind both the TCP server and [`crate::HashStore`], so the two have the
+//! same semantics by construction.
+//!
+//! Lock order: one mutex (`state`), held only for in-memory work, never across I/O.
+//! Waiters sleep on one condvar; a mutation notifies only when some waiter watches that key,
+//! so the counter churn of a rendezvous (`add` by every rank) wakes nobody.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::wire::MAX_VALUE_LEN;
+use crate::{Error, Result};
+
+/// Why a wait ended without all its keys.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum WaitError {
+    /// The deadline passed; the first missing key.
+    Timeout(String),
+    /// The caller's cancel check fired (peer gone, server shutting down).
+    Cancelled,
+}
+
+#[derive(Default)]
+struct State {
+    map: HashMap<String, Vec<u8>>,
+    /// Number of sleeping waiters per watched key.
+    watched: HashMap<String, usize>,
+}
+
+/// The shared table.
+#[derive(Default)]
+pub(crate) struct Table {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Table {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the map half-updated (every mutation is
+        // a single insert/remove), so poisoning is safe to ignore.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn notify_if_watched(&self, st: &State, key: &str) {
+        if st.watched.contains_key(key) {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Wakes every waiter so it re-runs its cancel check (used at shutdown).
+    pub(crate) fn wake_all(&self) {
+        let _st = self.lock();
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn set(&self, key: &str, value: &[u8]) {
+        let mut st = self.lock();
+        st.map.insert(key.to_string(), value.to_vec());
+        self.notify_if_watched(&st, key);
+    }
+
+    pub(crate) fn multi_set(&self, pairs: &[(&str, &[u8])]) {
+        let mut st = self.lock();
+        let mut wake = false;
+        for (k, v) in pairs {
+            st.map.insert((*k).to_string(), v.to_vec());
+            wake |= st.watched.contains_key(*k);
+        }
+        if wake {
+            self.changed.notify_all();
+        }
+    }
+
+    pub(crate) fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        let mut st = self.lock();
+        let current = match st.map.get(key) {
+            None => 0,
+            Some(v) => std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or_else(|| Error::Value {
+                    key: key.to_string(),
+                    reason: format!(
+                        "add needs a decimal int64 value, found {} bytes that are not one",
+                        v.len()
+                    ),
+                })?,
+        };
+        let new = current.checked_add(delta).ok_or_else(|| Error::Value {
+            key: key.to_string(),
+            reason: format!("add of {delta} to {current} overflows int64"),
+        })?;
+        st.map.insert(key.to_string(), new.to_string().into_bytes());
+        self.notify_if_watched(&st, key);
+        Ok(new)
+    }
+
+    /// TCPStore's four cases (REFERENCE.md).
+    pub(crate) fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Vec<u8> {
+        let mut st = self.lock();
+        match st.map.get(key) {
+            None if expected.is_empty() => {
+                st.map.insert(key.to_string(), desired.to_vec());
+                self.notify_if_watched(&st, key);
+                desired.to_vec()
+            }
+            // PyTorch returns `expected` here without setting anything ("the lie").
+            None => expected.to_vec(),
+            Some(current) if current.as_slice() == expected => {
+                st.map.insert(key.to_string(), desired.to_vec());
+                self.notify_if_watched(&st, key);
+                desired.to_vec()
+            }
+            Some(current) => current.clone(),
+        }
+    }
+
+    pub(crate) fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut st = self.lock();
+        let entry = st.map.entry(key.to_string()).or_default();
+        if entry.len() + value.len() > MAX_VALUE_LEN {
+            return Err(Error::Value {
+                key: key.to_string(),
+                reason: format!("append would grow the value past the {MAX_VALUE_LEN}-byte limit"),
+            });
+        }
+        entry.extend_from_slice(value);
+        self.notify_if_watched(&st, key);
+        Ok(())
+    }
+
+    pub(crate) fn check(&self, keys: &[&str]) -> bool {
+        let st = self.lock();
+        keys.iter().all(|k| st.map.contains_key(*k))
+    }
+
+    pub(crate) fn delete(&self, key: &str) -> bool {
+        self.lock().map.remove(key).is_some()
+    }
+
+    pub(crate) fn num_keys(&self) -> i64 {
+        self.lock().map.len() as i64
+    }
+
+    /// Blocks until every key exists, then returns their values (in order).
+    ///
+    /// `cancel` is consulted every `check_every` (and whenever the table changes); `None`
+    /// sleeps straight to the deadline. No busy polling: between checks the thread sleeps on
+    /// the condvar.
+    pub(crate) fn wait_get(
+        &self,
+        keys: &[&str],
+        timeout: Duration,
+        check_every: Option<Duration>,
+        cancel: &mut dyn FnMut() -> bool,
+    ) -> Result<Vec<Vec<u8>>, WaitError> {
+        let start = Instant::now();
+        let mut st = self.lock();
+        let mut registered = false;
+        let result = loop {
+            if let Some(missing) = keys.iter().find(|k| !st.map.contains_key(**k)) {
+                let left = match timeout.checked_sub(start.elapsed()) {
+                    Some(d) if !d.is_zero() => d,
+                    _ => break Err(WaitError::Timeout((*missing).to_string())),
+                };
+                if cancel() {
+                    break Err(WaitError::Cancelled);
+                }
+                if !registered {
+                    for k in keys {
+                        *st.watched.entry((*k).to_string()).or_default() += 1;
+                    }
+                    registered = true;
+                }
+                let slice = check_every.map_or(left, |c| c.min(left));
+                st = self
+                    .changed
+                    .wait_timeout(st, slice)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            } else {
+                break Ok(keys.iter().map(|k| st.map[*k].clone()).collect());
+            }
+        };
+        if registered {
+            for k in keys {
+                if let Some(n) = st.watched.get_mut(*k) {
+                    *n -= 1;
+                    if *n == 0 {
+                        st.watched.remove(*k);
+                    }
+                }
+            }
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_set_four_cases() {
+        let t = Table::default();
+        assert_eq!(t.compare_set("k", b"x", b"y"), b"x");
+        assert!(!t.check(&["k"]));
+        assert_eq!(t.compare_set("k", b"", b"a"), b"a");
+        assert_eq!(t.compare_set("k", b"a", b"b"), b"b");
+        assert_eq!(t.compare_set("k", b"zz", b"c"), b"b");
+    }
+
+    #[test]
+    fn add_parses_and_refuses() {
+        let t = Table::default();
+        assert_eq!(t.add("n", 5).unwrap(), 5);
+        assert_eq!(t.add("n", -7).unwrap(), -2);
+        t.set("s", b"hello");
+        assert!(matches!(t.add("s", 1), Err(Error::Value { key, .. }) if key == "s"));
+        t.set("m", i64::MAX.to_string().as_bytes());
+        assert!(t.add("m", 1).is_err());
+    }
+
+    #[test]
+    fn wait_times_out_naming_key_and_unregisters() {
+        let t = Table::default();
+        t.set("a", b"1");
+        let r = t.wait_get(&["a", "b"], Duration::from_millis(20), None, &mut || false);
+        assert_eq!(r, Err(WaitError::Timeout("b".into())));
+        assert!(t.lock().watched.is_empty());
+    }
+
+    #[test]
+    fn cancel_stops_wait() {
+        let t = Table::default();
+        let r = t.wait_get(
+            &["x"],
+            Duration::from_secs(30),
+            Some(Duration::from_millis(5)),
+            &mut || true,
+        );
+        assert_eq!(r, Err(WaitError::Cancelled));
+    }
+}

@@ -1,0 +1,393 @@
+//! `TcpStore`: the client of [`crate::StoreServer`].
+
+use std::io::{self, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::io_util::{read_exact_by, read_frame, FrameRead};
+use crate::wire::{
+    self, ClientHandshake, Rejection, Request, Response, CLIENT_HELLO_HEADER_LEN, NONCE_LEN,
+    SERVER_HELLO_LEN, VERDICT_LEN,
+};
+use crate::{Auth, Error, Result, Store};
+
+/// How long the client gives the server to answer the handshake once connected.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time a client waits past a blocking request's own timeout before deciding the server
+/// is gone (the server answers `Timeout` itself when the wait runs out).
+const REPLY_GRACE: Duration = Duration::from_secs(5);
+/// First and largest pause between connection attempts.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A connection to a [`crate::StoreServer`]. Thread-safe: calls are serialised on an internal
+/// mutex, so a thread blocked in `get` holds the connection; give watcher threads their own
+/// with [`TcpStore::try_clone`].
+///
+/// ```
+/// use std::time::Duration;
+/// use phalanx_store::{Auth, Store, StoreServer, TcpStore};
+/// let auth = Auth::random("doc");
+/// let server = StoreServer::bind("127.0.0.1:0".parse().unwrap(), auth.clone()).unwrap();
+/// let addr = server.local_addr().to_string();
+/// let store = TcpStore::connect(&addr, &auth, Duration::from_secs(5)).unwrap();
+/// store.set("master", b"10.0.0.1:29500").unwrap();
+/// assert_eq!(store.add("arrived", 1).unwrap(), 1);
+/// assert_eq!(store.get("master").unwrap(), b"10.0.0.1:29500");
+/// ```
+pub struct TcpStore {
+    addr: String,
+    auth: Auth,
+    connect_timeout: Duration,
+    /// `None` after an I/O error or timeout left the stream out of step; the next call reconnects.
+    conn: Mutex<Option<TcpStream>>,
+    timeout: Mutex<Duration>,
+}
+
+impl std::fmt::Debug for TcpStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpStore")
+            .field("addr", &self.addr)
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+fn retryable(e: &io::Error) -> bool {
+    // Refused: the server is not up yet. Resolution and routing errors: a cluster whose DNS or
+    // network comes up after the workers (Kubernetes). Bad input (InvalidInput) never heals.
+    e.kind() != io::ErrorKind::InvalidInput
+}
+
+fn connect_once(addr: &str, left: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{addr} resolves to no address"),
+    );
+    for sa in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(
+            &sa,
+            left.clamp(Duration::from_millis(1), Duration::from_secs(5)),
+        ) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn rejection(addr: &str, r: Rejection) -> Error {
+    if r.auth {
+        Error::Auth {
+            addr: addr.to_string(),
+            reason: r.reason,
+        }
+    } else {
+        Error::Protocol {
+            addr: addr.to_string(),
+            reason: r.reason,
+        }
+    }
+}
+
+impl TcpStore {
+    /// Connects to `addr` (`host:port`) and authenticates with `auth`. A refused or unreachable
+    /// address is retried with backoff (10 ms doubling to 1 s) until `timeout`, which is also
+    /// the store timeout of blocking calls.
+    pub fn connect(addr: &str, auth: &Auth, timeout: Duration) -> Result<TcpStore> {
+        let stream = Self::open(addr, auth, timeout)?;
+        Ok(TcpStore {
+            addr: addr.to_string(),
+            auth: auth.clone(),
+            connect_timeout: timeout,
+            conn: Mutex::new(Some(stream)),
+            timeout: Mutex::new(timeout),
+        })
+    }
+
+    /// A second, independent connection to the same store (for watcher threads).
+    pub fn try_clone(&self) -> Result<TcpStore> {
+        let clone = Self::connect(&self.addr, &self.auth, self.connect_timeout)?;
+        clone.set_timeout(self.timeout());
+        Ok(clone)
+    }
+
+    /// The address this client connects to, as given.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn open(addr: &str, auth: &Auth, timeout: Duration) -> Result<TcpStream> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let mut stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match connect_once(addr, left) {
+                Ok(s) => break s,
+                Err(e) if retryable(&e) && Instant::now() + backoff < deadline => {
+                    tracing::debug!(addr, error = %e, "store not reachable yet; retrying");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => {
+                    return Err(Error::Connect {
+                        addr: addr.to_string(),
+                        source: e,
+                    })
+                }
+            }
+        };
+        let io_err = |source| Error::Io {
+            addr: addr.to_string(),
+            op: "handshake",
+            source,
+        };
+        stream.set_nodelay(true).map_err(io_err)?;
+        Self::handshake(&mut stream, addr, auth)?;
+        Ok(stream)
+    }
+
+    fn handshake(stream: &mut TcpStream, addr: &str, auth: &Auth) -> Result<()> {
+        let io_err = |source| Error::Io {
+            addr: addr.to_string(),
+            op: "handshake",
+            source,
+        };
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let mut nonce = [0u8; NONCE_LEN];
+        getrandom::fill(&mut nonce).expect("operating system random generator failed");
+        let hs = ClientHandshake::new(auth, nonce);
+        let hello = hs.hello().map_err(|e| Error::Invalid {
+            reason: e.to_string(),
+        })?;
+        debug_assert!(hello.len() >= CLIENT_HELLO_HEADER_LEN);
+        stream
+            .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(io_err)?;
+        stream.write_all(&hello).map_err(io_err)?;
+        let mut server_hello = [0u8; SERVER_HELLO_LEN];
+        read_exact_by(stream, &mut server_hello, deadline).map_err(io_err)?;
+        let proof = hs
+            .on_server_hello(&server_hello)
+            .map_err(|r| rejection(addr, r))?;
+        stream.write_all(&proof).map_err(io_err)?;
+        let mut verdict = [0u8; VERDICT_LEN];
+        read_exact_by(stream, &mut verdict, deadline).map_err(io_err)?;
+        hs.on_verdict(verdict).map_err(|r| rejection(addr, r))?;
+        stream.set_write_timeout(None).map_err(io_err)?;
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<TcpStream>> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends one request and hands the decoded reply to `take`. `wait` is the server-side wait
+    /// of a blocking request (its timeout errors name `wait_key`).
+    fn call<T>(
+        &self,
+        req: &Request<'_>,
+        wait: Option<(Duration, &str)>,
+        take: impl FnOnce(Response<'_>) -> Option<T>,
+    ) -> Result<T> {
+        let op = req.op();
+        let frame = wire::encode_request(req).map_err(|e| Error::Invalid {
+            reason: format!("{op}: {e}"),
+        })?;
+        let mut guard = self.lock();
+        let stream = match guard.as_mut() {
+            Some(s) => s,
+            None => guard.insert(Self::open(&self.addr, &self.auth, self.connect_timeout)?),
+        };
+        let read_timeout = match wait {
+            Some((w, _)) => w.saturating_add(REPLY_GRACE),
+            None => self.timeout(),
+        };
+        let io_err = |source| Error::Io {
+            addr: self.addr.clone(),
+            op,
+            source,
+        };
+        let result = (|| {
+            stream
+                .set_read_timeout(Some(read_timeout.max(Duration::from_millis(1))))
+                .map_err(io_err)?;
+            stream.write_all(&frame).map_err(io_err)?;
+            match read_frame(stream) {
+                Ok(FrameRead::Frame(body)) => Ok(body),
+                Ok(FrameRead::Closed) => Err(io_err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the store closed the connection",
+                ))),
+                Ok(FrameRead::Malformed(e)) => Err(Error::Protocol {
+                    addr: self.addr.clone(),
+                    reason: format!("{op} reply: {e}"),
+                }),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    match wait {
+                        Some((w, key)) => Err(Error::Timeout {
+                            key: key.to_string(),
+                            after: w,
+                        }),
+                        None => Err(io_err(e)),
+                    }
+                }
+                Err(e) => Err(io_err(e)),
+            }
+        })();
+        let body = match result {
+            Ok(b) => b,
+            Err(e) => {
+                // The stream may hold half a reply: drop it, the next call reconnects.
+                *guard = None;
+                return Err(e);
+            }
+        };
+        drop(guard);
+        let resp = wire::decode_response(&body).map_err(|e| Error::Protocol {
+            addr: self.addr.clone(),
+            reason: format!("{op} reply: {e}"),
+        })?;
+        match resp {
+            Response::Timeout { key } => Err(Error::Timeout {
+                key: key.to_string(),
+                after: wait.map_or(Duration::ZERO, |w| w.0),
+            }),
+            Response::Error { key, message } => Err(Error::Value {
+                key: key.to_string(),
+                reason: message.to_string(),
+            }),
+            other => {
+                let shown = format!("{other:?}");
+                take(other).ok_or_else(|| Error::Protocol {
+                    addr: self.addr.clone(),
+                    reason: format!(
+                        "unexpected reply to {op}: {}",
+                        &shown[..shown.len().min(80)]
+                    ),
+                })
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Store for TcpStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.call(&Request::Set { key, value }, None, |r| {
+            matches!(r, Response::Unit).then_some(())
+        })
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let t = self.timeout();
+        self.call(
+            &Request::Get {
+                key,
+                timeout_ms: ms(t),
+            },
+            Some((t, key)),
+            |r| match r {
+                Response::Value(v) => Some(v.to_vec()),
+                _ => None,
+            },
+        )
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        self.call(&Request::Add { key, delta }, None, |r| match r {
+            Response::Int(i) => Some(i),
+            _ => None,
+        })
+    }
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        self.call(
+            &Request::CompareSet {
+                key,
+                expected,
+                desired,
+            },
+            None,
+            |r| match r {
+                Response::Value(v) => Some(v.to_vec()),
+                _ => None,
+            },
+        )
+    }
+    fn wait_timeout(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        let first = keys.first().copied().unwrap_or_default();
+        let req = Request::Wait {
+            keys: keys.to_vec(),
+            timeout_ms: ms(timeout),
+        };
+        self.call(&req, Some((timeout, first)), |r| {
+            matches!(r, Response::Unit).then_some(())
+        })
+    }
+    fn check(&self, keys: &[&str]) -> Result<bool> {
+        self.call(
+            &Request::Check {
+                keys: keys.to_vec(),
+            },
+            None,
+            |r| match r {
+                Response::Bool(b) => Some(b),
+                _ => None,
+            },
+        )
+    }
+    fn delete_key(&self, key: &str) -> Result<bool> {
+        self.call(&Request::Delete { key }, None, |r| match r {
+            Response::Bool(b) => Some(b),
+            _ => None,
+        })
+    }
+    fn num_keys(&self) -> Result<i64> {
+        self.call(&Request::NumKeys, None, |r| match r {
+            Response::Int(i) => Some(i),
+            _ => None,
+        })
+    }
+    fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.call(&Request::Append { key, value }, None, |r| {
+            matches!(r, Response::Unit).then_some(())
+        })
+    }
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
+        let t = self.timeout();
+        let first = keys.first().copied().unwrap_or_default();
+        let n = keys.len();
+        self.call(
+            &Request::MultiGet {
+                keys: keys.to_vec(),
+                timeout_ms: ms(t),
+            },
+            Some((t, first)),
+            |r| match r {
+                Response::Values(vs) if vs.len() == n => {
+                    Some(vs.into_iter().map(<[u8]>::to_vec).collect())
+                }
+                _ => None,
+            },
+        )
+    }
+    fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
+        let pairs = crate::prefix_store::zip_pairs(keys, values)?;
+        self.call(&Request::MultiSet { pairs }, None, |r| {
+            matches!(r, Response::Unit).then_some(())
+        })
+    }
+    fn timeout(&self) -> Duration {
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn set_timeout(&self, t: Duration) {
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+}
