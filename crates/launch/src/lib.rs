@@ -1,1 +1,90 @@
-//! phalanx-launch (under construction).
+//! `phalanx launch`: torchrun's launcher for phalanx jobs. A node agent starts
+//! `--nproc-per-node` workers with the torchrun environment (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, …, plus `PHALANX_TOKEN`), hosts the rendezvous store on node 0, prefixes their
+//! output with `[rank N]: `, forwards signals, and when a worker fails stops the others and
+//! prints which rank failed first and why; `--max-restarts` starts a new round instead.
+//!
+//! ```
+//! use std::ffi::OsString;
+//! use phalanx_launch::{launch, LaunchArgs};
+//!
+//! let args = LaunchArgs { nproc_per_node: 2, standalone: true, ..LaunchArgs::default() };
+//! let program: Vec<OsString> = ["sh", "-c", "test \"$WORLD_SIZE\" = 2"]
+//!     .iter().map(OsString::from).collect();
+//! let code = launch(&args, &program).unwrap();
+//! assert_eq!(code, std::process::ExitCode::SUCCESS);
+//! ```
+//!
+//! See `docs/launch.md` for the behaviour in full: rendezvous, failure handling, restarts,
+//! exit codes.
+#![warn(missing_docs, unreachable_pub)]
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+mod agent;
+mod args;
+mod coordinate;
+mod error;
+mod output;
+mod rendezvous;
+mod report;
+mod round;
+mod signals;
+mod summary;
+mod worker;
+mod worker_env;
+
+pub use args::{LaunchArgs, Streams, Tee};
+pub use error::Error;
+pub use signals::signal_name;
+
+/// Exit code of `phalanx launch` when the group failed again after `--max-restarts K > 0`
+/// restarts ("failed after K restarts"). Without restarts the launcher exits with the failing
+/// worker's own code (or 128 + its signal); after a signal to the agent, 128 + that signal.
+pub const EXIT_RESTARTS_EXHAUSTED: u8 = 125;
+
+/// Whether this process is a worker started by a launcher (so it must not launch itself):
+/// `PHALANX_LAUNCHED` is set, or `RANK` and `WORLD_SIZE` are (torchrun), or an MPI or Slurm
+/// step started it. Under Kubeflow, where `RANK` is the pod index and `PET_NPROC_PER_NODE` asks
+/// for an agent, a process without `LOCAL_RANK` is the agent, not a worker.
+pub fn started_by_launcher() -> bool {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    if set("PHALANX_LAUNCHED") {
+        return true;
+    }
+    if set("PET_NPROC_PER_NODE") && !set("LOCAL_RANK") {
+        return false;
+    }
+    (set("RANK") && set("WORLD_SIZE"))
+        || set("OMPI_COMM_WORLD_RANK")
+        || set("PMI_RANK")
+        || (set("SLURM_STEP_ID") && set("SLURM_PROCID"))
+}
+
+/// Runs `program` (`program[0]` and its arguments) under a node agent configured by `args`
+/// and returns the exit code `phalanx launch` should end with. Call it from the main thread:
+/// workers are tied to the lifetime of the thread that starts them.
+pub fn launch(args: &LaunchArgs, program: &[OsString]) -> anyhow::Result<ExitCode> {
+    args.validate()?;
+    if program.is_empty() {
+        return Err(Error::NoProgram.into());
+    }
+    signals::install();
+    let mut agent = agent::Agent::start(args, program)?;
+    agent.run()
+}
+
+/// Launches the current executable with the current arguments as the workers (`phalanx train`
+/// and `phalanx bench` do this when no launcher started them). The workers see `RANK` and
+/// `PHALANX_LAUNCHED=1`, so they do not launch again.
+pub fn relaunch_self(args: &LaunchArgs) -> anyhow::Result<ExitCode> {
+    if started_by_launcher() {
+        anyhow::bail!("relaunch_self called inside a worker (RANK or PHALANX_LAUNCHED is set)");
+    }
+    let exe = std::env::current_exe()?;
+    let program: Vec<OsString> = std::iter::once(exe.into_os_string())
+        .chain(std::env::args_os().skip(1))
+        .collect();
+    launch(args, &program)
+}

@@ -1,0 +1,187 @@
+//! The node agent: hosts or joins the store, runs rendezvous rounds, starts the local workers
+//! and restarts them after a failure while `--max-restarts` allows.
+
+use std::cell::Cell;
+use std::ffi::OsString;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use phalanx_core::{env, Timeout};
+use phalanx_store::{Auth, Store, StoreServer, TcpStore};
+use sha2::{Digest, Sha256};
+
+use crate::round::End;
+use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};
+
+/// Start-up failures in a row that may restart the group without using up `--max-restarts`;
+/// past this, a program that cannot start at all fails like any other.
+pub(crate) const MAX_STARTUP_FAILURES: u32 = 3;
+
+/// One node's agent for the whole job.
+pub(crate) struct Agent<'a> {
+    pub(crate) args: &'a LaunchArgs,
+    pub(crate) program: &'a [OsString],
+    pub(crate) host: String,
+    pub(crate) run_id: String,
+    pub(crate) auth: Auth,
+    /// What workers get as MASTER_ADDR / MASTER_PORT.
+    pub(crate) master_addr: String,
+    pub(crate) master_port: u16,
+    /// The store, hosted here on node 0 (kept alive until the agent ends).
+    _server: Option<StoreServer>,
+    /// This agent's handle on the store: in-process on node 0, a TCP client elsewhere.
+    pub(crate) store: Arc<dyn Store>,
+    /// Identifies this agent in rendezvous claims.
+    pub(crate) nonce: String,
+    /// Set OMP_NUM_THREADS=1 in the workers (it was unset and nproc > 1).
+    pub(crate) set_omp: bool,
+    /// PHALANX_TIMEOUT: rendezvous and exit-barrier bound.
+    pub(crate) timeout: Duration,
+    /// The store stopped answering (node 0 gone): no more store calls, which would each
+    /// retry for PHALANX_TIMEOUT.
+    pub(crate) store_lost: Cell<bool>,
+}
+
+impl<'a> Agent<'a> {
+    /// Hosts the store (node 0) or connects to it (other nodes).
+    pub(crate) fn start(args: &'a LaunchArgs, program: &'a [OsString]) -> anyhow::Result<Self> {
+        let timeout = Timeout::from_env()?;
+        let token = if args.nnodes > 1 {
+            let t = Auth::from_env().token;
+            if t.is_empty() {
+                return Err(Error::MissingToken {
+                    nnodes: args.nnodes,
+                }
+                .into());
+            }
+            t
+        } else {
+            Auth::random("").token
+        };
+        let run_id = match &args.run_id {
+            Some(id) => id.clone(),
+            // Every node derives the same id from the shared secret without revealing it.
+            None if args.nnodes > 1 => {
+                hex(&Sha256::digest([b"phalanx-run-id:".as_slice(), &token].concat())[..6])
+            }
+            None => hex(&Auth::random("").token[..6]),
+        };
+        let auth = Auth::new(run_id.clone(), token);
+        let (master_addr, requested) = if args.standalone {
+            ("127.0.0.1".to_string(), 0)
+        } else {
+            (args.master_addr.clone(), args.master_port)
+        };
+        let (server, store, master_port): (Option<StoreServer>, Arc<dyn Store>, u16) =
+            if args.node_rank == 0 {
+                let addr = resolve(&master_addr, requested)?;
+                let server = StoreServer::bind(addr, auth.clone()).map_err(|e| Error::Bind {
+                    addr: addr.to_string(),
+                    reason: e.to_string(),
+                })?;
+                let port = server.local_addr().port();
+                let store = Arc::new(server.local_store());
+                (Some(server), store, port)
+            } else {
+                let addr = format!("{master_addr}:{requested}");
+                let store =
+                    TcpStore::connect(&addr, &auth, timeout).map_err(|e| Error::Unreachable {
+                        addr: addr.clone(),
+                        waited_s: timeout.as_secs_f64(),
+                        reason: e.to_string(),
+                    })?;
+                (None, Arc::new(store), requested)
+            };
+        let set_omp = args.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none();
+        if set_omp {
+            eprintln!("{}", crate::worker_env::OMP_WARNING);
+        }
+        Ok(Agent {
+            args,
+            program,
+            host: hostname(),
+            run_id,
+            auth,
+            master_addr,
+            master_port,
+            _server: server,
+            store,
+            nonce: hex(&Auth::random("").token[..8]),
+            set_omp,
+            timeout,
+            store_lost: Cell::new(false),
+        })
+    }
+
+    /// Runs rounds until the job succeeds, is stopped, or fails with no restart left.
+    pub(crate) fn run(&mut self) -> anyhow::Result<ExitCode> {
+        let k = self.args.max_restarts;
+        let (mut round, mut used, mut startup_in_a_row) = (0u32, 0u32, 0u32);
+        loop {
+            match self.run_round(round)? {
+                End::Success => return Ok(ExitCode::SUCCESS),
+                End::Signal(sig) => return Ok(ExitCode::from(128 + sig as u8)),
+                End::Failed(cause) => {
+                    if !cause.restartable || k == 0 {
+                        return Ok(ExitCode::from(cause.code));
+                    }
+                    if cause.startup && startup_in_a_row < MAX_STARTUP_FAILURES {
+                        startup_in_a_row += 1;
+                        eprintln!(
+                            "phalanx launch: start-up failure {startup_in_a_row} of at most \
+                             {MAX_STARTUP_FAILURES} in a row (within --startup-window {:?}); it \
+                             does not count against --max-restarts {k}; starting attempt {}",
+                            self.args.startup_window,
+                            round + 1
+                        );
+                    } else if used < k {
+                        used += 1;
+                        startup_in_a_row = 0;
+                        eprintln!(
+                            "phalanx launch: restart {used} of --max-restarts {k}: starting attempt {}",
+                            round + 1
+                        );
+                    } else {
+                        eprintln!(
+                            "phalanx launch: failed after {k} restarts; last root cause: {}",
+                            cause.headline()
+                        );
+                        return Ok(ExitCode::from(EXIT_RESTARTS_EXHAUSTED));
+                    }
+                    round += 1;
+                }
+            }
+        }
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, Error> {
+    let resolve_err = |reason: String| Error::Resolve {
+        addr: host.to_string(),
+        reason,
+    };
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| resolve_err(e.to_string()))?
+        .next()
+        .ok_or_else(|| resolve_err("no addresses".into()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This machine's host name, for the summary table.
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok && end > 0 {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        env::get(env::MASTER_ADDR).unwrap_or_else(|| "localhost".into())
+    }
+}

@@ -1,0 +1,457 @@
+//! The flags of `phalanx launch` (torchrun's interface), their parsing and validation.
+//!
+//! Every flag can also be given as `PET_<FLAG>` (torchrun's and Kubeflow's convention), and the
+//! underscore spellings torchrun accepts (`--nproc_per_node`) are aliases.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::Error;
+
+/// Flags of `phalanx launch`, shared by every subcommand that launches itself (`train`, `bench`).
+///
+/// ```
+/// use clap::Parser;
+/// use phalanx_launch::LaunchArgs;
+///
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     launch: LaunchArgs,
+/// }
+/// let cli = Cli::parse_from(["x", "--nproc-per-node", "2", "--nnodes", "1:1"]);
+/// assert_eq!(cli.launch.nproc_per_node, 2);
+/// assert_eq!(cli.launch.nnodes, 1);
+/// ```
+#[derive(clap::Args, Clone, Debug)]
+pub struct LaunchArgs {
+    /// Worker processes to start on this node.
+    #[arg(long = "nproc-per-node", alias = "nproc_per_node", env = "PET_NPROC_PER_NODE",
+          default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..),
+          help_heading = "Launch")]
+    pub nproc_per_node: u32,
+
+    /// Number of nodes (hosts) in the job: `N` or the static form `N:N`.
+    #[arg(long, env = "PET_NNODES", default_value = "1", value_parser = parse_nnodes,
+          help_heading = "Launch")]
+    pub nnodes: u32,
+
+    /// Rank of this node, 0..nnodes. Node 0 hosts the rendezvous store.
+    #[arg(
+        long = "node-rank",
+        alias = "node_rank",
+        env = "PET_NODE_RANK",
+        default_value_t = 0,
+        help_heading = "Launch"
+    )]
+    pub node_rank: u32,
+
+    /// Address of node 0; its agent binds the store to exactly this address.
+    #[arg(
+        long = "master-addr",
+        alias = "master_addr",
+        env = "PET_MASTER_ADDR",
+        default_value = "127.0.0.1",
+        help_heading = "Launch"
+    )]
+    pub master_addr: String,
+
+    /// Port of the rendezvous store on node 0.
+    #[arg(
+        long = "master-port",
+        alias = "master_port",
+        env = "PET_MASTER_PORT",
+        default_value_t = 29500,
+        help_heading = "Launch"
+    )]
+    pub master_port: u16,
+
+    /// Single-node job on 127.0.0.1 and a free port (ignores --master-addr/--master-port).
+    #[arg(long, env = "PET_STANDALONE", help_heading = "Launch")]
+    pub standalone: bool,
+
+    /// Restart the worker group up to K times after a failure (a new rendezvous round each time).
+    /// Failures within --startup-window of a round's start do not count against K.
+    #[arg(
+        long = "max-restarts",
+        alias = "max_restarts",
+        env = "PET_MAX_RESTARTS",
+        default_value_t = 0,
+        help_heading = "Launch"
+    )]
+    pub max_restarts: u32,
+
+    /// How often the agent checks its workers and the other nodes, in seconds.
+    #[arg(long = "monitor-interval", alias = "monitor_interval", env = "PET_MONITOR_INTERVAL",
+          default_value = "0.1", value_parser = parse_secs, help_heading = "Launch")]
+    pub monitor_interval: Duration,
+
+    /// After a failure or signal, how long workers get between SIGTERM and SIGKILL, in seconds.
+    #[arg(long = "grace-period", env = "PET_GRACE_PERIOD", default_value = "5",
+          value_parser = parse_secs, help_heading = "Launch")]
+    pub grace_period: Duration,
+
+    /// A worker failure this soon (seconds) after its round started is a start-up failure:
+    /// with --max-restarts > 0 it restarts the group without using up a restart (at most 3
+    /// start-up failures in a row).
+    #[arg(long = "startup-window", env = "PET_STARTUP_WINDOW", default_value = "1",
+          value_parser = parse_secs, help_heading = "Launch")]
+    pub startup_window: Duration,
+
+    /// Write each worker's output to D/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log.
+    #[arg(
+        long = "log-dir",
+        alias = "log_dir",
+        env = "PET_LOG_DIR",
+        help_heading = "Launch"
+    )]
+    pub log_dir: Option<PathBuf>,
+
+    /// Which streams go to the --log-dir files as well as the console: 1 stdout, 2 stderr,
+    /// 3 both, 0 none, or per local rank `0:1,1:2`. Default with --log-dir: 3.
+    #[arg(long, env = "PET_TEE", num_args = 0..=1, default_missing_value = "3",
+          value_parser = Tee::from_str, help_heading = "Launch")]
+    pub tee: Option<Tee>,
+
+    /// Show only these local ranks' output on the console, e.g. `0` or `0,2`
+    /// (log files still get every rank).
+    #[arg(
+        long = "local-ranks-filter",
+        alias = "local_ranks_filter",
+        env = "PET_LOCAL_RANKS_FILTER",
+        value_delimiter = ',',
+        help_heading = "Launch"
+    )]
+    pub local_ranks_filter: Option<Vec<u32>>,
+
+    /// Identifier of the job (PHALANX_JOB_ID, TORCHELASTIC_RUN_ID, log folder).
+    /// Default: random; for multi-node jobs, derived from PHALANX_TOKEN so every node agrees.
+    #[arg(
+        long = "run-id",
+        alias = "rdzv-id",
+        alias = "rdzv_id",
+        env = "PET_RUN_ID",
+        help_heading = "Launch"
+    )]
+    pub run_id: Option<String>,
+}
+
+impl Default for LaunchArgs {
+    fn default() -> Self {
+        LaunchArgs {
+            nproc_per_node: 1,
+            nnodes: 1,
+            node_rank: 0,
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            standalone: false,
+            max_restarts: 0,
+            monitor_interval: Duration::from_millis(100),
+            grace_period: Duration::from_secs(5),
+            startup_window: Duration::from_secs(1),
+            log_dir: None,
+            tee: None,
+            local_ranks_filter: None,
+            run_id: None,
+        }
+    }
+}
+
+impl LaunchArgs {
+    /// Checks the combinations clap cannot: node rank in range, `--standalone` single-node,
+    /// `--tee` only with `--log-dir`, filters naming existing local ranks.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |flag: &'static str, reason: String| Err(Error::BadFlag { flag, reason });
+        if self.nnodes == 0 {
+            return bad("--nnodes", "must be at least 1".into());
+        }
+        if self.node_rank >= self.nnodes {
+            return bad(
+                "--node-rank",
+                format!("{} is not below --nnodes {}", self.node_rank, self.nnodes),
+            );
+        }
+        if self.standalone && self.nnodes != 1 {
+            return bad(
+                "--standalone",
+                format!("is single-node, but --nnodes is {}", self.nnodes),
+            );
+        }
+        if self.tee.is_some() && self.log_dir.is_none() {
+            return bad("--tee", "needs --log-dir to know where to write".into());
+        }
+        if self.monitor_interval.is_zero() {
+            return bad("--monitor-interval", "must be positive".into());
+        }
+        if let Some(lr) = self
+            .local_ranks_filter
+            .iter()
+            .flatten()
+            .find(|&&lr| lr >= self.nproc_per_node)
+        {
+            return bad(
+                "--local-ranks-filter",
+                format!(
+                    "local rank {lr} does not exist with --nproc-per-node {}",
+                    self.nproc_per_node
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether `local_rank`'s output is shown on the console.
+    pub fn shows(&self, local_rank: u32) -> bool {
+        self.local_ranks_filter
+            .as_ref()
+            .is_none_or(|f| f.contains(&local_rank))
+    }
+
+    /// Which streams of `local_rank` go to log files (none without `--log-dir`).
+    pub fn logged_streams(&self, local_rank: u32) -> Streams {
+        match (&self.log_dir, &self.tee) {
+            (None, _) => Streams::NONE,
+            (Some(_), None) => Streams::BOTH,
+            (Some(_), Some(t)) => t.for_local_rank(local_rank),
+        }
+    }
+}
+
+/// A set of standard streams, torchrun's bit mask: 1 = stdout, 2 = stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Streams(u8);
+
+impl Streams {
+    /// Neither stream.
+    pub const NONE: Streams = Streams(0);
+    /// Standard output only.
+    pub const STDOUT: Streams = Streams(1);
+    /// Standard error only.
+    pub const STDERR: Streams = Streams(2);
+    /// Both streams.
+    pub const BOTH: Streams = Streams(3);
+
+    /// Whether standard output is in the set.
+    pub fn stdout(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    /// Whether standard error is in the set.
+    pub fn stderr(self) -> bool {
+        self.0 & 2 != 0
+    }
+
+    fn parse(text: &str) -> Result<Streams, String> {
+        match text.trim().parse::<u8>() {
+            Ok(v) if v <= 3 => Ok(Streams(v)),
+            _ => Err(format!(
+                "{text:?} is not a stream mask (0 none, 1 stdout, 2 stderr, 3 both)"
+            )),
+        }
+    }
+}
+
+/// The value of `--tee`: one mask for every local rank, or one per local rank (`0:1,1:2`;
+/// ranks not listed get none), exactly as torchrun's `-t`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tee {
+    /// The same streams for every local rank.
+    All(Streams),
+    /// `(local_rank, streams)` pairs.
+    PerRank(Vec<(u32, Streams)>),
+}
+
+impl Tee {
+    /// The streams teed for `local_rank`.
+    pub fn for_local_rank(&self, local_rank: u32) -> Streams {
+        match self {
+            Tee::All(s) => *s,
+            Tee::PerRank(v) => v
+                .iter()
+                .find(|(lr, _)| *lr == local_rank)
+                .map_or(Streams::NONE, |(_, s)| *s),
+        }
+    }
+}
+
+impl FromStr for Tee {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Tee, String> {
+        if !text.contains(':') {
+            return Streams::parse(text).map(Tee::All);
+        }
+        text.split(',')
+            .map(|pair| {
+                let (lr, mask) = pair
+                    .split_once(':')
+                    .ok_or_else(|| format!("{pair:?}: expected LOCAL_RANK:MASK"))?;
+                let lr = lr
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("{lr:?} is not a local rank"))?;
+                Ok((lr, Streams::parse(mask)?))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(Tee::PerRank)
+    }
+}
+
+/// `--nnodes`: `N` or `N:N`; elastic ranges (`1:4`) are refused with a sentence.
+pub(crate) fn parse_nnodes(text: &str) -> Result<u32, String> {
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| format!("{t:?} is not a node count (a positive integer)"))
+    };
+    match text.split_once(':') {
+        None => num(text),
+        Some((lo, hi)) => {
+            let (lo, hi) = (num(lo)?, num(hi)?);
+            if lo != hi {
+                return Err(format!(
+                    "elastic node ranges ({lo}:{hi}) are not supported; use a fixed count N or N:N"
+                ));
+            }
+            Ok(lo)
+        }
+    }
+}
+
+/// Seconds as a number (`0.1`) or with a unit (`100ms`, `5s`).
+pub(crate) fn parse_secs(text: &str) -> Result<Duration, String> {
+    phalanx_core::parse_duration(text).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        launch: LaunchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LaunchArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).map(|c| c.launch)
+    }
+
+    #[test]
+    fn defaults_match_torchrun() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.nproc_per_node, 1);
+        assert_eq!(a.nnodes, 1);
+        assert_eq!(a.node_rank, 0);
+        assert_eq!(a.master_addr, "127.0.0.1");
+        assert_eq!(a.master_port, 29500);
+        assert_eq!(a.max_restarts, 0);
+        assert_eq!(a.monitor_interval, Duration::from_millis(100));
+        assert!(!a.standalone);
+        assert!(a.validate().is_ok());
+    }
+
+    #[test]
+    fn nnodes_static_form() {
+        assert_eq!(parse_nnodes("1").unwrap(), 1);
+        assert_eq!(parse_nnodes("1:1").unwrap(), 1);
+        assert_eq!(parse_nnodes("4:4").unwrap(), 4);
+        assert!(parse_nnodes("1:4").unwrap_err().contains("elastic"));
+        assert!(parse_nnodes("0").is_err());
+        assert!(parse_nnodes("x").is_err());
+        assert!(parse(&["--nnodes", "2:3"]).is_err());
+        assert_eq!(parse(&["--nnodes", "3:3"]).unwrap().nnodes, 3);
+    }
+
+    #[test]
+    fn tee_forms() {
+        assert_eq!("3".parse::<Tee>().unwrap(), Tee::All(Streams::BOTH));
+        assert_eq!("0".parse::<Tee>().unwrap(), Tee::All(Streams::NONE));
+        let t: Tee = "0:1,1:2".parse().unwrap();
+        assert_eq!(t.for_local_rank(0), Streams::STDOUT);
+        assert_eq!(t.for_local_rank(1), Streams::STDERR);
+        assert_eq!(t.for_local_rank(2), Streams::NONE);
+        assert!("4".parse::<Tee>().is_err());
+        assert!("0:1,x:2".parse::<Tee>().is_err());
+        assert!("0:9".parse::<Tee>().is_err());
+        // A bare `--tee` means both streams.
+        let a = parse(&["--log-dir", "/tmp/x", "--tee"]).unwrap();
+        assert_eq!(a.tee, Some(Tee::All(Streams::BOTH)));
+        let a = parse(&["--log-dir", "/tmp/x", "--tee", "0:2"]).unwrap();
+        assert_eq!(a.logged_streams(0), Streams::STDERR);
+        assert_eq!(a.logged_streams(1), Streams::NONE);
+        // --log-dir alone logs both streams; no --log-dir logs nothing.
+        let a = parse(&["--log-dir", "/tmp/x"]).unwrap();
+        assert_eq!(a.logged_streams(5), Streams::BOTH);
+        assert_eq!(parse(&[]).unwrap().logged_streams(0), Streams::NONE);
+    }
+
+    #[test]
+    fn tee_needs_log_dir() {
+        let a = parse(&["--tee", "1"]).unwrap();
+        let e = a.validate().unwrap_err().to_string();
+        assert!(e.contains("--tee") && e.contains("--log-dir"), "{e}");
+    }
+
+    #[test]
+    fn local_ranks_filter() {
+        let a = parse(&["--nproc-per-node", "4", "--local-ranks-filter", "0,2"]).unwrap();
+        assert_eq!(a.local_ranks_filter, Some(vec![0, 2]));
+        assert!(a.shows(0) && !a.shows(1) && a.shows(2) && !a.shows(3));
+        assert!(a.validate().is_ok());
+        let a = parse(&["--nproc-per-node", "2", "--local-ranks-filter", "3"]).unwrap();
+        assert!(a
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("local rank 3"));
+        assert!(parse(&["--local-ranks-filter", "a"]).is_err());
+        assert!(parse(&[]).unwrap().shows(7));
+    }
+
+    #[test]
+    fn validation_errors_name_the_flag() {
+        let a = parse(&["--nnodes", "2", "--node-rank", "2"]).unwrap();
+        assert!(a
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--node-rank"));
+        let a = parse(&["--nnodes", "2", "--standalone"]).unwrap();
+        assert!(a
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--standalone"));
+        assert!(parse(&["--nproc-per-node", "0"]).is_err());
+        assert!(parse(&["--monitor-interval", "0"]).is_err());
+    }
+
+    #[test]
+    fn torchrun_spellings_and_units() {
+        let a = parse(&[
+            "--nproc_per_node",
+            "3",
+            "--node_rank",
+            "0",
+            "--master_addr",
+            "10.0.0.1",
+            "--monitor-interval",
+            "50ms",
+            "--grace-period",
+            "2",
+            "--rdzv-id",
+            "job9",
+        ])
+        .unwrap();
+        assert_eq!(a.nproc_per_node, 3);
+        assert_eq!(a.master_addr, "10.0.0.1");
+        assert_eq!(a.monitor_interval, Duration::from_millis(50));
+        assert_eq!(a.grace_period, Duration::from_secs(2));
+        assert_eq!(a.run_id.as_deref(), Some("job9"));
+    }
+}

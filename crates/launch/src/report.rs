@@ -1,0 +1,164 @@
+//! Building the failure report: each worker's reason (what its process group published to the
+//! store as `error/<rank>`, its TORCHELASTIC_ERROR_FILE, or its last line), the other nodes'
+//! rows, and the printed summary.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::agent::Agent;
+use crate::rendezvous::key;
+use crate::summary::{render, RootCause, Row};
+use crate::worker::Worker;
+use crate::worker_env::store_prefix;
+
+/// How long an agent waits for the other nodes' rows before printing without them.
+const ROWS_WAIT: Duration = Duration::from_secs(1);
+/// Longest reason shown.
+const MAX_REASON: usize = 300;
+
+impl Agent<'_> {
+    /// Fills in the root cause's last line now that its output has been drained (it raced
+    /// with the exit at detection time).
+    pub(crate) fn refresh(&self, mut cause: RootCause, workers: &[Worker]) -> RootCause {
+        if cause.group_rank == self.args.node_rank {
+            if let Some(w) = workers.iter().find(|w| Some(w.rank) == cause.rank) {
+                cause.last_line = w.last_line().or(cause.last_line);
+            }
+        }
+        cause
+    }
+
+    /// Prints the report for round `round` on stderr: root cause first, then every worker.
+    pub(crate) fn report(&self, round: u32, cause: &RootCause, workers: &[Worker]) {
+        let mut rows: Vec<Row> = workers
+            .iter()
+            .map(|w| Row {
+                rank: w.rank,
+                local_rank: w.local_rank,
+                group_rank: self.args.node_rank,
+                host: self.host.clone(),
+                pid: w.pid,
+                status: w.exit.map_or("still running".into(), |(e, _)| e.describe()),
+                stopped: w.stopped_by_agent,
+                error: self
+                    .reason(round, w.rank, w.error_file.as_deref())
+                    .or_else(|| w.last_line()),
+            })
+            .collect();
+        let mut missing = Vec::new();
+        if self.args.nnodes > 1 && !self.store_lost.get() {
+            self.gather_rows(round, &mut rows, &mut missing);
+        }
+        let cause_reason = cause.rank.and_then(|r| {
+            let file = workers
+                .iter()
+                .find(|w| Some(w.rank) == cause.rank && cause.group_rank == self.args.node_rank)
+                .and_then(|w| w.error_file.as_deref());
+            self.reason(round, r, file)
+        });
+        let mut text = render(&self.run_id, round, cause, cause_reason.as_deref(), &rows);
+        for g in missing {
+            text.push_str(&format!("  (node {g} sent no report in time)\n"));
+        }
+        eprint!("{text}");
+    }
+
+    /// Why rank `rank` failed, in its own words: the store's `error/<rank>` (published by its
+    /// process group, under the round's prefix or bare), else its error file.
+    fn reason(&self, round: u32, rank: u32, error_file: Option<&Path>) -> Option<String> {
+        if !self.store_lost.get() {
+            for k in [
+                format!("{}error/{rank}", store_prefix(round)),
+                format!("error/{rank}"),
+            ] {
+                if let Ok(true) = self.store.check(&[&k]) {
+                    if let Ok(v) = self.store.get(&k) {
+                        return Some(first_line(&String::from_utf8_lossy(&v)));
+                    }
+                }
+            }
+        }
+        error_file.and_then(read_error_file)
+    }
+
+    /// Publishes this node's rows and collects the others' (best effort, [`ROWS_WAIT`]).
+    fn gather_rows(&self, round: u32, rows: &mut Vec<Row>, missing: &mut Vec<u32>) {
+        let me = self.args.node_rank;
+        let mine = serde_json::to_vec(&rows).expect("rows serialise");
+        if self
+            .store
+            .set(&key(round, &format!("rows/{me}")), &mine)
+            .is_err()
+        {
+            return;
+        }
+        let mut pending: Vec<u32> = (0..self.args.nnodes).filter(|&g| g != me).collect();
+        let deadline = Instant::now() + ROWS_WAIT;
+        loop {
+            pending.retain(|&g| {
+                let k = key(round, &format!("rows/{g}"));
+                match self.store.check(&[&k]) {
+                    Ok(true) => {
+                        if let Ok(theirs) = self
+                            .store
+                            .get(&k)
+                            .map(|v| serde_json::from_slice::<Vec<Row>>(&v).unwrap_or_default())
+                        {
+                            rows.extend(theirs);
+                        }
+                        false
+                    }
+                    Ok(false) => true,
+                    Err(_) => false,
+                }
+            });
+            if pending.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        missing.extend(pending);
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(MAX_REASON)
+        .collect()
+}
+
+/// The message of a torchelastic error file: `{"message": {"message": "..."}}` or
+/// `{"message": "..."}`.
+fn read_error_file(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let m = &v["message"];
+    let msg = m["message"].as_str().or_else(|| m.as_str())?;
+    Some(first_line(msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_file_forms() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("error.json");
+        std::fs::write(
+            &p,
+            r#"{"message": {"message": "RuntimeError: boom\nmore", "extraInfo": {}}}"#,
+        )
+        .unwrap();
+        assert_eq!(read_error_file(&p).as_deref(), Some("RuntimeError: boom"));
+        std::fs::write(&p, r#"{"message": "plain"}"#).unwrap();
+        assert_eq!(read_error_file(&p).as_deref(), Some("plain"));
+        std::fs::write(&p, "not json").unwrap();
+        assert_eq!(read_error_file(&p), None);
+        assert_eq!(read_error_file(&dir.path().join("missing")), None);
+    }
+}

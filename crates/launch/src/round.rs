@@ -1,0 +1,294 @@
+//! One round (attempt) of the worker group: rendezvous, start the local workers, watch them
+//! and the other nodes, stop everything on the first failure, report.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::agent::Agent;
+use crate::coordinate::BarrierEnd;
+use crate::output::{Console, Sink};
+use crate::rendezvous::{rendezvous, Claim};
+use crate::signals;
+use crate::summary::RootCause;
+use crate::worker::{Exited, Spec, Worker};
+use crate::worker_env::{substitute_args, worker_env, JobEnv, Layout};
+use crate::Error;
+
+/// How a round ended.
+pub(crate) enum End {
+    /// Every worker of every node exited 0.
+    Success,
+    /// The agent received this signal and stopped its workers.
+    Signal(i32),
+    /// A worker failed (here or on another node), or another node stopped the job.
+    Failed(RootCause),
+}
+
+/// What the monitor loop saw first.
+enum Watch {
+    AllSucceeded,
+    Local(u32),
+    Remote(RootCause),
+    Signal(i32),
+}
+
+/// How long the agent waits for workers to die after SIGKILL (they cannot refuse it).
+const KILL_WAIT: Duration = Duration::from_secs(2);
+/// How long the agent waits for output pipes to drain after its workers ended.
+const DRAIN_WAIT: Duration = Duration::from_millis(300);
+
+impl Agent<'_> {
+    pub(crate) fn run_round(&mut self, round: u32) -> anyhow::Result<End> {
+        let Some(layout) = self.layout(round)? else {
+            return Ok(End::Signal(signals::take().unwrap_or(libc::SIGTERM)));
+        };
+        let attempt_dir = self
+            .args
+            .log_dir
+            .as_ref()
+            .map(|d| d.join(&self.run_id).join(format!("attempt_{round}")));
+        let job = JobEnv {
+            run_id: self.run_id.clone(),
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            token_hex: self.auth.token_hex(),
+            round,
+            max_restarts: self.args.max_restarts,
+            set_omp: self.set_omp,
+            attempt_dir: attempt_dir.clone(),
+        };
+        // The sender stays alive here so that `recv_timeout` never reports disconnection.
+        let (tx, rx) = mpsc::channel::<Exited>();
+        let mut workers: Vec<Worker> = Vec::with_capacity(layout.local_world_size as usize);
+        let start = Instant::now();
+        for lr in 0..layout.local_world_size {
+            let spec = match self.spec(&job, &layout, lr, attempt_dir.as_ref()) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.stop(&mut workers, &rx, libc::SIGKILL);
+                    return Err(e.into());
+                }
+            };
+            match Worker::spawn(spec, &tx) {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    self.stop(&mut workers, &rx, libc::SIGKILL);
+                    return Err(e.into());
+                }
+            }
+        }
+        let watch = self.monitor(round, &mut workers, &rx);
+        let end = match watch {
+            Watch::AllSucceeded => {
+                drain(&mut workers);
+                match self.exit_barrier(round) {
+                    None => return Ok(End::Success),
+                    Some(BarrierEnd::Signal(sig)) => return Ok(End::Signal(sig)),
+                    Some(BarrierEnd::Remote(cause)) => cause,
+                }
+            }
+            Watch::Signal(sig) => {
+                let cause = RootCause {
+                    what: format!("its agent received {}", signals::signal_name(sig)),
+                    after_s: start.elapsed().as_secs_f64(),
+                    ..self.agent_cause(128 + sig as u8, false)
+                };
+                self.publish(round, cause);
+                eprintln!(
+                    "phalanx launch: received {}; forwarding it to {} worker(s)",
+                    signals::signal_name(sig),
+                    workers.iter().filter(|w| w.exit.is_none()).count()
+                );
+                self.stop(&mut workers, &rx, sig);
+                return Ok(End::Signal(sig));
+            }
+            Watch::Local(lr) => {
+                let w = &workers[lr as usize];
+                let (exit, at) = w.exit.expect("a failed worker has exited");
+                let after = at.duration_since(start);
+                let cause = RootCause {
+                    group_rank: self.args.node_rank,
+                    host: self.host.clone(),
+                    rank: Some(w.rank),
+                    local_rank: Some(lr),
+                    pid: Some(w.pid),
+                    what: exit.describe(),
+                    code: exit.shell_code(),
+                    after_s: after.as_secs_f64(),
+                    startup: after < self.args.startup_window,
+                    restartable: true,
+                    last_line: w.last_line(),
+                };
+                self.publish(round, cause)
+            }
+            Watch::Remote(cause) => cause,
+        };
+        self.stop(&mut workers, &rx, libc::SIGTERM);
+        let cause = self.refresh(end, &workers);
+        self.report(round, &cause, &workers);
+        Ok(End::Failed(cause))
+    }
+
+    /// This node's place in round `round`; `None` when a signal interrupted the rendezvous.
+    fn layout(&self, round: u32) -> Result<Option<Layout>, Error> {
+        if self.args.nnodes == 1 {
+            return Ok(Some(Layout::from_sizes(0, &[self.args.nproc_per_node])));
+        }
+        let claim = Claim {
+            nproc: self.args.nproc_per_node,
+            nnodes: self.args.nnodes,
+            nonce: self.nonce.clone(),
+            host: self.host.clone(),
+        };
+        rendezvous(
+            &*self.store,
+            round,
+            self.args.node_rank,
+            &claim,
+            self.timeout,
+            &mut || signals::pending(),
+        )
+    }
+
+    fn spec(
+        &self,
+        job: &JobEnv,
+        layout: &Layout,
+        lr: u32,
+        attempt_dir: Option<&PathBuf>,
+    ) -> Result<Spec<'_>, Error> {
+        let rank = layout.rank(lr);
+        let prefix = format!("[rank {rank}]: ").into_bytes();
+        let shown = self.args.shows(lr);
+        let teed = self.args.logged_streams(lr);
+        let dir = attempt_dir.map(|d| d.join(lr.to_string()));
+        if let Some(d) = &dir {
+            std::fs::create_dir_all(d).map_err(|e| Error::LogFile {
+                path: d.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        let file = |name: &str, on: bool| -> Result<Option<File>, Error> {
+            match (&dir, on) {
+                (Some(d), true) => {
+                    let path = d.join(name);
+                    File::create(&path).map(Some).map_err(|e| Error::LogFile {
+                        path,
+                        reason: e.to_string(),
+                    })
+                }
+                _ => Ok(None),
+            }
+        };
+        Ok(Spec {
+            program: &self.program[0],
+            args: substitute_args(&self.program[1..], lr),
+            env: worker_env(job, layout, lr),
+            local_rank: lr,
+            rank,
+            stdout: Sink {
+                prefix: prefix.clone(),
+                console: shown.then_some(Console::Stdout),
+                file: file("stdout.log", teed.stdout())?,
+            },
+            stderr: Sink {
+                prefix,
+                console: shown.then_some(Console::Stderr),
+                file: file("stderr.log", teed.stderr())?,
+            },
+            error_file: dir.map(|d| d.join("error.json")),
+        })
+    }
+
+    /// Waits for the first worker failure, the end of all workers, a signal, or (multi-node)
+    /// another node's failure, checking signals and the store every `--monitor-interval`.
+    fn monitor(&self, round: u32, workers: &mut [Worker], rx: &Receiver<Exited>) -> Watch {
+        let interval = self.args.monitor_interval;
+        let mut next_poll = Instant::now() + interval;
+        loop {
+            if let Some(sig) = signals::take() {
+                return Watch::Signal(sig);
+            }
+            match rx.recv_timeout(next_poll.saturating_duration_since(Instant::now())) {
+                Ok(ev) => {
+                    let failed = !ev.exit.success();
+                    let lr = ev.local_rank;
+                    record(workers, ev);
+                    if failed {
+                        return Watch::Local(lr);
+                    }
+                    if workers.iter().all(|w| w.exit.is_some()) {
+                        return Watch::AllSucceeded;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    unreachable!("run_round holds a sender")
+                }
+            }
+            if Instant::now() >= next_poll {
+                next_poll = Instant::now() + interval;
+                if let Some(cause) = self.poll_failed(round) {
+                    return Watch::Remote(cause);
+                }
+            }
+        }
+    }
+
+    /// Stops every worker still running: `first` (SIGTERM, or the signal the agent received),
+    /// `--grace-period`, then SIGKILL to each worker's process group (which also removes
+    /// anything a worker left behind), then drains their output.
+    pub(crate) fn stop(&self, workers: &mut [Worker], rx: &Receiver<Exited>, first: i32) {
+        for w in workers.iter_mut().filter(|w| w.exit.is_none()) {
+            w.signal(first);
+        }
+        let deadline = Instant::now() + self.args.grace_period;
+        wait_all(workers, rx, deadline);
+        for w in workers.iter_mut() {
+            w.signal(libc::SIGKILL);
+        }
+        wait_all(workers, rx, Instant::now() + KILL_WAIT);
+        drain(workers);
+    }
+}
+
+/// Records an exit event on its worker.
+fn record(workers: &mut [Worker], ev: Exited) {
+    if let Some(w) = workers.iter_mut().find(|w| w.local_rank == ev.local_rank) {
+        w.exit = Some((ev.exit, ev.at));
+    }
+}
+
+fn wait_all(workers: &mut [Worker], rx: &Receiver<Exited>, deadline: Instant) {
+    while workers.iter().any(|w| w.exit.is_none()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        if let Ok(ev) = rx.recv_timeout(left) {
+            record(workers, ev);
+        }
+    }
+}
+
+/// Lets the output threads reach the end of their pipes; a pipe still held open by a
+/// process that left the worker's group is killed with the group, then abandoned.
+fn drain(workers: &mut [Worker]) {
+    let deadline = Instant::now() + DRAIN_WAIT;
+    let mut stuck = false;
+    for w in workers.iter_mut() {
+        stuck |= !(w.stdout.finish_by(deadline) & w.stderr.finish_by(deadline));
+    }
+    if stuck {
+        for w in workers.iter_mut() {
+            w.signal(libc::SIGKILL);
+        }
+        let deadline = Instant::now() + DRAIN_WAIT;
+        for w in workers.iter_mut() {
+            w.stdout.finish_by(deadline);
+            w.stderr.finish_by(deadline);
+        }
+    }
+}
