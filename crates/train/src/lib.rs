@@ -1,1 +1,18 @@
-//! phalanx-train (under construction).
+//! phalanx-train: the seed recipe's model and training step, on Burn and phalanx DDP.
+#![warn(missing_docs, unreachable_pub)]
+
+mod error;
+mod init;
+mod model;
+mod optim;
+mod step;
+
+pub use error::{Error, Result};
+pub use model::{Mlp, MlpConfig};
+pub use optim::{Sgd, SgdOptions};
+pub use step::{evaluate, forward_backward, param_digest, train_step_local};
+
+/// The training device: Burn's `flex` CPU backend with autodiff.
+pub fn device() -> burn::tensor::Device {
+    burn::tensor::Device::flex().autodiff()
+}

@@ -1,0 +1,30 @@
+//! The tensor-library adapter: everything phalanx needs from a deep-learning framework, in one
+//! place, so that DDP itself only sees names, shapes and flat `f32` buffers.
+//!
+//! An adapter provides, for a model:
+//! - its float parameters in a canonical order with their names and shapes ([`ParamInfo`]);
+//! - a way to copy each parameter's gradient into a flat `f32` buffer after backward, and to hand
+//!   averaged flat gradients back to the framework's optimizer;
+//! - a way to read and overwrite all parameter values as flat `f32` buffers (the init broadcast,
+//!   checkpoints and digests).
+//!
+//! [`burn`] implements it for Burn 0.22. A Candle adapter would be a sibling `candle.rs` with the
+//! same functions over `candle_nn::VarMap` (names are its keys, gradients come from `GradStore`).
+
+pub mod burn;
+
+/// Name and shape of one float parameter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ParamInfo {
+    /// Module path, fields joined by `.` (`layers.0.weight`).
+    pub name: String,
+    /// Dimensions in the framework's storage layout.
+    pub shape: Vec<usize>,
+}
+
+impl ParamInfo {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}

@@ -1,0 +1,53 @@
+//! The error type of `phalanx-ddp`.
+
+/// Errors of DDP construction, gradient synchronisation and the tensor adapter.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    // === Model agreement ===
+    /// A rank's model differs from rank 0's: a different parameter name, shape or count.
+    #[error(
+        "model mismatch: rank {rank} has {theirs} where rank 0 has {ours} (parameter #{index}); \
+         every rank must build the same model"
+    )]
+    ModelMismatch {
+        /// The first rank found to differ from rank 0.
+        rank: usize,
+        /// Position of the first differing parameter in canonical order.
+        index: usize,
+        /// Rank 0's parameter at that position, as `name [shape]` or `nothing`.
+        ours: String,
+        /// The other rank's parameter at that position.
+        theirs: String,
+    },
+
+    // === Adapter ===
+    /// A list of parameter values has the wrong number of entries.
+    #[error("expected values for {expected} parameters, got {got}")]
+    ParamCount {
+        /// Parameters in the model.
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
+    /// A parameter value or gradient has the wrong number of elements.
+    #[error("parameter `{name}` has {expected} elements, got {got}")]
+    ParamSize {
+        /// The parameter's module path.
+        name: String,
+        /// Elements of the parameter.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// The tensor library failed to read a parameter or gradient.
+    #[error("reading parameter `{name}` failed: {reason}")]
+    Tensor {
+        /// The parameter's module path.
+        name: String,
+        /// The library's message.
+        reason: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

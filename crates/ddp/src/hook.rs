@@ -1,0 +1,112 @@
+//! Communication hooks: how one bucket of gradients is averaged across ranks.
+//!
+//! Note [DDP communication hook]
+//! As in PyTorch (`register_comm_hook`), a hook receives a packed bucket (flat `f32`, already
+//! holding this rank's gradients) and returns a handle whose `wait` yields the bucket averaged over
+//! ranks. Hooks are launched in bucket order and must start their communication before returning,
+//! so that the reducer can pack the next bucket while this one is on the wire. Every rank must use
+//! the same hook, and a hook must give bitwise identical results on every rank.
+
+use half::bf16;
+use phalanx_core::ReduceOp;
+use phalanx_pg::ProcessGroup;
+
+use crate::{Error, Result};
+
+/// One bucket of gradients, packed in the bucket's parameter order.
+#[derive(Debug)]
+pub struct GradBucket {
+    /// Position in launch order (0 is launched first).
+    pub index: usize,
+    /// The flat gradients of the bucket's parameters, this rank's values.
+    pub buffer: Vec<f32>,
+    /// Whether this is the last bucket of the step.
+    pub is_last: bool,
+}
+
+/// The pending result of a hook: `wait` returns the averaged bucket.
+#[must_use = "a bucket's communication must be waited for"]
+pub struct BucketWork {
+    wait: Box<dyn FnOnce() -> Result<Vec<f32>> + Send>,
+}
+
+impl BucketWork {
+    /// Wraps the completion of an asynchronous operation.
+    pub fn new(wait: impl FnOnce() -> Result<Vec<f32>> + Send + 'static) -> Self {
+        BucketWork { wait: Box::new(wait) }
+    }
+
+    /// An already computed result (hooks that reduce synchronously).
+    pub fn ready(buffer: Vec<f32>) -> Self {
+        BucketWork::new(move || Ok(buffer))
+    }
+
+    /// Blocks until the bucket is averaged and returns it.
+    pub fn wait(self) -> Result<Vec<f32>> {
+        (self.wait)()
+    }
+}
+
+/// A communication hook (PyTorch's `CommHookInterface`): averages one bucket across ranks.
+pub trait CommHook: Send + Sync + std::fmt::Debug {
+    /// Short name for logs and metrics.
+    fn name(&self) -> &'static str;
+    /// Starts averaging `bucket` over the ranks of `pg` and returns its pending result.
+    fn launch(&self, pg: &ProcessGroup, bucket: GradBucket) -> BucketWork;
+    /// Bytes this hook puts on the wire per bucket element (for metrics).
+    fn bytes_per_element(&self) -> usize;
+}
+
+/// The default hook: allreduce the `f32` bucket with `ReduceOp::Avg` (PyTorch's `allreduce_hook`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AllreduceHook;
+
+impl CommHook for AllreduceHook {
+    fn name(&self) -> &'static str {
+        "allreduce"
+    }
+
+    fn launch(&self, pg: &ProcessGroup, bucket: GradBucket) -> BucketWork {
+        let index = bucket.index;
+        let work = pg.allreduce_async(bucket.buffer, ReduceOp::Avg);
+        BucketWork::new(move || {
+            work.wait().map_err(|source| Error::Collective { op: "allreduce", bucket: index, source })
+        })
+    }
+
+    fn bytes_per_element(&self) -> usize {
+        4
+    }
+}
+
+/// bf16 compression (PyTorch's `bf16_compress_hook`): the bucket is rounded to bf16, averaged in
+/// bf16 (half the bytes on the wire), and widened back to `f32`. Every rank widens the same bf16
+/// values, so replicas stay bitwise identical; the gradients lose precision (8 mantissa bits).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Bf16CompressHook;
+
+impl CommHook for Bf16CompressHook {
+    fn name(&self) -> &'static str {
+        "bf16_compress"
+    }
+
+    fn launch(&self, pg: &ProcessGroup, bucket: GradBucket) -> BucketWork {
+        let index = bucket.index;
+        let compressed: Vec<bf16> = bucket.buffer.iter().map(|&g| bf16::from_f32(g)).collect();
+        let mut buffer = bucket.buffer;
+        let work = pg.allreduce_async(compressed, ReduceOp::Avg);
+        BucketWork::new(move || {
+            let reduced = work
+                .wait()
+                .map_err(|source| Error::Collective { op: "allreduce(bf16)", bucket: index, source })?;
+            for (out, v) in buffer.iter_mut().zip(reduced) {
+                *out = v.to_f32();
+            }
+            Ok(buffer)
+        })
+    }
+
+    fn bytes_per_element(&self) -> usize {
+        2
+    }
+}

@@ -1,0 +1,160 @@
+//! The reducer: packs gradients into buckets, launches each bucket's hook as soon as it is packed,
+//! and unpacks the averaged buckets in launch order. Framework-agnostic: it sees parameters as
+//! indices and flat `f32` slices, supplied and consumed by closures.
+
+use std::time::{Duration, Instant};
+
+use phalanx_pg::ProcessGroup;
+
+use crate::hook::{BucketWork, CommHook, GradBucket};
+use crate::stats::CommStats;
+use crate::Result;
+
+/// Layout of the buckets over the parameters, and the buffers that carry them.
+pub(crate) struct Reducer {
+    /// Per bucket, in launch order: the parameter indices and their offsets in the flat buffer.
+    buckets: Vec<BucketLayout>,
+    /// Buffers returned by the previous step, reused to avoid reallocating ~the model size.
+    spare: Vec<Option<Vec<f32>>>,
+    /// Gradients accumulated by `no_sync` steps, per bucket; all `None` when nothing is pending.
+    accumulated: Vec<Option<Vec<f32>>>,
+    pub(crate) stats: CommStats,
+}
+
+pub(crate) struct BucketLayout {
+    pub(crate) params: Vec<usize>,
+    pub(crate) offsets: Vec<usize>,
+    pub(crate) numels: Vec<usize>,
+    pub(crate) len: usize,
+}
+
+impl Reducer {
+    /// `assignment` lists, per bucket in launch order, parameter indices; `numels` is indexed by
+    /// parameter.
+    pub(crate) fn new(assignment: Vec<Vec<usize>>, numels: &[usize]) -> Self {
+        let buckets: Vec<BucketLayout> = assignment
+            .into_iter()
+            .map(|params| {
+                let mut offsets = Vec::with_capacity(params.len());
+                let mut sizes = Vec::with_capacity(params.len());
+                let mut len = 0;
+                for &p in &params {
+                    offsets.push(len);
+                    sizes.push(numels[p]);
+                    len += numels[p];
+                }
+                BucketLayout { params, offsets, numels: sizes, len }
+            })
+            .collect();
+        let n = buckets.len();
+        Reducer {
+            buckets,
+            spare: (0..n).map(|_| None).collect(),
+            accumulated: (0..n).map(|_| None).collect(),
+            stats: CommStats::default(),
+        }
+    }
+
+    pub(crate) fn buckets(&self) -> &[BucketLayout] {
+        &self.buckets
+    }
+
+    /// Whether `no_sync` gradients wait for the next synchronisation.
+    pub(crate) fn has_accumulated(&self) -> bool {
+        self.accumulated.iter().any(Option::is_some)
+    }
+
+    /// A `no_sync` step: adds this step's gradients to the local accumulators, no communication.
+    /// `fill(param, out, accumulate)` writes (or adds) a parameter's gradient into `out`.
+    pub(crate) fn accumulate(
+        &mut self,
+        mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
+    ) -> Result<()> {
+        for (k, bucket) in self.buckets.iter().enumerate() {
+            let (mut buf, add) = match self.accumulated[k].take() {
+                Some(buf) => (buf, true),
+                None => (take_buffer(&mut self.spare[k], bucket.len), false),
+            };
+            pack(bucket, &mut buf, add, &mut fill)?;
+            self.accumulated[k] = Some(buf);
+        }
+        Ok(())
+    }
+
+    /// A synchronising step: packs this step's gradients (plus any accumulated ones) bucket by
+    /// bucket, launches `hook` on each bucket right after packing it, then waits for the buckets in
+    /// launch order and hands each parameter's averaged gradient to `drain(param, grad)`.
+    pub(crate) fn synchronize(
+        &mut self,
+        pg: &ProcessGroup,
+        hook: &dyn CommHook,
+        mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
+        mut drain: impl FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        let started = Instant::now();
+        let last = self.buckets.len().saturating_sub(1);
+        let mut pending: Vec<BucketWork> = Vec::with_capacity(self.buckets.len());
+        let mut bytes = 0u64;
+        for (k, bucket) in self.buckets.iter().enumerate() {
+            let (mut buf, add) = match self.accumulated[k].take() {
+                Some(buf) => (buf, true),
+                None => (take_buffer(&mut self.spare[k], bucket.len), false),
+            };
+            if let Err(e) = pack(bucket, &mut buf, add, &mut fill) {
+                // Already launched buckets must still complete before the error is returned, or
+                // their collectives would be left half-issued on this rank.
+                drain_pending(pending);
+                return Err(e);
+            }
+            bytes += (bucket.len * hook.bytes_per_element()) as u64;
+            pending.push(hook.launch(pg, GradBucket { index: k, buffer: buf, is_last: k == last }));
+        }
+        let mut waited = Duration::ZERO;
+        let mut pending = pending.into_iter();
+        for (k, work) in pending.by_ref().enumerate() {
+            let t = Instant::now();
+            let result = work.wait();
+            waited += t.elapsed();
+            let buf = match result {
+                Ok(buf) => buf,
+                Err(e) => {
+                    drain_pending(pending.collect());
+                    return Err(e);
+                }
+            };
+            let bucket = &self.buckets[k];
+            for ((&p, &off), &n) in bucket.params.iter().zip(&bucket.offsets).zip(&bucket.numels) {
+                drain(p, &buf[off..off + n]);
+            }
+            self.spare[k] = Some(buf);
+        }
+        self.stats.record(waited, started.elapsed(), self.buckets.len(), bytes);
+        Ok(())
+    }
+}
+
+fn take_buffer(spare: &mut Option<Vec<f32>>, len: usize) -> Vec<f32> {
+    match spare.take() {
+        Some(buf) if buf.len() == len => buf,
+        _ => vec![0.0; len],
+    }
+}
+
+fn pack(
+    bucket: &BucketLayout,
+    buf: &mut [f32],
+    add: bool,
+    fill: &mut impl FnMut(usize, &mut [f32], bool) -> Result<()>,
+) -> Result<()> {
+    for ((&p, &off), &n) in bucket.params.iter().zip(&bucket.offsets).zip(&bucket.numels) {
+        fill(p, &mut buf[off..off + n], add)?;
+    }
+    Ok(())
+}
+
+fn drain_pending(pending: Vec<BucketWork>) {
+    for work in pending {
+        // The first error is the one reported; later ones are consequences of it.
+        let _ = work.wait();
+    }
+}

@@ -1,0 +1,97 @@
+//! One training step, evaluation and the parameter digest.
+
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::GradientsParams;
+use burn::tensor::{Gradients, Int, Tensor, TensorData};
+use phalanx_ddp::adapter::burn::params_to_flat;
+use sha2::{Digest, Sha256};
+
+use crate::{Error, Mlp, Result, Sgd};
+
+/// Rows evaluated per forward pass in [`evaluate`], to bound memory.
+const EVAL_CHUNK: usize = 1024;
+
+/// Forward and backward of one batch: the gradients and the mean cross-entropy loss.
+///
+/// `features` is row-major `[labels.len(), input]`; labels are class indices.
+pub fn forward_backward(model: &Mlp, features: &[f32], labels: &[i64]) -> Result<(Gradients, f32)> {
+    let device = model.device();
+    let x = batch_tensor(model, features, labels.len())?;
+    let y = Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);
+    let logits = model.forward(x);
+    let loss = CrossEntropyLossConfig::new()
+        .init(&device)
+        .forward(logits, y);
+    let value = loss.clone().into_scalar::<f32>();
+    Ok((loss.backward(), value))
+}
+
+/// One single-process training step (no process group): forward, backward, SGD update.
+pub fn train_step_local(
+    model: Mlp,
+    optimizer: &mut Sgd,
+    features: &[f32],
+    labels: &[i64],
+) -> Result<(Mlp, f32)> {
+    let (grads, loss) = forward_backward(&model, features, labels)?;
+    let grads = GradientsParams::from_grads(grads, &model);
+    Ok((optimizer.step(model, grads), loss))
+}
+
+/// Number of rows of `features` whose arg-max logit is their label.
+pub fn evaluate(model: &Mlp, features: &[f32], labels: &[i64]) -> Result<usize> {
+    let model = model.valid();
+    let input = model.layers[0].weight.val().dims()[0];
+    if features.len() != labels.len() * input {
+        return Err(Error::BatchShape {
+            features: features.len(),
+            labels: labels.len(),
+            input,
+        });
+    }
+    let mut correct = 0;
+    for (rows, labels) in features
+        .chunks(EVAL_CHUNK * input)
+        .zip(labels.chunks(EVAL_CHUNK))
+    {
+        let x = batch_tensor(&model, rows, labels.len())?;
+        let predicted = model.forward(x).argmax(1).into_data_as::<i64>();
+        let predicted = predicted
+            .as_slice::<i64>()
+            .map_err(|e| Error::Tensor(format!("{e:?}")))?;
+        correct += predicted.iter().zip(labels).filter(|(p, l)| p == l).count();
+    }
+    Ok(correct)
+}
+
+/// SHA-256 (hex) of all parameters in canonical order, as little-endian `f32` bytes: equal digests
+/// mean bitwise identical models.
+pub fn param_digest<M: Module>(model: &M) -> Result<String> {
+    let mut hasher = Sha256::new();
+    for param in params_to_flat(model)? {
+        for v in param {
+            hasher.update(v.to_le_bytes());
+        }
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+fn batch_tensor(model: &Mlp, features: &[f32], rows: usize) -> Result<Tensor<2>> {
+    let input = model.layers[0].weight.val().dims()[0];
+    if features.len() != rows * input || rows == 0 {
+        return Err(Error::BatchShape {
+            features: features.len(),
+            labels: rows,
+            input,
+        });
+    }
+    Ok(Tensor::from_data(
+        TensorData::new(features.to_vec(), [rows, input]),
+        &model.device(),
+    ))
+}
