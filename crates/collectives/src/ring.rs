@@ -1,0 +1,104 @@
+//! The ring: reduce-scatter and allgather phases, chunked so that transfers are pipelined.
+//!
+//! Steps: `world - 1` reduce-scatter steps then `world - 1` allgather steps; at each step a
+//! rank sends one segment to `rank + 1` while receiving another from `rank - 1`.
+//! Bytes on the wire per rank: `2 (world - 1) / world × size`, the bandwidth optimum.
+//! Each segment is cut into chunks of at most `chunk` elements, one frame each, so that the
+//! reduction of one chunk overlaps the transfer of the next in the kernel's socket buffers.
+
+use std::ops::Range;
+
+use phalanx_core::{Element, ReduceOp};
+use phalanx_transport::{Fingerprint, RecvReq, Result, SendReq, Transport};
+
+use crate::{reduce::reduce_into, segments};
+
+/// Reduce-scatter over `segs(s)`: afterwards this rank's segment `segs(rank)` of `buf` holds
+/// the reduction of every rank's values in the canonical order (not yet divided for `Avg`).
+pub(crate) fn reduce_scatter<T: Element>(
+    t: &mut dyn Transport,
+    fp: &Fingerprint,
+    buf: &mut [T],
+    segs: &dyn Fn(usize) -> Range<usize>,
+    op: ReduceOp,
+    chunk: usize,
+) -> Result<()> {
+    let (n, r) = (t.world_size(), t.rank());
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let mut tmp: Vec<T> = Vec::new();
+    for k in 0..n - 1 {
+        let send_seg = segs((r + 2 * n - k - 1) % n);
+        let recv_seg = segs((r + 2 * n - k - 2) % n);
+        let steps = segments::num_chunks(send_seg.len(), chunk)
+            .max(segments::num_chunks(recv_seg.len(), chunk));
+        for j in 0..steps {
+            let sc = segments::chunk(&send_seg, chunk, j);
+            let rc = segments::chunk(&recv_seg, chunk, j);
+            tmp.resize(rc.len(), T::zeroed());
+            {
+                let sends = sends_if(next, bytemuck::cast_slice(&buf[sc.clone()]), !sc.is_empty());
+                let mut recvs =
+                    recvs_if(prev, bytemuck::cast_slice_mut(&mut tmp[..]), !rc.is_empty());
+                t.exchange(fp, &sends, &mut recvs)?;
+            }
+            reduce_into(op, &mut buf[rc], &tmp);
+        }
+    }
+    Ok(())
+}
+
+/// Allgather over `segs(s)`: this rank's segment `segs(rank)` is complete; afterwards every
+/// segment is.
+pub(crate) fn allgather<T: Element>(
+    t: &mut dyn Transport,
+    fp: &Fingerprint,
+    buf: &mut [T],
+    segs: &dyn Fn(usize) -> Range<usize>,
+    chunk: usize,
+) -> Result<()> {
+    let (n, r) = (t.world_size(), t.rank());
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    for k in 0..n - 1 {
+        let send_seg = segs((r + n - k) % n);
+        let recv_seg = segs((r + 2 * n - k - 1) % n);
+        let steps = segments::num_chunks(send_seg.len(), chunk)
+            .max(segments::num_chunks(recv_seg.len(), chunk));
+        for j in 0..steps {
+            let sc = segments::chunk(&send_seg, chunk, j);
+            let rc = segments::chunk(&recv_seg, chunk, j);
+            let (src, dst) = disjoint(buf, sc.clone(), rc.clone());
+            let sends = sends_if(next, bytemuck::cast_slice(src), !sc.is_empty());
+            let mut recvs = recvs_if(prev, bytemuck::cast_slice_mut(dst), !rc.is_empty());
+            t.exchange(fp, &sends, &mut recvs)?;
+        }
+    }
+    Ok(())
+}
+
+fn sends_if(peer: usize, data: &[u8], yes: bool) -> Vec<SendReq<'_>> {
+    if yes {
+        vec![SendReq { peer, data }]
+    } else {
+        Vec::new()
+    }
+}
+
+fn recvs_if(peer: usize, buf: &mut [u8], yes: bool) -> Vec<RecvReq<'_>> {
+    if yes {
+        vec![RecvReq { peer, buf }]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Borrows two disjoint ranges of one buffer, the first shared and the second mutable.
+pub(crate) fn disjoint<T>(buf: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+    assert!(a.end <= b.start || b.end <= a.start, "ranges overlap");
+    if a.start < b.start {
+        let (lo, hi) = buf.split_at_mut(b.start);
+        (&lo[a], &mut hi[..b.end - b.start])
+    } else {
+        let (lo, hi) = buf.split_at_mut(a.start);
+        (&hi[..a.end - a.start], &mut lo[b])
+    }
+}
