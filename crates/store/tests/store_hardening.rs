@@ -1,0 +1,415 @@
+//! The TCP store under hostile or unlucky conditions: wrong credentials, garbage, oversized and
+//! truncated frames, slowloris, refused connections, 1,024 clients, shutdown with waiters.
+//! Every test checks that the server keeps serving well-behaved clients afterwards.
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{assert_closed_by_server, eventually, raw_authenticated, with_deadline};
+use phalanx_store::wire::{self, Request, MAX_KEY_LEN};
+use phalanx_store::{Auth, Error, ServerConfig, Store, StoreServer, TcpStore};
+
+const T: Duration = Duration::from_secs(10);
+
+fn server() -> (StoreServer, Auth) {
+    let auth = Auth::random("hardening");
+    let config = ServerConfig::default().with_handshake_timeout(Duration::from_millis(500));
+    (
+        StoreServer::bind_with(localhost(), auth.clone(), config).unwrap(),
+        auth,
+    )
+}
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A good client still gets served.
+fn still_serves(server: &StoreServer, auth: &Auth) {
+    let s = TcpStore::connect(&server.local_addr().to_string(), auth, T).unwrap();
+    let n = s.add("still_serves", 1).unwrap();
+    assert!(n >= 1);
+}
+
+#[test]
+fn wrong_token_is_refused_and_others_are_served() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let addr = server.local_addr().to_string();
+        let good = TcpStore::connect(&addr, &auth, T).unwrap();
+        good.set("k", b"v").unwrap();
+
+        let bad = Auth::new(auth.job_id.clone(), b"wrong".to_vec());
+        let start = Instant::now();
+        match TcpStore::connect(&addr, &bad, T) {
+            Err(Error::Auth { addr: a, reason }) => {
+                assert_eq!(a, addr);
+                assert!(!reason.contains(&auth.token_hex()));
+            }
+            other => panic!("expected an auth error, got {other:?}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "auth failures are not retried"
+        );
+
+        let other_job = Auth::new("another-job", auth.token.clone());
+        match TcpStore::connect(&addr, &other_job, T) {
+            Err(Error::Auth { reason, .. }) => assert!(reason.contains("job"), "{reason}"),
+            other => panic!("expected an auth error, got {other:?}"),
+        }
+        let empty = Auth::new(auth.job_id.clone(), Vec::new());
+        assert!(matches!(
+            TcpStore::connect(&addr, &empty, T),
+            Err(Error::Auth { .. })
+        ));
+
+        // The existing client and new good ones are unaffected.
+        assert_eq!(good.get("k").unwrap(), b"v");
+        still_serves(&server, &auth);
+    });
+}
+
+#[test]
+fn client_refuses_a_rogue_server() {
+    with_deadline(30, || {
+        // A "store" that does not know the token cannot prove it; the client stops before
+        // revealing a proof of its own.
+        let rogue = StoreServer::bind(localhost(), Auth::new("job", b"rogue".to_vec())).unwrap();
+        let me = Auth::new("job", b"real".to_vec());
+        match TcpStore::connect(&rogue.local_addr().to_string(), &me, T) {
+            Err(Error::Auth { reason, .. }) => {
+                assert!(reason.contains("server could not prove"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+#[test]
+fn client_refuses_a_peer_that_is_not_a_store() {
+    with_deadline(30, || {
+        let l = TcpListener::bind(localhost()).unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(&[b'x'; 200]).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        let err = TcpStore::connect(&addr, &Auth::random("j"), T).unwrap_err();
+        assert!(matches!(err, Error::Protocol { .. }), "{err:?}");
+        assert!(err.to_string().contains("not a phalanx store"), "{err}");
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn garbage_before_handshake_is_dropped() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        for garbage in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+            &[0u8; 8],
+            &[0xff; 64],
+        ] {
+            let mut s = TcpStream::connect(server.local_addr()).unwrap();
+            s.write_all(garbage).unwrap();
+            assert_closed_by_server(&mut s);
+        }
+        // A hello with a huge job id length: refused before allocating it.
+        let mut s = TcpStream::connect(server.local_addr()).unwrap();
+        let mut hello = wire::MAGIC.to_le_bytes().to_vec();
+        hello.extend_from_slice(&wire::PROTOCOL_VERSION.to_le_bytes());
+        hello.extend_from_slice(&u16::MAX.to_le_bytes());
+        s.write_all(&hello).unwrap();
+        assert_closed_by_server(&mut s);
+        still_serves(&server, &auth);
+        assert!(eventually(5, || server.num_connections() == 0));
+    });
+}
+
+#[test]
+fn malformed_frames_after_handshake_close_only_that_connection() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let neighbour = TcpStore::connect(&server.local_addr().to_string(), &auth, T).unwrap();
+        neighbour.set("n", b"1").unwrap();
+
+        // Oversized length prefix.
+        let mut s = raw_authenticated(server.local_addr(), &auth);
+        s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        assert_closed_by_server(&mut s);
+
+        // A frame whose key length exceeds the limit.
+        let mut s = raw_authenticated(server.local_addr(), &auth);
+        let mut body = vec![1u8]; // SET
+        body.extend_from_slice(&(MAX_KEY_LEN as u32 + 1).to_le_bytes());
+        body.extend_from_slice(&[0; 16]);
+        s.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+        assert_closed_by_server(&mut s);
+
+        // Unknown opcode.
+        let mut s = raw_authenticated(server.local_addr(), &auth);
+        s.write_all(&[1, 0, 0, 0, 250]).unwrap();
+        assert_closed_by_server(&mut s);
+
+        // Truncated frame: the header promises 100 bytes, 10 come, then the writer closes.
+        let mut s = raw_authenticated(server.local_addr(), &auth);
+        s.write_all(&100u32.to_le_bytes()).unwrap();
+        s.write_all(&[1; 10]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_closed_by_server(&mut s);
+
+        // A valid request on a raw connection still works (the harness itself is sound).
+        let mut s = raw_authenticated(server.local_addr(), &auth);
+        s.write_all(&wire::encode_request(&Request::NumKeys).unwrap())
+            .unwrap();
+        let mut reply = [0u8; 13];
+        std::io::Read::read_exact(&mut s, &mut reply).unwrap();
+        assert!(matches!(
+            wire::decode_response(&reply[4..]).unwrap(),
+            wire::Response::Int(_)
+        ));
+        drop(s);
+
+        assert_eq!(neighbour.get("n").unwrap(), b"1");
+        still_serves(&server, &auth);
+    });
+}
+
+#[test]
+fn slowloris_is_dropped_after_the_handshake_timeout() {
+    with_deadline(30, || {
+        let (server, auth) = server(); // handshake timeout 500 ms
+        let mut slow = TcpStream::connect(server.local_addr()).unwrap();
+        let hello = phalanx_store::wire::ClientHandshake::new(&auth, [1; 32])
+            .hello()
+            .unwrap();
+        let start = Instant::now();
+        // Drip the hello one byte per 100 ms: each read makes progress, the deadline still hits.
+        let mut closed = false;
+        for b in &hello {
+            if slow.write_all(&[*b]).is_err() {
+                closed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if start.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        if !closed {
+            assert_closed_by_server(&mut slow);
+        }
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "slowloris held the connection for {took:?}"
+        );
+        // A silent connection is dropped too, and meanwhile others are served.
+        let mut silent = TcpStream::connect(server.local_addr()).unwrap();
+        still_serves(&server, &auth);
+        assert_closed_by_server(&mut silent);
+        assert!(eventually(5, || server.num_connections() == 0));
+    });
+}
+
+#[test]
+fn connect_retries_until_the_server_comes_up() {
+    with_deadline(30, || {
+        let port = TcpListener::bind(localhost())
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let auth = Auth::random("late");
+        let a = auth.clone();
+        let starter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            StoreServer::bind(addr, a).unwrap()
+        });
+        let start = Instant::now();
+        let s = TcpStore::connect(&addr.to_string(), &auth, T).unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(250));
+        assert_eq!(s.add("x", 1).unwrap(), 1);
+        drop(starter.join().unwrap());
+    });
+}
+
+#[test]
+fn connect_gives_up_naming_the_address() {
+    with_deadline(30, || {
+        let port = TcpListener::bind(localhost())
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let start = Instant::now();
+        match TcpStore::connect(&addr, &Auth::random("j"), Duration::from_millis(400)) {
+            Err(e @ Error::Connect { .. }) => {
+                assert!(e.to_string().contains(&addr), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(200) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    });
+}
+
+#[test]
+fn port_in_use_names_the_port_and_owner() {
+    with_deadline(30, || {
+        let holder = TcpListener::bind(localhost()).unwrap();
+        let addr = holder.local_addr().unwrap();
+        let err = StoreServer::bind(addr, Auth::random("j")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&addr.port().to_string()), "{text}");
+        if std::path::Path::new("/proc/net/tcp").exists() {
+            assert!(
+                text.contains(&format!("pid {}", std::process::id())),
+                "{text}"
+            );
+        }
+    });
+}
+
+#[test]
+fn thousand_twenty_four_concurrent_clients() {
+    with_deadline(60, || {
+        const N: usize = 1024;
+        let (server, auth) = server();
+        let addr = server.local_addr().to_string();
+        let start = Instant::now();
+        // Connect everyone first (from 32 threads), so all 1,024 are open at once.
+        let clients: Vec<TcpStore> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..32)
+                .map(|_| {
+                    sc.spawn(|| {
+                        (0..N / 32)
+                            .map(|_| TcpStore::connect(&addr, &auth, T).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
+        });
+        assert_eq!(clients.len(), N);
+        assert_eq!(server.num_connections(), N);
+        let clients = Arc::new(clients);
+        let barrier = Arc::new(Barrier::new(32));
+        std::thread::scope(|sc| {
+            for t in 0..32 {
+                let (clients, barrier) = (clients.clone(), barrier.clone());
+                sc.spawn(move || {
+                    barrier.wait();
+                    for c in clients.iter().skip(t).step_by(32) {
+                        c.add("arrived", 1).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(clients[0].get("arrived").unwrap(), N.to_string().as_bytes());
+        let took = start.elapsed();
+        eprintln!("1024 clients connected and added in {took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        drop(clients);
+        assert!(eventually(10, || server.num_connections() == 0));
+    });
+}
+
+#[test]
+fn shutdown_releases_blocked_clients() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let c = TcpStore::connect(
+            &server.local_addr().to_string(),
+            &auth,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let waiter = std::thread::spawn(move || c.get("never"));
+        std::thread::sleep(Duration::from_millis(200));
+        let start = Instant::now();
+        server.shutdown();
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "shutdown took {:?}",
+            start.elapsed()
+        );
+        assert!(waiter.join().unwrap().is_err());
+    });
+}
+
+#[test]
+fn client_leaving_during_a_wait_frees_its_thread() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let mut raw = raw_authenticated(server.local_addr(), &auth);
+        raw.write_all(
+            &wire::encode_request(&Request::Get {
+                key: "never",
+                timeout_ms: 600_000,
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(eventually(2, || server.num_connections() == 1));
+        drop(raw);
+        assert!(
+            eventually(5, || server.num_connections() == 0),
+            "waiting thread outlived its client"
+        );
+    });
+}
+
+#[test]
+fn oversized_arguments_are_refused_client_side() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let s = TcpStore::connect(&server.local_addr().to_string(), &auth, T).unwrap();
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        assert!(matches!(s.set(&long, b"v"), Err(Error::Invalid { .. })));
+        s.set("fine", b"v").unwrap();
+        assert_eq!(s.get("fine").unwrap(), b"v");
+    });
+}
+
+#[test]
+fn local_store_shares_the_servers_keys() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let remote = TcpStore::connect(&server.local_addr().to_string(), &auth, T).unwrap();
+        let local = server.local_store();
+        let t = std::thread::spawn(move || remote.get("from_local"));
+        local.set("from_local", b"hi").unwrap();
+        assert_eq!(t.join().unwrap().unwrap(), b"hi");
+    });
+}
+
+#[test]
+fn a_client_reconnects_after_its_connection_broke() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let s = TcpStore::connect(&server.local_addr().to_string(), &auth, T).unwrap();
+        s.set_timeout(Duration::from_millis(100));
+        // A client-side timeout (the server answers Timeout) leaves the connection usable.
+        assert!(matches!(s.get("missing"), Err(Error::Timeout { .. })));
+        s.set("k", b"v").unwrap();
+        let clone = s.try_clone().unwrap();
+        assert_eq!(clone.timeout(), Duration::from_millis(100));
+        assert_eq!(clone.get("k").unwrap(), b"v");
+    });
+}

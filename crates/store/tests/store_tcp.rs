@@ -1,0 +1,295 @@
+//! TCPStore semantics (REFERENCE.md), run against the TCP store and the in-memory store with
+//! the same test bodies, so the two cannot drift apart.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::with_deadline;
+use phalanx_store::{Auth, Error, HashStore, PrefixStore, Store, StoreServer, TcpStore};
+
+/// A store under test: something that hands out clients of one shared store.
+trait Harness: Send + Sync + 'static {
+    type Client: Store + 'static;
+    fn new(timeout: Duration) -> Self;
+    fn client(&self) -> Self::Client;
+}
+
+struct Tcp {
+    server: StoreServer,
+    auth: Auth,
+    timeout: Duration,
+}
+
+impl Harness for Tcp {
+    type Client = TcpStore;
+    fn new(timeout: Duration) -> Self {
+        let auth = Auth::random("semantics");
+        let server = StoreServer::bind("127.0.0.1:0".parse().unwrap(), auth.clone()).unwrap();
+        Tcp {
+            server,
+            auth,
+            timeout,
+        }
+    }
+    fn client(&self) -> TcpStore {
+        TcpStore::connect(
+            &self.server.local_addr().to_string(),
+            &self.auth,
+            self.timeout,
+        )
+        .unwrap()
+    }
+}
+
+struct Hash(HashStore);
+
+impl Harness for Hash {
+    type Client = HashStore;
+    fn new(timeout: Duration) -> Self {
+        Hash(HashStore::with_timeout(timeout))
+    }
+    fn client(&self) -> HashStore {
+        self.0.clone()
+    }
+}
+
+const LONG: Duration = Duration::from_secs(10);
+
+fn set_get_overwrite<H: Harness>() {
+    let h = H::new(LONG);
+    let s = h.client();
+    s.set("k", b"one").unwrap();
+    assert_eq!(s.get("k").unwrap(), b"one");
+    s.set("k", b"two").unwrap();
+    assert_eq!(s.get("k").unwrap(), b"two");
+    s.set("empty", b"").unwrap();
+    assert_eq!(s.get("empty").unwrap(), b"");
+    let big = vec![0xAB; 3 * 1024 * 1024];
+    s.set("big", &big).unwrap();
+    assert_eq!(s.get("big").unwrap(), big);
+    s.set("ключ/😀", b"unicode").unwrap();
+    assert_eq!(s.get("ключ/😀").unwrap(), b"unicode");
+}
+
+fn get_blocks_until_set_by_another_client<H: Harness>() {
+    let h = H::new(LONG);
+    let (reader, writer) = (h.client(), h.client());
+    let start = Instant::now();
+    let t = std::thread::spawn(move || reader.get("late").unwrap());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!t.is_finished(), "get returned before the key existed");
+    writer.set("late", b"here").unwrap();
+    assert_eq!(t.join().unwrap(), b"here");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
+fn get_timeout_names_the_key<H: Harness>() {
+    let h = H::new(Duration::from_millis(300));
+    let s = h.client();
+    let start = Instant::now();
+    match s.get("never/set") {
+        Err(Error::Timeout { key, after }) => {
+            assert_eq!(key, "never/set");
+            assert_eq!(after, Duration::from_millis(300));
+            let e = s.get("never/set").unwrap_err().to_string();
+            assert!(e.contains("never/set"), "{e}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    // The connection is still usable after a timeout.
+    s.set("after", b"ok").unwrap();
+    assert_eq!(s.get("after").unwrap(), b"ok");
+    // set_timeout changes the wait.
+    s.set_timeout(Duration::from_millis(50));
+    assert_eq!(s.timeout(), Duration::from_millis(50));
+    let start = Instant::now();
+    assert!(matches!(s.get("nope"), Err(Error::Timeout { .. })));
+    assert!(start.elapsed() < Duration::from_millis(290));
+}
+
+fn add_counts_from_zero<H: Harness>() {
+    let h = H::new(LONG);
+    let s = h.client();
+    assert_eq!(s.add("n", 1).unwrap(), 1);
+    assert_eq!(s.add("n", 41).unwrap(), 42);
+    assert_eq!(s.add("n", -50).unwrap(), -8);
+    assert_eq!(s.get("n").unwrap(), b"-8");
+    assert_eq!(s.add("zero", 0).unwrap(), 0);
+    assert_eq!(s.get("zero").unwrap(), b"0");
+    s.set("text", b"abc").unwrap();
+    match s.add("text", 1) {
+        Err(Error::Value { key, .. }) => assert_eq!(key, "text"),
+        other => panic!("expected a value error, got {other:?}"),
+    }
+    s.set("decimal", b"17").unwrap();
+    assert_eq!(s.add("decimal", 3).unwrap(), 20);
+}
+
+fn compare_set_four_cases<H: Harness>() {
+    let h = H::new(LONG);
+    let s = h.client();
+    // Missing key, non-empty expected: returns expected, sets nothing.
+    assert_eq!(s.compare_set("k", b"exp", b"des").unwrap(), b"exp");
+    assert!(!s.check(&["k"]).unwrap());
+    // Missing key, empty expected: sets desired.
+    assert_eq!(s.compare_set("k", b"", b"first").unwrap(), b"first");
+    assert_eq!(s.get("k").unwrap(), b"first");
+    // Present and equal: sets desired.
+    assert_eq!(s.compare_set("k", b"first", b"second").unwrap(), b"second");
+    // Present and different: returns the current value unchanged.
+    assert_eq!(s.compare_set("k", b"wrong", b"third").unwrap(), b"second");
+    assert_eq!(s.compare_set("k", b"", b"third").unwrap(), b"second");
+    assert_eq!(s.get("k").unwrap(), b"second");
+}
+
+fn wait_and_check<H: Harness>() {
+    let h = H::new(LONG);
+    let (s, other) = (h.client(), h.client());
+    assert!(s.check(&[]).unwrap());
+    s.wait(&[]).unwrap();
+    assert!(!s.check(&["a"]).unwrap());
+    s.set("a", b"1").unwrap();
+    assert!(s.check(&["a"]).unwrap());
+    assert!(!s.check(&["a", "b"]).unwrap());
+    match s.wait_timeout(&["a", "b"], Duration::from_millis(100)) {
+        Err(Error::Timeout { key, .. }) => assert_eq!(key, "b"),
+        r => panic!("expected a timeout naming b, got {r:?}"),
+    }
+    let t = std::thread::spawn(move || other.wait(&["a", "c"]));
+    std::thread::sleep(Duration::from_millis(100));
+    s.set("c", b"3").unwrap();
+    t.join().unwrap().unwrap();
+}
+
+fn delete_and_num_keys<H: Harness>() {
+    let h = H::new(LONG);
+    let s = h.client();
+    assert_eq!(s.num_keys().unwrap(), 0);
+    s.set("a", b"1").unwrap();
+    s.add("b", 1).unwrap();
+    assert_eq!(s.num_keys().unwrap(), 2);
+    assert!(s.delete_key("a").unwrap());
+    assert!(!s.delete_key("a").unwrap());
+    assert_eq!(s.num_keys().unwrap(), 1);
+    assert!(!s.check(&["a"]).unwrap());
+}
+
+fn append_concatenates<H: Harness>() {
+    let h = H::new(LONG);
+    let s = h.client();
+    s.append("log", b"a").unwrap();
+    s.append("log", b"bc").unwrap();
+    assert_eq!(s.get("log").unwrap(), b"abc");
+    s.set("log", b"x").unwrap();
+    s.append("log", b"").unwrap();
+    s.append("log", b"y").unwrap();
+    assert_eq!(s.get("log").unwrap(), b"xy");
+}
+
+fn multi_get_and_set<H: Harness>() {
+    let h = H::new(LONG);
+    let (s, other) = (h.client(), h.client());
+    s.multi_set(&["a", "b", "c"], &[b"1", b"", b"333"]).unwrap();
+    assert_eq!(
+        s.multi_get(&["c", "a", "b"]).unwrap(),
+        vec![b"333".to_vec(), b"1".to_vec(), b"".to_vec()]
+    );
+    assert_eq!(s.multi_get(&[]).unwrap(), Vec::<Vec<u8>>::new());
+    assert!(matches!(
+        s.multi_set(&["a"], &[]),
+        Err(Error::Invalid { .. })
+    ));
+    // multi_get blocks until every key exists.
+    let t = std::thread::spawn(move || other.multi_get(&["a", "later"]));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!t.is_finished());
+    s.set("later", b"L").unwrap();
+    assert_eq!(
+        t.join().unwrap().unwrap(),
+        vec![b"1".to_vec(), b"L".to_vec()]
+    );
+    s.set_timeout(Duration::from_millis(100));
+    match s.multi_get(&["a", "missing"]) {
+        Err(Error::Timeout { key, .. }) => assert_eq!(key, "missing"),
+        r => panic!("{r:?}"),
+    }
+}
+
+fn prefix_store_namespaces<H: Harness>() {
+    let h = H::new(Duration::from_millis(100));
+    let base = Arc::new(h.client());
+    let p = PrefixStore::new("round1", base.clone());
+    p.set("addr", b"x").unwrap();
+    assert_eq!(base.get("round1/addr").unwrap(), b"x");
+    assert_eq!(p.add("count", 2).unwrap(), 2);
+    assert!(p.check(&["addr", "count"]).unwrap());
+    assert!(!base.check(&["addr"]).unwrap());
+    p.multi_set(&["m"], &[b"v"]).unwrap();
+    assert_eq!(
+        p.multi_get(&["m", "addr"]).unwrap(),
+        vec![b"v".to_vec(), b"x".to_vec()]
+    );
+    match p.get("absent") {
+        Err(Error::Timeout { key, .. }) => assert_eq!(key, "absent"),
+        r => panic!("{r:?}"),
+    }
+    let nested = PrefixStore::new("sub", &p);
+    nested.set("k", b"n").unwrap();
+    assert_eq!(base.get("round1/sub/k").unwrap(), b"n");
+    assert!(p.delete_key("addr").unwrap());
+    assert_eq!(p.compare_set("cas", b"", b"1").unwrap(), b"1");
+}
+
+fn concurrent_adds_are_atomic<H: Harness>() {
+    let h = H::new(LONG);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let c = h.client();
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    c.add("counter", 1).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(h.client().get("counter").unwrap(), b"800");
+}
+
+macro_rules! semantics {
+    ($($name:ident),* $(,)?) => {
+        mod tcp {
+            $(#[test] fn $name() { super::with_deadline(30, super::$name::<super::Tcp>) })*
+        }
+        mod hash {
+            $(#[test] fn $name() { super::with_deadline(30, super::$name::<super::Hash>) })*
+        }
+    };
+}
+
+semantics!(
+    set_get_overwrite,
+    get_blocks_until_set_by_another_client,
+    get_timeout_names_the_key,
+    add_counts_from_zero,
+    compare_set_four_cases,
+    wait_and_check,
+    delete_and_num_keys,
+    append_concatenates,
+    multi_get_and_set,
+    prefix_store_namespaces,
+    concurrent_adds_are_atomic,
+);
