@@ -138,7 +138,11 @@ impl<'a> Agent<'a> {
                         );
                     } else if used < k {
                         used += 1;
-                        startup_in_a_row = 0;
+                        // Only a round that got past its start-up window resets the count, so
+                        // a program that never starts cannot earn free restarts forever.
+                        if !cause.startup {
+                            startup_in_a_row = 0;
+                        }
                         eprintln!(
                             "phalanx launch: restart {used} of --max-restarts {k}: starting attempt {}",
                             round + 1

@@ -68,7 +68,8 @@ pub struct LaunchArgs {
     pub master_port: u16,
 
     /// Single-node job on 127.0.0.1 and a free port (ignores --master-addr/--master-port).
-    #[arg(long, env = "PET_STANDALONE", help_heading = "Launch")]
+    #[arg(long, env = "PET_STANDALONE", value_parser = clap::builder::BoolishValueParser::new(),
+          help_heading = "Launch")]
     pub standalone: bool,
 
     /// Restart the worker group up to K times after a failure (a new rendezvous round each time).

@@ -1,0 +1,214 @@
+//! Helpers for the `phalanx launch` tests: run the real binary with a deadline (killed, and
+//! the test failed, when it passes), read both streams, check that processes are gone.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A `phalanx` command with a clean environment: no launcher or `PET_*` variables inherited
+/// from whatever runs the tests.
+pub fn phalanx() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_phalanx"));
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("PET_")
+            || k.starts_with("PHALANX_")
+            || k.starts_with("TORCHELASTIC_")
+            || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"]
+                .contains(&k.as_str())
+        {
+            c.env_remove(&k);
+        }
+    }
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+/// A running launcher; killed (SIGKILL, its workers follow by PR_SET_PDEATHSIG) when dropped.
+pub struct Running {
+    pub child: Child,
+    pub started: Instant,
+    out: Option<JoinHandle<String>>,
+    err: Option<JoinHandle<String>>,
+}
+
+/// What a finished launcher left.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+pub fn start(mut cmd: Command) -> Running {
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("spawning phalanx");
+    let out = reader(child.stdout.take().unwrap());
+    let err = reader(child.stderr.take().unwrap());
+    Running { child, started, out: Some(out), err: Some(err) }
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for the launcher to exit; past `deadline` it is killed and the test fails.
+    pub fn wait(mut self, deadline: Duration) -> Finished {
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let elapsed = self.started.elapsed();
+                let stdout = self.out.take().unwrap().join().unwrap();
+                let stderr = self.err.take().unwrap().join().unwrap();
+                return Finished { status, stdout, stderr, elapsed };
+            }
+            if self.started.elapsed() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let stdout = self.out.take().unwrap().join().unwrap_or_default();
+                let stderr = self.err.take().unwrap().join().unwrap_or_default();
+                panic!("phalanx launch still running after {deadline:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `cmd` to completion within `deadline`.
+pub fn run(cmd: Command, deadline: Duration) -> Finished {
+    start(cmd).wait(deadline)
+}
+
+/// A `phalanx launch` command with these flags and `sh -c script`.
+pub fn launch_sh(flags: &[&str], script: &str) -> Command {
+    let mut c = phalanx();
+    c.arg("launch").args(flags).args(["--", "sh", "-c", script]);
+    c
+}
+
+/// Whether a process with this pid still exists (zombies count as gone).
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    match stat {
+        // Field 3, after the parenthesised command name, is the state; Z is a zombie.
+        Ok(s) => s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `deadline` for every pid written as `pid.*` files in `dir` to be gone; returns
+/// the ones still alive.
+pub fn survivors(pids: &[i32], deadline: Duration) -> Vec<i32> {
+    let end = Instant::now() + deadline;
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+        if left.is_empty() || Instant::now() > end {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The pids in the files `dir/<prefix>*`.
+pub fn read_pids(dir: &Path, prefix: &str) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            if let Ok(s) = std::fs::read_to_string(e.path()) {
+                if let Ok(p) = s.trim().parse() {
+                    v.push(p);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Waits until `n` files named `<prefix>*` with a full line exist in `dir`.
+pub fn wait_for_files(dir: &Path, prefix: &str, n: usize, deadline: Duration) {
+    let end = Instant::now() + deadline;
+    while read_pids(dir, prefix).len() < n {
+        assert!(Instant::now() < end, "workers did not start within {deadline:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Lines of `text` that start with `[rank N]: `, as (N, rest).
+pub fn rank_lines(text: &str) -> Vec<(u32, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("[rank ")?;
+            let (n, body) = rest.split_once("]: ")?;
+            Some((n.parse().ok()?, body.to_string()))
+        })
+        .collect()
+}
+
+/// Sends a signal (`TERM`, `INT`, …) with kill(1).
+pub fn signal(pid: i32, sig: &str) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    assert!(ok.success(), "kill -{sig} {pid}");
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let p = std::env::temp_dir().join(format!("phalanx-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn str(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
