@@ -125,9 +125,42 @@ impl<M: Module> DistributedDataParallel<M> {
             &self.pg,
             self.options.comm_hook.as_ref(),
             |p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop),
-            |p, grad| table.register_grad(p, grad.to_vec(), &mut out),
+            |bucket, buf| {
+                for (p, range) in bucket.slots() {
+                    table.register_grad(p, buf[range].to_vec(), &mut out);
+                }
+            },
         )?;
         Ok(out)
+    }
+
+    /// [`sync_gradients`](Self::sync_gradients) fused with the optimizer step: as soon as a
+    /// bucket is averaged, `step(module, bucket_grads)` updates that bucket's parameters while the
+    /// later buckets are still on the wire. `step` is called once per bucket with the gradients of
+    /// that bucket only; an optimizer that treats parameters independently (SGD, momentum, weight
+    /// decay, Adam) gives the same result as one step over all gradients. Not for optimizers that
+    /// look at all gradients at once (gradient clipping by global norm): use `sync_gradients`.
+    pub fn sync_and_step(
+        &mut self,
+        mut grads: Gradients,
+        mut step: impl FnMut(M, GradientsParams) -> M,
+    ) -> Result<()> {
+        let table = GradTable::new(self.module());
+        self.check_table(&table)?;
+        let module = &mut self.module;
+        self.reducer.synchronize(
+            &self.pg,
+            self.options.comm_hook.as_ref(),
+            |p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop),
+            |bucket, buf| {
+                let mut params = GradientsParams::new();
+                for (p, range) in bucket.slots() {
+                    table.register_grad(p, buf[range].to_vec(), &mut params);
+                }
+                let m = module.take().expect("module is present outside map_module");
+                *module = Some(step(m, params));
+            },
+        )
     }
 
     /// Gradient accumulation (PyTorch's `with ddp.no_sync():`): adds this step's gradients to a

@@ -21,6 +21,13 @@ pub(crate) struct Reducer {
     pub(crate) stats: CommStats,
 }
 
+impl BucketLayout {
+    /// `(param, range in the bucket buffer)` of each parameter of the bucket.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+        self.params.iter().zip(&self.offsets).zip(&self.numels).map(|((&p, &o), &n)| (p, o..o + n))
+    }
+}
+
 pub(crate) struct BucketLayout {
     pub(crate) params: Vec<usize>,
     pub(crate) offsets: Vec<usize>,
@@ -83,13 +90,14 @@ impl Reducer {
 
     /// A synchronising step: packs this step's gradients (plus any accumulated ones) bucket by
     /// bucket, launches `hook` on each bucket right after packing it, then waits for the buckets in
-    /// launch order and hands each parameter's averaged gradient to `drain(param, grad)`.
+    /// launch order and hands each averaged bucket to `drain(layout, buffer)` as soon as it
+    /// arrives, while later buckets are still on the wire.
     pub(crate) fn synchronize(
         &mut self,
         pg: &ProcessGroup,
         hook: &dyn CommHook,
         mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
-        mut drain: impl FnMut(usize, &[f32]),
+        mut drain: impl FnMut(&BucketLayout, &[f32]),
     ) -> Result<()> {
         let started = Instant::now();
         let last = self.buckets.len().saturating_sub(1);
@@ -122,10 +130,7 @@ impl Reducer {
                     return Err(e);
                 }
             };
-            let bucket = &self.buckets[k];
-            for ((&p, &off), &n) in bucket.params.iter().zip(&bucket.offsets).zip(&bucket.numels) {
-                drain(p, &buf[off..off + n]);
-            }
+            drain(&self.buckets[k], &buf);
             self.spare[k] = Some(buf);
         }
         self.stats.record(waited, started.elapsed(), self.buckets.len(), bytes);
@@ -146,8 +151,8 @@ fn pack(
     add: bool,
     fill: &mut impl FnMut(usize, &mut [f32], bool) -> Result<()>,
 ) -> Result<()> {
-    for ((&p, &off), &n) in bucket.params.iter().zip(&bucket.offsets).zip(&bucket.numels) {
-        fill(p, &mut buf[off..off + n], add)?;
+    for (p, range) in bucket.slots() {
+        fill(p, &mut buf[range], add)?;
     }
     Ok(())
 }
