@@ -1,10 +1,118 @@
-//! `phalanx store` (under construction).
+//! `phalanx store`: a standalone rendezvous store for multi-host jobs.
+//!
+//! Start it on a host every node can reach, give every rank the same `PHALANX_TOKEN` and
+//! `PHALANX_JOB_ID`, and point their `MASTER_ADDR`/`MASTER_PORT` at it. It serves until
+//! SIGINT or SIGTERM, then closes every connection and exits 0.
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
+
+use anyhow::Context;
+use phalanx_core::env;
+use phalanx_store::{Auth, StoreServer};
 
 /// Flags of `phalanx store`.
 #[derive(clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// Port to listen on (0 picks a free one and prints it).
+    #[arg(long, env = "MASTER_PORT", default_value_t = 29500)]
+    port: u16,
+    /// Address to listen on: `0.0.0.0` (every IPv4 interface), `::`, or one interface's address
+    /// to listen on that interface only.
+    #[arg(long, default_value = "0.0.0.0")]
+    host: String,
+}
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("phalanx store is not built yet")
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    init_logging();
+    let addr: SocketAddr = (args.host.as_str(), args.port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve --host {}", args.host))?
+        .next()
+        .with_context(|| format!("--host {} resolves to no address", args.host))?;
+    let auth = Auth::from_env();
+    if auth.token.is_empty() {
+        eprintln!(
+            "phalanx store: warning: PHALANX_TOKEN is not set, so any client that presents an empty \
+             token is accepted; set the same secret for the store and every rank, e.g. \
+             `export PHALANX_TOKEN=$(openssl rand -hex 32)`"
+        );
+    }
+    // Block the stop signals before the server starts its threads (they inherit the mask), so
+    // that only `sigwait` below receives them.
+    let signals = StopSignals::block();
+    let server = match StoreServer::bind(addr, auth.clone()) {
+        Ok(s) => s,
+        Err(phalanx_store::Error::Bind { source, owner, .. })
+            if source.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            let by = owner.map(|o| format!(" by {o}")).unwrap_or_default();
+            anyhow::bail!(
+                "port {} is already in use{by}; choose another with --port",
+                addr.port()
+            );
+        }
+        Err(e) => return Err(e.into()),
+    };
+    println!(
+        "phalanx store listening on {} (job id {:?})",
+        server.local_addr(),
+        auth.job_id
+    );
+    let sig = signals.wait();
+    eprintln!(
+        "phalanx store: received {}, shutting down",
+        phalanx_launch::signal_name(sig)
+    );
+    server.shutdown();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Logs the server's warnings (refused clients, malformed input) to stderr at the level of
+/// `PHALANX_DEBUG` (default WARN).
+fn init_logging() {
+    let level = match env::get(env::PHALANX_DEBUG)
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        Some("TRACE") => "trace",
+        Some("INFO") => "info",
+        _ => "warn",
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .try_init();
+}
+
+/// SIGINT and SIGTERM, blocked in this thread and received synchronously.
+struct StopSignals {
+    set: libc::sigset_t,
+}
+
+impl StopSignals {
+    fn block() -> Self {
+        // SAFETY: sigemptyset/sigaddset initialise the set in place; pthread_sigmask only
+        // changes this thread's mask (threads spawned later inherit it).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            StopSignals { set }
+        }
+    }
+
+    /// Blocks until one of the signals arrives; returns it.
+    fn wait(&self) -> i32 {
+        let mut sig: libc::c_int = 0;
+        loop {
+            // SAFETY: `set` is initialised and `sig` is a valid out-pointer.
+            if unsafe { libc::sigwait(&self.set, &mut sig) } == 0 {
+                return sig;
+            }
+        }
+    }
 }
