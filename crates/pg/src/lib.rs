@@ -1,1 +1,31 @@
-//! phalanx-pg (under construction).
+//! The process group: how a training process joins its job and runs collectives.
+//!
+//! [`init_process_group`] reads the launcher's environment (torchrun's `RANK`, `WORLD_SIZE`,
+//! `MASTER_ADDR`, …, or Open MPI's, MPICH's and Slurm's), reaches the rendezvous store,
+//! connects a TCP mesh and returns a [`ProcessGroup`]. Every collective has a blocking form
+//! and an async form returning a [`Work`]; the first failure anywhere fails every rank's
+//! pending collectives with the root cause (see Note [Fail fast] in `process_group.rs`).
+//!
+//! ```
+//! // One process with no launcher variables is a group of one.
+//! use phalanx_core::ReduceOp;
+//! let pg = phalanx_pg::init_process_group().unwrap();
+//! let mut grads = vec![1.0f32, 2.0];
+//! pg.allreduce(&mut grads, ReduceOp::Avg).unwrap();
+//! let grads = pg.allreduce_async(grads, ReduceOp::Sum).wait().unwrap();
+//! assert_eq!((pg.rank(), pg.world_size(), grads), (0, 1, vec![1.0, 2.0]));
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+
+mod dist_env;
+mod error;
+mod init;
+mod process_group;
+mod work;
+
+pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};
+pub use error::{Error, Result};
+pub use init::{connect, init_process_group, init_with, InitOptions};
+pub use phalanx_collectives::Options as CollectiveOptions;
+pub use process_group::{Placement, ProcessGroup};
+pub use work::Work;

@@ -1,0 +1,56 @@
+//! The error type of `phalanx-pg`.
+
+/// Errors of process-group setup and collectives.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A launcher or scheduler variable is missing or malformed.
+    #[error("environment variable {name}={value:?}: {reason}")]
+    Env {
+        /// Variable name.
+        name: String,
+        /// Its value (empty when missing).
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Shared configuration (timeouts, dtypes) was invalid.
+    #[error(transparent)]
+    Config(#[from] phalanx_core::Error),
+    /// The rendezvous store failed.
+    #[error("rank {rank}: rendezvous store: {source}")]
+    Store {
+        /// This rank.
+        rank: usize,
+        /// The store error.
+        source: phalanx_store::Error,
+    },
+    /// Mesh setup failed.
+    #[error("rank {rank}: connecting the mesh: {source}")]
+    Setup {
+        /// This rank.
+        rank: usize,
+        /// The transport error.
+        source: phalanx_transport::Error,
+    },
+    /// A collective failed; `cause` names the root cause (which rank, what it said).
+    #[error("rank {rank}: {op} failed: {cause}")]
+    Collective {
+        /// This rank.
+        rank: usize,
+        /// The collective (`allreduce #12 sum f32 count=1024`).
+        op: String,
+        /// Root cause.
+        cause: String,
+    },
+    /// An earlier failure (here or on another rank) broke the group.
+    #[error("rank {rank}: the process group has failed: {cause}")]
+    Failed {
+        /// This rank.
+        rank: usize,
+        /// Root cause of the first failure.
+        cause: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

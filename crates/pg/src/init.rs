@@ -1,0 +1,203 @@
+//! `init_process_group`: from the environment to a connected [`ProcessGroup`].
+//!
+//! Steps: read the launcher's variables ([`DistEnv`]), reach the store (rank 0 hosts it
+//! unless the launcher's agent already does, `TORCHELASTIC_USE_AGENT_STORE=True`), pick the
+//! interface (`PHALANX_SOCKET_IFNAME` or the route to `MASTER_ADDR`), publish this rank's
+//! listen address, and connect the mesh.
+
+use std::{
+    net::{IpAddr, SocketAddr, ToSocketAddrs},
+    sync::Arc,
+    time::Duration,
+};
+
+use phalanx_collectives::Options;
+use phalanx_core::{env, Timeout};
+use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore};
+use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
+
+use crate::{process_group::Placement, DistEnv, Error, ProcessGroup, Result};
+
+/// Everything `init_process_group` reads, made explicit.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    /// Rank layout and store address.
+    pub env: DistEnv,
+    /// Job credentials.
+    pub auth: Auth,
+    /// Progress timeout (`PHALANX_TIMEOUT`).
+    pub timeout: Duration,
+    /// `PHALANX_SOCKET_IFNAME`.
+    pub socket_ifname: Option<String>,
+    /// Key namespace of this restart round (`PHALANX_STORE_PREFIX`).
+    pub store_prefix: String,
+    /// Whether the launcher's agent hosts the store (`TORCHELASTIC_USE_AGENT_STORE`).
+    pub agent_store: bool,
+    /// Algorithm tuning.
+    pub collectives: Options,
+}
+
+impl InitOptions {
+    /// Reads every setting from the environment.
+    pub fn from_env() -> Result<InitOptions> {
+        for (name, near) in env::unknown_phalanx_vars() {
+            match near {
+                Some(n) => tracing::warn!("unknown variable {name}; did you mean {n}?"),
+                None => tracing::warn!("unknown variable {name} (see `phalanx env`)"),
+            }
+        }
+        Ok(InitOptions {
+            env: DistEnv::from_env()?,
+            auth: Auth::from_env(),
+            timeout: Timeout::from_env()?,
+            socket_ifname: env::get(env::PHALANX_SOCKET_IFNAME),
+            store_prefix: env::get(env::PHALANX_STORE_PREFIX).unwrap_or_default(),
+            agent_store: std::env::var("TORCHELASTIC_USE_AGENT_STORE")
+                .is_ok_and(|v| v.eq_ignore_ascii_case("true")),
+            collectives: Options::default(),
+        })
+    }
+}
+
+/// Creates the default process group from the launcher's environment (torchrun's
+/// variables, or Open MPI's, MPICH's, Slurm's).
+pub fn init_process_group() -> Result<ProcessGroup> {
+    init_with(InitOptions::from_env()?)
+}
+
+/// [`init_process_group`] with explicit options.
+pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
+    let e = &o.env;
+    let rank = e.rank;
+    let store_err = |source| Error::Store { rank, source };
+    let (server, client): (Option<StoreServer>, Arc<dyn Store>) =
+        if e.world_size == 1 && !o.agent_store {
+            (None, Arc::new(HashStore::with_timeout(o.timeout)))
+        } else {
+            let server = if !o.agent_store && rank == 0 {
+                Some(
+                    StoreServer::bind(
+                        resolve(&e.master_addr, e.master_port, rank)?,
+                        o.auth.clone(),
+                    )
+                    .map_err(store_err)?,
+                )
+            } else {
+                None
+            };
+            let addr = format!("{}:{}", e.master_addr, e.master_port);
+            let client = TcpStore::connect(&addr, &o.auth, o.timeout).map_err(store_err)?;
+            (server, Arc::new(client))
+        };
+    let store: Arc<dyn Store> = if o.store_prefix.is_empty() {
+        client
+    } else {
+        Arc::new(PrefixStore::new(
+            o.store_prefix.trim_end_matches('/').to_string(),
+            client,
+        ))
+    };
+    let sel = ifname::select(o.socket_ifname.as_deref(), &e.master_addr)
+        .map_err(|source| Error::Setup { rank, source })?;
+    tracing::info!(
+        rank,
+        world_size = e.world_size,
+        source = e.source,
+        ifname = %sel.ifname,
+        ip = %sel.ip,
+        store = %format!("{}:{}", e.master_addr, e.master_port),
+        "phalanx: init"
+    );
+    let placement = Placement {
+        rank,
+        world_size: e.world_size,
+        local_rank: e.local_rank,
+        local_world_size: e.local_world_size,
+    };
+    connect(
+        placement,
+        store,
+        server,
+        &o.auth,
+        o.timeout,
+        sel.ip,
+        o.collectives,
+    )
+}
+
+/// Connects the mesh through an existing store: every rank publishes its listen address
+/// under `pg/addr/<rank>` and connects to the lower ranks. Used by [`init_process_group`]
+/// and by the thread-level test harness.
+pub fn connect(
+    placement: Placement,
+    store: Arc<dyn Store>,
+    server: Option<StoreServer>,
+    auth: &Auth,
+    timeout: Duration,
+    ip: IpAddr,
+    opts: phalanx_collectives::Options,
+) -> Result<ProcessGroup> {
+    let rank = placement.rank;
+    let store_err = |source| Error::Store { rank, source };
+    let setup = |source| Error::Setup { rank, source };
+    let listener = tcp::listen(ip).map_err(setup)?;
+    let me = listener.local_addr().map_err(|source| {
+        setup(phalanx_transport::Error::Listen {
+            addr: ip.to_string(),
+            source,
+        })
+    })?;
+    store
+        .set(&format!("pg/addr/{rank}"), me.to_string().as_bytes())
+        .map_err(store_err)?;
+    let keys: Vec<String> = (0..rank).map(|r| format!("pg/addr/{r}")).collect();
+    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(placement.world_size);
+    if !key_refs.is_empty() {
+        store.wait_timeout(&key_refs, timeout).map_err(store_err)?;
+        for (r, v) in store
+            .multi_get(&key_refs)
+            .map_err(store_err)?
+            .into_iter()
+            .enumerate()
+        {
+            let text = String::from_utf8_lossy(&v).into_owned();
+            addrs.push(text.parse().map_err(|_| Error::Env {
+                name: format!("store key pg/addr/{r}"),
+                value: text,
+                reason: "not a socket address".into(),
+            })?);
+        }
+    }
+    addrs.push(me);
+    let cfg = MeshConfig {
+        rank,
+        world_size: placement.world_size,
+        job_id: auth.job_id.clone(),
+        token: auth.token.clone(),
+        timeout,
+    };
+    let transport = TcpTransport::connect(&cfg, listener, &addrs).map_err(setup)?;
+    let abort = transport.abort_handle();
+    tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me, "phalanx: mesh connected");
+    Ok(ProcessGroup::new(
+        placement,
+        Box::new(transport),
+        abort,
+        store,
+        server,
+        opts,
+    ))
+}
+
+fn resolve(host: &str, port: u16, rank: usize) -> Result<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| Error::Env {
+            name: "MASTER_ADDR".into(),
+            value: host.into(),
+            reason: format!("rank {rank} cannot resolve it"),
+        })
+}
