@@ -413,3 +413,57 @@ fn a_client_reconnects_after_its_connection_broke() {
         assert_eq!(clone.get("k").unwrap(), b"v");
     });
 }
+
+/// xorshift64*: a deterministic generator, so a failing input can be replayed from its seed.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+#[test]
+fn random_inputs_never_stop_the_server() {
+    with_deadline(60, || {
+        let (server, auth) = server();
+        let keeper = TcpStore::connect(&server.local_addr().to_string(), &auth, T).unwrap();
+        keeper.set("kept", b"yes").unwrap();
+        let addr = server.local_addr();
+        std::thread::scope(|sc| {
+            for t in 0..8u64 {
+                let auth = &auth;
+                sc.spawn(move || {
+                    let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (t + 1);
+                    for i in 0..250 {
+                        let len = (next(&mut rng) % 300) as usize;
+                        let mut bytes: Vec<u8> = (0..len).map(|_| next(&mut rng) as u8).collect();
+                        let mut s = match i % 3 {
+                            // Garbage where the hello should be.
+                            0 => TcpStream::connect(addr).unwrap(),
+                            // Garbage frames after a valid handshake.
+                            1 => raw_authenticated(addr, auth),
+                            // A plausible frame: right length, random body with a real opcode.
+                            _ => {
+                                let mut frame = (len as u32 + 1).to_le_bytes().to_vec();
+                                frame.push((next(&mut rng) % 12) as u8);
+                                frame.append(&mut bytes);
+                                bytes = frame;
+                                raw_authenticated(addr, auth)
+                            }
+                        };
+                        let _ = s.write_all(&bytes);
+                        let _ = s.shutdown(std::net::Shutdown::Write);
+                        assert_closed_by_server(&mut s);
+                    }
+                });
+            }
+        });
+        assert_eq!(keeper.get("kept").unwrap(), b"yes");
+        still_serves(&server, &auth);
+        assert!(
+            eventually(10, || server.num_connections() == 1),
+            "{} connections left",
+            server.num_connections()
+        );
+    });
+}

@@ -455,4 +455,23 @@ mod tests {
         let err = run(&Auth::new("a", token), &Auth::new("a", b"other".to_vec())).unwrap_err();
         assert!(!err.reason.contains("TOKEN-VALUE-123"));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_handshake_bytes_never_panic_or_pass(
+            header in proptest::array::uniform8(proptest::prelude::any::<u8>()),
+            rest in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            hello in proptest::collection::vec(proptest::prelude::any::<u8>(), SERVER_HELLO_LEN),
+            proof in proptest::array::uniform32(proptest::prelude::any::<u8>()),
+        ) {
+            let auth = Auth::new("job", b"t".to_vec());
+            let mut server = ServerHandshake::new(&auth, [3; NONCE_LEN]);
+            let _ = server.on_hello_header(&header);
+            let _ = server.on_hello_rest(&rest);
+            // A random proof never passes.
+            proptest::prop_assert!(server.on_proof(&proof).is_err());
+            let client = ClientHandshake::new(&auth, [4; NONCE_LEN]);
+            proptest::prop_assert!(client.on_server_hello(&hello.try_into().unwrap()).is_err());
+        }
+    }
 }
