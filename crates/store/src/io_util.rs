@@ -2,9 +2,21 @@
 
 use std::io::{self, Read};
 use std::net::TcpStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::wire::{self, DecodeError};
+
+/// Socket options for every store connection: `TCP_NODELAY` (requests are small and latency
+/// bound) and TCP keepalive, so that a peer whose host vanished without a FIN or RST (power
+/// loss, partition) is noticed in about 20 s instead of hanging a blocked `get` until its timeout.
+pub(crate) fn tune(stream: &TcpStream) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(2))
+        .with_retries(5);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
+}
 
 /// Fills `buf` by `deadline`. The deadline bounds the whole read, not each `read` call, so a
 /// peer that drips one byte at a time (slowloris) still runs out of time.

@@ -143,7 +143,7 @@ impl TcpStore {
             op: "handshake",
             source,
         };
-        stream.set_nodelay(true).map_err(io_err)?;
+        crate::io_util::tune(&stream).map_err(io_err)?;
         Self::handshake(&mut stream, addr, auth)?;
         Ok(stream)
     }

@@ -21,7 +21,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serves one connection to completion. Every failure ends this connection only.
 pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
+    let _ = crate::io_util::tune(&stream);
     if let Err(reason) = handshake(shared, &mut stream) {
         // Peers that connect and leave without a byte (port probes, our own shutdown wake-up)
         // are not worth a warning; everything else is, with the peer named and never the token.
