@@ -32,6 +32,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let result = match cli.command {
         Command::Launch(a) => cmd::launch::run(a),
         Command::Train(a) => cmd::train::run(a),
@@ -47,4 +48,18 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Logs go to stderr at the level `PHALANX_DEBUG` names (WARN by default; INFO prints each
+/// rank's interface, addresses, transports and algorithms, like `NCCL_DEBUG=INFO`).
+fn init_logging() {
+    let level =
+        phalanx_core::env::get(phalanx_core::env::PHALANX_DEBUG).unwrap_or_else(|| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            level.to_ascii_lowercase(),
+        ))
+        .try_init();
 }
