@@ -113,7 +113,8 @@ impl DistributedSampler {
     }
 
     /// The seed of `epoch`'s permutation, as PyTorch computes it (`seed + epoch`); the
-    /// generator keeps its low 32 bits.
+    /// generator keeps its low 32 bits. Past `u64::MAX` the sum wraps (PyTorch raises
+    /// "Overflow when unpacking long long" there instead).
     pub fn epoch_seed(&self, epoch: u64) -> u64 {
         self.seed.wrapping_add(epoch)
     }
