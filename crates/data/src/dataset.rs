@@ -107,6 +107,11 @@ impl Dataset {
         &self.features[i * self.dim..(i + 1) * self.dim]
     }
 
+    /// Takes the buffers out: `(features, labels)`, features row-major.
+    pub fn into_parts(self) -> (Vec<f32>, Vec<i64>) {
+        (self.features, self.labels)
+    }
+
     /// How many samples each class has.
     pub fn label_counts(&self) -> Vec<usize> {
         let mut counts = vec![0; self.classes];
@@ -269,6 +274,8 @@ mod tests {
         d.gather_into(&[3, 0], &mut f, &mut l).unwrap();
         assert_eq!(f, [6.0, 7.0, 0.0, 1.0]);
         assert_eq!(l, [0, 0]);
+        let (features, labels) = d.clone().into_parts();
+        assert_eq!((features.len(), labels.len()), (20, 10));
         assert!(matches!(
             d.gather_into(&[10], &mut f, &mut l),
             Err(Error::IndexOutOfRange {
