@@ -13,6 +13,7 @@
 mod codec;
 mod frame;
 mod handshake;
+mod message;
 
 pub use frame::{
     decode_request, decode_response, encode_request, encode_response, frame_len, split_frame,

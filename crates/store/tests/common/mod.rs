@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use phalanx_store::wire::{ClientHandshake, SERVER_HELLO_LEN};
-use phalanx_store::Auth;
+use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore};
 
 /// Runs `body` on a thread and fails the test if it has not finished within `secs`.
 pub fn with_deadline<T: Send + 'static>(secs: u64, body: impl FnOnce() -> T + Send + 'static) -> T {
@@ -68,4 +68,26 @@ pub fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     cond()
+}
+
+pub const T: Duration = Duration::from_secs(10);
+
+pub fn server() -> (StoreServer, Auth) {
+    let auth = Auth::random("hardening");
+    let config = ServerConfig::default().with_handshake_timeout(Duration::from_millis(500));
+    (
+        StoreServer::bind_with(localhost(), auth.clone(), config).unwrap(),
+        auth,
+    )
+}
+
+pub fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A good client still gets served.
+pub fn still_serves(server: &StoreServer, auth: &Auth) {
+    let s = TcpStore::connect(&server.local_addr().to_string(), auth, T).unwrap();
+    let n = s.add("still_serves", 1).unwrap();
+    assert!(n >= 1);
 }
