@@ -19,10 +19,17 @@ fn killed_worker_is_named_within_two_seconds_and_the_others_are_gone() {
          echo 'about to die' >&2; kill -9 $$; fi; exec sleep 30",
         d = dir.str()
     );
-    let f = run(launch_sh(&["--standalone", "--nproc-per-node", "3"], &script), DEADLINE);
+    let f = run(
+        launch_sh(&["--standalone", "--nproc-per-node", "3"], &script),
+        DEADLINE,
+    );
     assert_eq!(f.code(), Some(128 + 9), "{f:?}");
     assert!(f.elapsed < Duration::from_secs(3), "took {:?}", f.elapsed);
-    assert!(f.stderr.contains("root cause: rank 1 (local_rank 1"), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("root cause: rank 1 (local_rank 1"),
+        "{}",
+        f.stderr
+    );
     assert!(f.stderr.contains("signal 9 (SIGKILL)"));
     assert!(f.stderr.contains("about to die"));
     assert!(f.stderr.contains("stopped by launcher"));
@@ -37,9 +44,16 @@ fn kill_detection_time_from_outside() {
     // within 2 s of the kill.
     let dir = TempDir::new("extkill");
     let script = format!("echo $$ > {}/pid.$RANK; exec sleep 30", dir.str());
-    let r = start(launch_sh(&["--standalone", "--nproc-per-node", "2"], &script));
+    let r = start(launch_sh(
+        &["--standalone", "--nproc-per-node", "2"],
+        &script,
+    ));
     wait_for_files(dir.path(), "pid.", 2, DEADLINE);
-    let victim = std::fs::read_to_string(dir.path().join("pid.0")).unwrap().trim().parse::<i32>().unwrap();
+    let victim = std::fs::read_to_string(dir.path().join("pid.0"))
+        .unwrap()
+        .trim()
+        .parse::<i32>()
+        .unwrap();
     let killed_at = std::time::Instant::now();
     signal(victim, "KILL");
     let f = r.wait(DEADLINE);
@@ -48,27 +62,39 @@ fn kill_detection_time_from_outside() {
     assert!(detect < Duration::from_secs(2), "{detect:?}");
     assert_eq!(f.code(), Some(137));
     assert!(f.stderr.contains("root cause: rank 0"), "{}", f.stderr);
-    assert_eq!(survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)), Vec::<i32>::new());
+    assert_eq!(
+        survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
 }
 
 #[test]
 fn sigterm_to_the_launcher_stops_the_workers() {
     let dir = TempDir::new("sigterm");
     let script = format!("echo $$ > {}/pid.$RANK; exec sleep 30", dir.str());
-    let r = start(launch_sh(&["--standalone", "--nproc-per-node", "2"], &script));
+    let r = start(launch_sh(
+        &["--standalone", "--nproc-per-node", "2"],
+        &script,
+    ));
     wait_for_files(dir.path(), "pid.", 2, DEADLINE);
     signal(r.pid(), "TERM");
     let f = r.wait(Duration::from_secs(5));
     assert_eq!(f.code(), Some(128 + 15), "{f:?}");
     assert!(f.stderr.contains("received SIGTERM"), "{}", f.stderr);
-    assert_eq!(survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)), Vec::<i32>::new());
+    assert_eq!(
+        survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
 }
 
 #[test]
 fn sigint_is_forwarded_as_sigint() {
     let dir = TempDir::new("sigint");
     // The worker reports the signal it got, then exits.
-    let script = format!("trap 'echo got INT; exit 0' INT; echo $$ > {}/pid.$RANK; while :; do sleep 0.05; done", dir.str());
+    let script = format!(
+        "trap 'echo got INT; exit 0' INT; echo $$ > {}/pid.$RANK; while :; do sleep 0.05; done",
+        dir.str()
+    );
     let r = start(launch_sh(&["--standalone"], &script));
     wait_for_files(dir.path(), "pid.", 1, DEADLINE);
     signal(r.pid(), "INT");
@@ -87,13 +113,30 @@ fn workers_that_ignore_sigterm_are_killed_after_the_grace_period() {
         d = dir.str()
     );
     let f = run(
-        launch_sh(&["--standalone", "--nproc-per-node", "2", "--grace-period", "0.5"], &script),
+        launch_sh(
+            &[
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                "--grace-period",
+                "0.5",
+            ],
+            &script,
+        ),
         DEADLINE,
     );
     assert_eq!(f.code(), Some(5), "{f:?}");
     assert!(f.elapsed < Duration::from_secs(4), "{:?}", f.elapsed);
-    assert!(f.stderr.contains("signal 9 (SIGKILL) (stopped by launcher)"), "{}", f.stderr);
-    assert_eq!(survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)), Vec::<i32>::new());
+    assert!(
+        f.stderr
+            .contains("signal 9 (SIGKILL) (stopped by launcher)"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(
+        survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
 }
 
 #[test]
@@ -105,7 +148,10 @@ fn grandchildren_die_with_their_worker_group() {
          while [ ! -s {d}/gpid.1 ]; do sleep 0.01; done; exit 1",
         d = dir.str()
     );
-    let f = run(launch_sh(&["--standalone", "--nproc-per-node", "2"], &script), DEADLINE);
+    let f = run(
+        launch_sh(&["--standalone", "--nproc-per-node", "2"], &script),
+        DEADLINE,
+    );
     assert_eq!(f.code(), Some(1), "{f:?}");
     let pids = read_pids(dir.path(), "gpid.");
     assert_eq!(pids.len(), 1);
@@ -117,9 +163,15 @@ fn killing_the_launcher_kills_the_workers() {
     // PR_SET_PDEATHSIG: even SIGKILL to the agent, which it cannot forward, takes its workers.
     let dir = TempDir::new("agentkill");
     let script = format!("echo $$ > {}/pid.$RANK; exec sleep 30", dir.str());
-    let r = start(launch_sh(&["--standalone", "--nproc-per-node", "2"], &script));
+    let r = start(launch_sh(
+        &["--standalone", "--nproc-per-node", "2"],
+        &script,
+    ));
     wait_for_files(dir.path(), "pid.", 2, DEADLINE);
     signal(r.pid(), "KILL");
     let _ = r.wait(Duration::from_secs(5));
-    assert_eq!(survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)), Vec::<i32>::new());
+    assert_eq!(
+        survivors(&read_pids(dir.path(), "pid."), Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
 }

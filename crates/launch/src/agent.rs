@@ -19,6 +19,9 @@ use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};
 /// past this, a program that cannot start at all fails like any other.
 pub(crate) const MAX_STARTUP_FAILURES: u32 = 3;
 
+/// Bound on each store call of the control handle ([`Agent::ctl`]).
+pub(crate) const CONTROL_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// One node's agent for the whole job.
 pub(crate) struct Agent<'a> {
     pub(crate) args: &'a LaunchArgs,
@@ -31,8 +34,13 @@ pub(crate) struct Agent<'a> {
     pub(crate) master_port: u16,
     /// The store, hosted here on node 0 (kept alive until the agent ends).
     _server: Option<StoreServer>,
-    /// This agent's handle on the store: in-process on node 0, a TCP client elsewhere.
+    /// This agent's handle on the store: in-process on node 0, a TCP client elsewhere. Its
+    /// timeout is PHALANX_TIMEOUT, for the rendezvous.
     pub(crate) store: Arc<dyn Store>,
+    /// A second handle for polling and failure handling, whose calls (reconnection included)
+    /// give up after [`CONTROL_TIMEOUT`]: a node 0 that is gone must not stall a failing
+    /// agent for PHALANX_TIMEOUT.
+    pub(crate) ctl: Arc<dyn Store>,
     /// Identifies this agent in rendezvous claims.
     pub(crate) nonce: String,
     /// Set OMP_NUM_THREADS=1 in the workers (it was unset and nproc > 1).
@@ -74,26 +82,38 @@ impl<'a> Agent<'a> {
         } else {
             (args.master_addr.clone(), args.master_port)
         };
-        let (server, store, master_port): (Option<StoreServer>, Arc<dyn Store>, u16) =
-            if args.node_rank == 0 {
-                let addr = resolve(&master_addr, requested)?;
-                let server = StoreServer::bind(addr, auth.clone()).map_err(|e| Error::Bind {
-                    addr: addr.to_string(),
+        #[allow(clippy::type_complexity)]
+        let (server, store, ctl, master_port): (
+            Option<StoreServer>,
+            Arc<dyn Store>,
+            Arc<dyn Store>,
+            u16,
+        ) = if args.node_rank == 0 {
+            let addr = resolve(&master_addr, requested)?;
+            let server = StoreServer::bind(addr, auth.clone()).map_err(|e| Error::Bind {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
+            let port = server.local_addr().port();
+            let store: Arc<dyn Store> = Arc::new(server.local_store());
+            (Some(server), store.clone(), store, port)
+        } else {
+            let addr = format!("{master_addr}:{requested}");
+            let store =
+                TcpStore::connect(&addr, &auth, timeout).map_err(|e| Error::Unreachable {
+                    addr: addr.clone(),
+                    waited_s: timeout.as_secs_f64(),
                     reason: e.to_string(),
                 })?;
-                let port = server.local_addr().port();
-                let store = Arc::new(server.local_store());
-                (Some(server), store, port)
-            } else {
-                let addr = format!("{master_addr}:{requested}");
-                let store =
-                    TcpStore::connect(&addr, &auth, timeout).map_err(|e| Error::Unreachable {
-                        addr: addr.clone(),
-                        waited_s: timeout.as_secs_f64(),
-                        reason: e.to_string(),
-                    })?;
-                (None, Arc::new(store), requested)
-            };
+            let ctl = TcpStore::connect(&addr, &auth, CONTROL_TIMEOUT).map_err(|e| {
+                Error::Unreachable {
+                    addr: addr.clone(),
+                    waited_s: CONTROL_TIMEOUT.as_secs_f64(),
+                    reason: e.to_string(),
+                }
+            })?;
+            (None, Arc::new(store), Arc::new(ctl), requested)
+        };
         let set_omp = args.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none();
         if set_omp {
             eprintln!("{}", crate::worker_env::OMP_WARNING);
@@ -108,6 +128,7 @@ impl<'a> Agent<'a> {
             master_port,
             _server: server,
             store,
+            ctl,
             nonce: hex(&Auth::random("").token[..8]),
             set_omp,
             timeout,

@@ -27,7 +27,7 @@ impl Agent<'_> {
         }
         let k = key(round, "failed");
         let mine = serde_json::to_vec(&cause).expect("a root cause serialises");
-        match self.store.compare_set(&k, b"", &mine) {
+        match self.ctl.compare_set(&k, b"", &mine) {
             Ok(got) if got != mine => serde_json::from_slice(&got).unwrap_or(cause),
             Ok(_) => cause,
             Err(e) => {
@@ -45,9 +45,9 @@ impl Agent<'_> {
             return None;
         }
         let k = key(round, "failed");
-        let got = self.store.check(&[&k]).and_then(|present| {
+        let got = self.ctl.check(&[&k]).and_then(|present| {
             if present {
-                self.store.get(&k).map(Some)
+                self.ctl.get(&k).map(Some)
             } else {
                 Ok(None)
             }
@@ -95,7 +95,7 @@ impl Agent<'_> {
         let nnodes = i64::from(self.args.nnodes);
         let done = key(round, "done");
         let left = key(round, "left");
-        if let Err(e) = self.store.add(&done, 1) {
+        if let Err(e) = self.ctl.add(&done, 1) {
             eprintln!("phalanx launch: exit barrier: {e}; assuming the job is over");
             return None;
         }
@@ -107,7 +107,7 @@ impl Agent<'_> {
             if let Some(cause) = self.poll_failed(round) {
                 return Some(BarrierEnd::Remote(cause));
             }
-            match self.store.add(&done, 0) {
+            match self.ctl.add(&done, 0) {
                 Ok(n) if n >= nnodes => break,
                 Ok(_) => {}
                 Err(e) => {
@@ -126,12 +126,12 @@ impl Agent<'_> {
             std::thread::sleep(self.args.monitor_interval);
         }
         if self.args.node_rank != 0 {
-            let _ = self.store.add(&left, 1);
+            let _ = self.ctl.add(&left, 1);
             return None;
         }
         let deadline = Instant::now() + LEAVE_WAIT;
         while Instant::now() < deadline {
-            match self.store.add(&left, 0) {
+            match self.ctl.add(&left, 0) {
                 Ok(n) if n >= nnodes - 1 => break,
                 Ok(_) => std::thread::sleep(Duration::from_millis(10)),
                 Err(_) => break,

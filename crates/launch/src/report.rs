@@ -71,8 +71,8 @@ impl Agent<'_> {
                 format!("{}error/{rank}", store_prefix(round)),
                 format!("error/{rank}"),
             ] {
-                if let Ok(true) = self.store.check(&[&k]) {
-                    if let Ok(v) = self.store.get(&k) {
+                if let Ok(true) = self.ctl.check(&[&k]) {
+                    if let Ok(v) = self.ctl.get(&k) {
                         return Some(first_line(&String::from_utf8_lossy(&v)));
                     }
                 }
@@ -86,7 +86,7 @@ impl Agent<'_> {
         let me = self.args.node_rank;
         let mine = serde_json::to_vec(&rows).expect("rows serialise");
         if self
-            .store
+            .ctl
             .set(&key(round, &format!("rows/{me}")), &mine)
             .is_err()
         {
@@ -97,10 +97,10 @@ impl Agent<'_> {
         loop {
             pending.retain(|&g| {
                 let k = key(round, &format!("rows/{g}"));
-                match self.store.check(&[&k]) {
+                match self.ctl.check(&[&k]) {
                     Ok(true) => {
                         if let Ok(theirs) = self
-                            .store
+                            .ctl
                             .get(&k)
                             .map(|v| serde_json::from_slice::<Vec<Row>>(&v).unwrap_or_default())
                         {
@@ -118,6 +118,21 @@ impl Agent<'_> {
             std::thread::sleep(Duration::from_millis(20));
         }
         missing.extend(pending);
+        // Node 0 hosts the store: it stays until the others have read its rows.
+        let reported = key(round, "reported");
+        if me != 0 {
+            let _ = self.ctl.add(&reported, 1);
+            return;
+        }
+        let deadline = Instant::now() + ROWS_WAIT;
+        while Instant::now() < deadline {
+            match self.ctl.add(&reported, 0) {
+                Ok(n) if n + 1 < i64::from(self.args.nnodes) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => break,
+            }
+        }
     }
 }
 

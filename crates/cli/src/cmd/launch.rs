@@ -12,8 +12,12 @@ pub(crate) struct Args {
     launch: phalanx_launch::LaunchArgs,
 
     /// The program to run and its arguments (`${local_rank}` is replaced in each).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true,
-          value_name = "PROGRAM ARGS")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM ARGS"
+    )]
     program: Vec<OsString>,
 }
 

@@ -18,13 +18,24 @@ pub fn phalanx() -> Command {
         if k.starts_with("PET_")
             || k.starts_with("PHALANX_")
             || k.starts_with("TORCHELASTIC_")
-            || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"]
-                .contains(&k.as_str())
+            || [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE",
+                "GROUP_RANK",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "OMP_NUM_THREADS",
+            ]
+            .contains(&k.as_str())
         {
             c.env_remove(&k);
         }
     }
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
 }
 
@@ -64,7 +75,12 @@ pub fn start(mut cmd: Command) -> Running {
     let mut child = cmd.spawn().expect("spawning phalanx");
     let out = reader(child.stdout.take().unwrap());
     let err = reader(child.stderr.take().unwrap());
-    Running { child, started, out: Some(out), err: Some(err) }
+    Running {
+        child,
+        started,
+        out: Some(out),
+        err: Some(err),
+    }
 }
 
 impl Running {
@@ -79,7 +95,12 @@ impl Running {
                 let elapsed = self.started.elapsed();
                 let stdout = self.out.take().unwrap().join().unwrap();
                 let stderr = self.err.take().unwrap().join().unwrap();
-                return Finished { status, stdout, stderr, elapsed };
+                return Finished {
+                    status,
+                    stdout,
+                    stderr,
+                    elapsed,
+                };
             }
             if self.started.elapsed() > deadline {
                 let _ = self.child.kill();
@@ -119,7 +140,10 @@ pub fn alive(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
     match stat {
         // Field 3, after the parenthesised command name, is the state; Z is a zombie.
-        Ok(s) => s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -157,14 +181,21 @@ pub fn read_pids(dir: &Path, prefix: &str) -> Vec<i32> {
 pub fn wait_for_files(dir: &Path, prefix: &str, n: usize, deadline: Duration) {
     let end = Instant::now() + deadline;
     while read_pids(dir, prefix).len() < n {
-        assert!(Instant::now() < end, "workers did not start within {deadline:?}");
+        assert!(
+            Instant::now() < end,
+            "workers did not start within {deadline:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Lines of `text` that start with `[rank N]: `, as (N, rest).
@@ -180,7 +211,11 @@ pub fn rank_lines(text: &str) -> Vec<(u32, String)> {
 
 /// Sends a signal (`TERM`, `INT`, …) with kill(1).
 pub fn signal(pid: i32, sig: &str) {
-    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
     assert!(ok.success(), "kill -{sig} {pid}");
 }
 
