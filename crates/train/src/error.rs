@@ -16,6 +16,22 @@ pub enum Error {
         /// The model's input width.
         input: usize,
     },
+    /// A checkpoint could not be written, or is damaged or malformed.
+    #[error("checkpoint {}: {reason}", path.display())]
+    Checkpoint {
+        /// The file involved.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Metrics or plots could not be written.
+    #[error("writing {}: {reason}", path.display())]
+    Output {
+        /// The file involved.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// The tensor library failed to read a result.
     #[error("reading a tensor failed: {0}")]
     Tensor(String),

@@ -1,12 +1,16 @@
 //! phalanx-train: the seed recipe's model and training step, on Burn and phalanx DDP.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod checkpoint;
+mod ddp_step;
 mod error;
 mod init;
+pub mod metrics;
 mod model;
 mod optim;
 mod step;
 
+pub use ddp_step::{accumulate_step, train_step};
 pub use error::{Error, Result};
 pub use model::{Mlp, MlpConfig};
 pub use optim::{Sgd, SgdOptions};

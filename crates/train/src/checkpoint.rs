@@ -1,0 +1,347 @@
+//! Crash-safe checkpoints: tensors in safetensors (loadable by PyTorch's `safetensors.torch`),
+//! metadata in JSON.
+//!
+//! Note [Checkpoint commit]: a checkpoint `step-<N>` is two files. The tensors are written to a
+//! temporary file, fsynced and renamed to `step-<N>.safetensors`; then the metadata, which holds
+//! the SHA-256 of the tensor file, is written the same way to `step-<N>.json`, and the directory
+//! is fsynced. The JSON is the commit record: a kill at any moment leaves either no JSON (the
+//! checkpoint never existed; the previous one is the latest) or a complete pair. Loading checks
+//! the digest, so a file damaged later (truncated, bit rot, a partial copy) is refused with an
+//! error naming it, never loaded as garbage.
+
+use std::{
+    collections::HashMap,
+    fs::{self, File},
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::{Error, Result};
+
+/// Format tag written in every metadata file.
+pub const FORMAT: &str = "phalanx-checkpoint-v1";
+/// Checkpoints kept by default; older ones are deleted after a new one commits.
+pub const DEFAULT_KEEP: usize = 3;
+
+/// A named f32 tensor in PyTorch's layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedTensor {
+    /// Name (`layers.0.weight`, `optim.layers.0.weight.momentum`).
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
+/// Where training stood when the checkpoint was taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Epoch in progress (0-based).
+    pub epoch: u64,
+    /// Steps of that epoch already taken.
+    pub step_in_epoch: u64,
+    /// Steps taken since the start of training.
+    pub global_step: u64,
+    /// Samples of that epoch already consumed, over all ranks (the sampler position:
+    /// a resume at another world size skips exactly these).
+    pub samples_in_epoch: u64,
+    /// Training seed (model init and sampler shuffle).
+    pub seed: u64,
+    /// World size that wrote it.
+    pub world_size: u64,
+    /// Per-rank batch size.
+    pub batch_size: u64,
+    /// Free-form facts that must match on resume (dataset, model shape, optimizer).
+    pub config: HashMap<String, String>,
+    /// SHA-256 of the tensor file.
+    pub tensors_sha256: String,
+    /// File name of the tensors.
+    pub tensors_file: String,
+}
+
+/// A checkpoint in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Metadata.
+    pub meta: Meta,
+    /// Model parameters then optimizer state.
+    pub tensors: Vec<NamedTensor>,
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        reason: source.to_string(),
+    }
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Writes `bytes` to `path` atomically: temporary file, fsync, rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
+    f.sync_all().map_err(|e| io_err(&tmp, e))?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Saves `ck` as `step-<global_step>` in `dir` (see Note [Checkpoint commit]) and keeps the
+/// newest `keep` checkpoints. Returns the metadata path.
+pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
+    fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    let stem = format!("step-{:012}", ck.meta.global_step);
+    let tensors_path = dir.join(format!("{stem}.safetensors"));
+    let views: Vec<(String, TensorView<'_>)> = ck
+        .tensors
+        .iter()
+        .map(|t| {
+            TensorView::new(Dtype::F32, t.shape.clone(), bytemuck::cast_slice(&t.data))
+                .map(|v| (t.name.clone(), v))
+                .map_err(|e| bad(&tensors_path, format!("tensor {}: {e}", t.name)))
+        })
+        .collect::<Result<_>>()?;
+    let info = HashMap::from([("format".to_string(), FORMAT.to_string())]);
+    let bytes =
+        safetensors::serialize(views, Some(info)).map_err(|e| bad(&tensors_path, e.to_string()))?;
+    write_atomic(&tensors_path, &bytes)?;
+    ck.meta.format = FORMAT.into();
+    ck.meta.tensors_sha256 = hex(&Sha256::digest(&bytes));
+    ck.meta.tensors_file = format!("{stem}.safetensors");
+    let meta_path = dir.join(format!("{stem}.json"));
+    let json = serde_json::to_vec_pretty(&ck.meta).expect("metadata serialises");
+    write_atomic(&meta_path, &json)?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, e))?;
+    prune(dir, keep)?;
+    Ok(meta_path)
+}
+
+/// Committed checkpoints in `dir`, newest first (metadata paths).
+pub fn list(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "json")
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("step-"))
+            })
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io_err(dir, e)),
+    };
+    v.sort();
+    v.reverse();
+    Ok(v)
+}
+
+fn prune(dir: &Path, keep: usize) -> Result<()> {
+    for old in list(dir)?.into_iter().skip(keep.max(1)) {
+        let _ = fs::remove_file(old.with_extension("safetensors"));
+        let _ = fs::remove_file(&old);
+    }
+    Ok(())
+}
+
+/// Loads and verifies one checkpoint from its metadata path.
+pub fn load(meta_path: &Path) -> Result<Checkpoint> {
+    let json = fs::read(meta_path).map_err(|e| io_err(meta_path, e))?;
+    let meta: Meta = serde_json::from_slice(&json)
+        .map_err(|e| bad(meta_path, format!("malformed metadata: {e}")))?;
+    if meta.format != FORMAT {
+        return Err(bad(
+            meta_path,
+            format!("format {:?}, expected {FORMAT:?}", meta.format),
+        ));
+    }
+    if meta.tensors_file.contains('/') || meta.tensors_file.contains("..") {
+        return Err(bad(
+            meta_path,
+            format!(
+                "tensors_file {:?} must be a plain file name",
+                meta.tensors_file
+            ),
+        ));
+    }
+    let tpath = meta_path.with_file_name(&meta.tensors_file);
+    let bytes = fs::read(&tpath).map_err(|e| io_err(&tpath, e))?;
+    let digest = hex(&Sha256::digest(&bytes));
+    if digest != meta.tensors_sha256 {
+        return Err(bad(
+            &tpath,
+            format!(
+                "checksum mismatch ({} bytes, sha256 {digest}, metadata says {}): the file is truncated or corrupt",
+                bytes.len(),
+                meta.tensors_sha256
+            ),
+        ));
+    }
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(&tpath, e.to_string()))?;
+    let mut tensors = Vec::new();
+    for (name, view) in st.tensors() {
+        if view.dtype() != Dtype::F32 {
+            return Err(bad(
+                &tpath,
+                format!("tensor {name} is {:?}, expected F32", view.dtype()),
+            ));
+        }
+        let data: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        tensors.push(NamedTensor {
+            name,
+            shape: view.shape().to_vec(),
+            data,
+        });
+    }
+    tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Checkpoint { meta, tensors })
+}
+
+/// Loads the newest committed checkpoint in `dir`, `None` when there is none. A damaged
+/// newest checkpoint is an error (naming the file and the newest intact older one), not a
+/// silent fallback that would quietly lose training progress.
+pub fn load_latest(dir: &Path) -> Result<Option<Checkpoint>> {
+    let all = list(dir)?;
+    let Some(newest) = all.first() else {
+        return Ok(None);
+    };
+    match load(newest) {
+        Ok(ck) => Ok(Some(ck)),
+        Err(e) => {
+            let older = all[1..].iter().find(|p| load(p).is_ok());
+            let hint = match older {
+                Some(p) => format!("; the newest intact checkpoint is {} (remove the damaged one to resume from it)", p.display()),
+                None => "; no intact older checkpoint exists".into(),
+            };
+            Err(bad(newest, format!("{e}{hint}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ck(step: u64) -> Checkpoint {
+        Checkpoint {
+            meta: Meta {
+                format: String::new(),
+                epoch: 1,
+                step_in_epoch: 3,
+                global_step: step,
+                samples_in_epoch: 384,
+                seed: 7,
+                world_size: 2,
+                batch_size: 64,
+                config: HashMap::from([("dataset".into(), "digits".into())]),
+                tensors_sha256: String::new(),
+                tensors_file: String::new(),
+            },
+            tensors: vec![
+                NamedTensor {
+                    name: "a.weight".into(),
+                    shape: vec![2, 3],
+                    data: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.5],
+                },
+                NamedTensor {
+                    name: "b.bias".into(),
+                    shape: vec![1],
+                    data: vec![-0.25],
+                },
+            ],
+        }
+    }
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("phalanx-ck-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn round_trip_and_prune() {
+        let d = tmpdir("rt");
+        for s in [10, 20, 30, 40] {
+            save(&d, &mut ck(s), 3).unwrap();
+        }
+        let names: Vec<_> = list(&d)
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "step-000000000040.json",
+                "step-000000000030.json",
+                "step-000000000020.json"
+            ]
+        );
+        let got = load_latest(&d).unwrap().unwrap();
+        let mut want = ck(40);
+        want.meta = got.meta.clone();
+        assert_eq!(got, want);
+        assert_eq!(got.meta.global_step, 40);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn torn_and_corrupt_files_are_refused_with_the_file_named() {
+        let d = tmpdir("torn");
+        save(&d, &mut ck(1), 3).unwrap();
+        save(&d, &mut ck(2), 3).unwrap();
+        let t = d.join("step-000000000002.safetensors");
+        let bytes = fs::read(&t).unwrap();
+        fs::write(&t, &bytes[..bytes.len() - 5]).unwrap();
+        let e = load_latest(&d).unwrap_err().to_string();
+        assert!(
+            e.contains("step-000000000002.safetensors") && e.contains("checksum mismatch"),
+            "{e}"
+        );
+        assert!(
+            e.contains("step-000000000001.json"),
+            "names the intact older one: {e}"
+        );
+        // A leftover temporary file (a kill mid-write) is ignored.
+        fs::remove_file(&t).unwrap();
+        fs::remove_file(d.join("step-000000000002.json")).unwrap();
+        fs::write(d.join("step-000000000003.tmp-99"), b"partial").unwrap();
+        assert_eq!(load_latest(&d).unwrap().unwrap().meta.global_step, 1);
+        // Malformed metadata names the file.
+        fs::write(d.join("step-000000000004.json"), b"{not json").unwrap();
+        let e = load_latest(&d).unwrap_err().to_string();
+        assert!(
+            e.contains("step-000000000004.json") && e.contains("malformed"),
+            "{e}"
+        );
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn empty_dir_has_no_checkpoint() {
+        assert!(load_latest(&tmpdir("none")).unwrap().is_none());
+    }
+}
