@@ -7,6 +7,7 @@ use std::process::ExitCode;
 /// output line is prefixed `[rank N]: `; when a worker fails the others are stopped and the
 /// root cause is printed first. Every flag can also be set as PET_<FLAG>.
 #[derive(clap::Args)]
+#[command(after_help = EXAMPLES)]
 pub(crate) struct Args {
     #[command(flatten)]
     launch: phalanx_launch::LaunchArgs,
@@ -20,6 +21,16 @@ pub(crate) struct Args {
     )]
     program: Vec<OsString>,
 }
+
+const EXAMPLES: &str = "\
+Examples:
+  phalanx launch --standalone --nproc-per-node 2 -- phalanx bench allreduce --sizes 4K
+  PHALANX_TOKEN=$SECRET phalanx launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 \\
+      --nproc-per-node 4 -- ./train --epochs 3        (and --node-rank 1 on the other host)
+
+Exit status: 0 when every worker succeeded; the first failing worker's code (128 + signal when
+a signal ended it); 125 when --max-restarts K > 0 ran out; 128 + signal when the launcher was
+signalled. Full manual: docs/launch.md.";
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     phalanx_launch::launch(&args.launch, &args.program)
