@@ -1,0 +1,91 @@
+//! Failures of real process-group workers under the real launcher: a SIGKILLed rank in the
+//! middle of collectives is named, and every process is gone, within 2 s.
+
+mod launch_util;
+
+use std::time::{Duration, Instant};
+
+use launch_util::{alive, phalanx, start, survivors};
+
+/// The launcher's direct children with their RANK.
+fn workers(launcher: i32) -> Vec<(i32, u32)> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for pid in children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let rank = env
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix("RANK=").and_then(|r| r.parse().ok()));
+            if let Some(rank) = rank {
+                out.push((pid, rank));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {
+    let mut cmd = phalanx();
+    cmd.args([
+        "bench",
+        "allreduce",
+        "--nproc-per-node",
+        "3",
+        "--standalone",
+        "--sizes",
+        "1M",
+        "--iters",
+        "1000000",
+        "--warmup",
+        "0",
+    ]);
+    let run = start(cmd);
+    // Wait until all three workers exist and have joined (they are busy in allreduce after).
+    let begin = Instant::now();
+    let procs = loop {
+        let w = workers(run.pid());
+        if w.len() == 3 {
+            break w;
+        }
+        assert!(
+            begin.elapsed() < Duration::from_secs(20),
+            "workers did not start: {w:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (victim, _) = procs.iter().copied().find(|(_, r)| *r == 1).unwrap();
+    let killed_at = Instant::now();
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let f = run.wait(Duration::from_secs(20));
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "launcher took {took:?} to exit\n{}",
+        f.stderr
+    );
+    assert_ne!(f.code(), Some(0));
+    assert!(
+        f.stderr.contains("rank 1") || f.stdout.contains("rank 1"),
+        "rank 1 not named:\n{}\n{}",
+        f.stdout,
+        f.stderr
+    );
+    assert!(
+        f.stderr.to_uppercase().contains("SIGKILL") || f.stderr.contains("signal 9"),
+        "{}",
+        f.stderr
+    );
+    let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
+    assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
+    assert!(!alive(victim));
+}
