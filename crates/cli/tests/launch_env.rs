@@ -38,7 +38,7 @@ fn workers_get_the_torchrun_environment() {
             continue;
         }
         let expected = format!(
-            "ENV {rank} 3 {rank} 3 0 1 {rank} default 3 127.0.0.1 0 0 True round/0/ 1 64 1 envtest envtest ARG=arg{rank}"
+            "ENV {rank} 3 {rank} 3 0 1 {rank} default 3 127.0.0.1 0 0 True round/0 1 64 1 envtest envtest ARG=arg{rank}"
         );
         assert_eq!(body, &expected);
         seen.insert(*rank, ());

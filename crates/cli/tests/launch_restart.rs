@@ -39,7 +39,7 @@ fn a_failure_in_round_zero_is_restarted_and_the_job_succeeds() {
     assert_eq!(f.code(), Some(0), "{f:?}");
     assert_eq!(
         attempts(&f.stdout, 1),
-        ["attempt 0 round/0/", "attempt 1 round/1/"]
+        ["attempt 0 round/0", "attempt 1 round/1"]
     );
     assert!(f.stderr.contains("root cause: rank 1"), "{}", f.stderr);
     assert!(

@@ -63,7 +63,7 @@ vars! {
     MASTER_PORT = (Launcher, "29500", "Port of the rendezvous store.");
     PHALANX_TOKEN = (Config, "", "Job secret used to authenticate every connection (HMAC-SHA256 challenge). `phalanx launch` generates a random one per job; set it yourself for multi-host jobs started without the launcher's store. Never logged.");
     PHALANX_JOB_ID = (Config, "", "Identifier of the job, sent in every handshake so that two jobs sharing a port never mix. Set by `phalanx launch`.");
-    PHALANX_STORE_PREFIX = (Launcher, "", "Prefix of the store keys of the current worker group, `round/<n>/`; `phalanx launch` sets a new one for each restart round so that a restarted group never reads the previous round's keys.");
+    PHALANX_STORE_PREFIX = (Launcher, "", "Prefix of the store keys of the current worker group, `round/<n>` (use it with `PrefixStore`, giving keys `round/<n>/key`); `phalanx launch` sets a new one for each restart round so that a restarted group never reads the previous round's keys.");
     PHALANX_LAUNCHED = (Launcher, "", "Set to `1` by `phalanx launch` in every worker: a `phalanx train`/`bench` that sees it acts as one worker instead of launching itself.");
     PHALANX_TIMEOUT = (Config, "300s", "Progress timeout for store operations, rendezvous and collectives: a wait that makes no progress for this long fails. Accepts `300`, `300s`, `5m`, `250ms`.");
     PHALANX_SOCKET_IFNAME = (Config, "", "Network interface(s) to use, NCCL's syntax: `eth0` (prefix), `eth,ib` (prefix list), `^docker0,lo` (exclude), `=eth0` (exact). Default: the interface that routes to MASTER_ADDR.");

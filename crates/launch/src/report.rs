@@ -68,7 +68,7 @@ impl Agent<'_> {
     fn reason(&self, round: u32, rank: u32, error_file: Option<&Path>) -> Option<String> {
         if !self.store_lost.get() {
             for k in [
-                format!("{}error/{rank}", store_prefix(round)),
+                format!("{}/error/{rank}", store_prefix(round)),
                 format!("error/{rank}"),
             ] {
                 if let Ok(true) = self.ctl.check(&[&k]) {

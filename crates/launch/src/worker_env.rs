@@ -56,7 +56,7 @@ pub(crate) struct JobEnv {
 /// The prefix under which round `round`'s workers keep their store keys, so that a restarted
 /// group never reads a stale key of the round before.
 pub(crate) fn store_prefix(round: u32) -> String {
-    format!("round/{round}/")
+    format!("round/{round}")
 }
 
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
@@ -169,7 +169,7 @@ mod tests {
             ("TORCHELASTIC_USE_AGENT_STORE", "True"),
             ("PHALANX_TOKEN", "abcd"),
             ("PHALANX_JOB_ID", "r1"),
-            ("PHALANX_STORE_PREFIX", "round/2/"),
+            ("PHALANX_STORE_PREFIX", "round/2"),
             ("OMP_NUM_THREADS", "1"),
             ("TORCHELASTIC_ERROR_FILE", "/logs/r1/attempt_2/1/error.json"),
         ] {
