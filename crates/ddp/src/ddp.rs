@@ -50,7 +50,10 @@ impl<M: Module> DistributedDataParallel<M> {
             module
         };
         let sizes: Vec<usize> = infos.iter().map(|i| i.numel() * 4).collect();
-        let caps = [options.first_bucket_bytes.min(options.bucket_cap_bytes), options.bucket_cap_bytes];
+        let caps = [
+            options.first_bucket_bytes.min(options.bucket_cap_bytes),
+            options.bucket_cap_bytes,
+        ];
         let assignment = compute_bucket_assignment_by_size(&sizes, &caps);
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
         tracing::info!(
@@ -71,7 +74,9 @@ impl<M: Module> DistributedDataParallel<M> {
 
     /// The wrapped model.
     pub fn module(&self) -> &M {
-        self.module.as_ref().expect("module is present outside map_module")
+        self.module
+            .as_ref()
+            .expect("module is present outside map_module")
     }
 
     /// Unwraps the model.
@@ -82,7 +87,10 @@ impl<M: Module> DistributedDataParallel<M> {
     /// Replaces the model by `f(model)`: the optimizer step. `f` must not change the parameter
     /// list (names and shapes).
     pub fn map_module(&mut self, f: impl FnOnce(M) -> M) {
-        let module = self.module.take().expect("module is present outside map_module");
+        let module = self
+            .module
+            .take()
+            .expect("module is present outside map_module");
         self.module = Some(f(module));
     }
 
@@ -103,7 +111,11 @@ impl<M: Module> DistributedDataParallel<M> {
 
     /// The buckets, in launch order, as indices into [`param_infos`](Self::param_infos).
     pub fn bucket_assignment(&self) -> Vec<Vec<usize>> {
-        self.reducer.buckets().iter().map(|b| b.params.clone()).collect()
+        self.reducer
+            .buckets()
+            .iter()
+            .map(|b| b.params.clone())
+            .collect()
     }
 
     /// Communication statistics so far.
@@ -169,7 +181,8 @@ impl<M: Module> DistributedDataParallel<M> {
     pub fn no_sync(&mut self, mut grads: Gradients) -> Result<()> {
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
-        self.reducer.accumulate(|p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop))
+        self.reducer
+            .accumulate(|p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop))
     }
 
     /// Whether `no_sync` gradients are waiting for the next synchronisation.
@@ -179,7 +192,9 @@ impl<M: Module> DistributedDataParallel<M> {
 
     fn check_table(&self, table: &GradTable) -> Result<()> {
         if table.len() != self.infos.len() || table.infos().zip(&self.infos).any(|(a, b)| a != b) {
-            return Err(Error::ModelChanged { rank: self.pg.rank() });
+            return Err(Error::ModelChanged {
+                rank: self.pg.rank(),
+            });
         }
         Ok(())
     }
@@ -190,8 +205,10 @@ fn broadcast_params<M: Module>(pg: &ProcessGroup, module: M, infos: &[ParamInfo]
     let values = params_to_flat(&module)?;
     let mut flat: Vec<f32> = values.into_iter().flatten().collect();
     for chunk in flat.chunks_mut(BROADCAST_BUCKET_BYTES / 4) {
-        pg.broadcast(chunk, 0)
-            .map_err(|source| Error::Setup { op: "broadcast(parameters)", source })?;
+        pg.broadcast(chunk, 0).map_err(|source| Error::Setup {
+            op: "broadcast(parameters)",
+            source,
+        })?;
     }
     let mut values = Vec::with_capacity(infos.len());
     let mut rest = flat.as_slice();

@@ -20,6 +20,33 @@ pub enum Error {
         theirs: String,
     },
 
+    /// The module's parameter list changed after construction (`map_module` must keep it).
+    #[error("rank {rank}: the model's parameters changed since DDP was constructed")]
+    ModelChanged {
+        /// This rank.
+        rank: usize,
+    },
+
+    // === Communication ===
+    /// A construction-time collective (model check, parameter broadcast) failed.
+    #[error("DDP setup: {op} failed: {source}")]
+    Setup {
+        /// The collective and its purpose.
+        op: &'static str,
+        /// The process group's error (names the rank and root cause).
+        source: phalanx_pg::Error,
+    },
+    /// Averaging a bucket of gradients failed.
+    #[error("gradient bucket {bucket}: {op} failed: {source}")]
+    Collective {
+        /// The hook's collective.
+        op: &'static str,
+        /// The bucket's index in launch order.
+        bucket: usize,
+        /// The process group's error (names the rank and root cause).
+        source: phalanx_pg::Error,
+    },
+
     // === Adapter ===
     /// A list of parameter values has the wrong number of entries.
     #[error("expected values for {expected} parameters, got {got}")]

@@ -33,7 +33,9 @@ pub struct BucketWork {
 impl BucketWork {
     /// Wraps the completion of an asynchronous operation.
     pub fn new(wait: impl FnOnce() -> Result<Vec<f32>> + Send + 'static) -> Self {
-        BucketWork { wait: Box::new(wait) }
+        BucketWork {
+            wait: Box::new(wait),
+        }
     }
 
     /// An already computed result (hooks that reduce synchronously).
@@ -70,7 +72,11 @@ impl CommHook for AllreduceHook {
         let index = bucket.index;
         let work = pg.allreduce_async(bucket.buffer, ReduceOp::Avg);
         BucketWork::new(move || {
-            work.wait().map_err(|source| Error::Collective { op: "allreduce", bucket: index, source })
+            work.wait().map_err(|source| Error::Collective {
+                op: "allreduce",
+                bucket: index,
+                source,
+            })
         })
     }
 
@@ -96,9 +102,11 @@ impl CommHook for Bf16CompressHook {
         let mut buffer = bucket.buffer;
         let work = pg.allreduce_async(compressed, ReduceOp::Avg);
         BucketWork::new(move || {
-            let reduced = work
-                .wait()
-                .map_err(|source| Error::Collective { op: "allreduce(bf16)", bucket: index, source })?;
+            let reduced = work.wait().map_err(|source| Error::Collective {
+                op: "allreduce(bf16)",
+                bucket: index,
+                source,
+            })?;
             for (out, v) in buffer.iter_mut().zip(reduced) {
                 *out = v.to_f32();
             }

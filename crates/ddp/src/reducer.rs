@@ -24,7 +24,11 @@ pub(crate) struct Reducer {
 impl BucketLayout {
     /// `(param, range in the bucket buffer)` of each parameter of the bucket.
     pub(crate) fn slots(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
-        self.params.iter().zip(&self.offsets).zip(&self.numels).map(|((&p, &o), &n)| (p, o..o + n))
+        self.params
+            .iter()
+            .zip(&self.offsets)
+            .zip(&self.numels)
+            .map(|((&p, &o), &n)| (p, o..o + n))
     }
 }
 
@@ -50,7 +54,12 @@ impl Reducer {
                     sizes.push(numels[p]);
                     len += numels[p];
                 }
-                BucketLayout { params, offsets, numels: sizes, len }
+                BucketLayout {
+                    params,
+                    offsets,
+                    numels: sizes,
+                    len,
+                }
             })
             .collect();
         let n = buckets.len();
@@ -115,7 +124,14 @@ impl Reducer {
                 return Err(e);
             }
             bytes += (bucket.len * hook.bytes_per_element()) as u64;
-            pending.push(hook.launch(pg, GradBucket { index: k, buffer: buf, is_last: k == last }));
+            pending.push(hook.launch(
+                pg,
+                GradBucket {
+                    index: k,
+                    buffer: buf,
+                    is_last: k == last,
+                },
+            ));
         }
         let mut waited = Duration::ZERO;
         let mut pending = pending.into_iter();
@@ -133,7 +149,8 @@ impl Reducer {
             drain(&self.buckets[k], &buf);
             self.spare[k] = Some(buf);
         }
-        self.stats.record(waited, started.elapsed(), self.buckets.len(), bytes);
+        self.stats
+            .record(waited, started.elapsed(), self.buckets.len(), bytes);
         Ok(())
     }
 }

@@ -15,37 +15,56 @@ pub(crate) fn check_same_model(pg: &ProcessGroup, infos: &[ParamInfo]) -> Result
     let hash = i64::from_le_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"));
     let world = pg.world_size();
     let mut hashes = vec![0i64; world];
-    pg.allgather(&[hash], &mut hashes).map_err(|source| Error::Setup { op: "allgather(model hash)", source })?;
+    pg.allgather(&[hash], &mut hashes)
+        .map_err(|source| Error::Setup {
+            op: "allgather(model hash)",
+            source,
+        })?;
     if hashes.iter().all(|&h| h == hashes[0]) {
         return Ok(());
     }
 
     let mut lens = vec![0i64; world];
     pg.allgather(&[desc.len() as i64], &mut lens)
-        .map_err(|source| Error::Setup { op: "allgather(model length)", source })?;
+        .map_err(|source| Error::Setup {
+            op: "allgather(model length)",
+            source,
+        })?;
     let max = lens.iter().copied().max().unwrap_or(0) as usize;
     let mut mine = desc.into_bytes();
     mine.resize(max, 0);
     let mut all = vec![0u8; max * world];
-    pg.allgather(&mine, &mut all).map_err(|source| Error::Setup { op: "allgather(model)", source })?;
+    pg.allgather(&mine, &mut all)
+        .map_err(|source| Error::Setup {
+            op: "allgather(model)",
+            source,
+        })?;
     let lists: Vec<Vec<String>> = all
         .chunks(max.max(1))
         .zip(&lens)
         .map(|(bytes, &len)| {
-            String::from_utf8_lossy(&bytes[..len as usize]).lines().map(str::to_string).collect()
+            String::from_utf8_lossy(&bytes[..len as usize])
+                .lines()
+                .map(str::to_string)
+                .collect()
         })
         .collect();
-    Err(first_difference(&lists).unwrap_or_else(|| Error::ModelMismatch {
-        rank: hashes.iter().position(|&h| h != hashes[0]).unwrap_or(0),
-        index: 0,
-        ours: "a model with the same description".into(),
-        theirs: "a different hash (hash collision or corrupted exchange)".into(),
-    }))
+    Err(
+        first_difference(&lists).unwrap_or_else(|| Error::ModelMismatch {
+            rank: hashes.iter().position(|&h| h != hashes[0]).unwrap_or(0),
+            index: 0,
+            ours: "a model with the same description".into(),
+            theirs: "a different hash (hash collision or corrupted exchange)".into(),
+        }),
+    )
 }
 
 /// One line per parameter: `name [d0, d1]`.
 fn describe(infos: &[ParamInfo]) -> String {
-    infos.iter().map(|i| format!("{} {:?}\n", i.name, i.shape)).collect()
+    infos
+        .iter()
+        .map(|i| format!("{} {:?}\n", i.name, i.shape))
+        .collect()
 }
 
 /// The first rank whose list differs from rank 0's, and the first differing position.
@@ -59,7 +78,12 @@ fn first_difference(lists: &[Vec<String>]) -> Option<Error> {
             .find(|&i| ours.get(i) != theirs.get(i))
             .unwrap_or(0);
         let show = |l: &Vec<String>| l.get(index).cloned().unwrap_or_else(|| "nothing".into());
-        return Some(Error::ModelMismatch { rank, index, ours: show(ours), theirs: show(theirs) });
+        return Some(Error::ModelMismatch {
+            rank,
+            index,
+            ours: show(ours),
+            theirs: show(theirs),
+        });
     }
     None
 }
@@ -69,7 +93,10 @@ mod tests {
     use super::*;
 
     fn info(name: &str, shape: &[usize]) -> ParamInfo {
-        ParamInfo { name: name.into(), shape: shape.to_vec() }
+        ParamInfo {
+            name: name.into(),
+            shape: shape.to_vec(),
+        }
     }
 
     fn lines(infos: &[ParamInfo]) -> Vec<String> {
@@ -83,7 +110,10 @@ mod tests {
         let err = first_difference(&[lines(&a), lines(&a), lines(&b)]).unwrap();
         let msg = err.to_string();
         assert!(msg.contains("rank 2"), "{msg}");
-        assert!(msg.contains("l.0.weight [4, 9]") && msg.contains("l.0.weight [4, 8]"), "{msg}");
+        assert!(
+            msg.contains("l.0.weight [4, 9]") && msg.contains("l.0.weight [4, 8]"),
+            "{msg}"
+        );
         assert!(msg.contains("#0"), "{msg}");
     }
 
@@ -91,7 +121,11 @@ mod tests {
     fn a_missing_parameter_shows_as_nothing() {
         let a = [info("w", &[2]), info("b", &[2])];
         let err = first_difference(&[lines(&a), lines(&a[..1])]).unwrap();
-        assert!(err.to_string().contains("rank 1 has nothing where rank 0 has b [2]"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("rank 1 has nothing where rank 0 has b [2]"),
+            "{err}"
+        );
     }
 
     #[test]

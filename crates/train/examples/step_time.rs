@@ -11,13 +11,20 @@ use phalanx_ddp::adapter::burn::GradTable;
 use phalanx_train::{device, forward_backward, Mlp, MlpConfig, Sgd, SgdOptions};
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a number"))
+        .collect();
     let arg = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (hidden, depth, batch, steps) = (arg(0, 2048), arg(1, 2), arg(2, 64), arg(3, 30));
-    let config = MlpConfig::seed(784, 10).with_hidden(hidden).with_depth(depth);
+    let config = MlpConfig::seed(784, 10)
+        .with_hidden(hidden)
+        .with_depth(depth);
     let mut model = Mlp::new(&config, 0, &device());
     let mut opt = Sgd::new(SgdOptions::default());
-    let x: Vec<f32> = (0..batch * 784).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let x: Vec<f32> = (0..batch * 784)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
     let y: Vec<i64> = (0..batch).map(|i| (i % 10) as i64).collect();
     let (mut fb, mut flat, mut back, mut upd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for step in 0..steps + 3 {

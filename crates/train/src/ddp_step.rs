@@ -5,7 +5,9 @@ use phalanx_ddp::DistributedDataParallel;
 use crate::{forward_backward, Mlp, Result, Sgd};
 
 /// One data-parallel training step: forward, backward, gradients averaged over ranks, SGD update.
-/// Returns this rank's loss. A collective: every rank must call it once per step.
+/// Each bucket's parameters are updated as soon as that bucket is averaged, while later buckets
+/// are still on the wire ([`DistributedDataParallel::sync_and_step`]). Returns this rank's loss.
+/// A collective: every rank must call it once per step.
 pub fn train_step(
     ddp: &mut DistributedDataParallel<Mlp>,
     optimizer: &mut Sgd,
@@ -13,8 +15,7 @@ pub fn train_step(
     labels: &[i64],
 ) -> Result<f32> {
     let (grads, loss) = forward_backward(ddp.module(), features, labels)?;
-    let grads = ddp.sync_gradients(grads)?;
-    ddp.map_module(|m| optimizer.step(m, grads));
+    ddp.sync_and_step(grads, |m, g| optimizer.step(m, g))?;
     Ok(loss)
 }
 
@@ -29,4 +30,3 @@ pub fn accumulate_step(
     ddp.no_sync(grads)?;
     Ok(loss)
 }
-

@@ -1,0 +1,296 @@
+//! DDP on N ranks as threads (phalanx_testing::spawn_ranks): replicas stay bitwise identical,
+//! N ranks × batch b match 1 rank × batch N·b, no_sync accumulates, mismatched models are named.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::{GradientsParams, SgdConfig};
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
+use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
+use phalanx_testing::spawn_ranks;
+
+const IN: usize = 10;
+const CLASSES: usize = 3;
+/// Flat parameter values in canonical order.
+type Params = Vec<Vec<f32>>;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+#[derive(Module, Debug)]
+struct Net {
+    layers: Vec<Linear>,
+}
+
+impl Net {
+    fn new(hidden: usize, device: &Device) -> Net {
+        Net {
+            layers: vec![
+                LinearConfig::new(IN, hidden).init(device),
+                LinearConfig::new(hidden, hidden).init(device),
+                LinearConfig::new(hidden, CLASSES).init(device),
+            ],
+        }
+    }
+
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let n = self.layers.len();
+        self.layers.iter().enumerate().fold(x, |x, (i, l)| {
+            let y = l.forward(x);
+            if i + 1 < n {
+                relu(y)
+            } else {
+                y
+            }
+        })
+    }
+}
+
+fn device() -> Device {
+    Device::flex().autodiff()
+}
+
+/// Deterministic batch `step` of `rows` rows, starting at row `first`.
+fn batch(step: usize, first: usize, rows: usize) -> (Vec<f32>, Vec<i64>) {
+    let x = (first..first + rows)
+        .flat_map(|r| {
+            (0..IN).map(move |c| (((step * 31 + r * 17 + c * 7) % 23) as f32 / 11.5) - 1.0)
+        })
+        .collect();
+    let y = (first..first + rows)
+        .map(|r| ((step + r * 5) % CLASSES) as i64)
+        .collect();
+    (x, y)
+}
+
+fn backward(net: &Net, (x, y): &(Vec<f32>, Vec<i64>)) -> Gradients {
+    let d = device();
+    let x = Tensor::<2>::from_data(TensorData::new(x.clone(), [y.len(), IN]), &d);
+    let y = Tensor::<1, Int>::from_data(TensorData::new(y.clone(), [y.len()]), &d);
+    CrossEntropyLossConfig::new()
+        .init(&d)
+        .forward(net.forward(x), y)
+        .backward()
+}
+
+/// Runs `f` on another thread and fails the test if it has not finished within the deadline.
+fn with_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(DEADLINE)
+        .expect("ranks did not finish within the deadline")
+}
+
+/// Trains on `world` ranks for `steps` steps, rank r taking rows [r·b, (r+1)·b) of each global
+/// batch; returns, per rank, (initial params after the broadcast, final params).
+fn train_ddp(world: usize, b: usize, steps: usize, options: DdpOptions) -> Vec<(Params, Params)> {
+    with_deadline(move || {
+        spawn_ranks(world, |pg| {
+            let rank = pg.rank();
+            let net = Net::new(16, &device()); // random init: differs per rank until the broadcast
+            let mut ddp = DistributedDataParallel::new(net, Arc::new(pg), options.clone()).unwrap();
+            let initial = params_to_flat(ddp.module()).unwrap();
+            let mut optim = SgdConfig::new().init();
+            for step in 0..steps {
+                let grads = backward(ddp.module(), &batch(step, rank * b, b));
+                let grads = ddp.sync_gradients(grads).unwrap();
+                ddp.map_module(|m| optim.step(0.1, m, grads));
+            }
+            assert_eq!(ddp.stats().syncs, steps as u64);
+            (initial, params_to_flat(ddp.module()).unwrap())
+        })
+    })
+}
+
+#[test]
+fn replicas_end_bitwise_identical_on_2_and_3_ranks() {
+    for world in [2, 3] {
+        let results = train_ddp(world, 4, 5, DdpOptions::default());
+        for (rank, (initial, last)) in results.iter().enumerate() {
+            assert_eq!(
+                initial, &results[0].0,
+                "rank {rank} initial params differ from rank 0"
+            );
+            assert_eq!(
+                last, &results[0].1,
+                "rank {rank} final params differ from rank 0 (world {world})"
+            );
+        }
+        assert_ne!(
+            results[0].0, results[0].1,
+            "training changed the parameters"
+        );
+    }
+}
+
+#[test]
+fn small_buckets_and_bf16_compression_keep_replicas_identical() {
+    // A 64-byte cap puts nearly every parameter in its own bucket: many overlapping launches.
+    let options = DdpOptions::default()
+        .with_first_bucket_bytes(64)
+        .with_bucket_cap_mb(0.0001);
+    let results = train_ddp(2, 4, 4, options);
+    assert_eq!(results[0].1, results[1].1);
+    let results = train_ddp(
+        2,
+        4,
+        4,
+        DdpOptions::default().with_comm_hook(Bf16CompressHook),
+    );
+    assert_eq!(results[0].1, results[1].1);
+}
+
+#[test]
+fn two_ranks_of_batch_b_match_one_rank_of_batch_2b() {
+    let (b, steps) = (6, 6);
+    let results = train_ddp(2, b, steps, DdpOptions::default());
+    let (initial, ddp_final) = &results[0];
+
+    let net = set_params_from_flat(Net::new(16, &device()), initial).unwrap();
+    let mut optim = SgdConfig::new().init();
+    let mut net = net;
+    for step in 0..steps {
+        let grads = backward(&net, &batch(step, 0, 2 * b));
+        let grads = GradientsParams::from_grads(grads, &net);
+        net = optim.step(0.1, net, grads);
+    }
+    let local = params_to_flat(&net).unwrap();
+    let mut worst = 0f32;
+    for (a, l) in ddp_final.iter().flatten().zip(local.iter().flatten()) {
+        worst = worst.max((a - l).abs() / l.abs().max(1e-3));
+    }
+    assert!(worst < 1e-4, "largest relative difference {worst}");
+}
+
+#[test]
+fn sync_and_step_matches_sync_then_step_bitwise() {
+    // Per-bucket optimizer steps (momentum included) equal one step over all gradients.
+    let run = |fused: bool| {
+        with_deadline(move || {
+            spawn_ranks(2, move |pg| {
+                let rank = pg.rank();
+                let options = DdpOptions::default()
+                    .with_first_bucket_bytes(64)
+                    .with_bucket_cap_mb(0.001);
+                let mut ddp =
+                    DistributedDataParallel::new(Net::new(16, &device()), Arc::new(pg), options)
+                        .unwrap();
+                // Same initial parameters in both runs: the broadcast value differs run to run.
+                let fixed: Vec<Vec<f32>> = params_to_flat(ddp.module())
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        (0..p.len())
+                            .map(|j| ((i * 7 + j * 3) % 17) as f32 / 17.0 - 0.5)
+                            .collect()
+                    })
+                    .collect();
+                ddp.map_module(|m| set_params_from_flat(m, &fixed).unwrap());
+                assert!(ddp.bucket_assignment().len() > 2);
+                let mut optim = SgdConfig::new()
+                    .with_momentum(Some(burn::optim::momentum::MomentumConfig::new()))
+                    .init();
+                for step in 0..4 {
+                    let grads = backward(ddp.module(), &batch(step, rank * 4, 4));
+                    if fused {
+                        ddp.sync_and_step(grads, |m, g| optim.step(0.1, m, g))
+                            .unwrap();
+                    } else {
+                        let grads = ddp.sync_gradients(grads).unwrap();
+                        ddp.map_module(|m| optim.step(0.1, m, grads));
+                    }
+                }
+                params_to_flat(ddp.module()).unwrap()
+            })
+        })
+    };
+    let fused = run(true);
+    assert_eq!(fused[0], fused[1]);
+    assert_eq!(fused[0], run(false)[0]);
+}
+
+#[test]
+fn no_sync_accumulates_until_the_next_sync() {
+    // Rank r: no_sync on batch A_r, then sync on batch B_r. With lr 1, the update must be the
+    // average over ranks of (grad A_r + grad B_r).
+    let results = with_deadline(|| {
+        spawn_ranks(2, |pg| {
+            let rank = pg.rank();
+            let mut ddp = DistributedDataParallel::new(
+                Net::new(8, &device()),
+                Arc::new(pg),
+                DdpOptions::default(),
+            )
+            .unwrap();
+            let before = params_to_flat(ddp.module()).unwrap();
+            let grads = backward(ddp.module(), &batch(0, rank * 3, 3));
+            ddp.no_sync(grads).unwrap();
+            assert!(ddp.has_accumulated());
+            let grads = backward(ddp.module(), &batch(1, rank * 3, 3));
+            let grads = ddp.sync_gradients(grads).unwrap();
+            assert!(!ddp.has_accumulated());
+            let mut optim = SgdConfig::new().init();
+            ddp.map_module(|m| optim.step(1.0, m, grads));
+            (before, params_to_flat(ddp.module()).unwrap())
+        })
+    });
+    let (before, after) = &results[0];
+    assert_eq!(after, &results[1].1);
+
+    let net = set_params_from_flat(Net::new(8, &device()), before).unwrap();
+    let mut expected: Vec<Vec<f32>> = before.iter().map(|p| vec![0.0; p.len()]).collect();
+    for rank in 0..2 {
+        for step in 0..2 {
+            let grads =
+                GradientsParams::from_grads(backward(&net, &batch(step, rank * 3, 3)), &net);
+            let mut optim = SgdConfig::new().init();
+            let stepped = params_to_flat(&optim.step(1.0, net.clone(), grads)).unwrap();
+            for ((e, s), b) in expected.iter_mut().zip(&stepped).zip(before) {
+                for ((e, s), b) in e.iter_mut().zip(s).zip(b) {
+                    *e += (b - s) / 2.0; // this rank-step's gradient, averaged over 2 ranks
+                }
+            }
+        }
+    }
+    for ((a, b), e) in after
+        .iter()
+        .flatten()
+        .zip(before.iter().flatten())
+        .zip(expected.iter().flatten())
+    {
+        assert!(((b - a) - e).abs() < 1e-5, "update {} expected {e}", b - a);
+    }
+}
+
+#[test]
+fn mismatched_models_name_the_parameter_and_rank() {
+    let results = with_deadline(|| {
+        spawn_ranks(3, |pg| {
+            let hidden = if pg.rank() == 2 { 9 } else { 8 };
+            DistributedDataParallel::new(
+                Net::new(hidden, &device()),
+                Arc::new(pg),
+                DdpOptions::default(),
+            )
+            .err()
+            .map(|e| e.to_string())
+        })
+    });
+    for (rank, err) in results.iter().enumerate() {
+        let err = err
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} accepted a mismatched model"));
+        assert!(err.contains("rank 2"), "{err}");
+        assert!(
+            err.contains("layers.0.weight [10, 9]") && err.contains("layers.0.weight [10, 8]"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! The seed model's data-parallel step on ranks as threads.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
+use phalanx_ddp::{DdpOptions, DistributedDataParallel};
+use phalanx_testing::spawn_ranks;
+use phalanx_train::{
+    accumulate_step, device, param_digest, train_step, train_step_local, Mlp, MlpConfig, Sgd,
+    SgdOptions,
+};
+
+const INPUT: usize = 16;
+
+fn config() -> MlpConfig {
+    MlpConfig::seed(INPUT, 4).with_hidden(24).with_depth(2)
+}
+
+fn rows(step: usize, first: usize, n: usize) -> (Vec<f32>, Vec<i64>) {
+    let x = (first..first + n)
+        .flat_map(|r| {
+            (0..INPUT).map(move |c| (((step * 13 + r * 29 + c * 5) % 31) as f32 / 15.5) - 1.0)
+        })
+        .collect();
+    let y = (first..first + n)
+        .map(|r| ((r * 3 + step) % 4) as i64)
+        .collect();
+    (x, y)
+}
+
+fn with_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("ranks did not finish within the deadline")
+}
+
+fn options() -> SgdOptions {
+    SgdOptions {
+        lr: 0.05,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+    }
+}
+
+#[test]
+fn ranks_end_with_identical_digests_and_match_one_rank_of_double_batch() {
+    let (b, steps) = (8, 6);
+    let results = with_deadline(move || {
+        spawn_ranks(2, move |pg| {
+            let rank = pg.rank();
+            // Different seeds per rank: the broadcast makes rank 0's parameters everyone's.
+            let model = Mlp::new(&config(), 100 + rank as u64, &device());
+            let mut ddp =
+                DistributedDataParallel::new(model, Arc::new(pg), DdpOptions::default()).unwrap();
+            let mut opt = Sgd::new(options());
+            for step in 0..steps {
+                let (x, y) = rows(step, rank * b, b);
+                let loss = train_step(&mut ddp, &mut opt, &x, &y).unwrap();
+                assert!(loss.is_finite());
+            }
+            (
+                param_digest(ddp.module()).unwrap(),
+                params_to_flat(ddp.module()).unwrap(),
+            )
+        })
+    });
+    assert_eq!(results[0].0, results[1].0, "rank digests differ");
+
+    // One process, the seed of rank 0, batches of 2b: the same model within float tolerance.
+    let mut model = Mlp::new(&config(), 100, &device());
+    let mut opt = Sgd::new(options());
+    for step in 0..steps {
+        let (x, y) = rows(step, 0, 2 * b);
+        model = train_step_local(model, &mut opt, &x, &y).unwrap().0;
+    }
+    let local = params_to_flat(&model).unwrap();
+    let worst = results[0]
+        .1
+        .iter()
+        .flatten()
+        .zip(local.iter().flatten())
+        .map(|(a, l)| (a - l).abs() / l.abs().max(1e-3))
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-4, "largest relative difference {worst}");
+}
+
+#[test]
+fn accumulation_keeps_ranks_identical() {
+    let digests = with_deadline(|| {
+        spawn_ranks(3, |pg| {
+            let rank = pg.rank();
+            let model = Mlp::new(&config(), rank as u64, &device());
+            let mut ddp =
+                DistributedDataParallel::new(model, Arc::new(pg), DdpOptions::default()).unwrap();
+            let mut opt = Sgd::new(SgdOptions::default());
+            for step in 0..3 {
+                let (x, y) = rows(2 * step, rank * 4, 4);
+                accumulate_step(&mut ddp, &x, &y).unwrap();
+                let (x, y) = rows(2 * step + 1, rank * 4, 4);
+                train_step(&mut ddp, &mut opt, &x, &y).unwrap();
+            }
+            // Digest of the broadcast-initialised model path: set_params keeps training intact.
+            let values = params_to_flat(ddp.module()).unwrap();
+            let copy = set_params_from_flat(Mlp::new(&config(), 9, &device()), &values).unwrap();
+            assert_eq!(
+                param_digest(&copy).unwrap(),
+                param_digest(ddp.module()).unwrap()
+            );
+            param_digest(ddp.module()).unwrap()
+        })
+    });
+    assert!(digests.iter().all(|d| d == &digests[0]), "{digests:?}");
+}
