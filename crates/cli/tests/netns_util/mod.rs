@@ -1,0 +1,353 @@
+//! Simulated hosts for the multi-host tests: network namespaces from `tests/netns/netns.sh`,
+//! one `phalanx` node agent per namespace over real TCP, every run under one deadline.
+//!
+//! Needs root and iproute2 (`ip netns`, veth, bridge); without them [`Hosts::up`] prints why
+//! and returns `None`, and the test returns early. `PHX_NETNS_REQUIRE=1` turns that skip into
+//! a failure (CI on a machine known to have the privileges). Teardown is a `Drop` guard:
+//! every process left inside the namespaces is killed by pid and the namespaces are deleted,
+//! on success, failure and panic alike; setups left by a killed test process are collected
+//! (`netns.sh gc`) before the first new one.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A job token shared by every node of a test job.
+pub const TOKEN: &str = "5a5a5a5a00112233445566778899aabbccddeeff00112233445566778899aabb";
+/// The store port; each setup is its own network, so nothing else can hold it.
+pub const PORT: u16 = 29500;
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/netns/netns.sh")
+}
+
+/// Why the namespace tests cannot run here, if they cannot.
+fn unavailable() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    // "Uid: real effective saved fs": the effective uid decides.
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string));
+    if euid.as_deref() != Some("0") {
+        return Some(format!("not root (effective uid {euid:?})"));
+    }
+    match Command::new("ip").args(["netns", "list"]).output() {
+        Err(e) => Some(format!("`ip` (iproute2) not runnable: {e}")),
+        Ok(o) if !o.status.success() => Some(format!(
+            "`ip netns list` failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Ok(_) => None,
+    }
+}
+
+fn skip(test: &str, reason: &str) {
+    let require = std::env::var("PHX_NETNS_REQUIRE").is_ok_and(|v| v == "1");
+    assert!(!require, "{test}: PHX_NETNS_REQUIRE=1 but {reason}");
+    eprintln!("SKIPPED {test}: needs root and iproute2 network namespaces: {reason}");
+}
+
+fn draw_id() -> u32 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mix = nanos
+        ^ (u64::from(std::process::id()) << 20)
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // 1..=254: the third octet of 10.77.<id>.x.
+    (mix.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as u32 % 254 + 1
+}
+
+/// Options of a namespace setup.
+#[derive(Clone, Debug, Default)]
+pub struct Net {
+    /// tbf rate per host link (`1gbit`), none when `None`.
+    pub rate: Option<String>,
+    /// A second interface per host (`eth1`, 10.77.<id>.129+i) on a second bridge.
+    pub two_ifaces: bool,
+}
+
+/// N simulated hosts; torn down on drop.
+pub struct Hosts {
+    /// The setup's id: namespaces `phx-<id>-<i>`, addresses `10.77.<id>.<i+1>`.
+    pub id: u32,
+    /// Number of hosts.
+    pub n: usize,
+}
+
+impl Hosts {
+    /// Creates `n` hosts, or prints why the test is skipped and returns `None`.
+    pub fn up(test: &str, n: usize, net: &Net) -> Option<Hosts> {
+        if let Some(reason) = unavailable() {
+            skip(test, &reason);
+            return None;
+        }
+        static GC: Once = Once::new();
+        GC.call_once(|| {
+            let _ = Command::new("bash").arg(script()).arg("gc").status();
+        });
+        let mut last = String::new();
+        for _ in 0..64 {
+            let id = draw_id();
+            let mut cmd = Command::new("bash");
+            cmd.arg(script())
+                .args(["up", &n.to_string(), "--id", &id.to_string()])
+                .args(["--owner", &std::process::id().to_string()]);
+            if let Some(rate) = &net.rate {
+                cmd.args(["--rate", rate]);
+            }
+            if net.two_ifaces {
+                cmd.arg("--two-ifaces");
+            }
+            let out = cmd.output().expect("running tests/netns/netns.sh");
+            match out.status.code() {
+                Some(0) => return Some(Hosts { id, n }),
+                // Another run holds this id: draw again (nothing of theirs is touched).
+                Some(3) => continue,
+                _ => {
+                    last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                    break;
+                }
+            }
+        }
+        // The script removed its partial setup itself; root with `ip` but no namespaces
+        // (an unprivileged container) is an environment without the feature, not a bug.
+        skip(test, &format!("netns.sh up {n} failed: {last}"));
+        None
+    }
+
+    /// Namespace of host `i`.
+    pub fn ns(&self, i: usize) -> String {
+        format!("phx-{}-{i}", self.id)
+    }
+
+    /// Address of host `i` on `eth0`.
+    pub fn addr(&self, i: usize) -> String {
+        format!("10.77.{}.{}", self.id, i + 1)
+    }
+
+    /// Address of host `i` on `eth1` (with `two_ifaces`).
+    pub fn addr2(&self, i: usize) -> String {
+        format!("10.77.{}.{}", self.id, i + 129)
+    }
+
+    /// `ip netns exec <host i> <phalanx>` with a clean environment (no launcher variables
+    /// from whatever runs the tests), the job token and a short collective timeout.
+    pub fn phalanx(&self, i: usize) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(i), env!("CARGO_BIN_EXE_phalanx")]);
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            let launcher = [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE",
+                "GROUP_RANK",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "OMP_NUM_THREADS",
+            ];
+            if k.starts_with("PET_")
+                || k.starts_with("PHALANX_")
+                || k.starts_with("TORCHELASTIC_")
+                || k.starts_with("OMPI_")
+                || k.starts_with("PMI_")
+                || k.starts_with("SLURM_")
+                || launcher.contains(&k.as_str())
+            {
+                c.env_remove(&k);
+            }
+        }
+        c.env("PHALANX_TOKEN", TOKEN)
+            .env("PHALANX_TIMEOUT", "30s")
+            .env("NO_COLOR", "1");
+        c
+    }
+
+    /// The launch flags of node `node_rank` in a job of `nnodes` nodes whose node 0 is host 0.
+    pub fn launch_flags(&self, nnodes: usize, node_rank: usize, nproc: usize) -> Vec<String> {
+        [
+            "--nnodes",
+            &nnodes.to_string(),
+            "--node-rank",
+            &node_rank.to_string(),
+            "--nproc-per-node",
+            &nproc.to_string(),
+            "--master-addr",
+            &self.addr(0),
+            "--master-port",
+            &PORT.to_string(),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// A byte counter of interface `dev` inside host `i` (`tx_bytes`, `rx_bytes`).
+    pub fn counter(&self, i: usize, dev: &str, which: &str) -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns(i), "cat"])
+            .arg(format!("/sys/class/net/{dev}/statistics/{which}"))
+            .output()
+            .expect("reading interface counters");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("no counter {which} for {dev} in {}", self.ns(i)))
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        // Kills whatever is left inside the namespaces (by pid), then deletes them.
+        let _ = Command::new("bash")
+            .arg(script())
+            .args(["down", "--id", &self.id.to_string()])
+            .status();
+    }
+}
+
+/// One finished node agent.
+#[derive(Debug)]
+pub struct Finished {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error, ANSI colours removed.
+    pub stderr: String,
+}
+
+impl Finished {
+    /// Exit code.
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+struct Node {
+    child: Child,
+    out: Option<JoinHandle<String>>,
+    err: Option<JoinHandle<String>>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Removes ANSI escape sequences (`ESC [ … letter`).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Starts every command at once and waits for all of them; past `deadline` every one still
+/// running is killed and the test fails with what each printed.
+pub fn run_all(cmds: Vec<Command>, deadline: Duration) -> Vec<Finished> {
+    let started = Instant::now();
+    let mut nodes: Vec<Node> = cmds
+        .into_iter()
+        .map(|mut c| {
+            c.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = c.spawn().expect("spawning ip netns exec phalanx");
+            let out = reader(child.stdout.take().unwrap());
+            let err = reader(child.stderr.take().unwrap());
+            Node {
+                child,
+                out: Some(out),
+                err: Some(err),
+            }
+        })
+        .collect();
+    let mut status: Vec<Option<ExitStatus>> = vec![None; nodes.len()];
+    while status.iter().any(Option::is_none) && started.elapsed() < deadline {
+        for (n, s) in nodes.iter_mut().zip(status.iter_mut()) {
+            if s.is_none() {
+                *s = n.child.try_wait().expect("waiting for a node");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let timed_out = status.iter().any(Option::is_none);
+    let mut done = Vec::new();
+    for (mut n, s) in nodes.into_iter().zip(status) {
+        let s = match s {
+            Some(s) => s,
+            None => {
+                let _ = n.child.kill();
+                n.child.wait().expect("reaping a node")
+            }
+        };
+        done.push(Finished {
+            status: s,
+            stdout: n.out.take().unwrap().join().unwrap_or_default(),
+            stderr: strip_ansi(&n.err.take().unwrap().join().unwrap_or_default()),
+        });
+    }
+    assert!(
+        !timed_out,
+        "nodes still running after {deadline:?}:\n{}",
+        dump(&done)
+    );
+    done
+}
+
+/// Every node's exit status and output, for assertion messages.
+pub fn dump(nodes: &[Finished]) -> String {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            format!(
+                "--- node {i}: {:?}\nstdout:\n{}\nstderr:\n{}",
+                f.status, f.stdout, f.stderr
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Asserts that every node exited 0.
+pub fn assert_all_ok(nodes: &[Finished]) {
+    assert!(
+        nodes.iter().all(|f| f.code() == Some(0)),
+        "a node failed:\n{}",
+        dump(nodes)
+    );
+}
