@@ -42,6 +42,12 @@ mod direct;
 pub mod reduce;
 mod ring;
 pub mod segments;
+#[cfg(target_os = "linux")]
+pub mod shm_allreduce;
+#[cfg(target_os = "linux")]
+pub use shm_allreduce::{
+    allreduce_shm, allreduce_shm_with, barrier_shm, broadcast_shm, ShmOptions,
+};
 
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint, RecvReq, Result, SendReq, Transport};
@@ -75,6 +81,8 @@ pub enum Algorithm {
     Ring,
     /// Dissemination (barrier).
     Dissemination,
+    /// Shared memory between the ranks of one host (`shm_allreduce`).
+    Shm,
 }
 
 fn fp<T: Element>(

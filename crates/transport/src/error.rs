@@ -132,6 +132,16 @@ pub enum Error {
         /// Interfaces present.
         available: String,
     },
+    /// A shared-memory segment could not be created, opened or used.
+    #[error("shared memory {path}: {op}: {source}")]
+    Shm {
+        /// The segment's file (under /dev/shm).
+        path: String,
+        /// What was being done.
+        op: String,
+        /// The OS error, or `InvalidData` for a segment with the wrong layout.
+        source: io::Error,
+    },
     /// Binding or listening failed.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

@@ -34,6 +34,8 @@ mod fingerprint;
 pub mod frame;
 pub mod handshake;
 pub mod ifname;
+#[cfg(target_os = "linux")]
+pub mod shm;
 pub mod tcp;
 mod tcp_exchange;
 mod transport;

@@ -1,0 +1,143 @@
+//! Waiting for a peer's step: spin briefly, then sleep on the peer's futex word, while
+//! watching for aborts, a dead peer and the progress timeout.
+//!
+//! Note [Spin then sleep]: a peer that runs on its own core publishes within microseconds,
+//! and a spin round trip costs ~0.15 µs where waking a sleeping process costs ~40-50 µs, so a
+//! wait first spins. It spins for a bounded time only: when ranks outnumber cores, or the
+//! peer is still computing, spinning steals the core the peer needs, so after `spin` the
+//! waiter registers in the peer's `waiters` word and sleeps on its futex; `publish` wakes
+//! sleepers only when that word is non-zero, so the fast path makes no system call.
+
+use std::{
+    hint,
+    sync::atomic::Ordering,
+    thread,
+    time::{Duration, Instant},
+};
+
+use super::{layout::Control, segment::ShmSegment, sys};
+use crate::{Error, Fingerprint, Result};
+
+/// Longest single futex sleep: bounds how late an abort of a rank we are not waiting on,
+/// or a dead peer, is noticed.
+const POLL: Duration = Duration::from_millis(20);
+/// How often a slow wait checks that the awaited peer's process still exists.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+
+/// The default spin budget for `world` ranks on this host.
+pub(crate) fn default_spin(world: usize) -> (Duration, bool) {
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
+    if world <= cores {
+        (Duration::from_micros(200), false)
+    } else {
+        // Oversubscribed: the rank we wait for probably needs our core; yield while spinning.
+        (Duration::from_micros(10), true)
+    }
+}
+
+/// Wait policy and what a slow wait checks.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub(crate) timeout: Duration,
+    pub(crate) spin: Duration,
+    yield_in_spin: bool,
+    pids: Vec<u32>,
+    check_pids: bool,
+}
+
+impl Waiter {
+    pub(crate) fn new(world: usize, timeout: Duration, pids: Vec<u32>, check_pids: bool) -> Self {
+        let (spin, yield_in_spin) = default_spin(world);
+        Waiter {
+            timeout,
+            spin,
+            yield_in_spin,
+            pids,
+            check_pids,
+        }
+    }
+
+    /// Returns once `segs[peer]`'s step reaches `target` (its buffers written before that
+    /// step are then visible: Acquire pairs with the publisher's SeqCst store).
+    pub(crate) fn wait(
+        &self,
+        segs: &[ShmSegment],
+        me: usize,
+        peer: usize,
+        target: u64,
+        fp: &Fingerprint,
+    ) -> Result<()> {
+        let c = Control::of(&segs[peer]);
+        let ready = || c.step().load(Ordering::Acquire) >= target;
+        if ready() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                hint::spin_loop();
+                if ready() {
+                    return Ok(());
+                }
+            }
+            if self.yield_in_spin {
+                thread::yield_now();
+            }
+            if start.elapsed() >= self.spin {
+                break;
+            }
+        }
+        let mut next_liveness = start + LIVENESS_EVERY;
+        loop {
+            check_aborts(segs, me)?;
+            let now = Instant::now();
+            if now >= start + self.timeout {
+                return Err(Error::Timeout {
+                    during: fp.to_string(),
+                    waiting_for: (0..segs.len())
+                        .filter(|&p| {
+                            p != me && Control::of(&segs[p]).step().load(Ordering::Acquire) < target
+                        })
+                        .collect(),
+                    after: self.timeout,
+                });
+            }
+            if self.check_pids && now >= next_liveness {
+                next_liveness = now + LIVENESS_EVERY;
+                // Re-check the step after seeing the exit: a peer may publish its last step
+                // and exit normally.
+                if sys::process_exited(self.pids[peer]) && !ready() {
+                    return Err(Error::PeerClosed {
+                        peer,
+                        during: format!("{fp} (process {} exited)", self.pids[peer]),
+                    });
+                }
+            }
+            c.waiters().fetch_add(1, Ordering::SeqCst);
+            let seen = c.futex().load(Ordering::SeqCst);
+            if c.step().load(Ordering::SeqCst) < target {
+                let left = (start + self.timeout).saturating_duration_since(now);
+                sys::futex_wait(c.futex(), seen, left.min(POLL));
+            }
+            c.waiters().fetch_sub(1, Ordering::SeqCst);
+            if ready() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Fails when this rank (from another thread) or any peer has aborted.
+fn check_aborts(segs: &[ShmSegment], me: usize) -> Result<()> {
+    for (p, seg) in segs.iter().enumerate() {
+        let Some(reason) = Control::of(seg).read_abort() else {
+            continue;
+        };
+        return Err(if p == me {
+            Error::Aborted { reason }
+        } else {
+            Error::PeerAborted { peer: p, reason }
+        });
+    }
+    Ok(())
+}
