@@ -16,6 +16,7 @@ pub mod env;
 mod error;
 mod reduce_op;
 mod timeout;
+pub mod trace;
 
 pub use dtype::DType;
 pub use element::Element;

@@ -18,13 +18,15 @@ use std::{
 };
 
 use phalanx_collectives::{self as coll, Algorithm, Options};
-use phalanx_core::{Element, ReduceOp};
+use phalanx_core::{trace, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
 use phalanx_transport::{AbortHandle, Transport};
 
 use crate::{work::Work, Error, Result};
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
+/// What a collective closure returns: its result and the algorithm it used.
+type Step<R> = phalanx_transport::Result<(R, Algorithm)>;
 
 /// A group of ranks that run collectives together.
 pub struct ProcessGroup {
@@ -46,6 +48,8 @@ pub(crate) struct Shared {
     abort: AbortHandle,
     failed: Mutex<Option<String>>,
     opts: Options,
+    /// (collective, algorithm) pairs already reported at INFO level.
+    reported: Mutex<Vec<(&'static str, Algorithm)>>,
 }
 
 struct Exec {
@@ -97,6 +101,7 @@ impl ProcessGroup {
                 abort,
                 failed: Mutex::new(None),
                 opts,
+                reported: Mutex::new(Vec::new()),
             }),
             queue: Mutex::new(None),
             worker: Mutex::new(None),
@@ -128,20 +133,28 @@ impl ProcessGroup {
 
     /// Reduces `buf` across ranks in place.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        self.blocking(|s, t, seq| coll::allreduce(t, seq, buf, op, &s.opts))
-            .map(drop)
+        let bytes = std::mem::size_of_val(buf);
+        self.blocking("allreduce", bytes, |s, t, seq| {
+            Ok(((), coll::allreduce(t, seq, buf, op, &s.opts)?))
+        })
     }
 
     /// Starts an allreduce of `buf`; the reduced buffer comes back from [`Work::wait`].
     pub fn allreduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
-        self.enqueue(move |s, t, seq| coll::allreduce(t, seq, &mut buf, op, &s.opts).map(|_| buf))
+        let bytes = std::mem::size_of_val(&buf[..]);
+        self.enqueue("allreduce", bytes, move |s, t, seq| {
+            let algo = coll::allreduce(t, seq, &mut buf, op, &s.opts)?;
+            Ok((buf, algo))
+        })
     }
 
     /// Copies `root`'s `buf` to every rank.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_rank(root, "broadcast root")?;
-        self.blocking(|s, t, seq| coll::broadcast(t, seq, buf, root, &s.opts))
-            .map(drop)
+        let bytes = std::mem::size_of_val(buf);
+        self.blocking("broadcast", bytes, |s, t, seq| {
+            Ok(((), coll::broadcast(t, seq, buf, root, &s.opts)?))
+        })
     }
 
     /// Gathers every rank's `send`; `recv.len()` must be `send.len() * world_size`.
@@ -153,8 +166,10 @@ impl ProcessGroup {
                 send.len() * self.world_size()
             )));
         }
-        self.blocking(|s, t, seq| coll::allgather(t, seq, send, recv, &s.opts))
-            .map(drop)
+        let bytes = std::mem::size_of_val(recv);
+        self.blocking("allgather", bytes, |s, t, seq| {
+            Ok(((), coll::allgather(t, seq, send, recv, &s.opts)?))
+        })
     }
 
     /// Reduces `send` (world_size blocks of `recv.len()`) and leaves block `rank` in `recv`.
@@ -171,13 +186,15 @@ impl ProcessGroup {
                 recv.len() * self.world_size()
             )));
         }
-        self.blocking(|s, t, seq| coll::reduce_scatter(t, seq, send, recv, op, &s.opts))
-            .map(drop)
+        let bytes = std::mem::size_of_val(send);
+        self.blocking("reduce_scatter", bytes, |s, t, seq| {
+            Ok(((), coll::reduce_scatter(t, seq, send, recv, op, &s.opts)?))
+        })
     }
 
     /// Returns when every rank has called it.
     pub fn barrier(&self) -> Result<()> {
-        self.blocking(|_, t, seq| coll::barrier(t, seq)).map(drop)
+        self.blocking("barrier", 0, |_, t, seq| Ok(((), coll::barrier(t, seq)?)))
     }
 
     /// Sends `buf` to `peer`. Like every collective here it takes a group sequence number,
@@ -185,15 +202,19 @@ impl ProcessGroup {
     /// collectives; `tag` must match the receiver's.
     pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
         self.check_rank(peer, "send peer")?;
-        self.blocking(|_, t, seq| coll::send(t, seq, buf, peer, tag).map(|_| Algorithm::Direct))
-            .map(drop)
+        let bytes = std::mem::size_of_val(buf);
+        self.blocking("send", bytes, |_, t, seq| {
+            Ok((coll::send(t, seq, buf, peer, tag)?, Algorithm::Direct))
+        })
     }
 
     /// Receives into `buf` from `peer`.
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
         self.check_rank(peer, "recv peer")?;
-        self.blocking(|_, t, seq| coll::recv(t, seq, buf, peer, tag).map(|_| Algorithm::Direct))
-            .map(drop)
+        let bytes = std::mem::size_of_val(buf);
+        self.blocking("recv", bytes, |_, t, seq| {
+            Ok((coll::recv(t, seq, buf, peer, tag)?, Algorithm::Direct))
+        })
     }
 
     /// Declares this rank failed: publishes `reason` to the store (where the launcher and
@@ -223,21 +244,25 @@ impl ProcessGroup {
 
     fn blocking<R>(
         &self,
-        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> phalanx_transport::Result<R>,
+        name: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> Step<R>,
     ) -> Result<R> {
         // Run behind anything queued to keep issue order (Note [Issue order]).
         self.pending.wait_idle();
-        self.shared.run(f)
+        self.shared.run(name, bytes, f)
     }
 
     fn enqueue<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> phalanx_transport::Result<T>
-            + Send
-            + 'static,
+        name: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> Step<T> + Send + 'static,
     ) -> Work<T> {
         let (work, slot) = Work::new();
-        self.submit(Box::new(move |s: &Shared| slot.complete(s.run(f))));
+        self.submit(Box::new(move |s: &Shared| {
+            slot.complete(s.run(name, bytes, f))
+        }));
         work
     }
 
@@ -272,13 +297,22 @@ impl Drop for ProcessGroup {
         if let Some(h) = self.worker.lock().unwrap().take() {
             let _ = h.join();
         }
+        match trace::flush(self.rank()) {
+            Ok(Some(path)) => {
+                tracing::info!(rank = self.rank(), path = %path.display(), "phalanx: trace written")
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(rank = self.rank(), "phalanx: cannot write the trace: {e}"),
+        }
     }
 }
 
 impl Shared {
     fn run<R>(
         &self,
-        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> phalanx_transport::Result<R>,
+        name: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> Step<R>,
     ) -> Result<R> {
         if let Some(cause) = self.failed.lock().unwrap().clone() {
             return Err(Error::Failed {
@@ -289,8 +323,15 @@ impl Shared {
         let mut exec = self.exec.lock().unwrap();
         let seq = exec.seq;
         exec.seq += 1;
+        let span = trace::span(name, "collective")
+            .arg("seq", seq)
+            .arg("bytes", bytes);
         match f(self, exec.transport.as_mut(), seq) {
-            Ok(r) => Ok(r),
+            Ok((r, algo)) => {
+                drop(span.arg("algorithm", format!("{algo:?}")));
+                self.note_algorithm(name, bytes, algo);
+                Ok(r)
+            }
             Err(e) => {
                 let (cause, origin) = self.root_cause(&e);
                 drop(exec);
@@ -301,6 +342,23 @@ impl Shared {
                     cause,
                 })
             }
+        }
+    }
+
+    /// Logs each (collective, algorithm) pair the first time it is used (`PHALANX_DEBUG=INFO`).
+    fn note_algorithm(&self, name: &'static str, bytes: usize, algo: Algorithm) {
+        let mut seen = self.reported.lock().unwrap();
+        if !seen.contains(&(name, algo)) {
+            seen.push((name, algo));
+            tracing::info!(
+                rank = self.rank,
+                collective = name,
+                bytes,
+                algorithm = ?algo,
+                direct_max_bytes = self.opts.direct_max_bytes,
+                chunk_bytes = self.opts.chunk_bytes,
+                "phalanx: algorithm"
+            );
         }
     }
 
