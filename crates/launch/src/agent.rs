@@ -80,7 +80,7 @@ impl<'a> Agent<'a> {
         let (master_addr, requested) = if args.standalone {
             ("127.0.0.1".to_string(), 0)
         } else {
-            (args.master_addr.clone(), args.master_port)
+            master_from_env(args, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
         };
         #[allow(clippy::type_complexity)]
         let (server, store, ctl, master_port): (
@@ -182,6 +182,28 @@ impl<'a> Agent<'a> {
     }
 }
 
+/// `--master-addr`/`--master-port`, except that a multi-node agent left at the defaults takes
+/// `MASTER_ADDR`/`MASTER_PORT` from its environment when no `PET_MASTER_*` is set: Kubeflow's
+/// PyTorchJob sets those (and `PET_NNODES`, `PET_NODE_RANK`) but not `PET_MASTER_ADDR`.
+fn master_from_env(args: &LaunchArgs, var: &dyn Fn(&str) -> Option<String>) -> (String, u16) {
+    let (mut addr, mut port) = (args.master_addr.clone(), args.master_port);
+    if args.nnodes > 1 {
+        let defaults = LaunchArgs::default();
+        if addr == defaults.master_addr && var("PET_MASTER_ADDR").is_none() {
+            if let Some(a) = var("MASTER_ADDR") {
+                eprintln!("phalanx launch: using MASTER_ADDR={a} from the environment");
+                addr = a;
+            }
+        }
+        if port == defaults.master_port && var("PET_MASTER_PORT").is_none() {
+            if let Some(p) = var("MASTER_PORT").and_then(|p| p.parse().ok()) {
+                port = p;
+            }
+        }
+    }
+    (addr, port)
+}
+
 fn resolve(host: &str, port: u16) -> Result<SocketAddr, Error> {
     let resolve_err = |reason: String| Error::Resolve {
         addr: host.to_string(),
@@ -208,5 +230,43 @@ pub(crate) fn hostname() -> String {
         String::from_utf8_lossy(&buf[..end]).into_owned()
     } else {
         env::get(env::MASTER_ADDR).unwrap_or_else(|| "localhost".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubeflow_master_variables_fill_in_defaults() {
+        let env = |k: &str| match k {
+            "MASTER_ADDR" => Some("job-master-0".to_string()),
+            "MASTER_PORT" => Some("23456".to_string()),
+            _ => None,
+        };
+        let multi = LaunchArgs {
+            nnodes: 2,
+            ..LaunchArgs::default()
+        };
+        assert_eq!(
+            master_from_env(&multi, &env),
+            ("job-master-0".into(), 23456)
+        );
+        // Explicit values and single-node jobs keep their own.
+        let explicit = LaunchArgs {
+            master_addr: "10.0.0.1".into(),
+            master_port: 29600,
+            ..multi.clone()
+        };
+        assert_eq!(master_from_env(&explicit, &env), ("10.0.0.1".into(), 29600));
+        let single = LaunchArgs::default();
+        assert_eq!(master_from_env(&single, &env), ("127.0.0.1".into(), 29500));
+        // PET_MASTER_ADDR (already in --master-addr through clap) wins over MASTER_ADDR.
+        let pet = |k: &str| {
+            (k == "PET_MASTER_ADDR")
+                .then(|| "127.0.0.1".to_string())
+                .or(env(k))
+        };
+        assert_eq!(master_from_env(&multi, &pet).0, "127.0.0.1");
     }
 }
