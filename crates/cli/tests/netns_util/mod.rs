@@ -176,6 +176,17 @@ impl Hosts {
 
     /// The launch flags of node `node_rank` in a job of `nnodes` nodes whose node 0 is host 0.
     pub fn launch_flags(&self, nnodes: usize, node_rank: usize, nproc: usize) -> Vec<String> {
+        self.launch_flags_at(PORT, nnodes, node_rank, nproc)
+    }
+
+    /// [`Hosts::launch_flags`] with the store on `port` (several jobs in one setup).
+    pub fn launch_flags_at(
+        &self,
+        port: u16,
+        nnodes: usize,
+        node_rank: usize,
+        nproc: usize,
+    ) -> Vec<String> {
         [
             "--nnodes",
             &nnodes.to_string(),
@@ -186,7 +197,7 @@ impl Hosts {
             "--master-addr",
             &self.addr(0),
             "--master-port",
-            &PORT.to_string(),
+            &port.to_string(),
         ]
         .map(String::from)
         .to_vec()
