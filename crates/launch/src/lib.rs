@@ -32,12 +32,14 @@ mod report;
 mod round;
 mod signals;
 mod summary;
+mod tee;
 mod worker;
 mod worker_env;
 
-pub use args::{LaunchArgs, Streams, Tee};
+pub use args::LaunchArgs;
 pub use error::Error;
 pub use signals::signal_name;
+pub use tee::{Streams, Tee};
 
 /// Exit code of `phalanx launch` when the group failed again after `--max-restarts K > 0`
 /// restarts ("failed after K restarts"). Without restarts the launcher exits with the failing
