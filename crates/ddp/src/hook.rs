@@ -7,6 +7,8 @@
 //! so that the reducer can pack the next bucket while this one is on the wire. Every rank must use
 //! the same hook, and a hook must give bitwise identical results on every rank.
 
+use std::sync::Arc;
+
 use half::bf16;
 use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
@@ -54,7 +56,7 @@ pub trait CommHook: Send + Sync + std::fmt::Debug {
     /// Short name for logs and metrics.
     fn name(&self) -> &'static str;
     /// Starts averaging `bucket` over the ranks of `pg` and returns its pending result.
-    fn launch(&self, pg: &ProcessGroup, bucket: GradBucket) -> BucketWork;
+    fn launch(&self, pg: &Arc<ProcessGroup>, bucket: GradBucket) -> BucketWork;
     /// Bytes this hook puts on the wire per bucket element (for metrics).
     fn bytes_per_element(&self) -> usize;
 }
@@ -68,16 +70,30 @@ impl CommHook for AllreduceHook {
         "allreduce"
     }
 
-    fn launch(&self, pg: &ProcessGroup, bucket: GradBucket) -> BucketWork {
+    fn launch(&self, pg: &Arc<ProcessGroup>, bucket: GradBucket) -> BucketWork {
+        if pg.world_size() == 1 {
+            // The average over one rank is the buffer itself (bitwise: x / 1 == x); skipping the
+            // hand-off to the group's worker thread saves a wake-up per bucket.
+            return BucketWork::ready(bucket.buffer);
+        }
         let index = bucket.index;
+        let err = move |source| Error::Collective {
+            op: "allreduce",
+            bucket: index,
+            source,
+        };
+        if bucket.index == 0 && bucket.is_last {
+            // A single bucket has nothing to overlap with: run it on the caller's thread when it
+            // is awaited, sparing the hand-off to the group's worker thread.
+            let (pg, mut buf) = (pg.clone(), bucket.buffer);
+            return BucketWork::new(move || {
+                pg.allreduce(&mut buf, ReduceOp::Avg)
+                    .map(|()| buf)
+                    .map_err(err)
+            });
+        }
         let work = pg.allreduce_async(bucket.buffer, ReduceOp::Avg);
-        BucketWork::new(move || {
-            work.wait().map_err(|source| Error::Collective {
-                op: "allreduce",
-                bucket: index,
-                source,
-            })
-        })
+        BucketWork::new(move || work.wait().map_err(err))
     }
 
     fn bytes_per_element(&self) -> usize {
@@ -96,7 +112,7 @@ impl CommHook for Bf16CompressHook {
         "bf16_compress"
     }
 
-    fn launch(&self, pg: &ProcessGroup, bucket: GradBucket) -> BucketWork {
+    fn launch(&self, pg: &Arc<ProcessGroup>, bucket: GradBucket) -> BucketWork {
         let index = bucket.index;
         let compressed: Vec<bf16> = bucket.buffer.iter().map(|&g| bf16::from_f32(g)).collect();
         let mut buffer = bucket.buffer;

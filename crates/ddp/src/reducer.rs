@@ -2,6 +2,7 @@
 //! and unpacks the averaged buckets in launch order. Framework-agnostic: it sees parameters as
 //! indices and flat `f32` slices, supplied and consumed by closures.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use phalanx_pg::ProcessGroup;
@@ -103,7 +104,7 @@ impl Reducer {
     /// arrives, while later buckets are still on the wire.
     pub(crate) fn synchronize(
         &mut self,
-        pg: &ProcessGroup,
+        pg: &Arc<ProcessGroup>,
         hook: &dyn CommHook,
         mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
         mut drain: impl FnMut(&BucketLayout, &[f32]),

@@ -40,26 +40,30 @@ fn main() {
 
     let mut start = Instant::now();
     let mut wait0 = Duration::ZERO;
+    let mut sync0 = Duration::ZERO;
     let mut loss = 0.0;
     for step in 0..warmup + steps {
         if step == warmup {
             pg.barrier().expect("barrier");
             start = Instant::now();
             wait0 = ddp.stats().wait;
+            sync0 = ddp.stats().sync;
         }
         loss = train_step(&mut ddp, &mut opt, &x, &y).expect("step");
     }
     pg.barrier().expect("barrier");
     let elapsed = start.elapsed().as_secs_f64();
     let comm_wait = (ddp.stats().wait - wait0).as_secs_f64();
+    let sync = (ddp.stats().sync - sync0).as_secs_f64();
     if rank == 0 {
         println!(
             "{{\"system\":\"phalanx-ddp\",\"world\":{world},\"hidden\":{hidden},\"depth\":{depth},\"batch\":{batch},\
-             \"steps\":{steps},\"hook\":\"{}\",\"step_ms\":{:.3},\"samples_per_s\":{:.1},\"comm_fraction\":{:.3},\"loss\":{loss}}}",
+             \"steps\":{steps},\"hook\":\"{}\",\"step_ms\":{:.3},\"samples_per_s\":{:.1},\"comm_fraction\":{:.3},\"sync_ms\":{:.3},\"loss\":{loss}}}",
             ddp.options().comm_hook.name(),
             1e3 * elapsed / steps as f64,
             (world * batch * steps) as f64 / elapsed,
             comm_wait / elapsed,
+            1e3 * sync / steps as f64,
         );
     }
 }
