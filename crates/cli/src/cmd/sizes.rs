@@ -55,7 +55,7 @@ pub(crate) fn parse_sizes(spec: &str) -> anyhow::Result<Vec<usize>> {
 /// `1K`, `64M`: the shortest exact binary form.
 pub(crate) fn format_size(bytes: usize) -> String {
     for (unit, m) in [("G", 1usize << 30), ("M", 1 << 20), ("K", 1 << 10)] {
-        if bytes >= m && bytes % m == 0 {
+        if bytes >= m && bytes.is_multiple_of(m) {
             return format!("{}{unit}", bytes / m);
         }
     }
