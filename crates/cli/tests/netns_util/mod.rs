@@ -268,6 +268,58 @@ fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
     })
 }
 
+/// A background process (a standalone store): killed when dropped.
+pub struct Background(Node);
+
+/// Starts `cmd` in the background, its output collected.
+pub fn background(mut cmd: Command) -> Background {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning a background process");
+    let out = reader(child.stdout.take().unwrap());
+    let err = reader(child.stderr.take().unwrap());
+    Background(Node {
+        child,
+        out: Some(out),
+        err: Some(err),
+    })
+}
+
+impl Background {
+    /// Stops the process (SIGKILL) and returns what it printed (stdout, stderr).
+    pub fn stop(mut self) -> (String, String) {
+        let _ = self.0.child.kill();
+        let _ = self.0.child.wait();
+        let out = self.0.out.take().unwrap().join().unwrap_or_default();
+        let err = self.0.err.take().unwrap().join().unwrap_or_default();
+        (out, strip_ansi(&err))
+    }
+}
+
+impl Hosts {
+    /// Waits until something listens on TCP `port` inside host `i`.
+    pub fn wait_listening(&self, i: usize, port: u16, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        loop {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &self.ns(i), "ss", "-Htln"])
+                .arg(format!("sport = :{port}"))
+                .output()
+                .expect("running ss");
+            if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "nothing listens on port {port} in {} after {deadline:?}",
+                self.ns(i)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// Removes ANSI escape sequences (`ESC [ … letter`).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
