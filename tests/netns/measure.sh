@@ -3,6 +3,7 @@
 # one session (root). Not a test: figures for docs/multihost.md and the closing note.
 #
 #   bash tests/netns/measure.sh [SIZE=64M] [RATE=1gbit] [ITERS=10] [REPS=2]
+#   BF16_SIZE=32M adds a phalanx bf16 row of that size (64M of f32 = 32M of bf16, same count)
 #
 # Per link setting: iperf3 between the two hosts (the TCP goodput), then REPS rounds of
 # phalanx bench allreduce and Gloo (../shared/anchors/comm/gloo_netns.sh) alternated, so
@@ -46,12 +47,12 @@ iperf() {  # label
   python3 -c "import json;e=json.load(open('$OUT/iperf.json'))['end'];print('iperf3 $1: %.3f Gbit/s (%.1f MB/s) retransmits=%s' % (e['sum_received']['bits_per_second']/1e9, e['sum_received']['bits_per_second']/8e6, e['sum_sent'].get('retransmits')))"
 }
 
-phalanx_once() {  # label
-  local pids=() i
+phalanx_once() {  # label [dtype size]
+  local pids=() i dtype=${2:-f32} sz=${3:-$size}
   for i in 0 1; do
     ip netns exec "phx-$id-$i" timeout 300 "$PHALANX" bench allreduce --nnodes 2 --node-rank $i \
       --nproc-per-node 1 --master-addr "10.77.$id.1" --master-port 29500 \
-      --sizes "$size" --iters "$iters" --warmup 2 --json > "$OUT/phalanx.$i.out" 2>"$OUT/phalanx.$i.err" &
+      --sizes "$sz" --dtype "$dtype" --iters "$iters" --warmup 2 --json > "$OUT/phalanx.$i.out" 2>"$OUT/phalanx.$i.err" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { cat "$OUT"/phalanx.*.err >&2; exit 1; }; done
@@ -71,6 +72,10 @@ for link in none "$rate"; do
   for ((r = 0; r < reps; r++)); do
     flock "$LOCK" bash -c "$(declare -f noise phalanx_once); OUT=$OUT id=$id PHALANX=$PHALANX size=$size iters=$iters; noise; echo -n 'phalanx: '; phalanx_once $link"
     flock "$LOCK" bash -c "$(declare -f noise gloo_once); OUT=$OUT ANCHORS=$ANCHORS size=$size iters=$iters; noise; echo -n 'gloo: '; gloo_once $link gloo-$link"
+    if [ -n "${BF16_SIZE:-}" ]; then
+      # The same element count in bf16: what compressing f32 gradients to bf16 buys on the wire.
+      flock "$LOCK" bash -c "$(declare -f noise phalanx_once); OUT=$OUT id=$id PHALANX=$PHALANX size=$size iters=$iters; noise; echo -n 'phalanx bf16: '; phalanx_once $link bf16 $BF16_SIZE"
+    fi
   done
   bash "$here/netns.sh" down --id "$id" >/dev/null; id=""
   PFX=phxm SUBNET=10.77.250 bash "$ANCHORS/netns.sh" down >/dev/null
