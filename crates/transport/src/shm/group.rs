@@ -206,10 +206,11 @@ impl ShmGroup {
         })
     }
 
-    /// Overrides how long a wait spins before it sleeps on the futex (default: 200 µs when
-    /// every rank of the host has a core, 10 µs with yields when ranks outnumber cores).
-    pub fn with_spin(mut self, spin: Duration) -> Self {
-        self.waiter.spin = spin;
+    /// Overrides the longest a wait spins before it sleeps on the futex (default: 100 µs
+    /// when every rank of the host has a core, 20 µs with yields when ranks outnumber
+    /// cores). The budget adapts below it; see Note [Spin then sleep] in `wait.rs`.
+    pub fn with_spin(mut self, max_spin: Duration) -> Self {
+        self.waiter.set_max_spin(max_spin);
         self
     }
 
