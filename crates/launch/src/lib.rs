@@ -25,6 +25,7 @@ use std::process::ExitCode;
 mod agent;
 mod args;
 mod coordinate;
+mod diagnosis;
 mod error;
 mod output;
 mod rendezvous;

@@ -2,10 +2,12 @@
 //! store as `error/<rank>`, its TORCHELASTIC_ERROR_FILE, or its last line), the other nodes'
 //! rows, and the printed summary.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
+use crate::diagnosis::{diagnose, RankView, Seen};
 use crate::rendezvous::key;
 use crate::summary::{render, RootCause, Row};
 use crate::worker::Worker;
@@ -28,8 +30,16 @@ impl Agent<'_> {
         cause
     }
 
-    /// Prints the report for round `round` on stderr: root cause first, then every worker.
-    pub(crate) fn report(&self, round: u32, cause: &RootCause, workers: &[Worker]) {
+    /// Prints the report for round `round` on stderr: root cause first, then the hang
+    /// diagnosis when there is one (`seen`: the local workers at detection time), then every
+    /// worker.
+    pub(crate) fn report(
+        &self,
+        round: u32,
+        cause: &RootCause,
+        workers: &[Worker],
+        seen: &BTreeMap<u32, Seen>,
+    ) {
         let mut rows: Vec<Row> = workers
             .iter()
             .map(|w| Row {
@@ -56,11 +66,58 @@ impl Agent<'_> {
                 .and_then(|w| w.error_file.as_deref());
             self.reason(round, r, file)
         });
-        let mut text = render(&self.run_id, round, cause, cause_reason.as_deref(), &rows);
+        let diagnosis = diagnose(&self.rank_views(round, &rows, workers, seen));
+        let mut text = render(
+            &self.run_id,
+            round,
+            cause,
+            cause_reason.as_deref(),
+            diagnosis.as_deref(),
+            &rows,
+        );
         for g in missing {
             text.push_str(&format!("  (node {g} sent no report in time)\n"));
         }
         eprint!("{text}");
+    }
+
+    /// Every rank's published `status/<rank>`, process state and last line, for the diagnosis.
+    fn rank_views(
+        &self,
+        round: u32,
+        rows: &[Row],
+        workers: &[Worker],
+        seen: &BTreeMap<u32, Seen>,
+    ) -> Vec<RankView> {
+        rows.iter()
+            .map(|r| {
+                let local = r.group_rank == self.args.node_rank;
+                let worker = workers.iter().find(|w| local && w.rank == r.rank);
+                RankView {
+                    rank: r.rank,
+                    status: self.published(&format!("{}/status/{}", store_prefix(round), r.rank)),
+                    state: seen.get(&r.rank).filter(|_| local).and_then(|s| s.state),
+                    last_line: worker
+                        .and_then(Worker::last_line)
+                        .or_else(|| r.error.clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// The first line of store key `k`, if it is there (and the store still answers).
+    fn published(&self, k: &str) -> Option<String> {
+        if self.store_lost.get() {
+            return None;
+        }
+        match self.ctl.check(&[k]) {
+            Ok(true) => self
+                .ctl
+                .get(k)
+                .ok()
+                .map(|v| first_line(&String::from_utf8_lossy(&v))),
+            _ => None,
+        }
     }
 
     /// Why rank `rank` failed, in its own words: the store's `error/<rank>` (published by its

@@ -125,9 +125,11 @@ impl Agent<'_> {
             }
             Watch::Remote(cause) => cause,
         };
+        // Before anything is stopped: which workers are stopped, stuck or busy.
+        let seen = crate::diagnosis::snapshot(&workers);
         self.stop(&mut workers, &rx, libc::SIGTERM);
         let cause = self.refresh(end, &workers);
-        self.report(round, &cause, &workers);
+        self.report(round, &cause, &workers, &seen);
         Ok(End::Failed(cause))
     }
 
@@ -243,6 +245,9 @@ impl Agent<'_> {
     pub(crate) fn stop(&self, workers: &mut [Worker], rx: &Receiver<Exited>, first: i32) {
         for w in workers.iter_mut().filter(|w| w.exit.is_none()) {
             w.signal(first);
+            // A stopped worker (SIGSTOP, Ctrl-Z) would hold `first` pending for the whole
+            // grace period: let it run to handle it.
+            w.signal(libc::SIGCONT);
         }
         let deadline = Instant::now() + self.args.grace_period;
         wait_all(workers, rx, deadline);

@@ -73,6 +73,7 @@ pub(crate) fn render(
     round: u32,
     cause: &RootCause,
     cause_reason: Option<&str>,
+    diagnosis: Option<&str>,
     rows: &[Row],
 ) -> String {
     let mut s = String::new();
@@ -88,6 +89,9 @@ pub(crate) fn render(
         if Some(l.as_str()) != cause_reason {
             let _ = writeln!(s, "  last line: {l}");
         }
+    }
+    if let Some(d) = diagnosis {
+        s.push_str(d);
     }
     if rows.is_empty() {
         return s;
@@ -167,7 +171,7 @@ mod tests {
             row(1, "exit code 1", false),
             row(2, "signal 9 (SIGKILL)", false),
         ];
-        let text = render("r", 0, &cause, Some("rank 2 failed: oom"), &rows);
+        let text = render("r", 0, &cause, Some("rank 2 failed: oom"), None, &rows);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].starts_with("root cause: rank 2 (local_rank 2, node 0, host h, pid 102)"));
         assert!(lines[1].contains("SIGKILL"));

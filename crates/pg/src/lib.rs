@@ -21,6 +21,7 @@ mod dist_env;
 mod error;
 mod init;
 mod process_group;
+mod progress;
 mod work;
 
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};

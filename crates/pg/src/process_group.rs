@@ -22,7 +22,7 @@ use phalanx_core::{trace, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
 use phalanx_transport::{AbortHandle, Transport};
 
-use crate::{work::Work, Error, Result};
+use crate::{progress::Progress, work::Work, Error, Result};
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
 /// What a collective closure returns: its result and the algorithm it used.
@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     store: Arc<dyn Store>,
     abort: AbortHandle,
     failed: Mutex<Option<String>>,
+    /// Last completed collective, for `status/<rank>` (Note [Hang diagnosis] in progress.rs).
+    progress: Progress,
     opts: Options,
     /// (collective, algorithm) pairs already reported at INFO level.
     reported: Mutex<Vec<(&'static str, Algorithm)>>,
@@ -100,6 +102,7 @@ impl ProcessGroup {
                 store,
                 abort,
                 failed: Mutex::new(None),
+                progress: Progress::default(),
                 opts,
                 reported: Mutex::new(Vec::new()),
             }),
@@ -328,6 +331,7 @@ impl Shared {
             .arg("bytes", bytes);
         match f(self, exec.transport.as_mut(), seq) {
             Ok((r, algo)) => {
+                self.progress.complete(seq);
                 drop(span.arg("algorithm", format!("{algo:?}")));
                 self.note_algorithm(name, bytes, algo);
                 Ok(r)
@@ -335,10 +339,12 @@ impl Shared {
             Err(e) => {
                 let (cause, origin) = self.root_cause(&e);
                 drop(exec);
+                let op = describe_op(&e, name, seq);
+                self.progress.publish(&*self.store, self.rank, &e, &op);
                 self.fail(&cause, origin);
                 Err(Error::Collective {
                     rank: self.rank,
-                    op: describe_op(&e, seq),
+                    op,
                     cause,
                 })
             }
@@ -418,14 +424,14 @@ impl Shared {
     }
 }
 
-fn describe_op(e: &phalanx_transport::Error, seq: u64) -> String {
+fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
     use phalanx_transport::Error as T;
     match e {
         T::Mismatch { ours, .. } => ours.to_string(),
         T::Length { fp, .. } => fp.to_string(),
         T::PeerClosed { during, .. } => during.clone(),
         T::Timeout { during, .. } => during.clone(),
-        _ => format!("collective #{seq}"),
+        _ => format!("{name} #{seq}"),
     }
 }
 
