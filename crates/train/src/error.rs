@@ -32,6 +32,15 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A dataset could not be loaded or sampled.
+    #[error("data: {0}")]
+    Data(String),
+    /// A collective failed.
+    #[error("{0}")]
+    Pg(String),
+    /// The run's configuration is invalid or does not match its checkpoint.
+    #[error("{0}")]
+    Config(String),
     /// The tensor library failed to read a result.
     #[error("reading a tensor failed: {0}")]
     Tensor(String),

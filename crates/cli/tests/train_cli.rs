@@ -1,0 +1,217 @@
+//! `phalanx train` through the real binary: the default job's accuracy, identical replicas on
+//! 2 and 3 ranks, checkpoint/resume bitwise equal to an uninterrupted run, damaged checkpoints
+//! refused, metrics and plots written.
+
+mod launch_util;
+
+use std::time::Duration;
+
+use launch_util::{phalanx, run, Finished, TempDir};
+
+fn train(args: &[&str]) -> Finished {
+    let mut cmd = phalanx();
+    cmd.arg("train").args(["--standalone", "--json"]).args(args);
+    let f = run(cmd, Duration::from_secs(240));
+    assert_eq!(
+        f.code(),
+        Some(0),
+        "phalanx train {args:?}\nstdout:\n{}\nstderr:\n{}",
+        f.stdout,
+        f.stderr
+    );
+    f
+}
+
+/// The `{"event":"summary",…}` objects, one per rank: (rank, accuracy, digest).
+fn summaries(f: &Finished) -> Vec<(u64, f64, String)> {
+    let mut v: Vec<_> = f
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("]: ").map(|(_, j)| j))
+        .filter(|j| j.contains("\"event\":\"summary\""))
+        .map(|j| {
+            let field = |k: &str| {
+                let at = j.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
+                j[at..]
+                    .split([',', '}'])
+                    .next()
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_string()
+            };
+            (
+                field("rank").parse().unwrap(),
+                field("test_accuracy").parse().unwrap(),
+                field("param_digest"),
+            )
+        })
+        .collect();
+    v.sort_by_key(|s| s.0);
+    v
+}
+
+#[test]
+fn default_job_reaches_95_percent_with_identical_replicas() {
+    let mut cmd = phalanx();
+    cmd.arg("train");
+    let f = run(cmd, Duration::from_secs(240));
+    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+    assert!(f.stdout.contains("2 rank(s)"), "{}", f.stdout);
+    let acc: f64 = f
+        .stdout
+        .lines()
+        .find_map(|l| {
+            l.split_once("test accuracy ")
+                .and_then(|(_, r)| r.split('%').next())
+        })
+        .expect("summary line")
+        .parse()
+        .unwrap();
+    assert!(acc >= 95.0, "accuracy {acc}%\n{}", f.stdout);
+}
+
+#[test]
+fn two_and_three_ranks_end_bitwise_identical() {
+    for n in ["2", "3"] {
+        let f = train(&["--nproc-per-node", n, "--epochs", "2", "--batch-size", "16"]);
+        let s = summaries(&f);
+        assert_eq!(s.len(), n.parse::<usize>().unwrap(), "{}", f.stdout);
+        assert!(
+            s.iter().all(|x| x.2 == s[0].2 && x.2.len() == 64),
+            "digests differ on {n} ranks: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn resume_mid_epoch_equals_the_uninterrupted_run() {
+    let (a, b) = (TempDir::new("ck-a"), TempDir::new("ck-b"));
+    let common = ["--epochs", "3", "--batch-size", "16", "--seed", "3"];
+    let full = summaries(&train(
+        &[&common[..], &["--checkpoint-dir", a.str()]].concat(),
+    ));
+    // Stop at step 100 (mid-epoch 3: 45 steps per epoch), checkpoints every 7 steps: the
+    // newest is at step 98, in the middle of an epoch.
+    train(
+        &[
+            &common[..],
+            &[
+                "--checkpoint-dir",
+                b.str(),
+                "--checkpoint-every",
+                "7",
+                "--max-steps",
+                "100",
+            ],
+        ]
+        .concat(),
+    );
+    let newest = std::fs::read_dir(b.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().into_string().unwrap())
+        .max()
+        .unwrap();
+    assert!(newest.starts_with("step-000000000098"), "{newest}");
+    let resumed_run = train(&[&common[..], &["--checkpoint-dir", b.str(), "--resume"]].concat());
+    let resumed = summaries(&resumed_run);
+    assert_eq!(full.len(), 2);
+    assert_eq!(
+        resumed[0].2, full[0].2,
+        "resumed digest differs from the uninterrupted run"
+    );
+    assert_eq!(resumed[1].2, full[1].2);
+    // At another world size it resumes too (not bitwise: the reduction order changes).
+    let three = summaries(&train(&[
+        "--epochs",
+        "4",
+        "--batch-size",
+        "16",
+        "--seed",
+        "3",
+        "--checkpoint-dir",
+        b.str(),
+        "--resume",
+        "--nproc-per-node",
+        "3",
+    ]));
+    assert_eq!(three.len(), 3);
+    assert!(three.iter().all(|x| x.2 == three[0].2));
+}
+
+#[test]
+fn a_damaged_checkpoint_is_refused_naming_the_file() {
+    let d = TempDir::new("ck-torn");
+    train(&[
+        "--epochs",
+        "2",
+        "--batch-size",
+        "32",
+        "--checkpoint-dir",
+        d.str(),
+    ]);
+    let newest = std::fs::read_dir(d.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .max()
+        .unwrap();
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+    let mut cmd = phalanx();
+    cmd.args([
+        "train",
+        "--standalone",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "32",
+        "--resume",
+        "--checkpoint-dir",
+        d.str(),
+    ]);
+    let f = run(cmd, Duration::from_secs(120));
+    assert_ne!(f.code(), Some(0));
+    let name = newest.file_name().unwrap().to_string_lossy().into_owned();
+    let all = format!("{}{}", f.stdout, f.stderr);
+    assert!(
+        all.contains(&name) && all.contains("checksum mismatch"),
+        "{all}"
+    );
+}
+
+#[test]
+fn out_dir_gets_metrics_and_plots() {
+    let d = TempDir::new("train-out");
+    train(&["--epochs", "2", "--batch-size", "32", "--out", d.str()]);
+    let jsonl = std::fs::read_to_string(d.path().join("metrics.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count(), 2);
+    assert!(jsonl.contains("\"test_accuracy\""));
+    assert_eq!(
+        &std::fs::read(d.path().join("curves.png")).unwrap()[..4],
+        b"\x89PNG"
+    );
+    assert!(d.path().join("curves.svg").exists());
+}
+
+#[test]
+fn bad_flags_are_named() {
+    let mut cmd = phalanx();
+    cmd.args([
+        "train",
+        "--dataset",
+        "cifar10",
+        "--nproc-per-node",
+        "1",
+        "--standalone",
+    ]);
+    let f = run(cmd, Duration::from_secs(60));
+    assert_ne!(f.code(), Some(0));
+    assert!(f.stderr.contains("cifar10"), "{}", f.stderr);
+    let mut cmd = phalanx();
+    cmd.args(["train", "--resume"]);
+    let f = run(cmd, Duration::from_secs(60));
+    assert_ne!(f.code(), Some(0));
+    assert!(f.stderr.contains("--checkpoint-dir"), "{}", f.stderr);
+}

@@ -1,0 +1,90 @@
+//! Where an epoch resumes: which sample indices a rank still has to see.
+//!
+//! Note [Sampler position]: a DistributedSampler gives rank `r` the padded permutation's
+//! positions `r, r+W, r+2W, …`, so after `s` steps of `b` samples on `W` ranks the job has
+//! consumed exactly the first `s·b·W` positions of the global order — a prefix. Resuming with
+//! the same world size skips `s·b` of the rank's own indices (bitwise the same data order as
+//! an uninterrupted run); with another world size, the rest of the epoch's permutation is
+//! re-sharded by striding, padded like the sampler so every rank takes as many steps.
+
+use phalanx_data::DistributedSampler;
+
+use crate::{Error, Result};
+
+/// The indices rank `rank` of `world` trains on in `epoch`, after `skip_samples` samples of the
+/// epoch were already consumed by a run of `prev_world` ranks.
+pub fn epoch_indices(
+    len: usize,
+    world: usize,
+    rank: usize,
+    seed: u64,
+    epoch: u64,
+    skip_samples: usize,
+    prev_world: usize,
+) -> Result<Vec<usize>> {
+    let data = |e: phalanx_data::Error| Error::Data(e.to_string());
+    let sampler = DistributedSampler::new(len, world, rank)
+        .map_err(data)?
+        .with_seed(seed);
+    if skip_samples == 0 {
+        return Ok(sampler.indices(epoch));
+    }
+    if prev_world == world {
+        let mine = sampler.indices(epoch);
+        let skip = (skip_samples / world).min(mine.len());
+        return Ok(mine[skip..].to_vec());
+    }
+    // The global order (one replica: the permutation without padding), then the previous
+    // run's padding rule: positions past `len` wrap to the start.
+    let perm = DistributedSampler::new(len, 1, 0)
+        .map_err(data)?
+        .with_seed(seed)
+        .indices(epoch);
+    let rest: Vec<usize> = (skip_samples..)
+        .take_while(|&p| p < len.div_ceil(prev_world) * prev_world)
+        .map(|p| perm[p % len])
+        .collect();
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    let per_rank = rest.len().div_ceil(world);
+    Ok((0..per_rank)
+        .map(|k| rest[(k * world + rank) % rest.len()])
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_world_skips_the_ranks_own_prefix() {
+        let full = epoch_indices(100, 2, 1, 3, 4, 0, 2).unwrap();
+        let rest = epoch_indices(100, 2, 1, 3, 4, 20, 2).unwrap();
+        assert_eq!(rest, full[10..]);
+    }
+
+    #[test]
+    fn other_world_covers_exactly_the_unseen_samples() {
+        // 2 ranks consumed 3 steps of 5: global positions 0..30 of the padded order.
+        let (len, seed, epoch) = (97, 1, 2);
+        let seen: Vec<usize> = (0..2)
+            .flat_map(|r| epoch_indices(len, 2, r, seed, epoch, 0, 2).unwrap()[..15].to_vec())
+            .collect();
+        let mut rest: Vec<usize> = (0..3)
+            .flat_map(|r| epoch_indices(len, 3, r, seed, epoch, 30, 2).unwrap())
+            .collect();
+        let lens: Vec<usize> = (0..3)
+            .map(|r| epoch_indices(len, 3, r, seed, epoch, 30, 2).unwrap().len())
+            .collect();
+        assert!(
+            lens.iter().all(|&l| l == lens[0]),
+            "equal steps on every rank: {lens:?}"
+        );
+        let mut all = seen.clone();
+        all.append(&mut rest);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all, (0..len).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,408 @@
+//! The training loop behind `phalanx train`: one rank's view of the seed recipe.
+//!
+//! Per epoch: this rank's share from the PyTorch-exact [`DistributedSampler`], batched with
+//! prefetch; forward, backward, gradients averaged by DDP bucket by bucket, SGD; then
+//! evaluation on an exact (unpadded) shard of the test set with correct/total counts summed
+//! over ranks. Rank 0 writes checkpoints (Note [Checkpoint commit]) and reports.
+//!
+//! [`DistributedSampler`]: phalanx_data::DistributedSampler
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use phalanx_core::{trace, ReduceOp};
+use phalanx_data::{exact_shard, DataLoader, Dataset};
+use phalanx_ddp::{
+    adapter::burn as adapter, Bf16CompressHook, DdpOptions, DistributedDataParallel,
+};
+use phalanx_pg::ProcessGroup;
+
+use crate::{
+    checkpoint::{self, Checkpoint, Meta, NamedTensor},
+    device, evaluate,
+    metrics::EpochRecord,
+    param_digest, position, train_step, Error, Mlp, MlpConfig, Result, Sgd, SgdOptions,
+};
+
+/// Everything `phalanx train` needs to know.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    /// Dataset spec (`digits`, `mnist5k`, `synthetic[:N[:SEED]]`, `csv:PATH`, `mnist-idx:DIR`).
+    pub dataset: String,
+    /// Share of the data held out for testing.
+    pub test_fraction: f64,
+    /// Epochs to train.
+    pub epochs: u64,
+    /// Samples per step on each rank.
+    pub batch_size: usize,
+    /// SGD hyper-parameters.
+    pub sgd: SgdOptions,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Hidden layers.
+    pub depth: usize,
+    /// Seed of the model init, the split and the sampler.
+    pub seed: u64,
+    /// Reduce gradients in bf16 (halves bytes on the wire).
+    pub bf16: bool,
+    /// Where checkpoints go (rank 0 writes).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Also checkpoint every N steps (0 = only at epoch ends).
+    pub checkpoint_every: u64,
+    /// Continue from the newest checkpoint in `checkpoint_dir`.
+    pub resume: bool,
+    /// Stop after this many steps in total (benchmarks, tests); `None` = all epochs.
+    pub max_steps: Option<u64>,
+}
+
+/// What a finished run reports (one per rank).
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// This rank.
+    pub rank: usize,
+    /// World size.
+    pub world: usize,
+    /// Epochs completed.
+    pub epochs: u64,
+    /// Final test accuracy.
+    pub test_accuracy: f64,
+    /// Training throughput over the run, all ranks together.
+    pub samples_per_s: f64,
+    /// Share of training time blocked on gradient communication.
+    pub comm_fraction: f64,
+    /// SHA-256 of this rank's final parameters in canonical order.
+    pub param_digest: String,
+    /// Per-epoch records.
+    pub records: Vec<EpochRecord>,
+}
+
+/// Events the caller renders (progress lines, JSON).
+pub trait Reporter {
+    /// A step finished on this rank.
+    fn step(&mut self, _epoch: u64, _step: u64, _steps: u64, _loss: f32) {}
+    /// An epoch finished (called on every rank with the reduced figures).
+    fn epoch(&mut self, _record: &EpochRecord) {}
+    /// A checkpoint was committed (rank 0).
+    fn checkpoint(&mut self, _path: &std::path::Path) {}
+    /// Training resumed from a checkpoint.
+    fn resumed(&mut self, _meta: &Meta) {}
+}
+
+fn pg_err(e: phalanx_pg::Error) -> Error {
+    Error::Pg(e.to_string())
+}
+
+/// Runs the whole training on this rank.
+pub fn train(
+    pg: Arc<ProcessGroup>,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+) -> Result<Summary> {
+    let (rank, world) = (pg.rank(), pg.world_size());
+    let data = |e: phalanx_data::Error| Error::Data(e.to_string());
+    let full = Dataset::from_spec(&cfg.dataset).map_err(data)?;
+    let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed).map_err(data)?;
+    let train_set = Arc::new(train_set);
+    if cfg.batch_size == 0 {
+        return Err(Error::Config("--batch-size must be at least 1".into()));
+    }
+    let model_cfg = MlpConfig::seed(full.dim(), full.classes())
+        .with_hidden(cfg.hidden)
+        .with_depth(cfg.depth);
+    let mut model = Mlp::new(&model_cfg, cfg.seed, &device());
+    let facts = run_facts(cfg, &full);
+
+    // Resume: rank 0 reads the checkpoint; its parameters reach every rank through DDP's
+    // initial broadcast, the position through one small broadcast.
+    let mut pos = [0i64; 5]; // found, epoch, step_in_epoch, global_step, samples_in_epoch|prev_world<<40
+    let mut resumed_meta = None;
+    if cfg.resume && rank == 0 {
+        let dir = cfg
+            .checkpoint_dir
+            .as_ref()
+            .ok_or_else(|| Error::Config("--resume needs --checkpoint-dir".into()))?;
+        if let Some(ck) = checkpoint::load_latest(dir)? {
+            check_compatible(&ck.meta, &facts, cfg)?;
+            model = load_params(model, &ck)?;
+            pos = [
+                1,
+                ck.meta.epoch as i64,
+                ck.meta.step_in_epoch as i64,
+                ck.meta.global_step as i64,
+                (ck.meta.samples_in_epoch as i64) | ((ck.meta.world_size as i64) << 40),
+            ];
+            resumed_meta = Some(ck.meta);
+        }
+    }
+    if cfg.resume {
+        pg.broadcast(&mut pos, 0).map_err(pg_err)?;
+    }
+    if let Some(m) = &resumed_meta {
+        reporter.resumed(m);
+    }
+    let (start_epoch, start_step, mut global_step) = (pos[1] as u64, pos[2] as u64, pos[3] as u64);
+    let (skip_samples, prev_world) = ((pos[4] & ((1 << 40) - 1)) as usize, (pos[4] >> 40) as usize);
+
+    let mut options = DdpOptions::default();
+    if cfg.bf16 {
+        options = options.with_comm_hook(Bf16CompressHook);
+    }
+    let mut ddp = DistributedDataParallel::new(model, pg.clone(), options)?;
+    let mut sgd = Sgd::new(cfg.sgd);
+    let shard = exact_shard(test_set.len(), world, rank).map_err(data)?;
+    let test_x = &test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()];
+    let test_y = &test_set.labels()[shard.clone()];
+
+    let mut records = Vec::new();
+    let (mut train_time, mut train_samples, mut comm_wait) =
+        (Duration::ZERO, 0usize, Duration::ZERO);
+    let mut last_accuracy = 0.0;
+    let mut epochs_done = start_epoch;
+    'epochs: for epoch in start_epoch..cfg.epochs {
+        let first = epoch == start_epoch && (skip_samples > 0 || start_step > 0);
+        let indices = position::epoch_indices(
+            train_set.len(),
+            world,
+            rank,
+            cfg.seed,
+            epoch,
+            if first { skip_samples } else { 0 },
+            if first { prev_world.max(1) } else { world },
+        )?;
+        let steps_total =
+            indices.len().div_ceil(cfg.batch_size) as u64 + if first { start_step } else { 0 };
+        let mut step_in_epoch = if first { start_step } else { 0 };
+        let mut samples_in_epoch = if first { skip_samples } else { 0 };
+        let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size).map_err(data)?;
+        let (epoch_start, wait_start) = (Instant::now(), ddp.stats().wait);
+        let (mut loss_sum, mut loss_n, mut epoch_samples) = (0.0f64, 0usize, 0usize);
+        for batch in loader.iter() {
+            let loss = {
+                let _s = trace::span("step", "compute").arg("step", global_step);
+                train_step(&mut ddp, &mut sgd, &batch.features, &batch.labels)?
+            };
+            if !loss.is_finite() {
+                return Err(Error::Config(format!(
+                    "loss became {loss} at epoch {} step {}: lower --lr",
+                    epoch + 1,
+                    step_in_epoch + 1
+                )));
+            }
+            loss_sum += loss as f64;
+            loss_n += 1;
+            epoch_samples += batch.labels.len();
+            step_in_epoch += 1;
+            global_step += 1;
+            samples_in_epoch += batch.labels.len() * world;
+            reporter.step(epoch, step_in_epoch, steps_total, loss);
+            if cfg.checkpoint_every > 0
+                && global_step % cfg.checkpoint_every == 0
+                && step_in_epoch < steps_total
+            {
+                save(
+                    &pg,
+                    cfg,
+                    &ddp,
+                    &facts,
+                    [epoch, step_in_epoch, global_step, samples_in_epoch as u64],
+                    reporter,
+                )?;
+            }
+            if cfg.max_steps.is_some_and(|m| global_step >= m) {
+                train_time += epoch_start.elapsed();
+                train_samples += epoch_samples;
+                comm_wait += ddp.stats().wait - wait_start;
+                epochs_done = epoch;
+                break 'epochs;
+            }
+        }
+        let epoch_time = epoch_start.elapsed();
+        train_time += epoch_time;
+        train_samples += epoch_samples;
+        let wait = ddp.stats().wait - wait_start;
+        comm_wait += wait;
+        // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
+        let correct = evaluate(ddp.module(), test_x, test_y)?;
+        let mut counts = [correct as i64, test_y.len() as i64];
+        pg.allreduce(&mut counts, ReduceOp::Sum).map_err(pg_err)?;
+        let mut stats = [
+            if loss_n > 0 {
+                loss_sum / loss_n as f64
+            } else {
+                0.0
+            },
+            epoch_samples as f64,
+            epoch_time.as_secs_f64(),
+            wait.as_secs_f64() / epoch_time.as_secs_f64().max(1e-9),
+        ];
+        pg.allreduce(&mut stats, ReduceOp::Avg).map_err(pg_err)?;
+        last_accuracy = counts[0] as f64 / counts[1].max(1) as f64;
+        let record = EpochRecord {
+            epoch: epoch + 1,
+            train_loss: stats[0],
+            test_accuracy: last_accuracy,
+            samples_per_s: stats[1] * world as f64 / stats[2].max(1e-9),
+            comm_fraction: stats[3],
+            seconds: stats[2],
+        };
+        reporter.epoch(&record);
+        records.push(record);
+        epochs_done = epoch + 1;
+        save(
+            &pg,
+            cfg,
+            &ddp,
+            &facts,
+            [epoch + 1, 0, global_step, 0],
+            reporter,
+        )?;
+    }
+    let digest = param_digest(ddp.module())?;
+    Ok(Summary {
+        rank,
+        world,
+        epochs: epochs_done,
+        test_accuracy: last_accuracy,
+        samples_per_s: train_samples as f64 * world as f64 / train_time.as_secs_f64().max(1e-9),
+        comm_fraction: comm_wait.as_secs_f64() / train_time.as_secs_f64().max(1e-9),
+        param_digest: digest,
+        records,
+    })
+}
+
+/// Facts a checkpoint must agree with to be resumed.
+fn run_facts(cfg: &TrainConfig, data: &Dataset) -> HashMap<String, String> {
+    HashMap::from([
+        ("dataset".into(), cfg.dataset.clone()),
+        ("dataset_len".into(), data.len().to_string()),
+        ("test_fraction".into(), cfg.test_fraction.to_string()),
+        ("hidden".into(), cfg.hidden.to_string()),
+        ("depth".into(), cfg.depth.to_string()),
+        ("lr".into(), cfg.sgd.lr.to_string()),
+        ("momentum".into(), cfg.sgd.momentum.to_string()),
+        ("weight_decay".into(), cfg.sgd.weight_decay.to_string()),
+        ("bf16".into(), cfg.bf16.to_string()),
+    ])
+}
+
+fn check_compatible(meta: &Meta, facts: &HashMap<String, String>, cfg: &TrainConfig) -> Result<()> {
+    for (k, v) in facts {
+        if let Some(old) = meta.config.get(k) {
+            if old != v {
+                return Err(Error::Config(format!(
+                    "--resume: the checkpoint was trained with {k}={old}, this run has {k}={v}"
+                )));
+            }
+        }
+    }
+    if meta.seed != cfg.seed || meta.batch_size != cfg.batch_size as u64 {
+        return Err(Error::Config(format!(
+            "--resume: the checkpoint used --seed {} --batch-size {}, this run --seed {} --batch-size {}",
+            meta.seed, meta.batch_size, cfg.seed, cfg.batch_size
+        )));
+    }
+    Ok(())
+}
+
+/// Burn stores Linear weights `[in, out]`; PyTorch (and our checkpoints) `[out, in]`.
+fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
+    let (rows, cols) = (shape[0], shape[1]);
+    let mut out = vec![0.0; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    (vec![cols, rows], out)
+}
+
+fn save(
+    pg: &ProcessGroup,
+    cfg: &TrainConfig,
+    ddp: &DistributedDataParallel<Mlp>,
+    facts: &HashMap<String, String>,
+    [epoch, step_in_epoch, global_step, samples_in_epoch]: [u64; 4],
+    reporter: &mut dyn Reporter,
+) -> Result<()> {
+    let Some(dir) = cfg.checkpoint_dir.as_ref() else {
+        return Ok(());
+    };
+    if pg.rank() != 0 {
+        return Ok(());
+    }
+    let _s = trace::span("checkpoint", "io");
+    let infos = adapter::param_infos(ddp.module());
+    let values = adapter::params_to_flat(ddp.module())?;
+    let tensors = infos
+        .iter()
+        .zip(values)
+        .map(|(info, data)| {
+            let (shape, data) = if info.shape.len() == 2 {
+                transposed(&info.shape, &data)
+            } else {
+                (info.shape.clone(), data)
+            };
+            NamedTensor {
+                name: info.name.clone(),
+                shape,
+                data,
+            }
+        })
+        .collect();
+    let mut ck = Checkpoint {
+        meta: Meta {
+            format: String::new(),
+            epoch,
+            step_in_epoch,
+            global_step,
+            samples_in_epoch,
+            seed: cfg.seed,
+            world_size: pg.world_size() as u64,
+            batch_size: cfg.batch_size as u64,
+            config: facts.clone(),
+            tensors_sha256: String::new(),
+            tensors_file: String::new(),
+        },
+        tensors,
+    };
+    let path = checkpoint::save(dir, &mut ck, checkpoint::DEFAULT_KEEP)?;
+    reporter.checkpoint(&path);
+    Ok(())
+}
+
+fn load_params(model: Mlp, ck: &Checkpoint) -> Result<Mlp> {
+    let infos = adapter::param_infos(&model);
+    let mut values = Vec::with_capacity(infos.len());
+    for info in &infos {
+        let t = ck
+            .tensors
+            .iter()
+            .find(|t| t.name == info.name)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "the checkpoint has no tensor {} (does --hidden/--depth match?)",
+                    info.name
+                ))
+            })?;
+        let data = if info.shape.len() == 2 {
+            let (shape, data) = transposed(&t.shape, &t.data);
+            if shape != info.shape {
+                return Err(Error::Config(format!(
+                    "checkpoint tensor {} has shape {:?}, the model needs {:?}",
+                    info.name,
+                    t.shape,
+                    [info.shape[1], info.shape[0]]
+                )));
+            }
+            data
+        } else {
+            t.data.clone()
+        };
+        values.push(data);
+    }
+    Ok(adapter::set_params_from_flat(model, &values)?)
+}
