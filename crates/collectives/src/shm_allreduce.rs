@@ -20,7 +20,7 @@
 //!
 //! Chunks alternate between the two buffers, so step 1 of chunk `k+1` overlaps nobody's
 //! reads of chunk `k`. A chunk's working set (one buffer per rank plus the caller's chunk)
-//! stays in L2, so the caller's buffer crosses the memory bus once each way.
+//! stays in cache, so the caller's buffer crosses the memory bus once each way.
 
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{
@@ -35,7 +35,7 @@ use crate::{
 };
 
 /// Buffers up to this many bytes take the one-step path (measured: see docs/shm.md).
-pub const SHM_SMALL_MAX_BYTES: usize = 16 * 1024;
+pub const SHM_SMALL_MAX_BYTES: usize = 32 * 1024;
 
 /// Tuning of the shared-memory algorithms; must be equal on every rank.
 #[derive(Debug, Clone)]

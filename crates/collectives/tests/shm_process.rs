@@ -1,0 +1,115 @@
+//! Shared-memory allreduce between real processes (this test binary re-executed as rank 1),
+//! bitwise against a sequential fold in the canonical order, on the small and chunked paths.
+
+use std::{
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use phalanx_collectives::{allreduce_shm, broadcast_shm, reduce::reduce_into, segments};
+use phalanx_core::ReduceOp;
+use phalanx_transport::shm::{ShmGroup, ShmSegment};
+
+const CHILD_ENV: &str = "SHM_PROCESS_TEST_CHILD_JOB";
+const BUFFER: usize = 64 * 1024;
+/// From one element to several chunks of the 64 KiB buffers.
+const COUNTS: [usize; 4] = [1, 1000, 100_003, 1 << 20];
+
+fn input(rank: usize, count: usize) -> Vec<f32> {
+    (0..count)
+        .map(|i| ((i * 31 + rank * 7) % 997) as f32 / 97.0 - 5.0 + rank as f32 * 0.3)
+        .collect()
+}
+
+fn expected(count: usize) -> Vec<f32> {
+    let xs: Vec<Vec<f32>> = (0..2).map(|r| input(r, count)).collect();
+    let mut out = vec![0f32; count];
+    for s in 0..2 {
+        let seg = segments::segment(count, 2, s);
+        let mut order = segments::canonical_order(2, s);
+        out[seg.clone()].copy_from_slice(&xs[order.next().unwrap()][seg.clone()]);
+        for p in order {
+            reduce_into(ReduceOp::Avg, &mut out[seg.clone()], &xs[p][seg.clone()]);
+        }
+    }
+    phalanx_collectives::reduce::finish(ReduceOp::Avg, &mut out, 2);
+    out
+}
+
+fn group(job: &str, rank: usize) -> ShmGroup {
+    let bytes = ShmGroup::segment_bytes(BUFFER);
+    let own = ShmSegment::create(&format!("{job}-{rank}"), bytes).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let peer = 1 - rank;
+    let theirs = loop {
+        match ShmSegment::open(&format!("{job}-{peer}"), bytes) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() > deadline => panic!("rank {peer} never appeared: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
+    let mut peers = vec![None, None];
+    peers[peer] = Some(theirs);
+    ShmGroup::new(rank, 2, own, peers, Duration::from_secs(30)).unwrap()
+}
+
+/// Both ranks run this; returns the cases whose results were wrong.
+fn run(job: &str, rank: usize) -> Vec<String> {
+    let mut g = group(job, rank);
+    let mut bad = Vec::new();
+    for (seq, count) in COUNTS.into_iter().enumerate() {
+        let mut buf = input(rank, count);
+        allreduce_shm(&mut g, 2 * seq as u64, &mut buf, ReduceOp::Avg).unwrap();
+        if bytemuck::cast_slice::<f32, u8>(&buf)
+            != bytemuck::cast_slice::<f32, u8>(&expected(count))
+        {
+            bad.push(format!("allreduce count {count} rank {rank}"));
+        }
+        let mut b = input(rank, count);
+        broadcast_shm(&mut g, 2 * seq as u64 + 1, &mut b, 1).unwrap();
+        if b != input(1, count) {
+            bad.push(format!("broadcast count {count} rank {rank}"));
+        }
+    }
+    bad
+}
+
+/// The child side of `two_processes_agree_bitwise`: does nothing unless started by it.
+#[test]
+fn child_rank() {
+    if let Ok(job) = std::env::var(CHILD_ENV) {
+        let bad = run(&job, 1);
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn two_processes_agree_bitwise() {
+    let job = format!("phalanx-test-shmproc-{}", std::process::id());
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_rank", "--test-threads=1"])
+        .env(CHILD_ENV, &job)
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let bad = run(&job, 0);
+    assert!(bad.is_empty(), "{bad:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "rank 1 did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "rank 1 failed: {status}");
+}
