@@ -215,3 +215,26 @@ fn bad_flags_are_named() {
     assert_ne!(f.code(), Some(0));
     assert!(f.stderr.contains("--checkpoint-dir"), "{}", f.stderr);
 }
+
+#[test]
+fn bench_train_reports_both_world_sizes_and_efficiency() {
+    let mut cmd = phalanx();
+    cmd.args([
+        "bench", "train", "--steps", "5", "--warmup", "1", "--hidden", "32", "--json",
+    ]);
+    let f = run(cmd, Duration::from_secs(120));
+    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+    let rows: Vec<&str> = f
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"bench\":\"train\""))
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", f.stdout);
+    assert!(
+        rows[0].contains("\"world\":1") && rows[1].contains("\"world\":2"),
+        "{rows:?}"
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r.contains("\"scaling_efficiency\":") && r.contains("\"samples_per_s\":")));
+}

@@ -10,6 +10,7 @@ mod model;
 mod optim;
 pub mod position;
 mod step;
+pub mod throughput;
 pub mod trainer;
 
 pub use ddp_step::{accumulate_step, train_step};

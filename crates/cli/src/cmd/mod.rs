@@ -1,9 +1,28 @@
 //! One module per subcommand.
 pub(crate) mod bench;
 pub(crate) mod bench_allreduce;
+pub(crate) mod bench_train;
 pub(crate) mod env;
 pub(crate) mod launch;
 pub(crate) mod sampler;
 pub(crate) mod sizes;
 pub(crate) mod store;
 pub(crate) mod train;
+
+/// Burn's CPU backend sizes its thread pool to every core; with several ranks per host that
+/// oversubscribes the cores. Give each rank its share unless the user chose.
+pub(crate) fn limit_compute_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return;
+    }
+    let local: usize = std::env::var("LOCAL_WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Set before Burn creates its pool (first tensor operation), while only this thread runs.
+    std::env::set_var(
+        "RAYON_NUM_THREADS",
+        (cores / local.max(1)).max(1).to_string(),
+    );
+}

@@ -93,7 +93,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         }
         return phalanx_launch::relaunch_self(&args.launch);
     }
-    limit_compute_threads();
+    super::limit_compute_threads();
     let pg = Arc::new(phalanx_pg::init_process_group().context("joining the process group")?);
     install_failure_hook(pg.clone());
     let cfg = TrainConfig {
@@ -138,24 +138,6 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     };
     reporter.finish(&summary, args.out.as_deref())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Burn's CPU backend sizes its thread pool to every core; with several ranks per host that
-/// oversubscribes the cores. Give each rank its share unless the user chose.
-fn limit_compute_threads() {
-    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
-        return;
-    }
-    let local: usize = std::env::var("LOCAL_WORLD_SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Set before Burn creates its pool (first tensor operation), while only this thread runs.
-    std::env::set_var(
-        "RAYON_NUM_THREADS",
-        (cores / local.max(1)).max(1).to_string(),
-    );
 }
 
 /// A panic in this rank publishes the reason and aborts the group, so the other ranks fail at

@@ -1,0 +1,178 @@
+//! `phalanx bench train`: samples/s of the DDP training step for world size 1 and N on
+//! synthetic MNIST-shaped data, with the scaling efficiency `sps(N) / (N · sps(1))`.
+//! Each world size runs as its own job (`phalanx launch` of this command), one after another.
+
+use std::{
+    process::{Command, ExitCode, Stdio},
+    sync::Arc,
+};
+
+use anyhow::{bail, Context};
+use phalanx_train::throughput::{self, ThroughputConfig};
+
+/// Flags of `phalanx bench train`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    launch: phalanx_launch::LaunchArgs,
+    /// World sizes to measure, run one after another (default: 1 and --nproc-per-node, or 1,2).
+    #[arg(long, value_delimiter = ',')]
+    worlds: Vec<u32>,
+    /// Hidden width (2048 with --depth 2 is the communication-heavy case).
+    #[arg(long, default_value_t = 128)]
+    hidden: usize,
+    /// Hidden layers.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    /// Samples per step on each rank.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Timed steps.
+    #[arg(long, default_value_t = 100)]
+    steps: usize,
+    /// Untimed steps before timing.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// bf16 gradient compression.
+    #[arg(long)]
+    bf16: bool,
+    /// One JSON object per world size instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+const MARK: &str = "PHALANX-BENCH-TRAIN ";
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.steps == 0 || args.batch_size == 0 {
+        bail!("--steps and --batch-size must be at least 1");
+    }
+    if phalanx_launch::started_by_launcher() {
+        return worker(&args);
+    }
+    let nproc = if std::env::args().any(|a| a.starts_with("--nproc-per-node")) {
+        args.launch.nproc_per_node
+    } else {
+        2
+    };
+    let worlds = if args.worlds.is_empty() {
+        vec![1, nproc]
+    } else {
+        args.worlds.clone()
+    };
+    let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    for w in worlds {
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "launch",
+            "--standalone",
+            "--nproc-per-node",
+            &w.to_string(),
+            "--",
+        ])
+        .arg(&exe)
+        .args([
+            "bench",
+            "train",
+            "--hidden",
+            &args.hidden.to_string(),
+            "--depth",
+            &args.depth.to_string(),
+        ])
+        .args([
+            "--batch-size",
+            &args.batch_size.to_string(),
+            "--steps",
+            &args.steps.to_string(),
+        ])
+        .args(["--warmup", &args.warmup.to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+        if args.bf16 {
+            cmd.arg("--bf16");
+        }
+        let out = cmd
+            .output()
+            .with_context(|| format!("running the {w}-rank job"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            bail!("the {w}-rank job failed ({}):\n{text}", out.status);
+        }
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once(MARK).map(|(_, j)| j.to_string()))
+            .with_context(|| format!("the {w}-rank job printed no result:\n{text}"))?;
+        rows.push(line);
+    }
+    let field = |j: &str, k: &str| -> f64 {
+        j.split(&format!("\"{k}\":"))
+            .nth(1)
+            .and_then(|r| r.split([',', '}']).next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let base = rows
+        .iter()
+        .find(|r| field(r, "world") == 1.0)
+        .map(|r| field(r, "samples_per_s"));
+    if !args.json {
+        println!(
+            "# phalanx bench train: MLP 784-{}x{}-10, batch {}/rank, {} steps{}",
+            args.hidden,
+            args.depth,
+            args.batch_size,
+            args.steps,
+            if args.bf16 { ", bf16 gradients" } else { "" }
+        );
+        println!(
+            "{:>6} {:>12} {:>10} {:>8} {:>11} {:>10}",
+            "world", "samples/s", "step(ms)", "comm", "efficiency", "rss(MiB)"
+        );
+    }
+    for r in &rows {
+        let (w, sps) = (field(r, "world"), field(r, "samples_per_s"));
+        let eff = base.map(|b| sps / (w * b));
+        if args.json {
+            let e = eff.map_or("null".to_string(), |e| format!("{e:.4}"));
+            println!(
+                "{}",
+                r.trim_end_matches('}').to_string() + &format!(",\"scaling_efficiency\":{e}}}")
+            );
+        } else {
+            println!(
+                "{:>6} {:>12.0} {:>10.2} {:>7.1}% {:>11} {:>10.0}",
+                w,
+                sps,
+                field(r, "step_ms"),
+                100.0 * field(r, "comm_fraction"),
+                eff.map_or("-".into(), |e| format!("{:.2}", e)),
+                field(r, "peak_rss_mib")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn worker(args: &Args) -> anyhow::Result<ExitCode> {
+    super::limit_compute_threads();
+    let pg = Arc::new(phalanx_pg::init_process_group().context("joining the process group")?);
+    let t = throughput::measure(
+        pg.clone(),
+        &ThroughputConfig {
+            hidden: args.hidden,
+            depth: args.depth,
+            batch_size: args.batch_size,
+            steps: args.steps,
+            warmup: args.warmup,
+            bf16: args.bf16,
+        },
+    )?;
+    if pg.rank() == 0 {
+        println!(
+            "{MARK}{{\"bench\":\"train\",\"world\":{},\"hidden\":{},\"depth\":{},\"batch\":{},\"samples_per_s\":{:.1},\"step_ms\":{:.3},\"comm_fraction\":{:.4},\"peak_rss_mib\":{:.1}}}",
+            t.world, args.hidden, args.depth, args.batch_size, t.samples_per_s, t.step_ms, t.comm_fraction, t.peak_rss_mib
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,99 @@
+//! Training-step throughput on synthetic data, the measurement behind `phalanx bench train`.
+
+use std::{sync::Arc, time::Instant};
+
+use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
+use phalanx_pg::ProcessGroup;
+
+use crate::{device, train_step, Error, Mlp, MlpConfig, Result, Sgd, SgdOptions};
+
+/// What to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct ThroughputConfig {
+    /// Hidden width.
+    pub hidden: usize,
+    /// Hidden layers.
+    pub depth: usize,
+    /// Samples per step on each rank.
+    pub batch_size: usize,
+    /// Timed steps.
+    pub steps: usize,
+    /// Untimed steps first.
+    pub warmup: usize,
+    /// bf16 gradient compression.
+    pub bf16: bool,
+}
+
+/// One rank's measurement, reduced over ranks.
+#[derive(Debug, Clone, Copy)]
+pub struct Throughput {
+    /// Ranks.
+    pub world: usize,
+    /// Samples per second, all ranks together (slowest rank's time).
+    pub samples_per_s: f64,
+    /// Mean step time in milliseconds (slowest rank).
+    pub step_ms: f64,
+    /// Share of the step blocked on gradient communication (mean over ranks).
+    pub comm_fraction: f64,
+    /// Peak resident memory of this process in MiB (VmHWM), max over ranks.
+    pub peak_rss_mib: f64,
+}
+
+/// Runs `warmup + steps` DDP training steps of the MLP 784-hidden×depth-10 on synthetic
+/// MNIST-shaped batches (fixed per rank, so data loading is not measured).
+pub fn measure(pg: Arc<ProcessGroup>, c: &ThroughputConfig) -> Result<Throughput> {
+    let pg_err = |e: phalanx_pg::Error| Error::Pg(e.to_string());
+    let (rank, world) = (pg.rank(), pg.world_size());
+    let config = MlpConfig::seed(784, 10)
+        .with_hidden(c.hidden)
+        .with_depth(c.depth);
+    let mut options = DdpOptions::default();
+    if c.bf16 {
+        options = options.with_comm_hook(Bf16CompressHook);
+    }
+    let mut ddp =
+        DistributedDataParallel::new(Mlp::new(&config, 0, &device()), pg.clone(), options)?;
+    let mut sgd = Sgd::new(SgdOptions::default());
+    let data = phalanx_data::synthetic(c.batch_size * world, 0);
+    let rows = rank * c.batch_size..(rank + 1) * c.batch_size;
+    let x = &data.features()[rows.start * 784..rows.end * 784];
+    let y = &data.labels()[rows];
+    for _ in 0..c.warmup {
+        train_step(&mut ddp, &mut sgd, x, y)?;
+    }
+    pg.barrier().map_err(pg_err)?;
+    let wait0 = ddp.stats().wait;
+    let start = Instant::now();
+    for _ in 0..c.steps {
+        train_step(&mut ddp, &mut sgd, x, y)?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let comm = (ddp.stats().wait - wait0).as_secs_f64() / elapsed.max(1e-9);
+    let mut slowest = [elapsed, peak_rss_mib()];
+    pg.allreduce(&mut slowest, phalanx_core::ReduceOp::Max)
+        .map_err(pg_err)?;
+    let mut comm_mean = [comm];
+    pg.allreduce(&mut comm_mean, phalanx_core::ReduceOp::Avg)
+        .map_err(pg_err)?;
+    Ok(Throughput {
+        world,
+        samples_per_s: (c.steps * c.batch_size * world) as f64 / slowest[0],
+        step_ms: 1e3 * slowest[0] / c.steps as f64,
+        comm_fraction: comm_mean[0],
+        peak_rss_mib: slowest[1],
+    })
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), in MiB; 0 when unknown.
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|kb| kb.parse::<f64>().ok())
+            })
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
