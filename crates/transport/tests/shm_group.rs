@@ -263,8 +263,8 @@ fn child_rank() {
     let own = ShmSegment::create(&format!("{job}-1"), bytes).unwrap();
     let mut g = join(&job, 1, 2, own, Duration::from_secs(20));
     g.step_all(&fp(0, 1)).unwrap();
-    drop(g);
-    // Exit without a goodbye, as a crash would.
+    // Exit without dropping the group (no goodbye, as in a crash); the parent removes the
+    // segment file.
     std::process::exit(0);
 }
 
@@ -305,5 +305,33 @@ fn a_dead_peer_process_is_detected_within_a_second() {
             assert!(during.contains("exited"), "{during}");
         }
         other => panic!("expected PeerClosed, got {other}"),
+    }
+    let _ = std::fs::remove_file(format!("/dev/shm/{job}-1"));
+}
+
+#[test]
+fn a_rank_that_leaves_early_fails_its_waiters_but_not_finished_ones() {
+    let out = with_group(3, Duration::from_secs(30), |rank, g| {
+        g.step_all(&fp(0, 1)).unwrap();
+        match rank {
+            // Leaves (drops its group) after step 1: nobody may wait for it afterwards.
+            2 => Ok(()),
+            // Slow but present: rank 0's last wait must survive rank 2 leaving.
+            1 => {
+                std::thread::sleep(Duration::from_millis(300));
+                g.publish(&fp(1, 1)).unwrap();
+                Ok(())
+            }
+            _ => {
+                g.publish(&fp(1, 1)).unwrap();
+                let r = g.wait_for(1, &fp(1, 1));
+                // Step 2 of rank 2 never comes.
+                r.and_then(|()| g.wait_for(2, &fp(1, 1)))
+            }
+        }
+    });
+    match &out[0] {
+        Err(Error::PeerAborted { peer: 2, reason }) => assert!(reason.contains("left"), "{reason}"),
+        other => panic!("rank 0: {other:?}"),
     }
 }

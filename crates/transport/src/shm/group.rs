@@ -303,13 +303,11 @@ impl ShmGroup {
     /// Publishes this rank's next step of collective `fp`: everything it wrote to its buffers
     /// before becomes visible to peers that wait for the step.
     pub fn publish(&mut self, fp: &Fingerprint) -> Result<()> {
-        if let Some(reason) = &self.failed {
-            return Err(Error::Aborted {
-                reason: reason.clone(),
-            });
+        let me = Control::of(&self.segs[self.rank]);
+        if let Some(reason) = self.failed.clone().or_else(|| me.read_abort()) {
+            return Err(Error::Aborted { reason });
         }
         self.step += 1;
-        let me = Control::of(&self.segs[self.rank]);
         me.write_fp(self.step, &frame::encode_data(fp, 0));
         // SeqCst store, then SeqCst load of the waiter count: with a sleeper's SeqCst
         // increment followed by its SeqCst load of the step, at least one side sees the
@@ -381,5 +379,17 @@ impl ShmGroup {
     pub fn step_all(&mut self, fp: &Fingerprint) -> Result<()> {
         self.publish(fp)?;
         self.wait_all(fp)
+    }
+}
+
+impl Drop for ShmGroup {
+    /// Leaving tells peers still waiting for a step of this rank that it will never come
+    /// (a panicking or returning rank thread); peers waiting for steps it already published
+    /// are unaffected (see `check_aborts` in `wait.rs`).
+    fn drop(&mut self) {
+        if self.failed.is_none() && self.world > 1 {
+            self.abort_handle()
+                .abort(&format!("rank {} left the shared-memory group", self.rank));
+        }
     }
 }

@@ -140,7 +140,7 @@ impl Waiter {
         let ready = || c.step().load(Ordering::Acquire) >= target;
         let mut next_liveness = start + LIVENESS_EVERY;
         loop {
-            check_aborts(segs, me)?;
+            check_aborts(segs, me, target)?;
             let now = Instant::now();
             if now >= start + self.timeout {
                 return Err(Error::Timeout {
@@ -178,10 +178,16 @@ impl Waiter {
     }
 }
 
-/// Fails when this rank (from another thread) or any peer has aborted.
-fn check_aborts(segs: &[ShmSegment], me: usize) -> Result<()> {
+/// Fails when this rank (from another thread) has aborted, or a peer that has not yet
+/// reached step `target` has: a peer that left after publishing the step (its group was
+/// dropped at the end of the job) holds nobody up.
+fn check_aborts(segs: &[ShmSegment], me: usize, target: u64) -> Result<()> {
     for (p, seg) in segs.iter().enumerate() {
-        let Some(reason) = Control::of(seg).read_abort() else {
+        let c = Control::of(seg);
+        if p != me && c.step().load(Ordering::Acquire) >= target {
+            continue;
+        }
+        let Some(reason) = c.read_abort() else {
             continue;
         };
         return Err(if p == me {
