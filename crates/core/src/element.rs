@@ -136,7 +136,10 @@ mod tests {
     fn reduce_ops() {
         assert_eq!(i32::reduce(ReduceOp::Sum, i32::MAX, 1), i32::MIN);
         assert_eq!(f64::reduce(ReduceOp::Product, 2.0, 4.0), 8.0);
-        assert_eq!(bf16::reduce(ReduceOp::Sum, bf16::ONE, bf16::ONE).to_f32(), 2.0);
+        assert_eq!(
+            bf16::reduce(ReduceOp::Sum, bf16::ONE, bf16::ONE).to_f32(),
+            2.0
+        );
         assert_eq!(f32::reduce(ReduceOp::Avg, 3.0, 5.0).div_world(2), 4.0);
         assert_eq!(i64::reduce(ReduceOp::Min, -3, 5), -3);
     }

@@ -124,11 +124,18 @@ pub fn markdown() -> String {
     for (cat, title) in [
         (Category::Launcher, "Launcher (torchrun-compatible)"),
         (Category::Config, "System configuration"),
-        (Category::Debug, "Debugging (do not keep these in production)"),
+        (
+            Category::Debug,
+            "Debugging (do not keep these in production)",
+        ),
     ] {
         s.push_str(&format!("\n## {title}\n"));
         for v in REGISTRY.iter().filter(|v| v.category == cat) {
-            let default = if v.default.is_empty() { "unset" } else { v.default };
+            let default = if v.default.is_empty() {
+                "unset"
+            } else {
+                v.default
+            };
             s.push_str(&format!(
                 "\n### {}\n\n{}\n\nDefault: `{}` (since {})\n",
                 v.name, v.doc, default, v.since
@@ -145,7 +152,10 @@ mod tests {
     #[test]
     fn closest_name() {
         assert_eq!(closest("PHALANX_DEBGU"), Some("PHALANX_DEBUG"));
-        assert_eq!(closest("PHALANX_SOCKET_IFNAM"), Some("PHALANX_SOCKET_IFNAME"));
+        assert_eq!(
+            closest("PHALANX_SOCKET_IFNAM"),
+            Some("PHALANX_SOCKET_IFNAME")
+        );
         assert_eq!(closest("SOMETHING_ELSE_ENTIRELY"), None);
     }
 
@@ -157,6 +167,10 @@ mod tests {
             std::fs::write(path, markdown()).unwrap();
             return;
         }
-        assert_eq!(on_disk, markdown(), "docs/env-vars.md is stale: rerun with PHALANX_BLESS=1");
+        assert_eq!(
+            on_disk,
+            markdown(),
+            "docs/env-vars.md is stale: rerun with PHALANX_BLESS=1"
+        );
     }
 }

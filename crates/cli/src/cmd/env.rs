@@ -21,7 +21,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let shown = match (v.name, current) {
             ("PHALANX_TOKEN", Some(_)) => "<set, hidden>".to_string(),
             (_, Some(c)) => c,
-            (_, None) => format!("(default {})", if v.default.is_empty() { "unset" } else { v.default }),
+            (_, None) => format!(
+                "(default {})",
+                if v.default.is_empty() {
+                    "unset"
+                } else {
+                    v.default
+                }
+            ),
         };
         println!("{:<24} {}", v.name, shown);
     }
