@@ -144,7 +144,9 @@ pub fn train(
     if let Some(m) = &resumed_meta {
         reporter.resumed(m);
         if cfg.sgd.momentum != 0.0 {
-            tracing::warn!("--resume: momentum buffers are not in the checkpoint; they restart from zero");
+            tracing::warn!(
+                "--resume: momentum buffers are not in the checkpoint; they restart from zero"
+            );
         }
     }
     let (start_epoch, start_step, mut global_step) = (pos[1] as u64, pos[2] as u64, pos[3] as u64);
