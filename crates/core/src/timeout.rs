@@ -34,8 +34,9 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         _ => return Err(err("unknown unit; use ms, s, m or h")),
     };
     let secs = value * scale;
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(err("must be positive and finite"));
+    // Below 1 ns it would round to a zero timeout: every wait failing at once.
+    if !secs.is_finite() || !(1e-9..=1e9).contains(&secs) {
+        return Err(err("must be between 1 ns and 1e9 s"));
     }
     Ok(Duration::from_secs_f64(secs))
 }

@@ -195,7 +195,7 @@ impl DistEnv {
 
 /// Task count of node `node` in Slurm's `2(x3),1` syntax.
 pub fn tasks_on_node(spec: &str, node: usize) -> Option<usize> {
-    let mut seen = 0;
+    let mut seen = 0usize;
     for part in spec.split(',') {
         let (count, reps) = match part.split_once("(x") {
             Some((c, r)) => (
@@ -204,10 +204,11 @@ pub fn tasks_on_node(spec: &str, node: usize) -> Option<usize> {
             ),
             None => (part.trim().parse().ok()?, 1usize),
         };
-        if node < seen + reps {
+        // Saturating: hostile counts like `1(x18446744073709551615)` must not overflow.
+        if node < seen.saturating_add(reps) {
             return Some(count);
         }
-        seen += reps;
+        seen = seen.saturating_add(reps);
     }
     None
 }

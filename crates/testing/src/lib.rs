@@ -12,6 +12,8 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod fuzz;
+
 use std::{sync::Arc, time::Duration};
 
 use phalanx_pg::{CollectiveOptions, Placement, ProcessGroup};

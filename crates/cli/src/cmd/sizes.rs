@@ -40,7 +40,11 @@ pub(crate) fn parse_sizes(spec: &str) -> anyhow::Result<Vec<usize>> {
             let mut x = a;
             while x <= b {
                 out.push(x);
-                x *= f;
+                // Near usize::MAX the next size would overflow: the range ends here.
+                match x.checked_mul(f) {
+                    Some(next) => x = next,
+                    None => break,
+                }
             }
         } else {
             out.push(parse_size(part)?);
