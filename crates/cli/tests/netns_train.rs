@@ -1,7 +1,7 @@
 //! Determinism across placement (DESIGN.md: the canonical reduction order depends only on the
 //! world size): `phalanx train --json` with one seed ends with the same `param_digest` on
 //! every rank whether the 4 ranks run as 4 hosts × 1, 1 host × 4 or 2 hosts × 2, each host a
-//! network namespace and the hosts joined by real TCP.
+//! network namespace and the hosts joined by real TCP; and another seed gives another digest.
 //!
 //! Skipped with a printed reason without root and `ip netns`, and while `phalanx train` does
 //! not offer `--json` yet.
@@ -36,16 +36,16 @@ fn json_str(line: &str, key: &str) -> Option<String> {
     Some(rest[..rest.find('"')?].to_string())
 }
 
-/// Trains on `hosts` hosts × `nproc` ranks (store on host 0, `port`) and returns each rank's
+/// Trains on `hosts` hosts × `nproc` ranks (store on host 0, `port`) with `seed` and returns each rank's
 /// final `param_digest`.
-fn digests(h: &Hosts, port: u16, hosts: usize, nproc: usize) -> BTreeMap<u32, String> {
+fn digests(h: &Hosts, port: u16, hosts: usize, nproc: usize, seed: u32) -> BTreeMap<u32, String> {
     let cmds = (0..hosts)
         .map(|i| {
             let mut c = h.phalanx(i);
             c.arg("train")
                 .args(h.launch_flags_at(port, hosts, i, nproc))
                 .args(["--dataset", "digits", "--epochs", "1", "--hidden", "32"])
-                .args(["--seed", "7", "--json"]);
+                .args(["--seed", &seed.to_string(), "--json"]);
             c
         })
         .collect();
@@ -82,12 +82,14 @@ fn needs_root_netns_and_train_json_same_param_digest_on_4x1_1x4_2x2() {
         return;
     };
     if !train_has_json() {
-        eprintln!("SKIPPED {test}: `phalanx train --help` has no --json yet");
+        netns_util::say(&format!(
+            "SKIPPED {test}: `phalanx train --help` has no --json yet"
+        ));
         return;
     }
     let mut seen = Vec::new();
     for (i, (hosts, nproc)) in [(4, 1), (1, 4), (2, 2)].into_iter().enumerate() {
-        let d = digests(&h, PORT + i as u16, hosts, nproc);
+        let d = digests(&h, PORT + i as u16, hosts, nproc, 7);
         let first = d[&0].clone();
         assert!(!first.is_empty());
         assert!(
@@ -100,6 +102,10 @@ fn needs_root_netns_and_train_json_same_param_digest_on_4x1_1x4_2x2() {
         seen.iter().all(|(_, d)| d == &seen[0].1),
         "param_digest depends on placement: {seen:?}"
     );
+    // The digest does follow the parameters: another seed, another digest.
+    let other = digests(&h, PORT + 3, 2, 2, 8);
+    assert_ne!(other[&0], seen[0].1, "seed 8 gave seed 7's digest");
+    netns_util::say(&format!("{test}: param_digest {seen:?}"));
 }
 
 #[test]

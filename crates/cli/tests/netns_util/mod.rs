@@ -50,7 +50,24 @@ fn unavailable() -> Option<String> {
 fn skip(test: &str, reason: &str) {
     let require = std::env::var("PHX_NETNS_REQUIRE").is_ok_and(|v| v == "1");
     assert!(!require, "{test}: PHX_NETNS_REQUIRE=1 but {reason}");
-    eprintln!("SKIPPED {test}: needs root and iproute2 network namespaces: {reason}");
+    say(&format!(
+        "SKIPPED {test}: needs root and iproute2 network namespaces: {reason}"
+    ));
+}
+
+/// A line on the process's real stderr: the test harness captures `eprintln!` (and
+/// `io::stderr()`) and shows it only for failing tests, and a skip must be visible in a passing
+/// run's log. A duplicate of fd 2 goes around the capture.
+pub fn say(line: &str) {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let direct = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| writeln!(std::fs::File::from(fd), "{line}"));
+    if direct.is_err() {
+        eprintln!("{line}");
+    }
 }
 
 fn draw_id() -> u32 {
