@@ -44,7 +44,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("phalanx: error: {e:#}");
+            eprintln!("phalanx: error: {}", error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -63,4 +63,20 @@ fn init_logging() {
             level.to_ascii_lowercase(),
         ))
         .try_init();
+}
+
+/// The error and its causes joined by ": ", skipping a cause whose text its parent already
+/// spells out (our library errors name their cause in their own message).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }

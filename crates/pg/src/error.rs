@@ -25,7 +25,7 @@ pub enum Error {
         source: phalanx_store::Error,
     },
     /// Mesh setup failed.
-    #[error("rank {rank}: connecting the mesh: {source}")]
+    #[error("rank {rank}: setting up the transport: {source}")]
     Setup {
         /// This rank.
         rank: usize,

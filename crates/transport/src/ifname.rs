@@ -87,8 +87,12 @@ pub fn select(spec: Option<&str>, master_addr: &str) -> Result<Selected> {
                 ip: i.ip(),
             }),
             None => {
-                let mut names: Vec<_> = ifaces.iter().map(|i| i.name.clone()).collect();
-                names.dedup();
+                let mut names: Vec<String> = Vec::new();
+                for i in &ifaces {
+                    if !names.contains(&i.name) {
+                        names.push(i.name.clone());
+                    }
+                }
                 Err(Error::NoInterface {
                     spec: spec.to_string(),
                     available: names.join(", "),
