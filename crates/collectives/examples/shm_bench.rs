@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p phalanx-collectives --example shm_bench -- \
-//!     [--ranks 2] [--sizes 4K,64K,1M,16M,64M,256M] [--buffer-bytes 512K] [--small-max 16K] \
+//!     [--ranks 2] [--sizes 4K,64K,1M,16M,64M,256M] [--buffer-bytes 2M] [--chunk 1M] [--small-max 32K] \
 //!     [--spin-us 200] [--reps 5] [--check]
 //! ```
 //!
@@ -28,6 +28,7 @@ struct Args {
     sizes: Vec<usize>,
     buffer_bytes: usize,
     small_max: usize,
+    chunk: Option<usize>,
     spin: Option<Duration>,
     reps: usize,
     check: bool,
@@ -53,6 +54,7 @@ fn parse_args() -> Args {
             .collect(),
         buffer_bytes: DEFAULT_BUFFER_BYTES,
         small_max: ShmOptions::default().small_max_bytes,
+        chunk: None,
         spin: None,
         reps: 5,
         check: false,
@@ -66,6 +68,7 @@ fn parse_args() -> Args {
             "--sizes" => a.sizes = val().split(',').map(parse_size).collect(),
             "--buffer-bytes" => a.buffer_bytes = parse_size(val()),
             "--small-max" => a.small_max = parse_size(val()),
+            "--chunk" => a.chunk = Some(parse_size(val())),
             "--spin-us" => a.spin = Some(Duration::from_micros(val().parse().expect("--spin-us"))),
             "--reps" => a.reps = val().parse().expect("--reps"),
             "--check" => {
@@ -131,6 +134,7 @@ fn run_rank(job: &str, rank: usize, a: &Args) {
     let mut g = join(job, rank, a);
     let opts = ShmOptions {
         small_max_bytes: a.small_max,
+        chunk_bytes: a.chunk,
     };
     let n = a.ranks;
     let mut seq = 0u64;
@@ -140,8 +144,9 @@ fn run_rank(job: &str, rank: usize, a: &Args) {
     };
     if rank == 0 {
         println!(
-            "# phalanx shm allreduce: {n} ranks (processes), f32 sum, buffer {} KiB, small path ≤ {} B",
+            "# phalanx shm allreduce: {n} ranks (processes), f32 sum, buffer {} KiB, chunk {} KiB, small path ≤ {} B",
             a.buffer_bytes >> 10,
+            a.chunk.unwrap_or_else(|| phalanx_collectives::auto_chunk_bytes(n)).min(a.buffer_bytes) >> 10,
             a.small_max
         );
         println!("# memcpy 64 MiB, one thread: {:.2} GB/s", memcpy_gbs());

@@ -46,7 +46,7 @@ pub mod segments;
 pub mod shm_allreduce;
 #[cfg(target_os = "linux")]
 pub use shm_allreduce::{
-    allreduce_shm, allreduce_shm_with, barrier_shm, broadcast_shm, ShmOptions,
+    allreduce_shm, allreduce_shm_with, auto_chunk_bytes, barrier_shm, broadcast_shm, ShmOptions,
 };
 
 use phalanx_core::{Element, ReduceOp};

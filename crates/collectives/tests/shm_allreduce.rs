@@ -124,8 +124,12 @@ fn sweep<T: Element>() {
     };
     let small = ShmOptions {
         small_max_bytes: usize::MAX,
+        ..ShmOptions::default()
     };
-    let pieces = ShmOptions { small_max_bytes: 0 };
+    let pieces = ShmOptions {
+        small_max_bytes: 0,
+        ..ShmOptions::default()
+    };
     for world in WORLDS {
         let segs = Segments::new(world, BUFFER_BYTES);
         let failures = common::with_mesh(world, |rank, t| {
