@@ -59,6 +59,8 @@ pub struct Options {
     pub chunk_bytes: usize,
     /// Buffers up to this size (bytes) use direct exchange rather than the ring.
     pub direct_max_bytes: usize,
+    /// Use shared memory when every rank is on one host (the process group decides at setup).
+    pub shared_memory: bool,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
         Options {
             chunk_bytes: 512 * 1024,
             direct_max_bytes: 64 * 1024,
+            shared_memory: true,
         }
     }
 }

@@ -113,6 +113,7 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
         world_size: e.world_size,
         local_rank: e.local_rank,
         local_world_size: e.local_world_size,
+        node_rank: e.group_rank,
     };
     connect(
         placement,
@@ -180,9 +181,18 @@ pub fn connect(
     let transport = TcpTransport::connect(&cfg, listener, &addrs).map_err(setup)?;
     let abort = transport.abort_handle();
     tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me, "phalanx: mesh connected");
+    let shm = crate::shm_setup::try_join(
+        store.as_ref(),
+        rank,
+        placement.world_size,
+        placement.node_rank,
+        timeout,
+        opts.shared_memory,
+    )?;
     Ok(ProcessGroup::new(
         placement,
         Box::new(transport),
+        shm,
         abort,
         store,
         server,

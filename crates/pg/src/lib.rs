@@ -22,6 +22,7 @@ mod error;
 mod init;
 mod process_group;
 mod progress;
+mod shm_setup;
 mod work;
 
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};

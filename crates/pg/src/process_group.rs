@@ -20,7 +20,10 @@ use std::{
 use phalanx_collectives::{self as coll, Algorithm, Options};
 use phalanx_core::{trace, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
-use phalanx_transport::{AbortHandle, Transport};
+use phalanx_transport::{
+    shm::{ShmAbortHandle, ShmGroup},
+    AbortHandle, Transport,
+};
 
 use crate::{progress::Progress, work::Work, Error, Result};
 
@@ -46,6 +49,7 @@ pub(crate) struct Shared {
     exec: Mutex<Exec>,
     store: Arc<dyn Store>,
     abort: AbortHandle,
+    shm_abort: Option<ShmAbortHandle>,
     failed: Mutex<Option<String>>,
     /// Last completed collective, for `status/<rank>` (Note [Hang diagnosis] in progress.rs).
     progress: Progress,
@@ -54,8 +58,11 @@ pub(crate) struct Shared {
     reported: Mutex<Vec<(&'static str, Algorithm)>>,
 }
 
-struct Exec {
+/// The links a collective runs over: always the TCP mesh, plus shared memory when every rank
+/// is on this host (then allreduce, broadcast and barrier use it).
+pub(crate) struct Exec {
     transport: Box<dyn Transport>,
+    shm: Option<ShmGroup>,
     seq: u64,
 }
 
@@ -79,6 +86,8 @@ pub struct Placement {
     pub local_rank: usize,
     /// Ranks on this host.
     pub local_world_size: usize,
+    /// Rank of this host's launcher agent (ranks share memory only within one node).
+    pub node_rank: usize,
 }
 
 impl ProcessGroup {
@@ -87,6 +96,7 @@ impl ProcessGroup {
     pub fn new(
         placement: Placement,
         transport: Box<dyn Transport>,
+        shm: Option<ShmGroup>,
         abort: AbortHandle,
         store: Arc<dyn Store>,
         server: Option<StoreServer>,
@@ -98,7 +108,12 @@ impl ProcessGroup {
                 world_size: placement.world_size,
                 local_rank: placement.local_rank,
                 local_world_size: placement.local_world_size,
-                exec: Mutex::new(Exec { transport, seq: 0 }),
+                shm_abort: shm.as_ref().map(ShmGroup::abort_handle),
+                exec: Mutex::new(Exec {
+                    transport,
+                    shm,
+                    seq: 0,
+                }),
                 store,
                 abort,
                 failed: Mutex::new(None),
@@ -138,7 +153,7 @@ impl ProcessGroup {
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let bytes = std::mem::size_of_val(buf);
         self.blocking("allreduce", bytes, |s, t, seq| {
-            Ok(((), coll::allreduce(t, seq, buf, op, &s.opts)?))
+            Ok(((), t.allreduce(seq, buf, op, &s.opts)?))
         })
     }
 
@@ -146,7 +161,7 @@ impl ProcessGroup {
     pub fn allreduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
         let bytes = std::mem::size_of_val(&buf[..]);
         self.enqueue("allreduce", bytes, move |s, t, seq| {
-            let algo = coll::allreduce(t, seq, &mut buf, op, &s.opts)?;
+            let algo = t.allreduce(seq, &mut buf, op, &s.opts)?;
             Ok((buf, algo))
         })
     }
@@ -156,7 +171,7 @@ impl ProcessGroup {
         self.check_rank(root, "broadcast root")?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("broadcast", bytes, |s, t, seq| {
-            Ok(((), coll::broadcast(t, seq, buf, root, &s.opts)?))
+            Ok(((), t.broadcast(seq, buf, root, &s.opts)?))
         })
     }
 
@@ -171,7 +186,7 @@ impl ProcessGroup {
         }
         let bytes = std::mem::size_of_val(recv);
         self.blocking("allgather", bytes, |s, t, seq| {
-            Ok(((), coll::allgather(t, seq, send, recv, &s.opts)?))
+            Ok(((), coll::allgather(t.tcp(), seq, send, recv, &s.opts)?))
         })
     }
 
@@ -191,13 +206,16 @@ impl ProcessGroup {
         }
         let bytes = std::mem::size_of_val(send);
         self.blocking("reduce_scatter", bytes, |s, t, seq| {
-            Ok(((), coll::reduce_scatter(t, seq, send, recv, op, &s.opts)?))
+            Ok((
+                (),
+                coll::reduce_scatter(t.tcp(), seq, send, recv, op, &s.opts)?,
+            ))
         })
     }
 
     /// Returns when every rank has called it.
     pub fn barrier(&self) -> Result<()> {
-        self.blocking("barrier", 0, |_, t, seq| Ok(((), coll::barrier(t, seq)?)))
+        self.blocking("barrier", 0, |_, t, seq| Ok(((), t.barrier(seq)?)))
     }
 
     /// Sends `buf` to `peer`. Like every collective here it takes a group sequence number,
@@ -207,7 +225,7 @@ impl ProcessGroup {
         self.check_rank(peer, "send peer")?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("send", bytes, |_, t, seq| {
-            Ok((coll::send(t, seq, buf, peer, tag)?, Algorithm::Direct))
+            Ok((coll::send(t.tcp(), seq, buf, peer, tag)?, Algorithm::Direct))
         })
     }
 
@@ -216,7 +234,7 @@ impl ProcessGroup {
         self.check_rank(peer, "recv peer")?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("recv", bytes, |_, t, seq| {
-            Ok((coll::recv(t, seq, buf, peer, tag)?, Algorithm::Direct))
+            Ok((coll::recv(t.tcp(), seq, buf, peer, tag)?, Algorithm::Direct))
         })
     }
 
@@ -249,7 +267,7 @@ impl ProcessGroup {
         &self,
         name: &'static str,
         bytes: usize,
-        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> Step<R>,
+        f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
     ) -> Result<R> {
         // Run behind anything queued to keep issue order (Note [Issue order]).
         self.pending.wait_idle();
@@ -260,7 +278,7 @@ impl ProcessGroup {
         &self,
         name: &'static str,
         bytes: usize,
-        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> Step<T> + Send + 'static,
+        f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<T> + Send + 'static,
     ) -> Work<T> {
         let (work, slot) = Work::new();
         self.submit(Box::new(move |s: &Shared| {
@@ -315,7 +333,7 @@ impl Shared {
         &self,
         name: &'static str,
         bytes: usize,
-        f: impl FnOnce(&Shared, &mut dyn Transport, u64) -> Step<R>,
+        f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
     ) -> Result<R> {
         if let Some(cause) = self.failed.lock().unwrap().clone() {
             return Err(Error::Failed {
@@ -329,7 +347,7 @@ impl Shared {
         let span = trace::span(name, "collective")
             .arg("seq", seq)
             .arg("bytes", bytes);
-        match f(self, exec.transport.as_mut(), seq) {
+        match f(self, &mut exec, seq) {
             Ok((r, algo)) => {
                 self.progress.complete(seq);
                 drop(span.arg("algorithm", format!("{algo:?}")));
@@ -418,8 +436,18 @@ impl Shared {
         // The exec lock may be held by a blocked collective on another thread: the abort
         // handle shuts the sockets down without it, waking that collective.
         match self.exec.try_lock() {
-            Ok(mut exec) => exec.transport.abort(cause),
-            Err(_) => self.abort.abort(cause),
+            Ok(mut exec) => {
+                if let Some(g) = exec.shm.as_mut() {
+                    g.abort(cause);
+                }
+                exec.transport.abort(cause)
+            }
+            Err(_) => {
+                if let Some(h) = &self.shm_abort {
+                    h.abort(cause);
+                }
+                self.abort.abort(cause)
+            }
         }
     }
 }
@@ -459,6 +487,45 @@ impl Pending {
         let mut c = self.count.lock().unwrap();
         while *c > 0 {
             c = self.idle.wait(c).unwrap();
+        }
+    }
+}
+
+impl Exec {
+    fn tcp(&mut self) -> &mut dyn Transport {
+        self.transport.as_mut()
+    }
+
+    fn allreduce<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        op: ReduceOp,
+        opts: &Options,
+    ) -> phalanx_transport::Result<Algorithm> {
+        match self.shm.as_mut() {
+            Some(g) => coll::allreduce_shm(g, seq, buf, op),
+            None => coll::allreduce(self.transport.as_mut(), seq, buf, op, opts),
+        }
+    }
+
+    fn broadcast<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        root: usize,
+        opts: &Options,
+    ) -> phalanx_transport::Result<Algorithm> {
+        match self.shm.as_mut() {
+            Some(g) => coll::broadcast_shm(g, seq, buf, root),
+            None => coll::broadcast(self.transport.as_mut(), seq, buf, root, opts),
+        }
+    }
+
+    fn barrier(&mut self, seq: u64) -> phalanx_transport::Result<Algorithm> {
+        match self.shm.as_mut() {
+            Some(g) => coll::barrier_shm(g, seq),
+            None => coll::barrier(self.transport.as_mut(), seq),
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use phalanx_core::ReduceOp;
-use phalanx_testing::spawn_ranks;
+use phalanx_testing::{spawn_ranks, spawn_ranks_tcp};
 
 #[test]
 fn async_works_complete_in_issue_order() {
@@ -119,4 +119,56 @@ fn send_recv_pairs() {
             assert_eq!(b, [1, 2, 3]);
         }
     });
+}
+
+#[test]
+fn over_tcp_mismatch_and_failure_are_named_too() {
+    let errors = spawn_ranks_tcp(3, |pg| {
+        let n = if pg.rank() == 2 { 12 } else { 10 };
+        let mut v = vec![1.0f32; n];
+        pg.allreduce(&mut v, ReduceOp::Sum).unwrap_err().to_string()
+    });
+    for e in &errors {
+        assert!(e.contains("count=12") && e.contains("count=10"), "{e}");
+    }
+    let errors = spawn_ranks_tcp(3, |pg| {
+        let mut v = vec![1.0f32; 1 << 16];
+        pg.allreduce(&mut v, ReduceOp::Sum).unwrap();
+        if pg.rank() == 1 {
+            pg.abort("rank 1 failed: disk full");
+            return String::new();
+        }
+        pg.allreduce(&mut v, ReduceOp::Sum).unwrap_err().to_string()
+    });
+    assert!(
+        errors[0].contains("rank 1 failed: disk full")
+            && errors[2].contains("rank 1 failed: disk full"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn shared_memory_and_tcp_give_the_same_bits() {
+    let input = |rank: usize| -> Vec<f32> {
+        (0..100_003)
+            .map(|i| ((i * 7 + rank * 13) % 1000) as f32 * 0.001 + 0.1)
+            .collect()
+    };
+    let run = |tcp: bool| {
+        let f = |pg: phalanx_pg::ProcessGroup| {
+            let mut v = input(pg.rank());
+            pg.allreduce(&mut v, ReduceOp::Avg).unwrap();
+            v
+        };
+        if tcp {
+            spawn_ranks_tcp(3, f)
+        } else {
+            spawn_ranks(3, f)
+        }
+    };
+    let (a, b) = (run(false), run(true));
+    assert_eq!(
+        a[0].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        b[0].iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
 }

@@ -28,6 +28,16 @@ pub fn spawn_ranks<R: Send>(world: usize, f: impl Fn(ProcessGroup) -> R + Sync) 
     spawn_ranks_with(world, CollectiveOptions::default(), TEST_TIMEOUT, f)
 }
 
+/// [`spawn_ranks`] with every collective over loopback TCP (no shared memory), to test the
+/// network path on one host.
+pub fn spawn_ranks_tcp<R: Send>(world: usize, f: impl Fn(ProcessGroup) -> R + Sync) -> Vec<R> {
+    let opts = CollectiveOptions {
+        shared_memory: false,
+        ..CollectiveOptions::default()
+    };
+    spawn_ranks_with(world, opts, TEST_TIMEOUT, f)
+}
+
 /// [`spawn_ranks`] with explicit algorithm options and timeout.
 pub fn spawn_ranks_with<R: Send>(
     world: usize,
@@ -47,6 +57,7 @@ pub fn spawn_ranks_with<R: Send>(
                         world_size: world,
                         local_rank: rank,
                         local_world_size: world,
+                        node_rank: 0,
                     };
                     let pg = phalanx_pg::connect(
                         placement,

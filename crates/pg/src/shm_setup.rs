@@ -1,0 +1,97 @@
+//! Shared-memory bootstrap: when every rank of the group runs on one host, the ranks map each
+//! other's segments under `/dev/shm` and allreduce, broadcast and barrier go through memory
+//! instead of loopback TCP (see `phalanx_transport::shm`).
+//!
+//! "One host" is decided through the store: each rank publishes the host's boot id, hostname
+//! and its node (launcher agent) rank, so ranks of different agents never share memory even
+//! when they share a kernel (the network-namespace test hosts). All ranks agree on the outcome
+//! through the store before any of them uses shared memory, so a rank that cannot create its
+//! segment makes the whole group fall back to TCP instead of deadlocking it.
+
+use std::time::Duration;
+
+use phalanx_core::env;
+use phalanx_store::Store;
+use phalanx_transport::shm::{ShmGroup, ShmSegment, DEFAULT_BUFFER_BYTES};
+
+use crate::{Error, Result};
+
+/// Joins a shared-memory group when every rank is on this host and `PHALANX_SHM_DISABLE` is not
+/// set; `None` otherwise (TCP carries everything).
+pub(crate) fn try_join(
+    store: &dyn Store,
+    rank: usize,
+    world: usize,
+    node: usize,
+    timeout: Duration,
+    wanted: bool,
+) -> Result<Option<ShmGroup>> {
+    let store_err = |source| Error::Store { rank, source };
+    if world < 2 || !wanted {
+        return Ok(None);
+    }
+    let host = host_id(node);
+    store
+        .set(&format!("pg/host/{rank}"), host.as_bytes())
+        .map_err(store_err)?;
+    let keys: Vec<String> = (0..world).map(|r| format!("pg/host/{r}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    store.wait_timeout(&refs, timeout).map_err(store_err)?;
+    let hosts = store.multi_get(&refs).map_err(store_err)?;
+    let disabled = env::get(env::PHALANX_SHM_DISABLE).is_some_and(|v| v != "0");
+    if disabled || hosts.iter().any(|h| h != host.as_bytes()) {
+        return Ok(None);
+    }
+    // One nonce per group keeps concurrent jobs (and test threads) apart in /dev/shm.
+    let nonce = {
+        let mut n = [0u8; 6];
+        getrandom::fill(&mut n).expect("the OS random source is available");
+        n.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let nonce = String::from_utf8_lossy(
+        &store
+            .compare_set("pg/shm/nonce", b"", nonce.as_bytes())
+            .map_err(store_err)?,
+    )
+    .into_owned();
+    let name = |r: usize| format!("phalanx-{nonce}-{r}");
+    let bytes = ShmGroup::segment_bytes(DEFAULT_BUFFER_BYTES);
+    let own = match ShmSegment::create(&name(rank), bytes) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(rank, "shared memory unavailable, using TCP: {e}");
+            None
+        }
+    };
+    store
+        .set(
+            &format!("pg/shm/ok/{rank}"),
+            if own.is_some() { b"1" } else { b"0" },
+        )
+        .map_err(store_err)?;
+    let keys: Vec<String> = (0..world).map(|r| format!("pg/shm/ok/{r}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    store.wait_timeout(&refs, timeout).map_err(store_err)?;
+    let oks = store.multi_get(&refs).map_err(store_err)?;
+    let Some(own) = own.filter(|_| oks.iter().all(|v| v == b"1")) else {
+        return Ok(None);
+    };
+    let setup = |source| Error::Setup { rank, source };
+    let peers = (0..world)
+        .map(|p| {
+            (p != rank)
+                .then(|| ShmSegment::open(&name(p), bytes))
+                .transpose()
+        })
+        .collect::<phalanx_transport::Result<Vec<_>>>()
+        .map_err(setup)?;
+    let group = ShmGroup::new(rank, world, own, peers, timeout).map_err(setup)?;
+    tracing::info!(rank, world, segment = %name(rank), buffer_bytes = DEFAULT_BUFFER_BYTES, "phalanx: shared memory joined");
+    Ok(Some(group))
+}
+
+fn host_id(node: usize) -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}/{}/{node}", boot.trim(), host.trim())
+}
