@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Bounded coverage-guided fuzzing of every decoder target (cargo-fuzz, libFuzzer, AddressSanitizer).
+# Usage: fuzz/run.sh [seconds per target, default $FUZZ_SECONDS or 10]
+# Needs a nightly toolchain (`rustup toolchain install nightly`); without one it says so and
+# exits 0: the deterministic fuzz tests in `cargo test` (crates/*/tests/fuzz_*.rs) still run.
+set -euo pipefail
+cd "$(dirname "$0")"
+secs="${1:-${FUZZ_SECONDS:-10}}"
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  echo "fuzz: skipped: no nightly toolchain (cargo-fuzz needs -Zsanitizer); see docs/reliability.md"
+  exit 0
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz: installing cargo-fuzz from crates.io"
+  cargo install cargo-fuzz --locked --quiet
+fi
+cargo +nightly fuzz build -O
+targets=$(cargo +nightly fuzz list)
+for t in $targets; do
+  # -malloc_limit_mb: any single allocation over 64 MiB is a finding (lengths must be bounded
+  # before allocating); -rss_limit_mb bounds the whole process.
+  out=$(cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -rss_limit_mb=1024 \
+        -malloc_limit_mb=64 -print_final_stats=1 2>&1) || { echo "$out" | tail -40; echo "fuzz: $t FAILED"; exit 1; }
+  runs=$(echo "$out" | sed -n 's/^stat::number_of_executed_units: *//p')
+  echo "fuzz: $t: ${runs:-?} inputs in ${secs} s, no crash"
+done
