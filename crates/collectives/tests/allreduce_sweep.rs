@@ -51,6 +51,7 @@ fn sweep<T: Element>() {
     let ring = Options {
         direct_max_bytes: 0,
         chunk_bytes: 1000,
+        ..Options::default()
     };
     for world in WORLDS {
         let failures = common::with_mesh(world, |rank, t| {
@@ -131,6 +132,7 @@ fn broadcast_allgather_reduce_scatter_barrier() {
                         Options {
                             direct_max_bytes: 0,
                             chunk_bytes: 1000,
+                            ..Options::default()
                         },
                     ] {
                         let mut buf: Vec<f32> = if rank == root {

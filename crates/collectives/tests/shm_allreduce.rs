@@ -121,6 +121,7 @@ fn sweep<T: Element>() {
     let ring = Options {
         direct_max_bytes: 0,
         chunk_bytes: 1000,
+        ..Options::default()
     };
     let small = ShmOptions {
         small_max_bytes: usize::MAX,
