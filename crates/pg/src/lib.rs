@@ -19,7 +19,10 @@
 
 mod dist_env;
 mod error;
+mod exec;
+mod failure;
 mod init;
+mod pending;
 mod process_group;
 mod progress;
 mod shm_setup;

@@ -12,9 +12,8 @@
 //! once with the same root cause instead of waiting for a timeout.
 
 use std::{
-    sync::{mpsc, Arc, Condvar, Mutex},
+    sync::{mpsc, Arc, Mutex},
     thread,
-    time::Duration,
 };
 
 use phalanx_collectives::{self as coll, Algorithm, Options};
@@ -25,7 +24,7 @@ use phalanx_transport::{
     AbortHandle, Transport,
 };
 
-use crate::{progress::Progress, work::Work, Error, Result};
+use crate::{exec::Exec, pending::Pending, progress::Progress, work::Work, Error, Result};
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
 /// What a collective closure returns: its result and the algorithm it used.
@@ -46,24 +45,16 @@ pub(crate) struct Shared {
     pub(crate) world_size: usize,
     pub(crate) local_rank: usize,
     pub(crate) local_world_size: usize,
-    exec: Mutex<Exec>,
-    store: Arc<dyn Store>,
-    abort: AbortHandle,
-    shm_abort: Option<ShmAbortHandle>,
-    failed: Mutex<Option<String>>,
+    pub(crate) exec: Mutex<Exec>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) abort: AbortHandle,
+    pub(crate) shm_abort: Option<ShmAbortHandle>,
+    pub(crate) failed: Mutex<Option<String>>,
     /// Last completed collective, for `status/<rank>` (Note [Hang diagnosis] in progress.rs).
-    progress: Progress,
-    opts: Options,
+    pub(crate) progress: Progress,
+    pub(crate) opts: Options,
     /// (collective, algorithm) pairs already reported at INFO level.
-    reported: Mutex<Vec<(&'static str, Algorithm)>>,
-}
-
-/// The links a collective runs over: always the TCP mesh, plus shared memory when every rank
-/// is on this host (then allreduce, broadcast and barrier use it).
-pub(crate) struct Exec {
-    transport: Box<dyn Transport>,
-    shm: Option<ShmGroup>,
-    seq: u64,
+    pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -368,88 +359,6 @@ impl Shared {
             }
         }
     }
-
-    /// Logs each (collective, algorithm) pair the first time it is used (`PHALANX_DEBUG=INFO`).
-    fn note_algorithm(&self, name: &'static str, bytes: usize, algo: Algorithm) {
-        let mut seen = self.reported.lock().unwrap();
-        if !seen.contains(&(name, algo)) {
-            seen.push((name, algo));
-            tracing::info!(
-                rank = self.rank,
-                collective = name,
-                bytes,
-                algorithm = ?algo,
-                direct_max_bytes = self.opts.direct_max_bytes,
-                chunk_bytes = self.opts.chunk_bytes,
-                "phalanx: algorithm"
-            );
-        }
-    }
-
-    /// Works out the root cause of a transport error; `true` when this rank is its origin.
-    fn root_cause(&self, e: &phalanx_transport::Error) -> (String, bool) {
-        use phalanx_transport::Error as T;
-        match e {
-            T::PeerAborted { reason, .. } => (reason.clone(), false),
-            T::Aborted { reason } => (reason.clone(), false),
-            T::PeerClosed { peer, during } => {
-                // A dead peer may have published why; give it a moment to land.
-                let key = format!("error/{peer}");
-                let published = self
-                    .store
-                    .wait_timeout(&[&key], Duration::from_millis(500))
-                    .ok()
-                    .and_then(|_| self.store.get(&key).ok());
-                match published {
-                    Some(reason) => (String::from_utf8_lossy(&reason).into_owned(), false),
-                    None => (
-                        format!("rank {peer} exited or lost its connection during {during}"),
-                        false,
-                    ),
-                }
-            }
-            other => (format!("rank {}: {other}", self.rank), true),
-        }
-    }
-
-    /// Marks the group failed, publishes the reason when this rank is the origin, and aborts
-    /// the transport so peers learn at once.
-    fn fail(&self, cause: &str, origin: bool) {
-        {
-            let mut f = self.failed.lock().unwrap();
-            if f.is_some() {
-                return;
-            }
-            *f = Some(cause.to_string());
-        }
-        if origin {
-            let text = if cause.starts_with("rank ") {
-                cause.to_string()
-            } else {
-                format!("rank {}: {cause}", self.rank)
-            };
-            let _ = self
-                .store
-                .set(&format!("error/{}", self.rank), text.as_bytes());
-        }
-        tracing::error!(rank = self.rank, "process group failed: {cause}");
-        // The exec lock may be held by a blocked collective on another thread: the abort
-        // handle shuts the sockets down without it, waking that collective.
-        match self.exec.try_lock() {
-            Ok(mut exec) => {
-                if let Some(g) = exec.shm.as_mut() {
-                    g.abort(cause);
-                }
-                exec.transport.abort(cause)
-            }
-            Err(_) => {
-                if let Some(h) = &self.shm_abort {
-                    h.abort(cause);
-                }
-                self.abort.abort(cause)
-            }
-        }
-    }
 }
 
 fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
@@ -460,72 +369,5 @@ fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
         T::PeerClosed { during, .. } => during.clone(),
         T::Timeout { during, .. } => during.clone(),
         _ => format!("{name} #{seq}"),
-    }
-}
-
-/// Count of queued collectives, with a wait for "none left".
-#[derive(Default)]
-struct Pending {
-    count: Mutex<usize>,
-    idle: Condvar,
-}
-
-impl Pending {
-    fn add(&self) {
-        *self.count.lock().unwrap() += 1;
-    }
-
-    fn done(&self) {
-        let mut c = self.count.lock().unwrap();
-        *c -= 1;
-        if *c == 0 {
-            self.idle.notify_all();
-        }
-    }
-
-    fn wait_idle(&self) {
-        let mut c = self.count.lock().unwrap();
-        while *c > 0 {
-            c = self.idle.wait(c).unwrap();
-        }
-    }
-}
-
-impl Exec {
-    fn tcp(&mut self) -> &mut dyn Transport {
-        self.transport.as_mut()
-    }
-
-    fn allreduce<T: Element>(
-        &mut self,
-        seq: u64,
-        buf: &mut [T],
-        op: ReduceOp,
-        opts: &Options,
-    ) -> phalanx_transport::Result<Algorithm> {
-        match self.shm.as_mut() {
-            Some(g) => coll::allreduce_shm(g, seq, buf, op),
-            None => coll::allreduce(self.transport.as_mut(), seq, buf, op, opts),
-        }
-    }
-
-    fn broadcast<T: Element>(
-        &mut self,
-        seq: u64,
-        buf: &mut [T],
-        root: usize,
-        opts: &Options,
-    ) -> phalanx_transport::Result<Algorithm> {
-        match self.shm.as_mut() {
-            Some(g) => coll::broadcast_shm(g, seq, buf, root),
-            None => coll::broadcast(self.transport.as_mut(), seq, buf, root, opts),
-        }
-    }
-
-    fn barrier(&mut self, seq: u64) -> phalanx_transport::Result<Algorithm> {
-        match self.shm.as_mut() {
-            Some(g) => coll::barrier_shm(g, seq),
-            None => coll::barrier(self.transport.as_mut(), seq),
-        }
     }
 }

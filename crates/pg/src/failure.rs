@@ -1,0 +1,92 @@
+//! Note [Fail fast] in practice: working out a failure's root cause, publishing it, and
+//! aborting every link so the other ranks stop at once.
+
+use std::time::Duration;
+
+use phalanx_collectives::Algorithm;
+
+use crate::process_group::Shared;
+
+impl Shared {
+    /// Logs each (collective, algorithm) pair the first time it is used (`PHALANX_DEBUG=INFO`).
+    pub(crate) fn note_algorithm(&self, name: &'static str, bytes: usize, algo: Algorithm) {
+        let mut seen = self.reported.lock().unwrap();
+        if !seen.contains(&(name, algo)) {
+            seen.push((name, algo));
+            tracing::info!(
+                rank = self.rank,
+                collective = name,
+                bytes,
+                algorithm = ?algo,
+                direct_max_bytes = self.opts.direct_max_bytes,
+                chunk_bytes = self.opts.chunk_bytes,
+                "phalanx: algorithm"
+            );
+        }
+    }
+
+    /// Works out the root cause of a transport error; `true` when this rank is its origin.
+    pub(crate) fn root_cause(&self, e: &phalanx_transport::Error) -> (String, bool) {
+        use phalanx_transport::Error as T;
+        match e {
+            T::PeerAborted { reason, .. } => (reason.clone(), false),
+            T::Aborted { reason } => (reason.clone(), false),
+            T::PeerClosed { peer, during } => {
+                // A dead peer may have published why; give it a moment to land.
+                let key = format!("error/{peer}");
+                let published = self
+                    .store
+                    .wait_timeout(&[&key], Duration::from_millis(500))
+                    .ok()
+                    .and_then(|_| self.store.get(&key).ok());
+                match published {
+                    Some(reason) => (String::from_utf8_lossy(&reason).into_owned(), false),
+                    None => (
+                        format!("rank {peer} exited or lost its connection during {during}"),
+                        false,
+                    ),
+                }
+            }
+            other => (format!("rank {}: {other}", self.rank), true),
+        }
+    }
+
+    /// Marks the group failed, publishes the reason when this rank is the origin, and aborts
+    /// the transport so peers learn at once.
+    pub(crate) fn fail(&self, cause: &str, origin: bool) {
+        {
+            let mut f = self.failed.lock().unwrap();
+            if f.is_some() {
+                return;
+            }
+            *f = Some(cause.to_string());
+        }
+        if origin {
+            let text = if cause.starts_with("rank ") {
+                cause.to_string()
+            } else {
+                format!("rank {}: {cause}", self.rank)
+            };
+            let _ = self
+                .store
+                .set(&format!("error/{}", self.rank), text.as_bytes());
+        }
+        tracing::error!(rank = self.rank, "process group failed: {cause}");
+        // The exec lock may be held by a blocked collective on another thread: the abort
+        // handle shuts the sockets down without it, waking that collective.
+        match self.exec.try_lock() {
+            Ok(mut exec) => {
+                if let Some(g) = exec.shm.as_mut() {
+                    g.abort(cause);
+                }
+                exec.transport.abort(cause)
+            }
+            Err(_) => {
+                if let Some(h) = &self.shm_abort {
+                    h.abort(cause);
+                }
+                self.abort.abort(cause)
+            }
+        }
+    }
+}
