@@ -9,6 +9,7 @@ pub mod metrics;
 mod model;
 mod optim;
 pub mod position;
+mod snapshot;
 mod step;
 pub mod throughput;
 pub mod trainer;

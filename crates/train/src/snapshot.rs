@@ -1,0 +1,152 @@
+//! Between the training loop and checkpoint files: which facts a checkpoint must match, and
+//! the model's parameters in PyTorch's layout (see Note [Checkpoint commit] in `checkpoint`).
+
+use std::collections::HashMap;
+
+use phalanx_core::trace;
+use phalanx_data::Dataset;
+use phalanx_ddp::{adapter::burn as adapter, DistributedDataParallel};
+use phalanx_pg::ProcessGroup;
+
+use crate::{
+    checkpoint::{self, Checkpoint, Meta, NamedTensor},
+    trainer::{Reporter, TrainConfig},
+    Error, Mlp, Result,
+};
+
+/// Facts a checkpoint must agree with to be resumed.
+pub(crate) fn run_facts(cfg: &TrainConfig, data: &Dataset) -> HashMap<String, String> {
+    HashMap::from([
+        ("dataset".into(), cfg.dataset.clone()),
+        ("dataset_len".into(), data.len().to_string()),
+        ("test_fraction".into(), cfg.test_fraction.to_string()),
+        ("hidden".into(), cfg.hidden.to_string()),
+        ("depth".into(), cfg.depth.to_string()),
+        ("lr".into(), cfg.sgd.lr.to_string()),
+        ("momentum".into(), cfg.sgd.momentum.to_string()),
+        ("weight_decay".into(), cfg.sgd.weight_decay.to_string()),
+        ("bf16".into(), cfg.bf16.to_string()),
+    ])
+}
+
+pub(crate) fn check_compatible(
+    meta: &Meta,
+    facts: &HashMap<String, String>,
+    cfg: &TrainConfig,
+) -> Result<()> {
+    for (k, v) in facts {
+        if let Some(old) = meta.config.get(k) {
+            if old != v {
+                return Err(Error::Config(format!(
+                    "--resume: the checkpoint was trained with {k}={old}, this run has {k}={v}"
+                )));
+            }
+        }
+    }
+    if meta.seed != cfg.seed || meta.batch_size != cfg.batch_size as u64 {
+        return Err(Error::Config(format!(
+            "--resume: the checkpoint used --seed {} --batch-size {}, this run --seed {} --batch-size {}",
+            meta.seed, meta.batch_size, cfg.seed, cfg.batch_size
+        )));
+    }
+    Ok(())
+}
+
+/// Burn stores Linear weights `[in, out]`; PyTorch (and our checkpoints) `[out, in]`.
+fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
+    let (rows, cols) = (shape[0], shape[1]);
+    let mut out = vec![0.0; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    (vec![cols, rows], out)
+}
+
+pub(crate) fn save(
+    pg: &ProcessGroup,
+    cfg: &TrainConfig,
+    ddp: &DistributedDataParallel<Mlp>,
+    facts: &HashMap<String, String>,
+    [epoch, step_in_epoch, global_step, samples_in_epoch]: [u64; 4],
+    reporter: &mut dyn Reporter,
+) -> Result<()> {
+    let Some(dir) = cfg.checkpoint_dir.as_ref() else {
+        return Ok(());
+    };
+    if pg.rank() != 0 {
+        return Ok(());
+    }
+    let _s = trace::span("checkpoint", "io");
+    let infos = adapter::param_infos(ddp.module());
+    let values = adapter::params_to_flat(ddp.module())?;
+    let tensors = infos
+        .iter()
+        .zip(values)
+        .map(|(info, data)| {
+            let (shape, data) = if info.shape.len() == 2 {
+                transposed(&info.shape, &data)
+            } else {
+                (info.shape.clone(), data)
+            };
+            NamedTensor {
+                name: info.name.clone(),
+                shape,
+                data,
+            }
+        })
+        .collect();
+    let mut ck = Checkpoint {
+        meta: Meta {
+            format: String::new(),
+            epoch,
+            step_in_epoch,
+            global_step,
+            samples_in_epoch,
+            seed: cfg.seed,
+            world_size: pg.world_size() as u64,
+            batch_size: cfg.batch_size as u64,
+            config: facts.clone(),
+            tensors_sha256: String::new(),
+            tensors_file: String::new(),
+        },
+        tensors,
+    };
+    let path = checkpoint::save(dir, &mut ck, checkpoint::DEFAULT_KEEP)?;
+    reporter.checkpoint(&path);
+    Ok(())
+}
+
+pub(crate) fn load_params(model: Mlp, ck: &Checkpoint) -> Result<Mlp> {
+    let infos = adapter::param_infos(&model);
+    let mut values = Vec::with_capacity(infos.len());
+    for info in &infos {
+        let t = ck
+            .tensors
+            .iter()
+            .find(|t| t.name == info.name)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "the checkpoint has no tensor {} (does --hidden/--depth match?)",
+                    info.name
+                ))
+            })?;
+        let data = if info.shape.len() == 2 {
+            let (shape, data) = transposed(&t.shape, &t.data);
+            if shape != info.shape {
+                return Err(Error::Config(format!(
+                    "checkpoint tensor {} has shape {:?}, the model needs {:?}",
+                    info.name,
+                    t.shape,
+                    [info.shape[1], info.shape[0]]
+                )));
+            }
+            data
+        } else {
+            t.data.clone()
+        };
+        values.push(data);
+    }
+    Ok(adapter::set_params_from_flat(model, &values)?)
+}
