@@ -28,6 +28,7 @@ mod coordinate;
 mod diagnosis;
 mod error;
 mod output;
+pub mod progress;
 mod rendezvous;
 mod report;
 mod round;
@@ -75,7 +76,9 @@ pub fn launch(args: &LaunchArgs, program: &[OsString]) -> anyhow::Result<ExitCod
     }
     signals::install();
     let mut agent = agent::Agent::start(args, program)?;
-    agent.run()
+    let code = agent.run();
+    progress::finish();
+    code
 }
 
 /// Launches the current executable with the current arguments as the workers (`phalanx train`

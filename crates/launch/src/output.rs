@@ -112,6 +112,9 @@ fn pump(reader: impl Read, mut sink: Sink, last: &Mutex<Option<String>>) {
 
 fn emit(sink: &mut Sink, line: &[u8], last: &Mutex<Option<String>>) {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
+    if crate::progress::handle(body) {
+        return;
+    }
     if let Some(f) = &mut sink.file {
         let _ = f.write_all(body).and_then(|()| f.write_all(b"\n"));
     }
@@ -122,13 +125,13 @@ fn emit(sink: &mut Sink, line: &[u8], last: &Mutex<Option<String>>) {
         out.push(b'\n');
         // One write under the stream's lock: lines of different ranks never interleave.
         // A closed console (EPIPE) must not stop the worker, so errors are ignored.
-        let _ = match console {
+        let _ = crate::progress::around(|| match console {
             Console::Stdout => {
                 let mut o = std::io::stdout().lock();
                 o.write_all(&out).and_then(|()| o.flush())
             }
             Console::Stderr => std::io::stderr().lock().write_all(&out),
-        };
+        });
     }
     let text = String::from_utf8_lossy(body);
     let text = text.trim();

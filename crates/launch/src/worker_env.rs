@@ -87,6 +87,9 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
     if std::env::var_os("TORCH_NCCL_ASYNC_ERROR_HANDLING").is_none() {
         v.push(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into()));
     }
+    if crate::progress::enabled() {
+        v.push(("PHALANX_PROGRESS", "1".into()));
+    }
     if job.set_omp {
         v.push(("OMP_NUM_THREADS", "1".into()));
     }

@@ -115,7 +115,13 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         resume: args.resume,
         max_steps: args.max_steps,
     };
-    let mut reporter = Console::new(pg.rank(), pg.world_size(), args.json, args.epochs);
+    let mut reporter = Console::new(
+        pg.rank(),
+        pg.world_size(),
+        args.json,
+        args.epochs,
+        args.batch_size,
+    );
     if pg.rank() == 0 && !args.json {
         println!(
             "phalanx train: {} on {} rank(s), MLP with {} hidden layer(s) of {}, batch {}/rank, SGD lr {}{}",
@@ -167,13 +173,17 @@ struct Console {
     json: bool,
     epochs: u64,
     bar: Option<indicatif::ProgressBar>,
+    /// The launcher draws the bar from our progress records (PHALANX_PROGRESS=1).
+    records_to_launcher: bool,
+    samples_per_step: usize,
     last_line: Instant,
+    last_step: u64,
     started: Instant,
     records: Vec<EpochRecord>,
 }
 
 impl Console {
-    fn new(rank: usize, world: usize, json: bool, epochs: u64) -> Console {
+    fn new(rank: usize, world: usize, json: bool, epochs: u64, batch_size: usize) -> Console {
         let bar = (rank == 0 && !json && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new(0);
             b.set_style(
@@ -185,13 +195,20 @@ impl Console {
             );
             b
         });
+        let records_to_launcher = bar.is_none()
+            && rank == 0
+            && !json
+            && std::env::var("PHALANX_PROGRESS").is_ok_and(|v| v == "1");
         Console {
             rank,
             world,
             json,
             epochs,
             bar,
+            records_to_launcher,
+            samples_per_step: batch_size * world,
             last_line: Instant::now(),
+            last_step: 0,
             started: Instant::now(),
             records: Vec::new(),
         }
@@ -242,6 +259,25 @@ impl Reporter for Console {
             b.set_position(step);
             b.set_prefix(format!("{}/{}", epoch + 1, self.epochs));
             b.set_message(format!("loss {loss:.4}"));
+        } else if self.records_to_launcher {
+            let dt = self.last_line.elapsed().as_secs_f64();
+            if dt > 0.1 || step == steps {
+                self.last_line = Instant::now();
+                let rate = self.samples_per_step as f64
+                    * (if step >= self.last_step {
+                        step - self.last_step
+                    } else {
+                        step
+                    }) as f64
+                    / dt.max(1e-9);
+                self.last_step = step;
+                println!(
+                    "{}{step} {steps} epoch {}/{}\tloss {loss:.4} {rate:.0} samples/s",
+                    String::from_utf8_lossy(phalanx_launch::progress::MARKER),
+                    epoch + 1,
+                    self.epochs
+                );
+            }
         } else if self.last_line.elapsed().as_secs_f64() > 5.0 {
             // Through a launcher the output is a pipe: a line every few seconds instead of a bar.
             self.last_line = Instant::now();
