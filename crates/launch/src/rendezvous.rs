@@ -25,6 +25,9 @@ pub(crate) struct Claim {
     pub(crate) host: String,
 }
 
+/// How long node 0 keeps the store up after finding that another node disagrees on --nnodes.
+const MISMATCH_LINGER: Duration = Duration::from_millis(600);
+
 pub(crate) fn key(round: u32, what: &str) -> String {
     format!("agent/{round}/{what}")
 }
@@ -78,6 +81,25 @@ pub(crate) fn rendezvous(
         if interrupted() {
             return Ok(None);
         }
+        // A node that disagrees on --nnodes is an error now, not after the timeout: the claims
+        // already in tell (node 0, which hosts the store, claims first).
+        for (g, k) in keys.iter().enumerate() {
+            if g as u32 == group_rank || !store.check(&[k]).map_err(|e| store_err("check", k, e))? {
+                continue;
+            }
+            if let Ok(c) =
+                serde_json::from_slice::<Claim>(&store.get(k).map_err(|e| store_err("get", k, e))?)
+            {
+                if c.nnodes != claim.nnodes {
+                    return Err(Error::InconsistentNnodes {
+                        node_rank: g as u32,
+                        theirs: c.nnodes,
+                        mine_rank: group_rank,
+                        mine: claim.nnodes,
+                    });
+                }
+            }
+        }
         if start.elapsed() >= timeout {
             let mut missing = Vec::new();
             for (g, k) in keys.iter().enumerate() {
@@ -108,6 +130,11 @@ pub(crate) fn rendezvous(
             reason: format!("unreadable claim: {e}"),
         })?;
         if c.nnodes != claim.nnodes {
+            if group_rank == 0 {
+                // This node hosts the store: keep it up a moment so that the other nodes read
+                // the claims and report the mismatch themselves, instead of a lost store.
+                std::thread::sleep(MISMATCH_LINGER);
+            }
             return Err(Error::InconsistentNnodes {
                 node_rank: g as u32,
                 theirs: c.nnodes,

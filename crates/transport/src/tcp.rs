@@ -8,7 +8,10 @@
 use std::{
     io::{Read, Write},
     net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream},
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -109,18 +112,30 @@ impl TcpTransport {
             nonce: [0; 32],
         };
         let mut conns: Vec<Option<Conn>> = (0..cfg.world_size).map(|_| None).collect();
+        // Set when connecting to a lower rank failed: the acceptor stops waiting for the
+        // higher ranks, so the error (a WORLD_SIZE mismatch, say) surfaces now, not after
+        // the timeout.
+        let give_up = AtomicBool::new(false);
         let accepted = thread::scope(|s| -> Result<Vec<(usize, TcpStream)>> {
-            let acceptor = s.spawn(|| accept_higher(cfg, &listener, &hello));
-            for (j, addr) in addrs.iter().enumerate().take(me) {
-                let stream = connect_retry(*addr, j, cfg.timeout)?;
-                let peer = run_handshake(&stream, cfg, &hello)?;
-                if peer != j {
-                    return Err(Error::Handshake {
-                        addr: addr.to_string(),
-                        source: handshake::HandshakeError::BadJobId,
-                    });
+            let acceptor = s.spawn(|| accept_higher(cfg, &listener, &hello, &give_up));
+            let lower = (|| -> Result<()> {
+                for (j, addr) in addrs.iter().enumerate().take(me) {
+                    let stream = connect_retry(*addr, j, cfg.timeout)?;
+                    let peer = run_handshake(&stream, cfg, &hello)?;
+                    if peer != j {
+                        return Err(Error::Handshake {
+                            addr: addr.to_string(),
+                            source: handshake::HandshakeError::BadJobId,
+                        });
+                    }
+                    conns[j] = Some(prepare(stream)?);
                 }
-                conns[j] = Some(prepare(stream)?);
+                Ok(())
+            })();
+            if let Err(e) = lower {
+                give_up.store(true, Ordering::Relaxed);
+                let _ = acceptor.join();
+                return Err(e);
             }
             acceptor.join().expect("acceptor thread panicked")
         })?;
@@ -249,6 +264,7 @@ fn accept_higher(
     cfg: &MeshConfig,
     listener: &TcpListener,
     hello: &Hello,
+    give_up: &AtomicBool,
 ) -> Result<Vec<(usize, TcpStream)>> {
     let expected = cfg.world_size - cfg.rank - 1;
     let mut got: Vec<(usize, TcpStream, String)> = Vec::new();
@@ -281,6 +297,9 @@ fn accept_higher(
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if give_up.load(Ordering::Relaxed) {
+                    return Ok(Vec::new());
+                }
                 if start.elapsed() > cfg.timeout {
                     let missing = (cfg.rank + 1..cfg.world_size)
                         .filter(|r| !got.iter().any(|(p, _, _)| p == r))
