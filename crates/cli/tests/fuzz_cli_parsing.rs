@@ -36,7 +36,7 @@ fn size_lists_never_panic_and_stay_bounded() {
     .map(|s| s.as_bytes().to_vec())
     .collect();
     let mut ok = 0usize;
-    fuzz("--sizes", 31, &seeds, 300_000, 48, |input| {
+    fuzz("--sizes", 31, &seeds, 150_000, 48, |input| {
         let s = String::from_utf8_lossy(input);
         if let Ok(v) = sizes::parse_sizes(&s) {
             // A range yields at most 64 sizes (factor >= 2), so the list stays tiny.
