@@ -36,6 +36,9 @@ enum Watch {
 
 /// How long the agent waits for workers to die after SIGKILL (they cannot refuse it).
 const KILL_WAIT: Duration = Duration::from_secs(2);
+/// How long the other workers of a failed round get to fail and exit on their own before
+/// they are signalled.
+const SETTLE_WAIT: Duration = Duration::from_millis(250);
 /// How long the agent waits for output pipes to drain after its workers ended.
 const DRAIN_WAIT: Duration = Duration::from_millis(300);
 
@@ -127,6 +130,9 @@ impl Agent<'_> {
         };
         // Before anything is stopped: which workers are stopped, stuck or busy.
         let seen = crate::diagnosis::snapshot(&workers);
+        // The process group fails every rank at once (Note [Fail fast]): let them report the
+        // root cause in their own words and exit before they are signalled.
+        wait_all(&mut workers, &rx, Instant::now() + SETTLE_WAIT);
         self.stop(&mut workers, &rx, libc::SIGTERM);
         let cause = self.refresh(end, &workers);
         self.report(round, &cause, &workers, &seen);
