@@ -1,0 +1,127 @@
+//! Kills during real training: the killed rank is named and every process is gone within 2 s;
+//! kills that land while checkpoints are being written never leave the newest committed
+//! checkpoint unloadable.
+
+mod launch_util;
+
+use std::time::{Duration, Instant};
+
+use launch_util::{alive, phalanx, run, start, survivors, TempDir};
+
+fn workers(launcher: i32) -> Vec<(i32, u32)> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for pid in children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if let Some(rank) = env
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix("RANK=").and_then(|r| r.parse().ok()))
+            {
+                out.push((pid, rank));
+            }
+        }
+    }
+    out
+}
+
+fn wait_for_workers(launcher: i32, n: usize) -> Vec<(i32, u32)> {
+    let begin = Instant::now();
+    loop {
+        let w = workers(launcher);
+        if w.len() == n {
+            return w;
+        }
+        assert!(
+            begin.elapsed() < Duration::from_secs(30),
+            "workers did not start: {w:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds() {
+    for victim_rank in [0u32, 2] {
+        let mut cmd = phalanx();
+        cmd.args([
+            "train",
+            "--standalone",
+            "--nproc-per-node",
+            "3",
+            "--dataset",
+            "synthetic:30000",
+            "--epochs",
+            "50",
+        ]);
+        let job = start(cmd);
+        let procs = wait_for_workers(job.pid(), 3);
+        std::thread::sleep(Duration::from_millis(1500));
+        let victim = procs.iter().find(|(_, r)| *r == victim_rank).unwrap().0;
+        let killed = Instant::now();
+        unsafe { libc::kill(victim, libc::SIGKILL) };
+        let f = job.wait(Duration::from_secs(30));
+        let took = killed.elapsed();
+        assert!(took < Duration::from_secs(2), "took {took:?}\n{}", f.stderr);
+        assert_ne!(f.code(), Some(0));
+        assert!(
+            f.stderr
+                .contains(&format!("root cause: rank {victim_rank}")),
+            "{}",
+            f.stderr
+        );
+        let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
+        assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
+        assert!(!alive(victim));
+    }
+}
+
+#[test]
+fn kills_during_checkpoint_writes_leave_a_loadable_checkpoint() {
+    let dir = TempDir::new("ck-kill");
+    // A checkpoint every step: most of the time is spent writing one, so kills land mid-write.
+    let flags = [
+        "train",
+        "--standalone",
+        "--dataset",
+        "mnist5k",
+        "--hidden",
+        "512",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "16",
+        "--resume",
+    ];
+    for round in 0..4u64 {
+        let mut cmd = phalanx();
+        cmd.args(flags)
+            .args(["--checkpoint-dir", dir.str(), "--checkpoint-every", "1"]);
+        let job = start(cmd);
+        let procs = wait_for_workers(job.pid(), 2);
+        std::thread::sleep(Duration::from_millis(400 + 137 * round));
+        let rank0 = procs.iter().find(|(_, r)| *r == 0).unwrap().0;
+        unsafe { libc::kill(rank0, libc::SIGKILL) };
+        let f = job.wait(Duration::from_secs(30));
+        assert_ne!(
+            f.code(),
+            Some(0),
+            "round {round}: finished before the kill\n{}",
+            f.stdout
+        );
+    }
+    // Whatever the kills interrupted, the newest committed checkpoint loads and training
+    // finishes from it.
+    let mut cmd = phalanx();
+    cmd.args(flags).args(["--checkpoint-dir", dir.str()]);
+    let f = run(cmd, Duration::from_secs(300));
+    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+    assert!(f.stdout.contains("resumed from step"), "{}", f.stdout);
+}
