@@ -11,6 +11,7 @@ WORLDS=${WORLDS:-2,4}
 SIZES=${SIZES:-4K,64K,1M,16M,64M,256M}
 ITERS=${ITERS:-20}
 out=${OUT:-$(mktemp -d /tmp/phalanx-compare.XXXX)}
+mkdir -p "$out"
 cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bin=$here/target/release/phalanx
 for n in ${WORLDS//,/ }; do
