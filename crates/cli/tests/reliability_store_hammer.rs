@@ -21,12 +21,12 @@ use phalanx_store::wire::{
 use phalanx_store::{Auth, Store, TcpStore};
 use phalanx_testing::fuzz::{mutate, Rng};
 
-/// Hostile connections to open (the slowloris ones come on top).
-const HOSTILE: usize = 20_000;
+/// Hostile connections to open (the slowloris ones come on top): issue 6 asks for 100,000+.
+const HOSTILE: usize = 100_000;
 const THREADS: usize = 4;
 const SLOWLORIS: usize = 40;
 /// How long the job should run: long enough to outlast the hammer on a loaded machine.
-const JOB_SECONDS: f64 = 20.0;
+const JOB_SECONDS: f64 = 60.0;
 
 /// The bench's median time per allreduce (µs) for `size`, from its table.
 fn time_us(f: &Finished) -> f64 {
