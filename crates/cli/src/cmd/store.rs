@@ -16,19 +16,31 @@ pub(crate) struct Args {
     /// Port to listen on (0 picks a free one and prints it).
     #[arg(long, env = "MASTER_PORT", default_value_t = 29500)]
     port: u16,
-    /// Address to listen on: `0.0.0.0` (every IPv4 interface), `::`, or one interface's address
-    /// to listen on that interface only.
-    #[arg(long, default_value = "0.0.0.0")]
-    host: String,
+    /// Address to listen on: one interface's address to listen on that interface only,
+    /// `0.0.0.0` (every IPv4 interface) or `::`. Default: the interface PHALANX_SOCKET_IFNAME
+    /// selects, else every interface.
+    #[arg(long)]
+    host: Option<String>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logging();
-    let addr: SocketAddr = (args.host.as_str(), args.port)
+    let host = match (args.host, env::get(env::PHALANX_SOCKET_IFNAME)) {
+        (Some(h), _) => h,
+        // Listen on the chosen interface only, as the ranks do.
+        (None, Some(spec)) => phalanx_transport::ifname::select(Some(&spec), "127.0.0.1")?
+            .ip
+            .to_string(),
+        (None, None) => {
+            eprintln!("phalanx store: listening on every interface (use --host or PHALANX_SOCKET_IFNAME to choose one)");
+            "0.0.0.0".to_string()
+        }
+    };
+    let addr: SocketAddr = (host.as_str(), args.port)
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve --host {}", args.host))?
+        .with_context(|| format!("cannot resolve --host {host}"))?
         .next()
-        .with_context(|| format!("--host {} resolves to no address", args.host))?;
+        .with_context(|| format!("--host {host} resolves to no address"))?;
     let auth = Auth::from_env();
     if auth.token.is_empty() {
         eprintln!(
