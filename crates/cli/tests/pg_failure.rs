@@ -5,32 +5,7 @@ mod launch_util;
 
 use std::time::{Duration, Instant};
 
-use launch_util::{alive, phalanx, start, survivors};
-
-/// The launcher's direct children with their RANK.
-fn workers(launcher: i32) -> Vec<(i32, u32)> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for pid in children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let rank = env
-                .split(|b| *b == 0)
-                .filter_map(|kv| std::str::from_utf8(kv).ok())
-                .find_map(|kv| kv.strip_prefix("RANK=").and_then(|r| r.parse().ok()));
-            if let Some(rank) = rank {
-                out.push((pid, rank));
-            }
-        }
-    }
-    out
-}
+use launch_util::{alive, phalanx, start, survivors, workers};
 
 #[test]
 fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {

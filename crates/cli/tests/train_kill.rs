@@ -6,46 +6,7 @@ mod launch_util;
 
 use std::time::{Duration, Instant};
 
-use launch_util::{alive, phalanx, run, start, survivors, TempDir};
-
-fn workers(launcher: i32) -> Vec<(i32, u32)> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for pid in children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if let Some(rank) = env
-                .split(|b| *b == 0)
-                .filter_map(|kv| std::str::from_utf8(kv).ok())
-                .find_map(|kv| kv.strip_prefix("RANK=").and_then(|r| r.parse().ok()))
-            {
-                out.push((pid, rank));
-            }
-        }
-    }
-    out
-}
-
-fn wait_for_workers(launcher: i32, n: usize) -> Vec<(i32, u32)> {
-    let begin = Instant::now();
-    loop {
-        let w = workers(launcher);
-        if w.len() == n {
-            return w;
-        }
-        assert!(
-            begin.elapsed() < Duration::from_secs(30),
-            "workers did not start: {w:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use launch_util::{alive, phalanx, run, start, survivors, wait_for_workers, TempDir};
 
 #[test]
 fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds() {

@@ -29,25 +29,10 @@ fn digests(stdout: &str) -> Vec<String> {
 }
 
 fn worker_pid(launcher: i32, rank: u32) -> Option<i32> {
-    for t in std::fs::read_dir(format!("/proc/{launcher}/task"))
-        .ok()?
-        .flatten()
-    {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for pid in children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if env
-                .split(|b| *b == 0)
-                .any(|kv| kv == format!("RANK={rank}").as_bytes())
-            {
-                return Some(pid);
-            }
-        }
-    }
-    None
+    launch_util::workers(launcher)
+        .into_iter()
+        .find(|(_, r)| *r == rank)
+        .map(|(p, _)| p)
 }
 
 fn newest_step(dir: &std::path::Path) -> u64 {

@@ -247,3 +247,44 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The launcher's direct children with their RANK.
+pub fn workers(launcher: i32) -> Vec<(i32, u32)> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for pid in children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let rank = env
+                .split(|b| *b == 0)
+                .filter_map(|kv| std::str::from_utf8(kv).ok())
+                .find_map(|kv| kv.strip_prefix("RANK=").and_then(|r| r.parse().ok()));
+            if let Some(rank) = rank {
+                out.push((pid, rank));
+            }
+        }
+    }
+    out
+}
+
+/// Waits (up to 30 s) until the launcher has `n` workers, and returns them.
+pub fn wait_for_workers(launcher: i32, n: usize) -> Vec<(i32, u32)> {
+    let begin = Instant::now();
+    loop {
+        let w = workers(launcher);
+        if w.len() == n {
+            return w;
+        }
+        assert!(
+            begin.elapsed() < Duration::from_secs(30),
+            "workers did not start: {w:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
