@@ -5,7 +5,7 @@ mod launch_util;
 
 use std::time::{Duration, Instant};
 
-use launch_util::{alive, phalanx, start, survivors, workers};
+use launch_util::{alive, phalanx, start, survivors, wait_for_workers};
 
 #[test]
 fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {
@@ -24,19 +24,7 @@ fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {
         "0",
     ]);
     let run = start(cmd);
-    // Wait until all three workers exist and have joined (they are busy in allreduce after).
-    let begin = Instant::now();
-    let procs = loop {
-        let w = workers(run.pid());
-        if w.len() == 3 {
-            break w;
-        }
-        assert!(
-            begin.elapsed() < Duration::from_secs(20),
-            "workers did not start: {w:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let procs = wait_for_workers(run.pid(), 3);
     std::thread::sleep(Duration::from_millis(500));
     let (victim, _) = procs.iter().copied().find(|(_, r)| *r == 1).unwrap();
     let killed_at = Instant::now();

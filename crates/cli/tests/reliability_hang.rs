@@ -6,7 +6,7 @@ mod launch_util;
 
 use std::time::{Duration, Instant};
 
-use launch_util::{alive, phalanx, rank_lines, run, start, survivors, workers};
+use launch_util::{alive, phalanx, rank_lines, run, start, survivors, wait_for_workers};
 
 /// Continues and kills a stopped process when the test ends, however it ends.
 struct Resume(i32);
@@ -40,18 +40,7 @@ fn a_stopped_rank_is_named_by_the_hang_diagnosis_within_ten_seconds() {
         "0",
     ]);
     let run = start(cmd);
-    let begin = Instant::now();
-    let procs = loop {
-        let w = workers(run.pid());
-        if w.len() == 3 {
-            break w;
-        }
-        assert!(
-            begin.elapsed() < Duration::from_secs(20),
-            "workers did not start: {w:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let procs = wait_for_workers(run.pid(), 3);
     // Let them get into the allreduce loop.
     std::thread::sleep(Duration::from_millis(700));
     let (victim, _) = procs.iter().copied().find(|(_, r)| *r == 1).unwrap();
