@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use launch_util::{free_port, phalanx, run, start, Finished};
+use launch_util::{free_port, job_credentials, phalanx, run, start, Finished};
 use phalanx_store::wire::{
     encode_request, ClientHandshake, Request, CLIENT_PROOF_LEN, NONCE_LEN, SERVER_HELLO_LEN,
 };
@@ -44,26 +44,6 @@ fn time_us(f: &Finished) -> f64 {
                 f.stdout, f.stderr
             )
         })
-}
-
-/// The launcher's children's environment: (PHALANX_JOB_ID, PHALANX_TOKEN) once they exist.
-fn job_credentials(launcher: i32) -> Option<(String, String)> {
-    let tasks = std::fs::read_dir(format!("/proc/{launcher}/task")).ok()?;
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for pid in children.split_whitespace() {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let var = |name: &str| {
-                env.split(|b| *b == 0)
-                    .filter_map(|kv| std::str::from_utf8(kv).ok())
-                    .find_map(|kv| kv.strip_prefix(name).map(str::to_string))
-            };
-            if let (Some(job), Some(token)) = (var("PHALANX_JOB_ID="), var("PHALANX_TOKEN=")) {
-                return Some((job, token));
-            }
-        }
-    }
-    None
 }
 
 fn unhex(s: &str) -> Vec<u8> {

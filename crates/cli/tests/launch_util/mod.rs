@@ -248,29 +248,47 @@ impl Drop for TempDir {
     }
 }
 
+/// The launcher's direct children (the workers), by pid.
+fn children(launcher: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|t| {
+            let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            c.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The value of `name` in process `pid`'s environment.
+fn env_of(pid: i32, name: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let prefix = format!("{name}=");
+    env.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix(prefix.as_str()).map(str::to_string))
+}
+
 /// The launcher's direct children with their RANK.
 pub fn workers(launcher: i32) -> Vec<(i32, u32)> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{launcher}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for pid in children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let rank = env
-                .split(|b| *b == 0)
-                .filter_map(|kv| std::str::from_utf8(kv).ok())
-                .find_map(|kv| kv.strip_prefix("RANK=").and_then(|r| r.parse().ok()));
-            if let Some(rank) = rank {
-                out.push((pid, rank));
-            }
-        }
-    }
-    out
+    children(launcher)
+        .into_iter()
+        .filter_map(|pid| Some((pid, env_of(pid, "RANK")?.parse().ok()?)))
+        .collect()
+}
+
+/// The workers' (PHALANX_JOB_ID, PHALANX_TOKEN) once they exist.
+pub fn job_credentials(launcher: i32) -> Option<(String, String)> {
+    children(launcher).into_iter().find_map(|pid| {
+        Some((
+            env_of(pid, "PHALANX_JOB_ID")?,
+            env_of(pid, "PHALANX_TOKEN")?,
+        ))
+    })
 }
 
 /// Waits (up to 30 s) until the launcher has `n` workers, and returns them.
