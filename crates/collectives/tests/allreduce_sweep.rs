@@ -3,44 +3,16 @@
 
 mod common;
 
+use common::{expected, input};
+
 use half::{bf16, f16};
 use phalanx_collectives::{
-    allgather, allreduce, barrier, broadcast, reduce::reduce_into, reduce_scatter, segments,
-    Algorithm, Options,
+    allgather, allreduce, barrier, broadcast, reduce_scatter, Algorithm, Options,
 };
 use phalanx_core::{Element, ReduceOp};
 
 const WORLDS: [usize; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 const COUNTS: [usize; 6] = [0, 1, 2, 7, 1000, 40_001];
-
-/// Deterministic, rank-dependent values that make rounding order visible for floats but
-/// stay small enough that products do not overflow to infinity everywhere.
-fn input<T: Element>(rank: usize, count: usize, salt: u64) -> Vec<T> {
-    (0..count)
-        .map(|i| {
-            let h = (i as u64 ^ salt)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(rank as u64 * 0x1234_5678_9ABC);
-            let x = ((h >> 40) % 2001) as f64 / 1000.0 - 1.0; // [-1, 1]
-            T::from_f64(x * 3.7 + 0.1 * rank as f64)
-        })
-        .collect()
-}
-
-fn expected<T: Element>(world: usize, count: usize, op: ReduceOp, salt: u64) -> Vec<T> {
-    let xs: Vec<Vec<T>> = (0..world).map(|r| input(r, count, salt)).collect();
-    let mut out = vec![T::zeroed(); count];
-    for s in 0..world {
-        let seg = segments::segment(count, world, s);
-        let mut order = segments::canonical_order(world, s);
-        out[seg.clone()].copy_from_slice(&xs[order.next().unwrap()][seg.clone()]);
-        for p in order {
-            reduce_into(op, &mut out[seg.clone()], &xs[p][seg.clone()]);
-        }
-    }
-    phalanx_collectives::reduce::finish(op, &mut out, world);
-    out
-}
 
 fn sweep<T: Element>() {
     let direct = Options {

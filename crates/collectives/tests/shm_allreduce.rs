@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{expected, input};
+
 use std::{
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -13,8 +15,7 @@ use std::{
 
 use half::{bf16, f16};
 use phalanx_collectives::{
-    allreduce, allreduce_shm_with, barrier_shm, broadcast_shm, reduce::reduce_into, segments,
-    Algorithm, Options, ShmOptions,
+    allreduce, allreduce_shm_with, barrier_shm, broadcast_shm, Algorithm, Options, ShmOptions,
 };
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{
@@ -83,33 +84,6 @@ fn with_shm<R: Send>(
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
-}
-
-fn input<T: Element>(rank: usize, count: usize, salt: u64) -> Vec<T> {
-    (0..count)
-        .map(|i| {
-            let h = (i as u64 ^ salt)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(rank as u64 * 0x1234_5678_9ABC);
-            let x = ((h >> 40) % 2001) as f64 / 1000.0 - 1.0;
-            T::from_f64(x * 3.7 + 0.1 * rank as f64)
-        })
-        .collect()
-}
-
-fn expected<T: Element>(world: usize, count: usize, op: ReduceOp, salt: u64) -> Vec<T> {
-    let xs: Vec<Vec<T>> = (0..world).map(|r| input(r, count, salt)).collect();
-    let mut out = vec![T::zeroed(); count];
-    for s in 0..world {
-        let seg = segments::segment(count, world, s);
-        let mut order = segments::canonical_order(world, s);
-        out[seg.clone()].copy_from_slice(&xs[order.next().unwrap()][seg.clone()]);
-        for p in order {
-            reduce_into(op, &mut out[seg.clone()], &xs[p][seg.clone()]);
-        }
-    }
-    phalanx_collectives::reduce::finish(op, &mut out, world);
-    out
 }
 
 fn bits<T: Element>(v: &[T]) -> &[u8] {
