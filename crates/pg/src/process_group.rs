@@ -139,6 +139,11 @@ impl ProcessGroup {
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.shared.store
     }
+    /// Whether this group joined shared memory (every rank on one host, segments mapped):
+    /// allreduce, broadcast and barrier then go through `/dev/shm` instead of TCP.
+    pub fn uses_shared_memory(&self) -> bool {
+        self.shared.shm_abort.is_some()
+    }
 
     /// Reduces `buf` across ranks in place.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
