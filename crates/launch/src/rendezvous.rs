@@ -3,6 +3,8 @@
 //! Keys (all under `agent/<round>/`, apart from the workers' `round/<round>/` prefix):
 //! - `node/<g>`: node `g`'s claim, `{nproc, nnodes, nonce, host}`, written with compare_set so
 //!   that a second agent claiming the same `--node-rank` sees the first one's claim;
+//! - `joined`: how many agents are in; `layout`: the round's outcome, written by the last
+//!   agent in (Note [Agent rendezvous traffic]);
 //! - `failed`: the round's root cause (first writer wins), polled by every agent;
 //! - `rows/<g>`: node `g`'s table rows after a failure;
 //! - `done` / `left`: the exit barrier counters.
@@ -42,6 +44,12 @@ fn store_err(op: &'static str, key: &str, e: phalanx_store::Error) -> Error {
 
 /// Joins round `round` as node `group_rank` and returns the rank layout once all `claim.nnodes`
 /// agents are in. `interrupted` is polled between waits (the agent's signal check).
+///
+/// Note [Agent rendezvous traffic]: an agent writes its claim, compares `--nnodes` with node
+/// 0's claim, and bumps the `joined` counter; the agent whose bump completes the count reads
+/// every claim once and publishes the outcome (`layout`: the node sizes, or the first
+/// disagreement found). Everyone else waits on that one key, so a round costs O(nnodes) store
+/// requests, not O(nnodes²) as polling every claim from every agent would.
 pub(crate) fn rendezvous(
     store: &dyn Store,
     round: u32,
@@ -69,36 +77,44 @@ pub(crate) fn rendezvous(
     let keys: Vec<String> = (0..claim.nnodes)
         .map(|g| key(round, &format!("node/{g}")))
         .collect();
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let outcome_key = key(round, "layout");
+    let joined_key = key(round, "joined");
+    let joined = store
+        .add(&joined_key, 1)
+        .map_err(|e| store_err("add", &joined_key, e))?;
+    if joined == i64::from(claim.nnodes) {
+        if let Some(outcome) = settle(store, &keys)? {
+            store
+                .compare_set(&outcome_key, b"", outcome.to_string().as_bytes())
+                .map_err(|e| store_err("compare_set", &outcome_key, e))?;
+        }
+    }
     let start = Instant::now();
+    let mut node0_checked = group_rank == 0;
     loop {
-        if store
-            .check(&refs)
-            .map_err(|e| store_err("check", refs[0], e))?
+        // A node that disagrees with node 0 on --nnodes is an error now, not after the
+        // timeout: publish it so every waiting agent reports it too.
+        if !node0_checked
+            && store
+                .check(&[&keys[0]])
+                .map_err(|e| store_err("check", &keys[0], e))?
         {
-            break;
+            node0_checked = true;
+            let c = read_claim(store, &keys[0])?;
+            if c.nnodes != claim.nnodes {
+                let m = Outcome::Mismatch([(0, c.nnodes), (group_rank, claim.nnodes)]);
+                store
+                    .compare_set(&outcome_key, b"", m.to_string().as_bytes())
+                    .map_err(|e| store_err("compare_set", &outcome_key, e))?;
+            }
+        }
+        match store.wait_timeout(&[&outcome_key], Duration::from_millis(200)) {
+            Ok(()) => break,
+            Err(phalanx_store::Error::Timeout { .. }) => {}
+            Err(e) => return Err(store_err("wait", &outcome_key, e)),
         }
         if interrupted() {
             return Ok(None);
-        }
-        // A node that disagrees on --nnodes is an error now, not after the timeout: the claims
-        // already in tell (node 0, which hosts the store, claims first).
-        for (g, k) in keys.iter().enumerate() {
-            if g as u32 == group_rank || !store.check(&[k]).map_err(|e| store_err("check", k, e))? {
-                continue;
-            }
-            if let Ok(c) =
-                serde_json::from_slice::<Claim>(&store.get(k).map_err(|e| store_err("get", k, e))?)
-            {
-                if c.nnodes != claim.nnodes {
-                    return Err(Error::InconsistentNnodes {
-                        node_rank: g as u32,
-                        theirs: c.nnodes,
-                        mine_rank: group_rank,
-                        mine: claim.nnodes,
-                    });
-                }
-            }
         }
         if start.elapsed() >= timeout {
             let mut missing = Vec::new();
@@ -114,37 +130,122 @@ pub(crate) fn rendezvous(
                 waited_s: start.elapsed().as_secs_f64(),
             });
         }
-        match store.wait_timeout(&refs, Duration::from_millis(200)) {
-            Ok(()) | Err(phalanx_store::Error::Timeout { .. }) => {}
-            Err(e) => return Err(store_err("wait", refs[0], e)),
+    }
+    let text = store
+        .get(&outcome_key)
+        .map_err(|e| store_err("get", &outcome_key, e))?;
+    match Outcome::parse(&text).ok_or_else(|| Error::Store {
+        op: "rendezvous",
+        key: outcome_key.clone(),
+        reason: format!("unreadable outcome {:?}", String::from_utf8_lossy(&text)),
+    })? {
+        Outcome::Sizes(sizes) => Ok(Some(Layout::from_sizes(group_rank, &sizes))),
+        Outcome::Mismatch(pair) => {
+            if group_rank == 0 {
+                // This node hosts the store: keep it up a moment so that the other nodes read
+                // the outcome and report the mismatch themselves, instead of a lost store.
+                std::thread::sleep(MISMATCH_LINGER);
+            }
+            // Name the other node from this node's point of view.
+            let (mine, theirs) = if pair[0].0 == group_rank {
+                (pair[0], pair[1])
+            } else if pair[1].0 == group_rank {
+                (pair[1], pair[0])
+            } else {
+                (
+                    (group_rank, claim.nnodes),
+                    if claim.nnodes == pair[0].1 {
+                        pair[1]
+                    } else {
+                        pair[0]
+                    },
+                )
+            };
+            Err(Error::InconsistentNnodes {
+                node_rank: theirs.0,
+                theirs: theirs.1,
+                mine_rank: mine.0,
+                mine: mine.1,
+            })
         }
+    }
+}
+
+/// What the last agent to join publishes under `agent/<round>/layout`.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// `sizes 2 3 1`: nproc of each node, in node order.
+    Sizes(Vec<u32>),
+    /// `mismatch 0 2 1 3`: node 0 says --nnodes 2, node 1 says 3.
+    Mismatch([(u32, u32); 2]),
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Sizes(s) => {
+                write!(f, "sizes")?;
+                s.iter().try_for_each(|n| write!(f, " {n}"))
+            }
+            Outcome::Mismatch([(a, na), (b, nb)]) => write!(f, "mismatch {a} {na} {b} {nb}"),
+        }
+    }
+}
+
+impl Outcome {
+    fn parse(bytes: &[u8]) -> Option<Outcome> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut words = text.split(' ');
+        let kind = words.next()?;
+        let nums: Vec<u32> = words.map(str::parse).collect::<Result<_, _>>().ok()?;
+        match (kind, nums.as_slice()) {
+            ("sizes", s) if !s.is_empty() => Some(Outcome::Sizes(nums)),
+            ("mismatch", &[a, na, b, nb]) => Some(Outcome::Mismatch([(a, na), (b, nb)])),
+            _ => None,
+        }
+    }
+}
+
+/// Reads every claim once (the last agent in) and decides the round. `None` when a claim this
+/// agent expects is absent: then an agent counted in `joined` has a node rank beyond this
+/// agent's --nnodes, and the comparison with node 0's claim reports the disagreement.
+fn settle(store: &dyn Store, keys: &[String]) -> Result<Option<Outcome>, Error> {
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    if !store
+        .check(&refs)
+        .map_err(|e| store_err("check", refs[0], e))?
+    {
+        return Ok(None);
     }
     let values = store
         .multi_get(&refs)
         .map_err(|e| store_err("multi_get", refs[0], e))?;
     let mut sizes = Vec::with_capacity(values.len());
+    let mut first: Option<(u32, u32)> = None;
     for (g, v) in values.iter().enumerate() {
-        let c: Claim = serde_json::from_slice(v).map_err(|e| Error::Store {
-            op: "rendezvous",
-            key: keys[g].clone(),
-            reason: format!("unreadable claim: {e}"),
-        })?;
-        if c.nnodes != claim.nnodes {
-            if group_rank == 0 {
-                // This node hosts the store: keep it up a moment so that the other nodes read
-                // the claims and report the mismatch themselves, instead of a lost store.
-                std::thread::sleep(MISMATCH_LINGER);
+        let c = parse_claim(&keys[g], v)?;
+        match first {
+            None => first = Some((g as u32, c.nnodes)),
+            Some(f) if f.1 != c.nnodes => {
+                return Ok(Some(Outcome::Mismatch([f, (g as u32, c.nnodes)])))
             }
-            return Err(Error::InconsistentNnodes {
-                node_rank: g as u32,
-                theirs: c.nnodes,
-                mine_rank: group_rank,
-                mine: claim.nnodes,
-            });
+            Some(_) => {}
         }
         sizes.push(c.nproc);
     }
-    Ok(Some(Layout::from_sizes(group_rank, &sizes)))
+    Ok(Some(Outcome::Sizes(sizes)))
+}
+
+fn read_claim(store: &dyn Store, k: &str) -> Result<Claim, Error> {
+    parse_claim(k, &store.get(k).map_err(|e| store_err("get", k, e))?)
+}
+
+fn parse_claim(k: &str, v: &[u8]) -> Result<Claim, Error> {
+    serde_json::from_slice(v).map_err(|e| Error::Store {
+        op: "rendezvous",
+        key: k.to_string(),
+        reason: format!("unreadable claim: {e}"),
+    })
 }
 
 #[cfg(test)]
@@ -187,6 +288,75 @@ mod tests {
             .iter()
             .all(|l| l.world_size == 6 && l.group_world_size == 3));
         assert_eq!(layouts[1].base_rank, 2);
+    }
+
+    #[test]
+    fn outcomes_round_trip_and_garbage_is_refused() {
+        for o in [
+            Outcome::Sizes(vec![2, 3, 1]),
+            Outcome::Mismatch([(0, 2), (5, 7)]),
+        ] {
+            assert_eq!(Outcome::parse(o.to_string().as_bytes()), Some(o));
+        }
+        for bad in [
+            "",
+            "sizes",
+            "sizes x",
+            "mismatch 1 2 3",
+            "layout 1",
+            "sizes -1",
+        ] {
+            assert_eq!(Outcome::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    /// 1,024 agents (threads with their own authenticated connections) through one real store
+    /// server: disjoint ranks, and store requests linear in the number of agents (Note [Agent
+    /// rendezvous traffic]); the time is printed, not asserted.
+    #[test]
+    fn a_thousand_agents_rendezvous_with_linear_store_traffic() {
+        use phalanx_store::{Auth, StoreServer, TcpStore};
+        let n = 1024u32;
+        let auth = Auth::random("agents");
+        let server = StoreServer::bind("127.0.0.1:0".parse().unwrap(), auth.clone()).unwrap();
+        let addr = server.local_addr().to_string();
+        let t = Duration::from_secs(60);
+        let clients: Vec<TcpStore> = (0..n)
+            .map(|_| TcpStore::connect(&addr, &auth, t).unwrap())
+            .collect();
+        let before = server.stats();
+        let start = Instant::now();
+        let handles: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(g, s)| {
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn(move || {
+                        let c = claim(1, n, &g.to_string());
+                        rendezvous(&s, 0, g as u32, &c, t, &mut || false)
+                            .unwrap()
+                            .unwrap()
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let mut ranks: Vec<u32> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().rank(0))
+            .collect();
+        let requests = server.stats().requests - before.requests;
+        println!(
+            "{n} agents: rendezvous in {:.3} s, {requests} store requests",
+            start.elapsed().as_secs_f64()
+        );
+        ranks.sort();
+        assert_eq!(ranks, (0..n).collect::<Vec<_>>());
+        // compare_set, add, node 0's claim (check + get), wait(s), get; one multi_get + set.
+        assert!(
+            requests <= 12 * u64::from(n),
+            "{requests} requests for {n} agents"
+        );
     }
 
     #[test]

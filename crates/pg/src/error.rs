@@ -24,6 +24,16 @@ pub enum Error {
         /// The store error.
         source: phalanx_store::Error,
     },
+    /// Some ranks never joined the rank-level rendezvous.
+    #[error("rank {rank}: ranks {missing:?} did not publish their address within {waited_s:.1} s (not started, crashed, or a different MASTER_ADDR/PORT)")]
+    RendezvousIncomplete {
+        /// This rank.
+        rank: usize,
+        /// The ranks missing.
+        missing: Vec<usize>,
+        /// How long this rank waited.
+        waited_s: f64,
+    },
     /// Mesh setup failed.
     #[error("rank {rank}: setting up the transport: {source}")]
     Setup {

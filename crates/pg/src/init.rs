@@ -16,7 +16,7 @@ use phalanx_core::{env, Timeout};
 use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore};
 use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
 
-use crate::{process_group::Placement, DistEnv, Error, ProcessGroup, Result};
+use crate::{bootstrap, process_group::Placement, DistEnv, Error, ProcessGroup, Result};
 
 /// Everything `init_process_group` reads, made explicit.
 #[derive(Debug, Clone)]
@@ -126,9 +126,10 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
     )
 }
 
-/// Connects the mesh through an existing store: every rank publishes its listen address
-/// under `pg/addr/<rank>` and connects to the lower ranks. Used by [`init_process_group`]
-/// and by the thread-level test harness.
+/// Connects the mesh through an existing store: every rank publishes its listen address and
+/// host, learns everyone else's from one table (Note [Leader gather] in `bootstrap.rs`) and
+/// connects to the lower ranks. Used by [`init_process_group`] and by the thread-level test
+/// harness.
 pub fn connect(
     placement: Placement,
     store: Arc<dyn Store>,
@@ -139,7 +140,6 @@ pub fn connect(
     opts: phalanx_collectives::Options,
 ) -> Result<ProcessGroup> {
     let rank = placement.rank;
-    let store_err = |source| Error::Store { rank, source };
     let setup = |source| Error::Setup { rank, source };
     let listener = tcp::listen(ip).map_err(setup)?;
     let me = listener.local_addr().map_err(|source| {
@@ -148,29 +148,12 @@ pub fn connect(
             source,
         })
     })?;
-    store
-        .set(&format!("pg/addr/{rank}"), me.to_string().as_bytes())
-        .map_err(store_err)?;
-    let keys: Vec<String> = (0..rank).map(|r| format!("pg/addr/{r}")).collect();
-    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(placement.world_size);
-    if !key_refs.is_empty() {
-        store.wait_timeout(&key_refs, timeout).map_err(store_err)?;
-        for (r, v) in store
-            .multi_get(&key_refs)
-            .map_err(store_err)?
-            .into_iter()
-            .enumerate()
-        {
-            let text = String::from_utf8_lossy(&v).into_owned();
-            addrs.push(text.parse().map_err(|_| Error::Env {
-                name: format!("store key pg/addr/{r}"),
-                value: text,
-                reason: "not a socket address".into(),
-            })?);
-        }
-    }
-    addrs.push(me);
+    let me = bootstrap::Peer {
+        addr: me,
+        host: crate::shm_setup::host_id(placement.node_rank),
+    };
+    let peers = bootstrap::exchange(store.as_ref(), rank, placement.world_size, &me, timeout)?;
+    let addrs: Vec<SocketAddr> = peers[..=rank].iter().map(|p| p.addr).collect();
     let cfg = MeshConfig {
         rank,
         world_size: placement.world_size,
@@ -180,14 +163,14 @@ pub fn connect(
     };
     let transport = TcpTransport::connect(&cfg, listener, &addrs).map_err(setup)?;
     let abort = transport.abort_handle();
-    tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me, "phalanx: mesh connected");
+    tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me.addr, "phalanx: mesh connected");
+    let one_host = peers.iter().all(|p| p.host == me.host);
     let shm = crate::shm_setup::try_join(
         store.as_ref(),
         rank,
         placement.world_size,
-        placement.node_rank,
         timeout,
-        opts.shared_memory,
+        opts.shared_memory && one_host,
     )?;
     Ok(ProcessGroup::new(
         placement,

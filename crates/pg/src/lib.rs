@@ -17,6 +17,7 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod bootstrap;
 mod dist_env;
 mod error;
 mod exec;

@@ -2,11 +2,11 @@
 //! other's segments under `/dev/shm` and allreduce, broadcast and barrier go through memory
 //! instead of loopback TCP (see `phalanx_transport::shm`).
 //!
-//! "One host" is decided through the store: each rank publishes the host's boot id, hostname
-//! and its node (launcher agent) rank, so ranks of different agents never share memory even
-//! when they share a kernel (the network-namespace test hosts). All ranks agree on the outcome
-//! through the store before any of them uses shared memory, so a rank that cannot create its
-//! segment makes the whole group fall back to TCP instead of deadlocking it.
+//! "One host" is decided from the peer table (`bootstrap.rs`): each rank's entry carries the
+//! host's boot id, hostname and its node (launcher agent) rank, so ranks of different agents
+//! never share memory even when they share a kernel (the network-namespace test hosts). All
+//! ranks vote through the store before any of them uses shared memory, so a rank that cannot
+//! create its segment makes the whole group fall back to TCP instead of deadlocking it.
 
 use std::time::Duration;
 
@@ -16,30 +16,21 @@ use phalanx_transport::shm::{ShmGroup, ShmSegment, DEFAULT_BUFFER_BYTES};
 
 use crate::{Error, Result};
 
-/// Joins a shared-memory group when every rank is on this host and `PHALANX_SHM_DISABLE` is not
-/// set; `None` otherwise (TCP carries everything).
+/// Joins a shared-memory group when `wanted` (every rank is on this host, per the peer table,
+/// and the options allow it) and `PHALANX_SHM_DISABLE` is not set; `None` otherwise (TCP
+/// carries everything).
 pub(crate) fn try_join(
     store: &dyn Store,
     rank: usize,
     world: usize,
-    node: usize,
     timeout: Duration,
     wanted: bool,
 ) -> Result<Option<ShmGroup>> {
     let store_err = |source| Error::Store { rank, source };
-    if world < 2 || !wanted {
-        return Ok(None);
-    }
-    let host = host_id(node);
-    store
-        .set(&format!("pg/host/{rank}"), host.as_bytes())
-        .map_err(store_err)?;
-    let keys: Vec<String> = (0..world).map(|r| format!("pg/host/{r}")).collect();
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    store.wait_timeout(&refs, timeout).map_err(store_err)?;
-    let hosts = store.multi_get(&refs).map_err(store_err)?;
     let disabled = env::get(env::PHALANX_SHM_DISABLE).is_some_and(|v| v != "0");
-    if disabled || hosts.iter().any(|h| h != host.as_bytes()) {
+    // Every rank sees the same table and environment flag (the launcher sets one for all),
+    // so all of them take this early return together or none does.
+    if world < 2 || !wanted || disabled {
         return Ok(None);
     }
     // One nonce per group keeps concurrent jobs (and test threads) apart in /dev/shm.
@@ -63,17 +54,8 @@ pub(crate) fn try_join(
             None
         }
     };
-    store
-        .set(
-            &format!("pg/shm/ok/{rank}"),
-            if own.is_some() { b"1" } else { b"0" },
-        )
-        .map_err(store_err)?;
-    let keys: Vec<String> = (0..world).map(|r| format!("pg/shm/ok/{r}")).collect();
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    store.wait_timeout(&refs, timeout).map_err(store_err)?;
-    let oks = store.multi_get(&refs).map_err(store_err)?;
-    let Some(own) = own.filter(|_| oks.iter().all(|v| v == b"1")) else {
+    let all_ok = crate::bootstrap::vote(store, "pg/shm/ok", rank, world, own.is_some(), timeout)?;
+    let Some(own) = own.filter(|_| all_ok) else {
         return Ok(None);
     };
     let setup = |source| Error::Setup { rank, source };
@@ -90,8 +72,10 @@ pub(crate) fn try_join(
     Ok(Some(group))
 }
 
-fn host_id(node: usize) -> String {
+/// This host (boot id and hostname) and node agent: ranks with equal ids may share memory.
+pub(crate) fn host_id(node: usize) -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}/{}/{node}", boot.trim(), host.trim())
+    // No whitespace: the id travels in a space-separated table (bootstrap.rs).
+    format!("{}/{}/{node}", boot.trim(), host.trim()).replace(char::is_whitespace, "_")
 }

@@ -46,6 +46,6 @@ pub use auth::{Auth, DEFAULT_JOB_ID};
 pub use error::{Error, Result};
 pub use hash_store::HashStore;
 pub use prefix_store::PrefixStore;
-pub use server::{ServerConfig, StoreServer};
+pub use server::{ServerConfig, StoreServer, StoreStats};
 pub use store::Store;
 pub use tcp_store::TcpStore;

@@ -63,6 +63,10 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
         let Some(reply) = execute(shared, &req, &stream) else {
             return; // the client left during a wait, or the server is stopping
         };
+        let t = &shared.traffic;
+        t.requests.fetch_add(1, Ordering::Relaxed);
+        t.bytes_in.fetch_add(body.len() as u64, Ordering::Relaxed);
+        t.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
         if let Err(e) = stream.write_all(&reply) {
             tracing::debug!(peer = %peer, error = %e, op = req.op(), "store: cannot send reply");
             return;

@@ -12,7 +12,7 @@ mod connection;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -66,6 +66,27 @@ pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) stopping: AtomicBool,
     conns: Mutex<Conns>,
+    pub(crate) traffic: Traffic,
+}
+
+/// Request counters, kept so that tests and `phalanx bench rendezvous` can show that a
+/// rendezvous costs O(world_size) store traffic, not O(world_size²).
+#[derive(Default)]
+pub(crate) struct Traffic {
+    pub(crate) requests: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) bytes_out: AtomicU64,
+}
+
+/// What a [`StoreServer`] has served since it started (authenticated requests only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Requests answered.
+    pub requests: u64,
+    /// Request frame bytes received.
+    pub bytes_in: u64,
+    /// Reply bytes sent.
+    pub bytes_out: u64,
 }
 
 impl Shared {
@@ -159,6 +180,7 @@ impl StoreServer {
             config,
             stopping: AtomicBool::new(false),
             conns: Mutex::new(Conns::default()),
+            traffic: Traffic::default(),
         });
         let s = shared.clone();
         let accept = std::thread::Builder::new()
@@ -190,6 +212,16 @@ impl StoreServer {
     /// Connections currently open (authenticated or still in the handshake).
     pub fn num_connections(&self) -> usize {
         self.shared.conns().streams.len()
+    }
+
+    /// Requests and bytes served so far.
+    pub fn stats(&self) -> StoreStats {
+        let t = &self.shared.traffic;
+        StoreStats {
+            requests: t.requests.load(Ordering::Relaxed),
+            bytes_in: t.bytes_in.load(Ordering::Relaxed),
+            bytes_out: t.bytes_out.load(Ordering::Relaxed),
+        }
     }
 
     /// Stops serving and waits for every thread to exit.
