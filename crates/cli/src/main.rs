@@ -28,6 +28,9 @@ enum Command {
     Sampler(cmd::sampler::Args),
     /// List the environment variables phalanx reads (`--markdown` renders docs/env-vars.md).
     Env(cmd::env::Args),
+    /// Preflight with the launch flags: interfaces, reachability, per-link latency and
+    /// bandwidth, shared memory, clock skew, and the slowest link.
+    Doctor(cmd::doctor::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,6 +43,7 @@ fn main() -> std::process::ExitCode {
         Command::Store(a) => cmd::store::run(a),
         Command::Sampler(a) => cmd::sampler::run(a),
         Command::Env(a) => cmd::env::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
     };
     match result {
         Ok(code) => code,

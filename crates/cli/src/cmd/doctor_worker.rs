@@ -1,0 +1,287 @@
+//! One rank of `phalanx doctor`, started by the launcher like any worker:
+//!
+//! 1. probe: interface and address (`ifname::select`, as `init_process_group` does), hostname,
+//!    `/dev/shm`; listen on that address and publish it all under `doctor/rank/<rank>`;
+//! 2. connect to every rank and accept every rank's connection ([`doctor_link::connect_all`]),
+//!    publish the view under `doctor/reach/<rank>`;
+//! 3. measure every link that works both ways, one pair per rank per round;
+//! 4. when every link works, start the real process group and run one allreduce;
+//! 5. publish `doctor/result/<rank>`; rank 0 builds the report and publishes `doctor/report`,
+//!    which local rank 0 of every node hands to the `phalanx doctor` that launched it.
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use phalanx_core::ReduceOp;
+use phalanx_pg::InitOptions;
+use phalanx_store::{HashStore, PrefixStore, Store, TcpStore};
+use phalanx_transport::{ifname, shm};
+
+use super::doctor::Args;
+use super::doctor_data::{Half, Mesh, RankInfo, RankResult, Reach, ShmProbe};
+use super::doctor_link::{self, BwLimits};
+use super::doctor_report;
+
+/// Runs this rank's part; rank 0 (or, with a report file, local rank 0 of every node) ends
+/// with the report.
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let o = InitOptions::from_env().context("reading the launcher's environment")?;
+    let e = o.env.clone();
+    let (rank, n) = (e.rank, e.world_size);
+    let store = open_store(&o)?;
+    let wait = o.timeout;
+
+    let (info, listener) = probe(&o);
+    publish(&*store, &format!("doctor/rank/{rank}"), &info)?;
+    let infos: Vec<RankInfo> = gather(&*store, "doctor/rank", n, wait)?;
+    let addrs: Vec<Option<SocketAddr>> = infos
+        .iter()
+        .map(|i| {
+            let ip: IpAddr = i.ip.as_deref()?.parse().ok()?;
+            Some(SocketAddr::new(ip, i.port?))
+        })
+        .collect();
+    // One nonce for the job, so that a stray connection to a doctor port is told apart.
+    let nonce = {
+        let mine = format!("{:016x}", rand_u64());
+        let v = store.compare_set("doctor/nonce", b"", mine.as_bytes())?;
+        u64::from_str_radix(&String::from_utf8_lossy(&v), 16).unwrap_or(0)
+    };
+
+    let mut peers = doctor_link::connect_all(rank, &addrs, listener, nonce, args.connect_timeout);
+    publish(&*store, &format!("doctor/reach/{rank}"), &peers.reach)?;
+    let reach: Vec<Reach> = gather(&*store, "doctor/reach", n, wait)?;
+    // A pair is measured when both ends agree its socket exists: the lower rank dialled and
+    // the higher one accepted. Everyone reads the same views, so everyone agrees.
+    let linked = |a: usize, b: usize| reach[a].out[b].is_none() && reach[b].inc[a];
+    let all_linked =
+        (0..n).all(|a| (0..n).all(|b| a == b || (reach[a].out[b].is_none() && reach[b].inc[a])));
+
+    let bw = BwLimits {
+        time: args.bandwidth_time,
+        bytes: args.bandwidth_bytes,
+    };
+    let mut halves: Vec<Half> = Vec::new();
+    for round in doctor_link::rounds(n) {
+        let Some(&(a, b)) = round.iter().find(|(a, b)| *a == rank || *b == rank) else {
+            continue;
+        };
+        let peer = if a == rank { b } else { a };
+        if !linked(a, b) {
+            continue;
+        }
+        match peers.conns[peer].as_mut() {
+            Some(s) => halves.push(doctor_link::measure(rank, peer, s, bw)),
+            None => halves.push(Half {
+                peer,
+                error: Some("no connection on this side".into()),
+                ..Half::default()
+            }),
+        }
+    }
+    drop(peers);
+
+    let mesh = all_linked.then(|| check_mesh(o.clone()));
+    let result = RankResult {
+        info,
+        reach: reach[rank].clone(),
+        halves,
+        mesh,
+    };
+    publish(&*store, &format!("doctor/result/{rank}"), &result)?;
+
+    let report_json = if rank == 0 {
+        let results: Vec<RankResult> = gather(&*store, "doctor/result", n, wait)?;
+        let report = doctor_report::build(&results, args.limits());
+        let text = serde_json::to_string(&report)?;
+        store.set("doctor/report", text.as_bytes())?;
+        Some(text)
+    } else if e.local_rank == 0 && args.report_file.is_some() {
+        // Rank 0 may still be measuring its last pair: wait as long as any other step may.
+        store.wait_timeout(&["doctor/report"], wait)?;
+        Some(String::from_utf8(store.get("doctor/report")?)?)
+    } else {
+        None
+    };
+    match (report_json, &args.report_file) {
+        (Some(json), Some(path)) => std::fs::write(path, json)
+            .with_context(|| format!("writing the report to {}", path.display()))?,
+        // Under another launcher (`phalanx launch -- phalanx doctor`, mpirun): rank 0 prints.
+        (Some(json), None) if rank == 0 => {
+            super::doctor::print(&serde_json::from_str(&json)?, args.json)
+        }
+        _ => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn open_store(o: &InitOptions) -> anyhow::Result<Arc<dyn Store>> {
+    let e = &o.env;
+    let client: Arc<dyn Store> = if e.world_size == 1 {
+        Arc::new(HashStore::with_timeout(o.timeout))
+    } else if o.agent_store {
+        let addr = format!("{}:{}", e.master_addr, e.master_port);
+        Arc::new(
+            TcpStore::connect(&addr, &o.auth, o.timeout)
+                .with_context(|| format!("rank {}: connecting to the store at {addr}", e.rank))?,
+        )
+    } else {
+        bail!(
+            "phalanx doctor needs the launcher's store: run `phalanx doctor <launch flags>` \
+             (or `phalanx launch … -- phalanx doctor`), not under a launcher without one"
+        );
+    };
+    Ok(if o.store_prefix.is_empty() {
+        client
+    } else {
+        Arc::new(PrefixStore::new(
+            o.store_prefix.trim_end_matches('/').to_string(),
+            client,
+        ))
+    })
+}
+
+fn publish<T: serde::Serialize>(store: &dyn Store, key: &str, v: &T) -> anyhow::Result<()> {
+    store
+        .set(key, serde_json::to_string(v)?.as_bytes())
+        .with_context(|| format!("publishing {key}"))
+}
+
+fn gather<T: serde::de::DeserializeOwned>(
+    store: &dyn Store,
+    prefix: &str,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<T>> {
+    let keys: Vec<String> = (0..n).map(|r| format!("{prefix}/{r}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    store
+        .wait_timeout(&refs, timeout)
+        .with_context(|| format!("waiting for every rank's {prefix}"))?;
+    store
+        .multi_get(&refs)?
+        .iter()
+        .zip(&keys)
+        .map(|(v, k)| serde_json::from_slice(v).with_context(|| format!("parsing {k}")))
+        .collect()
+}
+
+/// Where this rank is and what it would use, plus its listener on that address.
+fn probe(o: &InitOptions) -> (RankInfo, Option<TcpListener>) {
+    let e = &o.env;
+    let (sel, if_error) = match ifname::select(o.socket_ifname.as_deref(), &e.master_addr) {
+        Ok(s) => (Some(s), None),
+        Err(err) => (None, Some(err.to_string())),
+    };
+    let (listener, if_error) = match &sel {
+        Some(s) => match TcpListener::bind((s.ip, 0)) {
+            Ok(l) => (Some(l), if_error),
+            Err(err) => (None, Some(format!("listen on {}: {err}", s.ip))),
+        },
+        None => (None, if_error),
+    };
+    let info = RankInfo {
+        rank: e.rank,
+        node_rank: e.group_rank,
+        local_rank: e.local_rank,
+        local_world_size: e.local_world_size,
+        hostname: hostname(),
+        ifname: sel.as_ref().map(|s| s.ifname.clone()),
+        ip: sel.as_ref().map(|s| s.ip.to_string()),
+        port: listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.port()),
+        if_error,
+        shm: probe_shm(e.rank),
+    };
+    (info, listener)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer outlives the call and its length is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "?".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Free space of `/dev/shm` and a segment of the size the process group maps per rank.
+fn probe_shm(rank: usize) -> ShmProbe {
+    let bytes = shm::ShmGroup::segment_bytes(shm::DEFAULT_BUFFER_BYTES);
+    let name = format!(
+        "phalanx-doctor-{}-{rank}-{:08x}",
+        std::process::id(),
+        rand_u64() as u32
+    );
+    // The segment is removed when dropped (its creator unlinks it).
+    let error = shm::ShmSegment::create(&name, bytes)
+        .err()
+        .map(|e| e.to_string());
+    ShmProbe {
+        free_bytes: shm_free(),
+        segment_bytes: bytes,
+        error,
+    }
+}
+
+fn shm_free() -> Option<u64> {
+    let path = std::ffi::CString::new("/dev/shm").ok()?;
+    // SAFETY: statvfs fills the zeroed struct we own; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The real thing: `init_process_group` with the launcher's settings and one allreduce.
+fn check_mesh(o: InitOptions) -> Mesh {
+    let rank = o.env.rank;
+    let n = o.env.world_size;
+    match phalanx_pg::init_with(o) {
+        Err(e) => Mesh {
+            error: Some(format!("init_process_group: {e}")),
+            shared_memory: false,
+        },
+        Ok(pg) => {
+            let mut v = vec![rank as f64 + 1.0; 1024];
+            let want = (n * (n + 1) / 2) as f64;
+            let error = match pg.allreduce(&mut v, ReduceOp::Sum) {
+                Err(e) => Some(format!("allreduce: {e}")),
+                Ok(()) if v.iter().any(|&x| x != want) => {
+                    Some(format!("allreduce: got {} instead of {want}", v[0]))
+                }
+                Ok(()) => None,
+            };
+            Mesh {
+                error,
+                shared_memory: pg.uses_shared_memory(),
+            }
+        }
+    }
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom_fill(&mut b);
+    u64::from_le_bytes(b)
+}
+
+/// Randomness without another dependency: the clock and the pid through a hash, enough to
+/// tell two doctor runs apart (not a secret).
+fn getrandom_fill(b: &mut [u8; 8]) {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    *b = h.finish().to_le_bytes();
+}
