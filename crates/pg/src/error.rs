@@ -42,6 +42,14 @@ pub enum Error {
         /// The transport error.
         source: phalanx_transport::Error,
     },
+    /// A backend is not in this build, or could not start (`backend` names it).
+    #[error("backend {backend}: {reason}")]
+    Backend {
+        /// `native` or `mpi`.
+        backend: &'static str,
+        /// What is missing or went wrong.
+        reason: String,
+    },
     /// A collective failed; `cause` names the root cause (which rank, what it said).
     #[error("rank {rank}: {op} failed: {cause}")]
     Collective {

@@ -1,20 +1,45 @@
 //! [`Exec`]: the links one collective runs over, and which one each collective takes.
+//!
+//! Note [Backends]: a process group has one backend for its lifetime. `Native` runs phalanx's
+//! own algorithms (`phalanx-collectives`) over the TCP mesh and, within one host, shared
+//! memory; `Mpi` hands every collective to the MPI library on `MPI_COMM_WORLD`. Everything
+//! above this file (issue order, `Work`, fail-fast, traces, DDP, the trainer) is the same
+//! for both: they only see `Exec`'s methods.
 
 use phalanx_collectives::{self as coll, Algorithm, Options};
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{shm::ShmGroup, Transport};
 
-/// The links a collective runs over: always the TCP mesh, plus shared memory when every rank
-/// is on this host (then allreduce, broadcast and barrier use it).
+/// What a collective returns: the algorithm it used.
+type Ran = phalanx_transport::Result<Algorithm>;
+
+/// The links of a process group and its collective sequence number.
 pub(crate) struct Exec {
-    pub(crate) transport: Box<dyn Transport>,
-    pub(crate) shm: Option<ShmGroup>,
+    pub(crate) links: Links,
     pub(crate) seq: u64,
 }
 
+/// The backend (Note [Backends]).
+pub(crate) enum Links {
+    /// Always the TCP mesh, plus shared memory when every rank is on this host (then
+    /// allreduce, broadcast and barrier use it).
+    Native {
+        transport: Box<dyn Transport>,
+        shm: Option<ShmGroup>,
+    },
+    /// The MPI library's collectives.
+    #[cfg(feature = "mpi")]
+    Mpi(crate::mpi::MpiComm),
+}
+
 impl Exec {
-    pub(crate) fn tcp(&mut self) -> &mut dyn Transport {
-        self.transport.as_mut()
+    /// The name of what ran a collective, for traces and `PHALANX_DEBUG=INFO`.
+    pub(crate) fn describe(&self, algo: Algorithm) -> String {
+        match &self.links {
+            Links::Native { .. } => format!("{algo:?}"),
+            #[cfg(feature = "mpi")]
+            Links::Mpi(_) => "MPI".to_string(),
+        }
     }
 
     pub(crate) fn allreduce<T: Element>(
@@ -23,10 +48,14 @@ impl Exec {
         buf: &mut [T],
         op: ReduceOp,
         opts: &Options,
-    ) -> phalanx_transport::Result<Algorithm> {
-        match self.shm.as_mut() {
-            Some(g) => coll::allreduce_shm(g, seq, buf, op),
-            None => coll::allreduce(self.transport.as_mut(), seq, buf, op, opts),
+    ) -> Ran {
+        match &mut self.links {
+            Links::Native { shm: Some(g), .. } => coll::allreduce_shm(g, seq, buf, op),
+            Links::Native { transport, .. } => {
+                coll::allreduce(transport.as_mut(), seq, buf, op, opts)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.allreduce(buf, op),
         }
     }
 
@@ -36,17 +65,97 @@ impl Exec {
         buf: &mut [T],
         root: usize,
         opts: &Options,
-    ) -> phalanx_transport::Result<Algorithm> {
-        match self.shm.as_mut() {
-            Some(g) => coll::broadcast_shm(g, seq, buf, root),
-            None => coll::broadcast(self.transport.as_mut(), seq, buf, root, opts),
+    ) -> Ran {
+        match &mut self.links {
+            Links::Native { shm: Some(g), .. } => coll::broadcast_shm(g, seq, buf, root),
+            Links::Native { transport, .. } => {
+                coll::broadcast(transport.as_mut(), seq, buf, root, opts)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.broadcast(buf, root),
         }
     }
 
-    pub(crate) fn barrier(&mut self, seq: u64) -> phalanx_transport::Result<Algorithm> {
-        match self.shm.as_mut() {
-            Some(g) => coll::barrier_shm(g, seq),
-            None => coll::barrier(self.transport.as_mut(), seq),
+    pub(crate) fn barrier(&mut self, seq: u64) -> Ran {
+        match &mut self.links {
+            Links::Native { shm: Some(g), .. } => coll::barrier_shm(g, seq),
+            Links::Native { transport, .. } => coll::barrier(transport.as_mut(), seq),
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.barrier(),
+        }
+    }
+
+    pub(crate) fn allgather<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        opts: &Options,
+    ) -> Ran {
+        match &mut self.links {
+            Links::Native { transport, .. } => {
+                coll::allgather(transport.as_mut(), seq, send, recv, opts)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.allgather(send, recv),
+        }
+    }
+
+    pub(crate) fn reduce_scatter<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &mut [T],
+        recv: &mut [T],
+        op: ReduceOp,
+        opts: &Options,
+    ) -> Ran {
+        match &mut self.links {
+            Links::Native { transport, .. } => {
+                coll::reduce_scatter(transport.as_mut(), seq, send, recv, op, opts)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.reduce_scatter(send, recv, op),
+        }
+    }
+
+    pub(crate) fn send<T: Element>(&mut self, seq: u64, buf: &[T], peer: usize, tag: u32) -> Ran {
+        match &mut self.links {
+            Links::Native { transport, .. } => {
+                coll::send(transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.send(buf, peer, tag),
+        }
+    }
+
+    pub(crate) fn recv<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        peer: usize,
+        tag: u32,
+    ) -> Ran {
+        match &mut self.links {
+            Links::Native { transport, .. } => {
+                coll::recv(transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(m) => m.recv(buf, peer, tag),
+        }
+    }
+
+    /// Stops every link so that peers learn of the failure at once (Note [Fail fast]).
+    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+    pub(crate) fn abort(&mut self, rank: usize, cause: &str) {
+        match &mut self.links {
+            Links::Native { transport, shm } => {
+                if let Some(g) = shm.as_mut() {
+                    g.abort(cause);
+                }
+                transport.abort(cause)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(_) => crate::mpi::abort_job(rank, cause),
         }
     }
 }

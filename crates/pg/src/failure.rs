@@ -75,17 +75,17 @@ impl Shared {
         // The exec lock may be held by a blocked collective on another thread: the abort
         // handle shuts the sockets down without it, waking that collective.
         match self.exec.try_lock() {
-            Ok(mut exec) => {
-                if let Some(g) = exec.shm.as_mut() {
-                    g.abort(cause);
-                }
-                exec.transport.abort(cause)
-            }
+            Ok(mut exec) => exec.abort(self.rank, cause),
             Err(_) => {
                 if let Some(h) = &self.shm_abort {
                     h.abort(cause);
                 }
-                self.abort.abort(cause)
+                self.abort.abort(cause);
+                // MPI has no handle to wake one call: MPI_Abort ends the whole job instead.
+                #[cfg(feature = "mpi")]
+                if self.mpi {
+                    crate::mpi::abort_job(self.rank, cause);
+                }
             }
         }
     }

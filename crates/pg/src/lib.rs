@@ -17,21 +17,27 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+mod backend;
 pub mod bootstrap;
 mod dist_env;
 mod error;
 mod exec;
 mod failure;
 mod init;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod pending;
 mod process_group;
 mod progress;
 mod shm_setup;
 mod work;
 
+pub use backend::{init_backend, Backend};
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};
 pub use error::{Error, Result};
 pub use init::{connect, init_process_group, init_with, InitOptions};
+#[cfg(feature = "mpi")]
+pub use mpi::init_mpi;
 pub use phalanx_collectives::Options as CollectiveOptions;
 pub use process_group::{Placement, ProcessGroup};
 pub use work::Work;

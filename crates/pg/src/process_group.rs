@@ -16,7 +16,7 @@ use std::{
     thread,
 };
 
-use phalanx_collectives::{self as coll, Algorithm, Options};
+use phalanx_collectives::{Algorithm, Options};
 use phalanx_core::{trace, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
 use phalanx_transport::{
@@ -24,7 +24,13 @@ use phalanx_transport::{
     AbortHandle, Transport,
 };
 
-use crate::{exec::Exec, pending::Pending, progress::Progress, work::Work, Error, Result};
+use crate::{
+    exec::{Exec, Links},
+    pending::Pending,
+    progress::Progress,
+    work::Work,
+    Error, Result,
+};
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
 /// What a collective closure returns: its result and the algorithm it used.
@@ -55,6 +61,9 @@ pub(crate) struct Shared {
     pub(crate) opts: Options,
     /// (collective, algorithm) pairs already reported at INFO level.
     pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
+    /// Whether the backend is MPI (aborting then ends the whole MPI job).
+    #[cfg(feature = "mpi")]
+    pub(crate) mpi: bool,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -93,18 +102,33 @@ impl ProcessGroup {
         server: Option<StoreServer>,
         opts: Options,
     ) -> ProcessGroup {
+        let shm_abort = shm.as_ref().map(ShmGroup::abort_handle);
+        let links = Links::Native { transport, shm };
+        ProcessGroup::with_links(placement, links, abort, shm_abort, store, server, opts)
+    }
+
+    /// A group over any backend (Note [Backends] in exec.rs).
+    pub(crate) fn with_links(
+        placement: Placement,
+        links: Links,
+        abort: AbortHandle,
+        shm_abort: Option<ShmAbortHandle>,
+        store: Arc<dyn Store>,
+        server: Option<StoreServer>,
+        opts: Options,
+    ) -> ProcessGroup {
+        #[cfg(feature = "mpi")]
+        let mpi = matches!(links, Links::Mpi(_));
         ProcessGroup {
             shared: Arc::new(Shared {
+                #[cfg(feature = "mpi")]
+                mpi,
                 rank: placement.rank,
                 world_size: placement.world_size,
                 local_rank: placement.local_rank,
                 local_world_size: placement.local_world_size,
-                shm_abort: shm.as_ref().map(ShmGroup::abort_handle),
-                exec: Mutex::new(Exec {
-                    transport,
-                    shm,
-                    seq: 0,
-                }),
+                shm_abort,
+                exec: Mutex::new(Exec { links, seq: 0 }),
                 store,
                 abort,
                 failed: Mutex::new(None),
@@ -182,7 +206,7 @@ impl ProcessGroup {
         }
         let bytes = std::mem::size_of_val(recv);
         self.blocking("allgather", bytes, |s, t, seq| {
-            Ok(((), coll::allgather(t.tcp(), seq, send, recv, &s.opts)?))
+            Ok(((), t.allgather(seq, send, recv, &s.opts)?))
         })
     }
 
@@ -202,10 +226,7 @@ impl ProcessGroup {
         }
         let bytes = std::mem::size_of_val(send);
         self.blocking("reduce_scatter", bytes, |s, t, seq| {
-            Ok((
-                (),
-                coll::reduce_scatter(t.tcp(), seq, send, recv, op, &s.opts)?,
-            ))
+            Ok(((), t.reduce_scatter(seq, send, recv, op, &s.opts)?))
         })
     }
 
@@ -221,7 +242,7 @@ impl ProcessGroup {
         self.check_rank(peer, "send peer")?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("send", bytes, |_, t, seq| {
-            Ok((coll::send(t.tcp(), seq, buf, peer, tag)?, Algorithm::Direct))
+            Ok(((), t.send(seq, buf, peer, tag)?))
         })
     }
 
@@ -230,7 +251,7 @@ impl ProcessGroup {
         self.check_rank(peer, "recv peer")?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("recv", bytes, |_, t, seq| {
-            Ok((coll::recv(t.tcp(), seq, buf, peer, tag)?, Algorithm::Direct))
+            Ok(((), t.recv(seq, buf, peer, tag)?))
         })
     }
 
@@ -346,8 +367,11 @@ impl Shared {
         match f(self, &mut exec, seq) {
             Ok((r, algo)) => {
                 self.progress.complete(seq);
-                drop(span.arg("algorithm", format!("{algo:?}")));
-                self.note_algorithm(name, bytes, algo);
+                drop(span.arg("algorithm", exec.describe(algo)));
+                if matches!(exec.links, Links::Native { .. }) {
+                    // MPI picks its algorithms inside the library; init says so once.
+                    self.note_algorithm(name, bytes, algo);
+                }
                 Ok(r)
             }
             Err(e) => {

@@ -4,10 +4,10 @@
 
 use std::{process::ExitCode, time::Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use half::{bf16, f16};
 use phalanx_core::{DType, Element, ReduceOp};
-use phalanx_pg::ProcessGroup;
+use phalanx_pg::{Backend, ProcessGroup};
 
 use super::sizes::{format_size, parse_sizes};
 
@@ -37,6 +37,9 @@ pub(crate) struct Args {
     /// One JSON object per size instead of the table.
     #[arg(long)]
     json: bool,
+    /// Process-group backend: `native`, or `mpi` (under `mpirun -np N`; see `phalanx train`).
+    #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
+    backend: Backend,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -47,14 +50,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.dtype == DType::U8 {
         bail!("--dtype u8 is not a reducible type; use f32, f64, bf16, f16, i32 or i64");
     }
-    if !phalanx_launch::started_by_launcher() {
+    super::train::check_backend(args.backend)?;
+    if args.backend == Backend::Native && !phalanx_launch::started_by_launcher() {
         return phalanx_launch::relaunch_self(&args.launch);
     }
-    let pg = phalanx_pg::init_process_group().context("joining the process group")?;
+    let pg = super::train::join_group(args.backend)?;
     if pg.rank() == 0 && !args.json {
         println!(
-            "# phalanx bench allreduce: {} ranks, op {}, {} iters (median), warmup {}",
+            "# phalanx bench allreduce: {} ranks, backend {}, op {}, {} iters (median), warmup {}",
             pg.world_size(),
+            args.backend,
             args.op,
             args.iters,
             args.warmup
@@ -108,8 +113,8 @@ impl Row {
         };
         if args.json {
             println!(
-                "{{\"op\":\"allreduce\",\"world\":{world},\"bytes\":{},\"dtype\":\"{}\",\"median_s\":{:e},\"algbw_gbps\":{algbw:.4},\"busbw_gbps\":{busbw:.4},\"check\":\"{check}\"}}",
-                self.bytes, args.dtype, self.median_s
+                "{{\"op\":\"allreduce\",\"world\":{world},\"bytes\":{},\"dtype\":\"{}\",\"median_s\":{:e},\"algbw_gbps\":{algbw:.4},\"busbw_gbps\":{busbw:.4},\"check\":\"{check}\",\"backend\":\"{}\"}}",
+                self.bytes, args.dtype, self.median_s, args.backend
             );
         } else {
             println!(

@@ -8,6 +8,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use phalanx_pg::Backend;
 use phalanx_train::throughput::{self, ThroughputConfig};
 
 /// Flags of `phalanx bench train`.
@@ -39,6 +40,10 @@ pub(crate) struct Args {
     /// One JSON object per world size instead of the table.
     #[arg(long)]
     json: bool,
+    /// Process-group backend: `native`, or `mpi`, which measures the one world `mpirun -np N`
+    /// started (no efficiency column: that needs a 1-rank run).
+    #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
+    backend: Backend,
 }
 
 const MARK: &str = "PHALANX-BENCH-TRAIN ";
@@ -47,8 +52,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.steps == 0 || args.batch_size == 0 {
         bail!("--steps and --batch-size must be at least 1");
     }
+    super::train::check_backend(args.backend)?;
+    if args.backend == Backend::Mpi {
+        // mpirun started the ranks: measure this world, and rank 0 prints its row.
+        if let Some(row) = measure(&args)? {
+            print_rows(&args, &[row]);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if phalanx_launch::started_by_launcher() {
-        return worker(&args);
+        if let Some(row) = measure(&args)? {
+            println!("{MARK}{row}");
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     let nproc = if std::env::args().any(|a| a.starts_with("--nproc-per-node")) {
         args.launch.nproc_per_node
@@ -105,6 +121,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("the {w}-rank job printed no result:\n{text}"))?;
         rows.push(line);
     }
+    print_rows(&args, &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The table (or JSON lines) of the measured world sizes.
+fn print_rows(args: &Args, rows: &[String]) {
     let field = |j: &str, k: &str| -> f64 {
         j.split(&format!("\"{k}\":"))
             .nth(1)
@@ -130,7 +152,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "world", "samples/s", "step(ms)", "comm", "efficiency", "rss(MiB)"
         );
     }
-    for r in &rows {
+    for r in rows {
         let (w, sps) = (field(r, "world"), field(r, "samples_per_s"));
         let eff = base.map(|b| sps / (w * b));
         if args.json {
@@ -151,12 +173,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-fn worker(args: &Args) -> anyhow::Result<ExitCode> {
+/// Measures this rank's world; rank 0 returns its JSON row.
+fn measure(args: &Args) -> anyhow::Result<Option<String>> {
     super::limit_compute_threads();
-    let pg = Arc::new(phalanx_pg::init_process_group().context("joining the process group")?);
+    let pg = Arc::new(super::train::join_group(args.backend)?);
     let t = throughput::measure(
         pg.clone(),
         &ThroughputConfig {
@@ -168,11 +190,10 @@ fn worker(args: &Args) -> anyhow::Result<ExitCode> {
             bf16: args.bf16,
         },
     )?;
-    if pg.rank() == 0 {
-        println!(
-            "{MARK}{{\"bench\":\"train\",\"world\":{},\"hidden\":{},\"depth\":{},\"batch\":{},\"samples_per_s\":{:.1},\"step_ms\":{:.3},\"comm_fraction\":{:.4},\"peak_rss_mib\":{:.1}}}",
+    Ok((pg.rank() == 0).then(|| {
+        format!(
+            "{{\"bench\":\"train\",\"world\":{},\"hidden\":{},\"depth\":{},\"batch\":{},\"samples_per_s\":{:.1},\"step_ms\":{:.3},\"comm_fraction\":{:.4},\"peak_rss_mib\":{:.1}}}",
             t.world, args.hidden, args.depth, args.batch_size, t.samples_per_s, t.step_ms, t.comm_fraction, t.peak_rss_mib
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+        )
+    }))
 }

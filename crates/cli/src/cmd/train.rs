@@ -5,6 +5,7 @@
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode, sync::Arc, time::Instant};
 
 use anyhow::{bail, Context};
+use phalanx_pg::Backend;
 use phalanx_train::{
     checkpoint::Meta, metrics, metrics::EpochRecord, Reporter, SgdOptions, Summary, TrainConfig,
 };
@@ -51,9 +52,10 @@ pub(crate) struct Args {
     /// Reduce gradients in bf16 (half the bytes on the wire; PyTorch's bf16_compress_hook).
     #[arg(long)]
     bf16: bool,
-    /// Process-group backend. Only `native` (TCP, shared memory) is built in this binary.
+    /// Process-group backend: `native` (TCP, shared memory), or `mpi` (the MPI library's
+    /// collectives; run under `mpirun -np N`; needs a build with the `mpi` feature).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
-    backend: String,
+    backend: Backend,
     /// Save a checkpoint (safetensors + JSON) here at every epoch end (rank 0 writes).
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
@@ -75,14 +77,8 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
-    if args.backend != "native" {
-        bail!(
-            "--backend {}: this binary has only the native backend (rebuild with the `{}` feature)",
-            args.backend,
-            args.backend
-        );
-    }
-    if !phalanx_launch::started_by_launcher() {
+    check_backend(args.backend)?;
+    if args.backend == Backend::Native && !phalanx_launch::started_by_launcher() {
         let explicit = std::env::args().any(|a| a.starts_with("--nproc-per-node"))
             || std::env::var_os("PET_NPROC_PER_NODE").is_some();
         if !explicit {
@@ -94,8 +90,8 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         return phalanx_launch::relaunch_self(&args.launch);
     }
     super::limit_compute_threads();
-    let pg = Arc::new(phalanx_pg::init_process_group().context("joining the process group")?);
-    install_failure_hook(pg.clone());
+    let pg = Arc::new(join_group(args.backend)?);
+    install_failure_hook(&pg);
     let cfg = TrainConfig {
         dataset: args.dataset.clone(),
         test_fraction: args.test_fraction,
@@ -146,11 +142,42 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Refuses a backend this binary lacks, and `--nproc-per-node` with MPI (mpirun starts the
+/// ranks). Shared by `train` and the benchmarks.
+pub(crate) fn check_backend(backend: Backend) -> anyhow::Result<()> {
+    if !backend.is_built() {
+        bail!(
+            "--backend {backend}: this phalanx binary was built without the `{backend}` feature; \
+             rebuild it with `cargo build --release -p phalanx-cli --features {backend}` \
+             (needs an MPI library, e.g. Debian's libopenmpi-dev, and libclang-dev)"
+        );
+    }
+    if backend == Backend::Mpi && std::env::args().any(|a| a.starts_with("--nproc-per-node")) {
+        bail!(
+            "--backend mpi takes its ranks from MPI: start it as `mpirun -np N phalanx …` \
+             instead of --nproc-per-node"
+        );
+    }
+    Ok(())
+}
+
+/// Joins the process group of `backend`: the native one from the launcher's environment, or
+/// MPI's world (docs/mpi.md).
+pub(crate) fn join_group(backend: Backend) -> anyhow::Result<phalanx_pg::ProcessGroup> {
+    phalanx_pg::init_backend(backend)
+        .with_context(|| format!("joining the process group (backend {backend})"))
+}
+
 /// A panic in this rank publishes the reason and aborts the group, so the other ranks fail at
-/// once naming this rank instead of waiting for a timeout.
-fn install_failure_hook(pg: Arc<phalanx_pg::ProcessGroup>) {
+/// once naming this rank instead of waiting for a timeout. The hook holds the group weakly:
+/// dropping the last `Arc` still closes it (and, with MPI, finalises MPI).
+fn install_failure_hook(pg: &Arc<phalanx_pg::ProcessGroup>) {
+    let pg = Arc::downgrade(pg);
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        let Some(pg) = pg.upgrade() else {
+            return default(info);
+        };
         let msg = info
             .payload()
             .downcast_ref::<&str>()
