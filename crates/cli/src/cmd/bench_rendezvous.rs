@@ -1,0 +1,110 @@
+//! `phalanx bench rendezvous`: how long one store takes to rendezvous N ranks, and how much
+//! store traffic that costs. Each rank is a thread with its own authenticated TCP connection
+//! (as a process would have); the store is a real [`StoreServer`] on loopback. Each repetition
+//! runs the rank-level exchange a job's ranks run in `init_process_group` (peer table and the
+//! shared-memory vote, Note [Leader gather] in phalanx-pg) on fresh keys.
+
+use std::{
+    process::ExitCode,
+    sync::{Arc, Barrier},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context};
+use phalanx_pg::bootstrap::{exchange, vote, Peer};
+use phalanx_store::{Auth, PrefixStore, Store, StoreServer, TcpStore};
+
+/// Flags of `phalanx bench rendezvous`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Ranks (threads, one store connection each).
+    #[arg(long, default_value_t = 1024)]
+    ranks: usize,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !(1..=65_536).contains(&args.ranks) {
+        bail!("--ranks {}: want 1..=65536", args.ranks);
+    }
+    if args.iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    let auth = Auth::random("bench-rendezvous");
+    let server = StoreServer::bind("127.0.0.1:0".parse()?, auth.clone()).context("store")?;
+    let addr = server.local_addr().to_string();
+    let timeout = Duration::from_secs(60);
+    let clients = (0..args.ranks)
+        .map(|r| {
+            TcpStore::connect(&addr, &auth, timeout)
+                .map(Arc::new)
+                .with_context(|| format!("rank {r} connecting to the store (raise `ulimit -n`?)"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut times = Vec::with_capacity(args.iters);
+    let mut requests = Vec::with_capacity(args.iters);
+    for it in 0..args.iters {
+        let before = server.stats();
+        let start = Arc::new(Barrier::new(args.ranks + 1));
+        let handles = clients
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let store = PrefixStore::new(format!("iter{it}"), c.clone() as Arc<dyn Store>);
+                let (start, world) = (start.clone(), args.ranks);
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn(move || -> anyhow::Result<()> {
+                        let me = Peer {
+                            addr: format!("127.0.0.1:{}", 1024 + r % 60_000).parse()?,
+                            host: format!("bench/host-{}/0", r / 8),
+                        };
+                        start.wait();
+                        let peers = exchange(&store, r, world, &me, timeout)?;
+                        anyhow::ensure!(peers.len() == world, "rank {r}: short peer table");
+                        vote(&store, "vote", r, world, true, timeout)?;
+                        Ok(())
+                    })
+                    .context("spawning a rank thread")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        start.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().expect("a rank thread panicked")?;
+        }
+        times.push(t0.elapsed().as_secs_f64());
+        requests.push(server.stats().requests - before.requests);
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let per_rank = requests[0] as f64 / args.ranks as f64;
+    if args.json {
+        let times: Vec<String> = times.iter().map(|t| format!("{t:.6}")).collect();
+        println!(
+            "{{\"ranks\":{},\"median_s\":{median:.6},\"times_s\":[{}],\"store_requests\":{},\"requests_per_rank\":{per_rank:.2}}}",
+            args.ranks,
+            times.join(","),
+            requests[0]
+        );
+    } else {
+        println!(
+            "# phalanx bench rendezvous: {} ranks (threads, one store connection each), {} iters",
+            args.ranks, args.iters
+        );
+        println!(
+            "median {:.3} s (min {:.3}, max {:.3}); {} store requests ({per_rank:.1} per rank)",
+            median,
+            sorted[0],
+            sorted[sorted.len() - 1],
+            requests[0]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
