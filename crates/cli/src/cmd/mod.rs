@@ -1,6 +1,7 @@
 //! One module per subcommand.
 pub(crate) mod bench;
 pub(crate) mod bench_allreduce;
+pub(crate) mod bench_rendezvous;
 pub(crate) mod bench_train;
 pub(crate) mod doctor;
 pub(crate) mod doctor_data;
