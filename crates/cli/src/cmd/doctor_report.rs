@@ -350,6 +350,8 @@ fn shared_memory(results: &[RankResult], nnodes: usize) -> Check {
         format!("not used: the ranks span {nnodes} nodes (shared memory is used when every rank is on one host)")
     } else if results.len() < 2 {
         "not used: 1 rank".into()
+    } else if results.iter().any(|r| r.mesh.is_none()) {
+        "the group was not started".into()
     } else {
         "not used by the group".into()
     };
@@ -379,6 +381,7 @@ fn shared_memory(results: &[RankResult], nnodes: usize) -> Check {
 fn clock(ranks: &[RankRow], limits: &Limits) -> Check {
     let worst = ranks
         .iter()
+        .filter(|r| r.info.rank != 0)
         .filter_map(|r| r.clock_offset_us.map(|o| (r.info.rank, o, r.clock_rtt_us)))
         .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()));
     let missing: Vec<String> = ranks
@@ -386,12 +389,13 @@ fn clock(ranks: &[RankRow], limits: &Limits) -> Check {
         .filter(|r| r.clock_offset_us.is_none())
         .map(|r| format!("rank {}", r.info.rank))
         .collect();
-    let Some((rank, offset, rtt)) = worst.filter(|_| ranks.len() > 1) else {
-        return check(
-            "clock",
-            Status::Skip,
-            "no other rank to compare with".into(),
-        );
+    let Some((rank, offset, rtt)) = worst else {
+        let why = if ranks.len() < 2 {
+            "no other rank to compare with".to_string()
+        } else {
+            format!("not measured (no link to rank 0): {}", missing.join(", "))
+        };
+        return check("clock", Status::Skip, why);
     };
     let sign = if offset >= 0.0 { "+" } else { "" };
     let detail = format!(
