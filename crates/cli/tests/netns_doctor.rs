@@ -119,7 +119,7 @@ fn needs_root_netns_doctor_names_the_shaped_host_as_the_slowest_link() {
     let verdict = r["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("slowest link: rank "), "{verdict}");
     assert!(
-        verdict.contains(&format!("rank 2 (node 2, host "))
+        verdict.contains("rank 2 (node 2, host ")
             && verdict.contains(&format!("eth0 {})", h.addr(2))),
         "{verdict}"
     );
