@@ -4,6 +4,7 @@ pub(crate) mod bench_allreduce;
 pub(crate) mod bench_rendezvous;
 pub(crate) mod bench_train;
 pub(crate) mod doctor;
+pub(crate) mod doctor_checks;
 pub(crate) mod doctor_data;
 pub(crate) mod doctor_link;
 pub(crate) mod doctor_render;
