@@ -145,7 +145,12 @@ fn in_place_sentinel(library: &str) -> Option<usize> {
 
 /// `MPI_Abort` on the world: `mpirun` ends every rank. Does not return.
 pub(crate) fn abort_job(rank: usize, cause: &str) {
-    eprintln!("phalanx: rank {rank}: {cause}; calling MPI_Abort so that every rank stops");
+    let who = if cause.starts_with("rank ") {
+        String::new()
+    } else {
+        format!("rank {rank}: ")
+    };
+    eprintln!("phalanx: {who}{cause}; calling MPI_Abort so that every rank stops");
     // SAFETY: MPI is initialised while a group exists; MPI_Abort takes no Rust memory.
     unsafe {
         ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1);
