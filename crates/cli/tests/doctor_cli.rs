@@ -221,3 +221,52 @@ fn bad_flags_are_named() {
     assert_eq!(f.code(), Some(1), "{}", f.stderr);
     assert!(f.stderr.contains("--standalone"), "{}", f.stderr);
 }
+
+#[test]
+fn under_phalanx_launch_rank_0_prints_and_fails_with_the_check() {
+    let exe = env!("CARGO_BIN_EXE_phalanx");
+    let mut cmd = phalanx();
+    cmd.args([
+        "launch",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--",
+        exe,
+        "doctor",
+    ]);
+    let ok = run(cmd, DEADLINE);
+    assert_eq!(
+        ok.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        ok.stdout,
+        ok.stderr
+    );
+    assert!(ok.stdout.contains("[rank 0]: verdict: ok"), "{}", ok.stdout);
+    assert!(!ok.stdout.contains("[rank 1]:"), "{}", ok.stdout);
+    let mut cmd = phalanx();
+    cmd.args([
+        "launch",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--",
+        exe,
+        "doctor",
+    ])
+    .args(["--min-bandwidth", "100000gbit"]);
+    let bad = run(cmd, DEADLINE);
+    assert_eq!(
+        bad.code(),
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        bad.stdout,
+        bad.stderr
+    );
+    assert!(
+        bad.stdout.contains("[rank 0]: verdict: FAILED"),
+        "{}",
+        bad.stdout
+    );
+}

@@ -109,9 +109,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match (report_json, &args.report_file) {
         (Some(json), Some(path)) => std::fs::write(path, json)
             .with_context(|| format!("writing the report to {}", path.display()))?,
-        // Under another launcher (`phalanx launch -- phalanx doctor`, mpirun): rank 0 prints.
+        // Under another launcher (`phalanx launch -- phalanx doctor`): rank 0 prints, and
+        // fails when a check did, so that the launcher's status says so too.
         (Some(json), None) if rank == 0 => {
-            super::doctor::print(&serde_json::from_str(&json)?, args.json)
+            let report: super::doctor_data::Report = serde_json::from_str(&json)?;
+            super::doctor::print(&report, args.json);
+            if !report.ok {
+                return Ok(ExitCode::FAILURE);
+            }
         }
         _ => {}
     }
