@@ -200,3 +200,43 @@ fn needs_root_netns_doctor_fails_on_every_node_naming_the_unreachable_pair() {
         .unwrap();
     assert_eq!(pg["status"], "skip", "{pg:#}");
 }
+
+#[test]
+fn needs_root_netns_doctor_reports_the_interface_phalanx_socket_ifname_picks() {
+    let test = "needs_root_netns_doctor_reports_the_interface_phalanx_socket_ifname_picks";
+    let net = Net {
+        two_ifaces: true,
+        ..Net::default()
+    };
+    let Some(h) = Hosts::up(test, 2, &net) else {
+        return;
+    };
+    // The store stays on eth0 (--master-addr); the ranks must listen, and be reached, on eth1.
+    let cmds = (0..2)
+        .map(|i| {
+            let mut c = h.phalanx(i);
+            c.env("PHALANX_SOCKET_IFNAME", "eth1")
+                .arg("doctor")
+                .args(h.launch_flags(2, i, 1))
+                .arg("--json");
+            c
+        })
+        .collect();
+    let nodes = run_all(cmds, DEADLINE);
+    assert!(
+        nodes.iter().all(|f| f.code() == Some(0)),
+        "a node failed:\n{}",
+        dump(&nodes)
+    );
+    let r: serde_json::Value = serde_json::from_str(&nodes[1].stdout).expect("node 1's report");
+    for (i, rank) in r["ranks"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(rank["ifname"], "eth1", "{rank:#}");
+        assert_eq!(rank["ip"], h.addr2(i), "{rank:#}");
+    }
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains(&format!("eth1 {})", h.addr2(0)))
+            && verdict.contains(&format!("eth1 {})", h.addr2(1))),
+        "{verdict}"
+    );
+}
