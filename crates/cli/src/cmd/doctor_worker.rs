@@ -271,15 +271,9 @@ fn check_mesh(o: InitOptions) -> Mesh {
     }
 }
 
+/// Enough randomness to tell two doctor runs apart (not a secret): std's per-process random
+/// hash keys over the clock and the pid.
 fn rand_u64() -> u64 {
-    let mut b = [0u8; 8];
-    getrandom_fill(&mut b);
-    u64::from_le_bytes(b)
-}
-
-/// Randomness without another dependency: the clock and the pid through a hash, enough to
-/// tell two doctor runs apart (not a secret).
-fn getrandom_fill(b: &mut [u8; 8]) {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -288,5 +282,5 @@ fn getrandom_fill(b: &mut [u8; 8]) {
             .map_or(0, |d| d.as_nanos()),
     );
     h.write_u32(std::process::id());
-    *b = h.finish().to_le_bytes();
+    h.finish()
 }
