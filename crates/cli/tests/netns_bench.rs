@@ -13,10 +13,21 @@ const DEADLINE: Duration = Duration::from_secs(120);
 /// Runs `phalanx launch … -- phalanx bench allreduce --check` on `hosts` hosts × `nproc`
 /// ranks and returns rank 0's JSON rows.
 fn bench_check(test: &str, hosts: usize, nproc: usize) -> Option<Vec<String>> {
+    bench_check_env(test, hosts, nproc, &[]).map(|(rows, _)| rows)
+}
+
+/// [`bench_check`] with extra variables for every process; also returns host 0's stderr.
+fn bench_check_env(
+    test: &str,
+    hosts: usize,
+    nproc: usize,
+    env: &[(&str, &str)],
+) -> Option<(Vec<String>, String)> {
     let h = Hosts::up(test, hosts, &Net::default())?;
     let cmds = (0..hosts)
         .map(|i| {
             let mut c = h.phalanx(i);
+            c.envs(env.iter().copied());
             c.arg("launch")
                 .args(h.launch_flags(hosts, i, nproc))
                 .args(["--", env!("CARGO_BIN_EXE_phalanx"), "bench", "allreduce"])
@@ -34,7 +45,7 @@ fn bench_check(test: &str, hosts: usize, nproc: usize) -> Option<Vec<String>> {
         .filter_map(|l| l.split_once("]: ").map(|(_, b)| b.to_string()))
         .filter(|b| b.starts_with('{'))
         .collect();
-    Some(rows)
+    Some((rows, nodes[0].stderr.clone()))
 }
 
 fn assert_rows(rows: &[String], world: usize) {
@@ -68,4 +79,27 @@ fn needs_root_netns_bench_allreduce_check_2_hosts_x_2_ranks() {
         return;
     };
     assert_rows(&rows, 4);
+}
+
+/// `PHALANX_ALGO=hierarchical` on 2 hosts × 2 ranks: every rank logs the two-level choice and
+/// every element of every size is right (integer-valued data: exact under any grouping).
+#[test]
+fn needs_root_netns_bench_allreduce_check_hierarchical_2_hosts_x_2_ranks() {
+    let Some((rows, stderr)) = bench_check_env(
+        "needs_root_netns_bench_allreduce_check_hierarchical_2_hosts_x_2_ranks",
+        2,
+        2,
+        &[("PHALANX_ALGO", "hierarchical"), ("PHALANX_DEBUG", "INFO")],
+    ) else {
+        return;
+    };
+    assert_rows(&rows, 4);
+    let chose = stderr
+        .lines()
+        .filter(|l| l.contains("allreduce inside hosts, then across them"))
+        .count();
+    assert_eq!(
+        chose, 2,
+        "host 0's two ranks should log the choice:\n{stderr}"
+    );
 }

@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | allreduce, small | direct exchange | 1 | (n-1)·S |
 //! | allreduce, large | ring reduce-scatter + allgather, chunked | 2(n-1) | 2(n-1)/n·S |
+//! | allreduce, large, opt-in | [`Hierarchy`]: inside hosts, across hosts, inside hosts | 2(L-1) + 2(H-1) | 2(L-1)/L·S + 2(H-1)/(HL)·S |
 //! | broadcast, small | root sends to all | 1 | root: (n-1)·S |
 //! | broadcast, large | scatter + ring allgather | n | ≤ 2·S |
 //! | allgather | ring | n-1 | (n-1)·S_rank |
@@ -39,6 +40,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod direct;
+mod hierarchical;
 pub mod reduce;
 mod ring;
 pub mod segments;
@@ -49,6 +51,7 @@ pub use shm_allreduce::{
     allreduce_shm, allreduce_shm_with, auto_chunk_bytes, barrier_shm, broadcast_shm, ShmOptions,
 };
 
+pub use hierarchical::Hierarchy;
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint, RecvReq, Result, SendReq, Transport};
 
@@ -61,6 +64,14 @@ pub struct Options {
     pub direct_max_bytes: usize,
     /// Use shared memory when every rank is on one host (the process group decides at setup).
     pub shared_memory: bool,
+    /// Asks for the two-level allreduce when hosts hold several ranks each
+    /// (`PHALANX_ALGO=hierarchical`); the process group turns it into `hierarchy` if the
+    /// layout qualifies.
+    pub prefer_hierarchical: bool,
+    /// Allreduce above `direct_max_bytes` in two levels, inside hosts then across them
+    /// (`PHALANX_ALGO=hierarchical`; see [`Hierarchy`] for what it gives up). Set by the process
+    /// group from its peer table; `None`: the flat algorithms, in the canonical order.
+    pub hierarchy: Option<Hierarchy>,
 }
 
 impl Default for Options {
@@ -69,6 +80,8 @@ impl Default for Options {
             chunk_bytes: 512 * 1024,
             direct_max_bytes: 64 * 1024,
             shared_memory: true,
+            prefer_hierarchical: false,
+            hierarchy: None,
         }
     }
 }
@@ -86,6 +99,8 @@ pub enum Algorithm {
     Dissemination,
     /// Shared memory between the ranks of one host (`shm_allreduce`).
     Shm,
+    /// Inside hosts, then across them (`hierarchical`).
+    Hierarchical,
 }
 
 fn fp<T: Element>(
@@ -124,13 +139,17 @@ pub fn allreduce<T: Element>(
     } else if std::mem::size_of_val(buf) <= opts.direct_max_bytes {
         direct::allreduce(t, &fp, buf, op)?;
         Algorithm::Direct
+    } else if let Some(h) = opts.hierarchy.as_ref().filter(|h| h.world_size() == n) {
+        hierarchical::allreduce(t, &fp, h, buf, op, chunk_elems::<T>(opts))?;
+        return Ok(Algorithm::Hierarchical);
     } else {
         let count = buf.len();
         let segs = move |s| segments::segment(count, n, s);
-        ring::reduce_scatter(t, &fp, buf, &segs, op, chunk_elems::<T>(opts))?;
+        let all = ring::everyone(n);
+        ring::reduce_scatter(t, &fp, &all, buf, &segs, op, chunk_elems::<T>(opts))?;
         let mine = segs(t.rank());
         reduce::finish(op, &mut buf[mine], n);
-        ring::allgather(t, &fp, buf, &segs, chunk_elems::<T>(opts))?;
+        ring::allgather(t, &fp, &all, buf, &segs, chunk_elems::<T>(opts))?;
         return Ok(Algorithm::Ring);
     };
     reduce::finish(op, buf, n);
@@ -187,7 +206,14 @@ pub fn broadcast<T: Element>(
             t.recv(&fp, root, bytemuck::cast_slice_mut(&mut buf[mine]))?;
         }
     }
-    ring::allgather(t, &fp, buf, &segs, chunk_elems::<T>(opts))?;
+    ring::allgather(
+        t,
+        &fp,
+        &ring::everyone(n),
+        buf,
+        &segs,
+        chunk_elems::<T>(opts),
+    )?;
     Ok(Algorithm::Ring)
 }
 
@@ -214,6 +240,7 @@ pub fn allgather<T: Element>(
     ring::allgather(
         t,
         &fp,
+        &ring::everyone(n),
         recv,
         &|s| s * per..(s + 1) * per,
         chunk_elems::<T>(opts),
@@ -244,6 +271,7 @@ pub fn reduce_scatter<T: Element>(
         ring::reduce_scatter(
             t,
             &fp,
+            &ring::everyone(n),
             send,
             &|s| s * per..(s + 1) * per,
             op,

@@ -5,6 +5,10 @@
 //! Bytes on the wire per rank: `2 (world - 1) / world × size`, the bandwidth optimum.
 //! Each segment is cut into chunks of at most `chunk` elements, one frame each, so that the
 //! reduction of one chunk overlaps the transfer of the next in the kernel's socket buffers.
+//!
+//! A ring is a list of ranks (`members`, in ring order; the whole group for the flat
+//! algorithms, one host's ranks or one rail for the hierarchical one); segments are indexed
+//! by position in that list.
 
 use std::ops::Range;
 
@@ -18,13 +22,13 @@ use crate::{reduce::reduce_into, segments};
 pub(crate) fn reduce_scatter<T: Element>(
     t: &mut dyn Transport,
     fp: &Fingerprint,
+    members: &[usize],
     buf: &mut [T],
     segs: &dyn Fn(usize) -> Range<usize>,
     op: ReduceOp,
     chunk: usize,
 ) -> Result<()> {
-    let (n, r) = (t.world_size(), t.rank());
-    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let (n, r, next, prev) = place(t.rank(), members);
     let mut tmp: Vec<T> = Vec::new();
     for k in 0..n - 1 {
         let send_seg = segs((r + 2 * n - k - 1) % n);
@@ -52,12 +56,12 @@ pub(crate) fn reduce_scatter<T: Element>(
 pub(crate) fn allgather<T: Element>(
     t: &mut dyn Transport,
     fp: &Fingerprint,
+    members: &[usize],
     buf: &mut [T],
     segs: &dyn Fn(usize) -> Range<usize>,
     chunk: usize,
 ) -> Result<()> {
-    let (n, r) = (t.world_size(), t.rank());
-    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let (n, r, next, prev) = place(t.rank(), members);
     for k in 0..n - 1 {
         let send_seg = segs((r + n - k) % n);
         let recv_seg = segs((r + 2 * n - k - 1) % n);
@@ -73,6 +77,21 @@ pub(crate) fn allgather<T: Element>(
         }
     }
     Ok(())
+}
+
+/// Every rank of the group, in rank order: the flat ring.
+pub(crate) fn everyone(world: usize) -> Vec<usize> {
+    (0..world).collect()
+}
+
+/// `(ring size, this rank's position, next rank, previous rank)`.
+fn place(rank: usize, members: &[usize]) -> (usize, usize, usize, usize) {
+    let n = members.len();
+    let r = members
+        .iter()
+        .position(|&m| m == rank)
+        .expect("a rank runs only the rings it belongs to");
+    (n, r, members[(r + 1) % n], members[(r + n - 1) % n])
 }
 
 fn sends_if(peer: usize, data: &[u8], yes: bool) -> Vec<SendReq<'_>> {

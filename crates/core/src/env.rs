@@ -69,6 +69,7 @@ vars! {
     PHALANX_SOCKET_IFNAME = (Config, "", "Network interface(s) to use, NCCL's syntax: `eth0` (prefix), `eth,ib` (prefix list), `^docker0,lo` (exclude), `=eth0` (exact). Default: the interface that routes to MASTER_ADDR.");
     PHALANX_BACKEND = (Config, "native", "Process-group backend: `native` (TCP and shared memory), `mpi`, `nccl`.");
     PHALANX_PROGRESS = (Launcher, "", "Set to 1 by `phalanx launch` when its terminal can show a progress bar: rank 0 of `phalanx train` then sends progress records for the launcher to draw.");
+    PHALANX_ALGO = (Config, "auto", "Allreduce algorithm family: `auto` (direct exchange, ring, shared memory, all in the canonical reduction order: bitwise equal across placements) or `hierarchical` (inside hosts, then across them: fewer bytes between hosts when each holds several ranks, but sums grouped by host, so not bitwise equal across placements).");
     PHALANX_SHM_DISABLE = (Config, "0", "Set to 1 to carry every collective over TCP even when all ranks share a host (shared memory is used by default then).");
     PHALANX_DEBUG = (Debug, "WARN", "Log level: WARN, INFO (per rank: interface, addresses, transports, algorithms) or TRACE.");
     PHALANX_TRACE = (Debug, "", "Path prefix for a Chrome/Perfetto trace per rank.");

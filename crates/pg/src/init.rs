@@ -54,8 +54,24 @@ impl InitOptions {
             store_prefix: env::get(env::PHALANX_STORE_PREFIX).unwrap_or_default(),
             agent_store: std::env::var("TORCHELASTIC_USE_AGENT_STORE")
                 .is_ok_and(|v| v.eq_ignore_ascii_case("true")),
-            collectives: Options::default(),
+            collectives: Options {
+                prefer_hierarchical: prefer_hierarchical()?,
+                ..Options::default()
+            },
         })
+    }
+}
+
+/// `PHALANX_ALGO`: `auto` (the default) or `hierarchical`.
+fn prefer_hierarchical() -> Result<bool> {
+    match env::get(env::PHALANX_ALGO).as_deref() {
+        None | Some("auto") => Ok(false),
+        Some("hierarchical") => Ok(true),
+        Some(other) => Err(Error::Env {
+            name: "PHALANX_ALGO".into(),
+            value: other.into(),
+            reason: "expected `auto` or `hierarchical`".into(),
+        }),
     }
 }
 
@@ -137,7 +153,7 @@ pub fn connect(
     auth: &Auth,
     timeout: Duration,
     ip: IpAddr,
-    opts: phalanx_collectives::Options,
+    mut opts: phalanx_collectives::Options,
 ) -> Result<ProcessGroup> {
     let rank = placement.rank;
     let setup = |source| Error::Setup { rank, source };
@@ -165,6 +181,14 @@ pub fn connect(
     let abort = transport.abort_handle();
     tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me.addr, "phalanx: mesh connected");
     let one_host = peers.iter().all(|p| p.host == me.host);
+    if opts.prefer_hierarchical && !one_host {
+        let hosts: Vec<&str> = peers.iter().map(|p| p.host.as_str()).collect();
+        opts.hierarchy = phalanx_collectives::Hierarchy::from_host_keys(&hosts);
+        match &opts.hierarchy {
+            Some(_) => tracing::info!(rank, "phalanx: PHALANX_ALGO=hierarchical: allreduce inside hosts, then across them"),
+            None => tracing::warn!(rank, "PHALANX_ALGO=hierarchical needs every host to hold the same number (≥ 2) of ranks; using the flat ring"),
+        }
+    }
     let shm = crate::shm_setup::try_join(
         store.as_ref(),
         rank,

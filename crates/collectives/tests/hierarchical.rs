@@ -1,0 +1,99 @@
+//! The two-level allreduce (`PHALANX_ALGO=hierarchical`) over a real loopback TCP mesh, with
+//! hosts simulated by the [`Hierarchy`] given: exact results for integer-valued data (any
+//! grouping of the sum is exact), the same bits on every rank for arbitrary floats, every op,
+//! uneven slices, and layouts whose hosts are not contiguous rank ranges.
+
+#[allow(dead_code)] // shared helpers; this file needs only some
+mod common;
+
+use common::input;
+use phalanx_collectives::{allreduce, Algorithm, Hierarchy, Options};
+use phalanx_core::ReduceOp;
+
+fn opts(hosts: Vec<Vec<usize>>) -> Options {
+    Options {
+        direct_max_bytes: 0,
+        chunk_bytes: 1000, // many chunks per step
+        hierarchy: Some(Hierarchy::new(hosts).unwrap()),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn integer_sums_are_exact_on_every_layout() {
+    let layouts = [
+        vec![vec![0, 1], vec![2, 3]],
+        vec![vec![0, 2], vec![1, 3]],
+        vec![vec![0, 1, 2], vec![3, 4, 5]],
+        vec![vec![0, 3], vec![1, 4], vec![2, 5]],
+    ];
+    for hosts in layouts {
+        let world = hosts.iter().map(Vec::len).sum();
+        let o = opts(hosts.clone());
+        for count in [1usize, 5, 1000, 40_001] {
+            let results = common::with_mesh(world, |rank, t| {
+                let mut sum: Vec<f32> = (0..count).map(|i| (i % 97 + rank) as f32).collect();
+                let a = allreduce(t, 0, &mut sum, ReduceOp::Sum, &o).unwrap();
+                let mut max: Vec<i64> = (0..count)
+                    .map(|i| (i * 7 + rank * 13) as i64 % 101)
+                    .collect();
+                allreduce(t, 1, &mut max, ReduceOp::Max, &o).unwrap();
+                let mut avg: Vec<f64> = (0..count).map(|_| (2 * rank) as f64).collect();
+                allreduce(t, 2, &mut avg, ReduceOp::Avg, &o).unwrap();
+                (a, sum, max, avg)
+            });
+            let n = world;
+            for (rank, (algo, sum, max, avg)) in results.into_iter().enumerate() {
+                assert_eq!(algo, Algorithm::Hierarchical, "{hosts:?}");
+                for i in 0..count {
+                    let want = ((i % 97) * n + n * (n - 1) / 2) as f32;
+                    assert_eq!(sum[i], want, "{hosts:?} count {count} rank {rank} i {i}");
+                    let want = (0..n).map(|r| (i * 7 + r * 13) as i64 % 101).max().unwrap();
+                    assert_eq!(max[i], want, "{hosts:?} count {count} rank {rank} i {i}");
+                }
+                assert!(
+                    avg.iter().all(|&v| v == (n - 1) as f64),
+                    "{hosts:?} avg {:?}",
+                    &avg[..1]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn float_results_are_identical_on_every_rank_and_close_to_the_flat_ring() {
+    let hosts = vec![vec![0, 1], vec![2, 3]];
+    let o = opts(hosts);
+    let count = 100_003;
+    let results = common::with_mesh(4, |rank, t| {
+        let mut h = input::<f32>(rank, count, 9);
+        allreduce(t, 0, &mut h, ReduceOp::Sum, &o).unwrap();
+        let mut flat = input::<f32>(rank, count, 9);
+        let ring = Options {
+            direct_max_bytes: 0,
+            ..Options::default()
+        };
+        allreduce(t, 1, &mut flat, ReduceOp::Sum, &ring).unwrap();
+        (h, flat)
+    });
+    for (h, flat) in &results {
+        assert!(
+            bytemuck::cast_slice::<f32, u8>(h) == bytemuck::cast_slice::<f32, u8>(&results[0].0),
+            "ranks disagree"
+        );
+        for (a, b) in h.iter().zip(flat) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn a_hierarchy_for_another_world_size_is_ignored() {
+    let o = opts(vec![vec![0, 1], vec![2, 3]]);
+    let algos = common::with_mesh(3, |rank, t| {
+        let mut v = vec![rank as f32; 70_000];
+        allreduce(t, 0, &mut v, ReduceOp::Sum, &o).unwrap()
+    });
+    assert!(algos.iter().all(|a| *a == Algorithm::Ring), "{algos:?}");
+}
