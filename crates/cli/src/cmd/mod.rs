@@ -25,10 +25,8 @@ pub(crate) fn limit_compute_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_some() {
         return;
     }
-    let local: usize = std::env::var("LOCAL_WORLD_SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    // Ranks on this host by any launcher's variables (torchrun's, or mpirun's, srun's).
+    let local = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Set before Burn creates its pool (first tensor operation), while only this thread runs.
     std::env::set_var(
