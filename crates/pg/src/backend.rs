@@ -4,7 +4,7 @@ use std::{fmt, str::FromStr};
 
 use crate::{ProcessGroup, Result};
 
-/// The collective backend of a process group (Note [Backends] in `exec.rs`).
+/// The collective backend of a process group (Note \[Backends\] in `exec.rs`).
 ///
 /// ```
 /// use phalanx_pg::Backend;
@@ -62,7 +62,7 @@ impl FromStr for Backend {
 }
 
 /// Creates the process group on `backend`: [`init_process_group`](crate::init_process_group)
-/// for `Native`, [`init_mpi`](crate::init_mpi) for `Mpi` (an [`Error::Backend`] when this
+/// for `Native`, `init_mpi` for `Mpi` (an [`Error::Backend`](crate::Error::Backend) when this
 /// build lacks the `mpi` feature).
 pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
     match backend {

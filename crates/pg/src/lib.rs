@@ -6,6 +6,10 @@
 //! and an async form returning a [`Work`]; the first failure anywhere fails every rank's
 //! pending collectives with the root cause (see Note [Fail fast] in `process_group.rs`).
 //!
+//! Collectives run on one [`Backend`]: phalanx's own algorithms over TCP and shared memory
+//! (the default), or, with the `mpi` cargo feature, the MPI library's (`init_mpi`, or
+//! [`init_backend`]`(Backend::Mpi)` under `mpirun`; `docs/mpi.md`).
+//!
 //! ```
 //! // One process with no launcher variables is a group of one.
 //! use phalanx_core::ReduceOp;
