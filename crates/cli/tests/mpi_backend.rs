@@ -387,6 +387,24 @@ mod mpi {
     }
 
     #[test]
+    fn mpi_backend_refuses_another_launchers_ranks() {
+        let mut cmd = phalanx();
+        cmd.args(["train", "--backend", "mpi"])
+            .env("RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .env_remove("OMPI_COMM_WORLD_RANK")
+            .env_remove("PMI_RANK")
+            .env_remove("PMIX_RANK");
+        let f = run(cmd, Duration::from_secs(30));
+        assert_eq!(f.code(), Some(1), "{}", f.stderr);
+        assert!(
+            f.stderr.contains("needs an MPI launcher") && f.stderr.contains("mpirun -np N"),
+            "{}",
+            f.stderr
+        );
+    }
+
+    #[test]
     fn mpi_backend_refuses_nproc_per_node() {
         let mut cmd = phalanx();
         cmd.args(["train", "--backend", "mpi", "--nproc-per-node", "2"]);

@@ -158,6 +158,18 @@ pub(crate) fn check_backend(backend: Backend) -> anyhow::Result<()> {
              instead of --nproc-per-node"
         );
     }
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    let mpi_launched = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
+        .into_iter()
+        .any(set);
+    if backend == Backend::Mpi && !mpi_launched && (set("RANK") || set("PHALANX_LAUNCHED")) {
+        // Each process would init MPI alone and train as a world of one, N times over.
+        bail!(
+            "--backend mpi needs an MPI launcher, but this process was started by phalanx \
+             launch or torchrun (RANK is set) where each rank would be an MPI world of its own; \
+             start it as `mpirun -np N phalanx …`"
+        );
+    }
     Ok(())
 }
 
