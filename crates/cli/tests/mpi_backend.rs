@@ -238,10 +238,12 @@ mod mpi {
 
     #[test]
     fn mpi_backend_trains_to_the_recipes_accuracy_with_identical_replicas() {
+        let dir = launch_util::TempDir::new("mpi-trace");
+        let trace = format!("PHALANX_TRACE={}/t", dir.str());
         let Some(cmd) = mpirun(
             "mpi_backend_trains_to_the_recipes_accuracy_with_identical_replicas",
             2,
-            &[],
+            &["-x", &trace],
             &["train", "--backend", "mpi", "--json"],
         ) else {
             return;
@@ -249,6 +251,16 @@ mod mpi {
         let f = run_mpi(cmd, Duration::from_secs(240));
         // The seed recipe's bar (train_cli.rs): 95% on the digits with the default flags.
         assert_trained(&f, 2, 0.95);
+        // The trace machinery works unchanged: every rank's collectives, run by MPI.
+        for r in 0..2 {
+            let t = std::fs::read_to_string(dir.path().join(format!("t.rank{r}.json")))
+                .unwrap_or_else(|e| panic!("rank {r}'s trace: {e}"));
+            assert!(
+                t.contains("\"name\":\"allreduce\"") && t.contains("\"algorithm\":\"MPI\""),
+                "{}",
+                &t[..t.len().min(500)]
+            );
+        }
     }
 
     #[test]
