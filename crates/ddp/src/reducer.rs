@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use phalanx_core::trace;
 use phalanx_pg::ProcessGroup;
 
 use crate::hook::{BucketWork, CommHook, GradBucket};
@@ -118,7 +119,12 @@ impl Reducer {
                 Some(buf) => (buf, true),
                 None => (take_buffer(&mut self.spare[k], bucket.len), false),
             };
-            if let Err(e) = pack(bucket, &mut buf, add, &mut fill) {
+            let packing = trace::span("pack", "pack")
+                .arg("bucket", k)
+                .arg("bytes", bucket.len * 4);
+            let packed = pack(bucket, &mut buf, add, &mut fill);
+            drop(packing);
+            if let Err(e) = packed {
                 // Already launched buckets must still complete before the error is returned, or
                 // their collectives would be left half-issued on this rank.
                 drain_pending(pending);
@@ -138,7 +144,9 @@ impl Reducer {
         let mut pending = pending.into_iter();
         for (k, work) in pending.by_ref().enumerate() {
             let t = Instant::now();
+            let waiting = trace::span("wait", "wait").arg("bucket", k);
             let result = work.wait();
+            drop(waiting);
             waited += t.elapsed();
             let buf = match result {
                 Ok(buf) => buf,
@@ -147,6 +155,7 @@ impl Reducer {
                     return Err(e);
                 }
             };
+            let _unpack = trace::span("unpack", "optimizer").arg("bucket", k);
             drain(&self.buckets[k], &buf);
             self.spare[k] = Some(buf);
         }

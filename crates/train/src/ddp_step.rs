@@ -1,5 +1,6 @@
 //! The data-parallel training step: the seed recipe's loop body under DDP.
 
+use phalanx_core::trace;
 use phalanx_ddp::DistributedDataParallel;
 
 use crate::{forward_backward, Mlp, Result, Sgd};
@@ -14,7 +15,9 @@ pub fn train_step(
     features: &[f32],
     labels: &[i64],
 ) -> Result<f32> {
+    let compute = trace::span("forward+backward", "compute");
     let (grads, loss) = forward_backward(ddp.module(), features, labels)?;
+    drop(compute);
     ddp.sync_and_step(grads, |m, g| optimizer.step(m, g))?;
     Ok(loss)
 }
