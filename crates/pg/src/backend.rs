@@ -10,7 +10,8 @@ use crate::{ProcessGroup, Result};
 /// use phalanx_pg::Backend;
 /// assert_eq!("mpi".parse::<Backend>().unwrap(), Backend::Mpi);
 /// assert!(Backend::Native.is_built());
-/// assert!("nccl".parse::<Backend>().unwrap_err().contains("native"));
+/// assert_eq!("nccl".parse::<Backend>().unwrap(), Backend::Nccl);
+/// assert!("gloo".parse::<Backend>().unwrap_err().contains("native"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
@@ -21,6 +22,9 @@ pub enum Backend {
     /// The MPI library's collectives on `MPI_COMM_WORLD`; ranks from MPI (`mpirun`). Built
     /// only with the `mpi` cargo feature.
     Mpi,
+    /// NCCL's collectives on GPU `LOCAL_RANK`; ranks from the launcher's environment, like
+    /// `Native`. Built only with the `nccl` cargo feature (docs/gpu.md).
+    Nccl,
 }
 
 impl Backend {
@@ -29,6 +33,7 @@ impl Backend {
         match self {
             Backend::Native => "native",
             Backend::Mpi => "mpi",
+            Backend::Nccl => "nccl",
         }
     }
 
@@ -37,6 +42,7 @@ impl Backend {
         match self {
             Backend::Native => true,
             Backend::Mpi => cfg!(feature = "mpi"),
+            Backend::Nccl => cfg!(feature = "nccl"),
         }
     }
 }
@@ -54,16 +60,18 @@ impl FromStr for Backend {
         match s.trim().to_ascii_lowercase().as_str() {
             "native" => Ok(Backend::Native),
             "mpi" => Ok(Backend::Mpi),
+            "nccl" => Ok(Backend::Nccl),
             other => Err(format!(
-                "unknown backend {other:?}: phalanx has `native` (TCP + shared memory) and `mpi`"
+                "unknown backend {other:?}: phalanx has `native` (TCP + shared memory), `mpi` \
+                 and `nccl`"
             )),
         }
     }
 }
 
 /// Creates the process group on `backend`: [`init_process_group`](crate::init_process_group)
-/// for `Native`, `init_mpi` for `Mpi` (an [`Error::Backend`](crate::Error::Backend) when this
-/// build lacks the `mpi` feature).
+/// for `Native`, `init_mpi` for `Mpi`, `init_nccl` for `Nccl` (an
+/// [`Error::Backend`](crate::Error::Backend) when this build lacks the backend's feature).
 pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
     match backend {
         Backend::Native => crate::init_process_group(),
@@ -73,6 +81,14 @@ pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
         Backend::Mpi => Err(crate::Error::Backend {
             backend: "mpi",
             reason: "this build of phalanx-pg has no MPI support (enable its `mpi` feature)".into(),
+        }),
+        #[cfg(feature = "nccl")]
+        Backend::Nccl => crate::init_nccl(),
+        #[cfg(not(feature = "nccl"))]
+        Backend::Nccl => Err(crate::Error::Backend {
+            backend: "nccl",
+            reason: "this build of phalanx-pg has no NCCL support (enable its `nccl` feature)"
+                .into(),
         }),
     }
 }
@@ -87,6 +103,14 @@ mod tests {
         assert_eq!(Backend::Mpi.to_string(), "mpi");
         let err = "gloo".parse::<Backend>().unwrap_err();
         assert!(err.contains("\"gloo\"") && err.contains("mpi"), "{err}");
+    }
+
+    #[cfg(not(feature = "nccl"))]
+    #[test]
+    fn nccl_without_the_feature_names_it() {
+        let err = init_backend(Backend::Nccl).unwrap_err().to_string();
+        assert!(err.contains("`nccl` feature"), "{err}");
+        assert!(!Backend::Nccl.is_built());
     }
 
     #[cfg(not(feature = "mpi"))]

@@ -2,7 +2,9 @@
 //!
 //! Note [Backends]: a process group has one backend for its lifetime. `Native` runs phalanx's
 //! own algorithms (`phalanx-collectives`) over the TCP mesh and, within one host, shared
-//! memory; `Mpi` hands every collective to the MPI library on `MPI_COMM_WORLD`. Everything
+//! memory; `Mpi` hands every collective to the MPI library on `MPI_COMM_WORLD`; `Nccl` runs
+//! allreduce, broadcast, allgather, reduce_scatter and barrier in NCCL on this rank's GPU, and
+//! send/recv over a native mesh (Note [NCCL buffers] in `nccl.rs`). Everything
 //! above this file (issue order, `Work`, fail-fast, traces, DDP, the trainer) is the same
 //! for both: they only see `Exec`'s methods.
 
@@ -30,6 +32,9 @@ pub(crate) enum Links {
     /// The MPI library's collectives.
     #[cfg(feature = "mpi")]
     Mpi(crate::mpi::MpiComm),
+    /// NCCL's collectives on this rank's GPU.
+    #[cfg(feature = "nccl")]
+    Nccl(Box<crate::nccl::NcclComm>),
 }
 
 impl Exec {
@@ -39,6 +44,8 @@ impl Exec {
             Links::Native { .. } => format!("{algo:?}"),
             #[cfg(feature = "mpi")]
             Links::Mpi(_) => "MPI".to_string(),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(_) => "NCCL".to_string(),
         }
     }
 
@@ -56,6 +63,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.allreduce(buf, op),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.allreduce(buf, op),
         }
     }
 
@@ -73,6 +82,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.broadcast(buf, root),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.broadcast(buf, root),
         }
     }
 
@@ -82,6 +93,8 @@ impl Exec {
             Links::Native { transport, .. } => coll::barrier(transport.as_mut(), seq),
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.barrier(),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.barrier(),
         }
     }
 
@@ -98,6 +111,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.allgather(send, recv),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.allgather(send, recv),
         }
     }
 
@@ -115,6 +130,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.reduce_scatter(send, recv, op),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.reduce_scatter(send, recv, op),
         }
     }
 
@@ -125,6 +142,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.send(buf, peer, tag),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.send(buf, peer, tag),
         }
     }
 
@@ -141,6 +160,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.recv(buf, peer, tag),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.recv(buf, peer, tag),
         }
     }
 
@@ -156,6 +177,8 @@ impl Exec {
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(_) => crate::mpi::abort_job(rank, cause),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.abort(cause),
         }
     }
 }

@@ -8,7 +8,9 @@
 //!
 //! Collectives run on one [`Backend`]: phalanx's own algorithms over TCP and shared memory
 //! (the default), or, with the `mpi` cargo feature, the MPI library's (`init_mpi`, or
-//! [`init_backend`]`(Backend::Mpi)` under `mpirun`; `docs/mpi.md`).
+//! [`init_backend`]`(Backend::Mpi)` under `mpirun`; `docs/mpi.md`), or, with the `nccl`
+//! cargo feature, NCCL's on this rank's GPU (`init_nccl`, or [`init_backend`]`(Backend::Nccl)`;
+//! `docs/gpu.md`).
 //!
 //! ```
 //! // One process with no launcher variables is a group of one.
@@ -30,6 +32,10 @@ mod failure;
 mod init;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
+#[cfg(feature = "nccl")]
+mod nccl_sys;
 mod pending;
 mod process_group;
 mod progress;
@@ -42,6 +48,8 @@ pub use error::{Error, Result};
 pub use init::{connect, init_process_group, init_with, InitOptions};
 #[cfg(feature = "mpi")]
 pub use mpi::init_mpi;
+#[cfg(feature = "nccl")]
+pub use nccl::{init_nccl, nccl_probe};
 pub use phalanx_collectives::Options as CollectiveOptions;
 pub use process_group::{Placement, ProcessGroup};
 pub use work::Work;

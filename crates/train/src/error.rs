@@ -41,6 +41,14 @@ pub enum Error {
     /// The run's configuration is invalid or does not match its checkpoint.
     #[error("{0}")]
     Config(String),
+    /// The training device is not in this build or not on this machine (`--device`).
+    #[error("device {spec}: {reason}")]
+    Device {
+        /// The device asked for (`cuda:1`).
+        spec: String,
+        /// What is missing: the `cuda` feature, the driver, or the GPU.
+        reason: String,
+    },
     /// The tensor library failed to read a result.
     #[error("reading a tensor failed: {0}")]
     Tensor(String),

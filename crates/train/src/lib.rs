@@ -3,6 +3,9 @@
 
 pub mod checkpoint;
 mod ddp_step;
+mod device;
+#[cfg(feature = "cuda")]
+mod device_cuda;
 mod error;
 mod init;
 pub mod metrics;
@@ -15,13 +18,9 @@ pub mod throughput;
 pub mod trainer;
 
 pub use ddp_step::{accumulate_step, train_step};
+pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
 pub use model::{Mlp, MlpConfig};
 pub use optim::{Sgd, SgdOptions};
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
 pub use trainer::{train, Reporter, Summary, TrainConfig};
-
-/// The training device: Burn's `flex` CPU backend with autodiff.
-pub fn device() -> burn::tensor::Device {
-    burn::tensor::Device::flex().autodiff()
-}

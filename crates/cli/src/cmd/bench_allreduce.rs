@@ -37,7 +37,8 @@ pub(crate) struct Args {
     /// One JSON object per size instead of the table.
     #[arg(long)]
     json: bool,
-    /// Process-group backend: `native`, or `mpi` (under `mpirun -np N`; see `phalanx train`).
+    /// Process-group backend: `native`, `mpi` (under `mpirun -np N`; see `phalanx train`), or
+    /// `nccl` (one GPU per rank: --nproc-per-node at most the GPUs of the node; docs/gpu.md).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
     backend: Backend,
 }
@@ -51,7 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--dtype u8 is not a reducible type; use f32, f64, bf16, f16, i32 or i64");
     }
     super::train::check_backend(args.backend)?;
-    if args.backend == Backend::Native && !phalanx_launch::started_by_launcher() {
+    if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
         return phalanx_launch::relaunch_self(&args.launch);
     }
     let pg = super::train::join_group(args.backend)?;

@@ -7,7 +7,8 @@ use std::{io::IsTerminal, path::PathBuf, process::ExitCode, sync::Arc, time::Ins
 use anyhow::{bail, Context};
 use phalanx_pg::Backend;
 use phalanx_train::{
-    checkpoint::Meta, metrics, metrics::EpochRecord, Reporter, SgdOptions, Summary, TrainConfig,
+    checkpoint::Meta, metrics, metrics::EpochRecord, DeviceSpec, Reporter, SgdOptions, Summary,
+    TrainConfig,
 };
 
 /// Default number of local processes when none is asked for: the seed recipe's 2.
@@ -52,10 +53,16 @@ pub(crate) struct Args {
     /// Reduce gradients in bf16 (half the bytes on the wire; PyTorch's bf16_compress_hook).
     #[arg(long)]
     bf16: bool,
-    /// Process-group backend: `native` (TCP, shared memory), or `mpi` (the MPI library's
-    /// collectives; run under `mpirun -np N`; needs a build with the `mpi` feature).
+    /// Process-group backend: `native` (TCP, shared memory), `mpi` (the MPI library's
+    /// collectives; run under `mpirun -np N`; needs a build with the `mpi` feature), or `nccl`
+    /// (one GPU per rank; needs the `nccl` feature and NCCL; docs/gpu.md).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
     backend: Backend,
+    /// Training device: `cpu`, `cuda` (GPU LOCAL_RANK, as torchrun users expect) or `cuda:N`.
+    /// CUDA needs a build with the `cuda` feature (docs/gpu.md); gradients are reduced on the
+    /// host by any backend, so ranks may share one GPU.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
     /// Save a checkpoint (safetensors + JSON) here at every epoch end (rank 0 writes).
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
@@ -78,7 +85,8 @@ pub(crate) struct Args {
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     check_backend(args.backend)?;
-    if args.backend == Backend::Native && !phalanx_launch::started_by_launcher() {
+    check_device(args.device)?;
+    if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
         let explicit = std::env::args().any(|a| a.starts_with("--nproc-per-node"))
             || std::env::var_os("PET_NPROC_PER_NODE").is_some();
         if !explicit {
@@ -90,6 +98,16 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         return phalanx_launch::relaunch_self(&args.launch);
     }
     super::limit_compute_threads();
+    // Before joining: a missing GPU fails this rank at once instead of after the rendezvous.
+    let local_rank = phalanx_pg::DistEnv::from_env()
+        .map(|e| e.local_rank)
+        .unwrap_or(0);
+    phalanx_train::set_device(args.device, local_rank).with_context(|| {
+        format!(
+            "rank with LOCAL_RANK {local_rank}: --device {}",
+            args.device
+        )
+    })?;
     let pg = Arc::new(join_group(args.backend)?);
     install_failure_hook(&pg);
     let cfg = TrainConfig {
@@ -142,15 +160,45 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Refuses a device this binary lacks, and CUDA on a machine without a usable GPU (before
+/// any rank starts; each rank checks its own GPU again).
+fn check_device(device: DeviceSpec) -> anyhow::Result<()> {
+    if !device.is_built() {
+        bail!(
+            "--device {device}: this phalanx binary was built without the `cuda` feature; \
+             rebuild it with `cargo build --release -p phalanx-cli --features cuda` (no CUDA \
+             toolkit needed to build; docs/gpu.md)"
+        );
+    }
+    if device != DeviceSpec::Cpu && !phalanx_launch::started_by_launcher() {
+        if let Err(why) = phalanx_train::cuda_device_count() {
+            bail!("--device {device}: {why}");
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a backend this binary lacks, and `--nproc-per-node` with MPI (mpirun starts the
 /// ranks). Shared by `train` and the benchmarks.
 pub(crate) fn check_backend(backend: Backend) -> anyhow::Result<()> {
     if !backend.is_built() {
+        let needs = match backend {
+            Backend::Nccl => "builds without a CUDA toolkit; running needs NCCL and a GPU",
+            _ => "needs an MPI library, e.g. Debian's libopenmpi-dev, and libclang-dev",
+        };
         bail!(
             "--backend {backend}: this phalanx binary was built without the `{backend}` feature; \
              rebuild it with `cargo build --release -p phalanx-cli --features {backend}` \
-             (needs an MPI library, e.g. Debian's libopenmpi-dev, and libclang-dev)"
+             ({needs})"
         );
+    }
+    #[cfg(feature = "nccl")]
+    if backend == Backend::Nccl && !phalanx_launch::started_by_launcher() {
+        // Fail before starting ranks, naming what is missing; each rank checks its GPU again.
+        match phalanx_pg::nccl_probe() {
+            Ok(found) => tracing::info!("--backend nccl: {found}"),
+            Err(e) => bail!("--backend nccl: {e}"),
+        }
     }
     if backend == Backend::Mpi && std::env::args().any(|a| a.starts_with("--nproc-per-node")) {
         bail!(
