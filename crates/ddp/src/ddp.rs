@@ -166,9 +166,12 @@ impl<M: Module> DistributedDataParallel<M> {
             |p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop),
             |bucket, buf| {
                 let mut params = GradientsParams::new();
+                let copy = phalanx_core::trace::span("copy-out", "optimizer");
                 for (p, range) in bucket.slots() {
                     table.register_grad(p, buf[range].to_vec(), &mut params);
                 }
+                drop(copy);
+                let _s = phalanx_core::trace::span("step", "optimizer");
                 let m = module.take().expect("module is present outside map_module");
                 *module = Some(step(m, params));
             },
