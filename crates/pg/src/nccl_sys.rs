@@ -8,7 +8,7 @@
 //! libnccl.so.2`, a directory no loader searches). cudarc's loader tries `libnccl.so` only,
 //! which neither the Debian runtime package nor the wheels ship. The search here is:
 //! `PHALANX_NCCL_LIBRARY` (a path; when set, nothing else is tried), `libnccl.so.2`,
-//! `libnccl.so`, then `nvidia/nccl/lib/libnccl.so.2` under `$VIRTUAL_ENV`, `$CONDA_PREFIX`
+//! `libnccl.so`, then `nvidia/{nccl,cu13,cu12}/lib/libnccl.so.2` under `$VIRTUAL_ENV`, `$CONDA_PREFIX`
 //! and the site-packages that `python3` reports (one short subprocess, only when the loader
 //! found nothing). The file loaded is logged at INFO (`PHALANX_DEBUG=INFO`).
 
@@ -234,7 +234,11 @@ fn load_nccl() -> Result<Nccl, String> {
             }
         }
     }
-    tried.push("nvidia/nccl/lib/libnccl.so.2 in $VIRTUAL_ENV, $CONDA_PREFIX and python3's site-packages (none)".into());
+    tried.push(
+        "nvidia/{nccl,cu13,cu12}/lib/libnccl.so.2 in $VIRTUAL_ENV, $CONDA_PREFIX and python3's \
+         site-packages (none)"
+            .into(),
+    );
     Err(format!(
         "NCCL not found: tried {}. Install it (Debian/Ubuntu: libnccl2; pip: nvidia-nccl-cu12 \
          or -cu13) or set PHALANX_NCCL_LIBRARY to the path of libnccl.so.2",
@@ -264,9 +268,12 @@ fn python_candidates() -> Vec<PathBuf> {
         }
     }
     roots.extend(python_site_packages());
+    // nvidia-nccl-cu12/-cu13 install `nvidia/nccl/lib`; CUDA 13's merged wheels `nvidia/cu13/lib`.
     roots
         .into_iter()
-        .map(|r| r.join("nvidia/nccl/lib/libnccl.so.2"))
+        .flat_map(|r| {
+            ["nccl", "cu13", "cu12"].map(|d| r.join("nvidia").join(d).join("lib/libnccl.so.2"))
+        })
         .collect()
 }
 
@@ -334,10 +341,12 @@ mod tests {
     }
 
     #[test]
-    fn python_candidates_point_into_nvidia_nccl() {
+    fn python_candidates_point_into_nvidia_wheels() {
         for p in python_candidates() {
+            assert!(p.ends_with("lib/libnccl.so.2"), "{}", p.display());
+            let nvidia = p.parent().and_then(|d| d.parent()).and_then(|d| d.parent());
             assert!(
-                p.ends_with("nvidia/nccl/lib/libnccl.so.2"),
+                nvidia.is_some_and(|d| d.ends_with("nvidia")),
                 "{}",
                 p.display()
             );

@@ -4,6 +4,8 @@
 //! missing, deep in the first tensor operation. `phalanx train --device cuda` should instead
 //! fail at once with a sentence, so the driver library is opened here first with `dlopen` and
 //! asked `cuInit(0)` and `cuDeviceGetCount`: three calls whose errors come back as codes.
+//! Compiled in every build (it needs only `dlopen`), so CI tests it without the `cuda` feature.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
 
 use std::{ffi::c_int, sync::OnceLock};
 

@@ -4,7 +4,6 @@
 pub mod checkpoint;
 mod ddp_step;
 mod device;
-#[cfg(feature = "cuda")]
 mod device_cuda;
 mod error;
 mod init;

@@ -167,12 +167,18 @@ fn check_device(device: DeviceSpec) -> anyhow::Result<()> {
         bail!(
             "--device {device}: this phalanx binary was built without the `cuda` feature; \
              rebuild it with `cargo build --release -p phalanx-cli --features cuda` (no CUDA \
-             toolkit needed to build; docs/gpu.md)"
+             toolkit needed; the first build downloads cubecl's LLVM bundle; docs/gpu.md)"
         );
     }
     if device != DeviceSpec::Cpu && !phalanx_launch::started_by_launcher() {
-        if let Err(why) = phalanx_train::cuda_device_count() {
-            bail!("--device {device}: {why}");
+        let n = match phalanx_train::cuda_device_count() {
+            Ok(n) => n,
+            Err(why) => bail!("--device {device}: {why}"),
+        };
+        if let DeviceSpec::Cuda(Some(i)) = device {
+            if i >= n {
+                bail!("--device {device}: GPU {i} does not exist: the CUDA driver sees {n} GPU(s)");
+            }
         }
     }
     Ok(())
@@ -197,7 +203,10 @@ pub(crate) fn check_backend(backend: Backend) -> anyhow::Result<()> {
         // Fail before starting ranks, naming what is missing; each rank checks its GPU again.
         match phalanx_pg::nccl_probe() {
             Ok(found) => tracing::info!("--backend nccl: {found}"),
-            Err(e) => bail!("--backend nccl: {e}"),
+            Err(e) => bail!(
+                "--backend nccl: {}",
+                e.to_string().trim_start_matches("backend nccl: ")
+            ),
         }
     }
     if backend == Backend::Mpi && std::env::args().any(|a| a.starts_with("--nproc-per-node")) {

@@ -5,6 +5,13 @@
 //! [`ModuleVisitor`] reports on the way down, and listed in visiting order, which is the order the
 //! fields are declared: the order of PyTorch's `model.parameters()`. Burn's [`ParamId`]s are random
 //! per process, so they never leave this module; ranks agree on names and positions instead.
+//!
+//! Note [Host-staged gradients]: gradients are read back to host `f32` ([`GradTable::grad_into`])
+//! and the reduced ones are rebuilt on the parameter's own device ([`GradTable::register_grad`]
+//! takes the device from the parameter, never a default), so this adapter works the same on
+//! every Burn device: with `--device cuda` each bucket is copied from the GPU, reduced by the
+//! process group (native shared memory/TCP, MPI or NCCL) and copied back, as Gloo does for
+//! CUDA tensors. Ranks that share one GPU, or a GPU job without NCCL, need nothing else.
 
 use std::collections::HashMap;
 
