@@ -246,10 +246,25 @@ fn load_nccl() -> Result<Nccl, String> {
     ))
 }
 
-fn loaded(lib: Library, path: String) -> Result<Nccl, String> {
-    let n = Nccl::resolve(lib, path)?;
+fn loaded(lib: Library, name: String) -> Result<Nccl, String> {
+    let mut n = Nccl::resolve(lib, name)?;
+    // A name (`libnccl.so.2`) says little when several are installed: log the file.
+    n.path = file_of(n.ncclGetVersion as *const c_void).unwrap_or(n.path);
     tracing::info!(library = %n.path, version = %n.version(), "phalanx: NCCL loaded");
     Ok(n)
+}
+
+/// The file of the shared object that holds `addr` (`dladdr`).
+fn file_of(addr: *const c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain pointers; all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `addr` is a function of a loaded library; `info` is a valid out-pointer.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr sets a NUL-terminated path owned by the loader.
+    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+    Some(std::fs::canonicalize(&*file).map_or(file.into_owned(), |p| p.display().to_string()))
 }
 
 /// `nvidia/nccl/lib/libnccl.so.2` under the Python environments this process can see.
@@ -331,6 +346,12 @@ mod tests {
                 assert!(e.contains("site-packages"), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn file_of_names_the_library_of_a_function() {
+        let f = file_of(libc::getpid as *const c_void).expect("dladdr knows libc");
+        assert!(f.contains("libc"), "{f}");
     }
 
     #[test]
