@@ -81,8 +81,8 @@ fn needs_root_netns_bench_allreduce_check_2_hosts_x_2_ranks() {
     assert_rows(&rows, 4);
 }
 
-/// `PHALANX_ALGO=hierarchical` on 2 hosts × 2 ranks: every rank logs the two-level choice and
-/// every element of every size is right (integer-valued data: exact under any grouping).
+/// `PHALANX_ALGO=hierarchical` on 2 hosts × 2 ranks: every rank logs the two-level choice, the
+/// ranks of a host join a shared-memory group of two, and every element of every size is right (integer-valued data: exact under any grouping).
 #[test]
 fn needs_root_netns_bench_allreduce_check_hierarchical_2_hosts_x_2_ranks() {
     let Some((rows, stderr)) = bench_check_env(

@@ -72,6 +72,13 @@ impl Hierarchy {
         self.hosts.len() * self.hosts[0].len()
     }
 
+    /// The ranks of `rank`'s host (in rank order) and `rank`'s index among them: the members
+    /// and rank of the host's shared-memory group.
+    pub fn host_of(&self, rank: usize) -> (&[usize], usize) {
+        let (host, _, local) = self.rings(rank);
+        (host, local)
+    }
+
     /// `(ranks of this rank's host, ranks of its rail, its local index)`.
     fn rings(&self, rank: usize) -> (&[usize], Vec<usize>, usize) {
         let host = self
@@ -83,6 +90,58 @@ impl Hierarchy {
         let rail = self.hosts.iter().map(|h| h[local]).collect();
         (host, rail, local)
     }
+}
+
+/// The two-level allreduce with shared memory inside the host (`g`: this host's ranks, in the
+/// order of [`Hierarchy`]'s host list): the host's sum of the whole buffer through
+/// [`crate::allreduce_shm`] (at memory speed, so reducing all of it costs less than a
+/// reduce-scatter over loopback TCP), the rail allreduce of this rank's slice over TCP, then a
+/// shared-memory allgather of the slices.
+#[cfg(target_os = "linux")]
+pub(crate) fn allreduce_shm<T: Element>(
+    t: &mut dyn Transport,
+    g: &mut phalanx_transport::shm::ShmGroup,
+    seq: u64,
+    h: &Hierarchy,
+    buf: &mut [T],
+    op: ReduceOp,
+    chunk: usize,
+) -> Result<()> {
+    let (host, rail, local) = h.rings(t.rank());
+    assert_eq!(
+        (g.world_size(), g.rank()),
+        (host.len(), local),
+        "the host's shared-memory group follows the hierarchy"
+    );
+    let fp = crate::fp::<T>(
+        seq,
+        phalanx_transport::CollectiveKind::Allreduce,
+        Some(op),
+        buf.len(),
+        0,
+    );
+    // Avg divides once, by the whole world, at the end.
+    let sum = if op == ReduceOp::Avg {
+        ReduceOp::Sum
+    } else {
+        op
+    };
+    crate::allreduce_shm(g, seq, buf, sum)?;
+    let count = buf.len();
+    let slice = |i: usize| segments::segment(count, host.len(), i);
+    let mine = slice(local);
+    let piece = |j: usize| -> Range<usize> {
+        let p = segments::segment(mine.len(), rail.len(), j);
+        mine.start + p.start..mine.start + p.end
+    };
+    ring::reduce_scatter(t, &fp, &rail, buf, &piece, sum, chunk)?;
+    let pos = rail
+        .iter()
+        .position(|&r| r == t.rank())
+        .expect("in its rail");
+    reduce::finish(op, &mut buf[piece(pos)], h.world_size());
+    ring::allgather(t, &fp, &rail, buf, &piece, chunk)?;
+    crate::shm_allgather::allgather_slices(g, &fp, buf, &slice)
 }
 
 /// The two-level allreduce described in the module docs.

@@ -45,6 +45,8 @@ pub mod reduce;
 mod ring;
 pub mod segments;
 #[cfg(target_os = "linux")]
+mod shm_allgather;
+#[cfg(target_os = "linux")]
 pub mod shm_allreduce;
 #[cfg(target_os = "linux")]
 pub use shm_allreduce::{
@@ -154,6 +156,29 @@ pub fn allreduce<T: Element>(
     };
     reduce::finish(op, buf, n);
     Ok(algo)
+}
+
+/// [`allreduce`] for a job spread over several hosts whose ranks share memory with their
+/// host's other ranks (`g`, ordered as [`Hierarchy::host_of`]): above `direct_max_bytes` and
+/// with `opts.hierarchy` set, the two-level algorithm with shared memory inside the host;
+/// otherwise exactly [`allreduce`] over `t`.
+#[cfg(target_os = "linux")]
+pub fn allreduce_hierarchical_shm<T: Element>(
+    t: &mut dyn Transport,
+    g: &mut phalanx_transport::shm::ShmGroup,
+    seq: u64,
+    buf: &mut [T],
+    op: ReduceOp,
+    opts: &Options,
+) -> Result<Algorithm> {
+    let n = t.world_size();
+    match opts.hierarchy.as_ref() {
+        Some(h) if h.world_size() == n && std::mem::size_of_val(buf) > opts.direct_max_bytes => {
+            hierarchical::allreduce_shm(t, g, seq, h, buf, op, chunk_elems::<T>(opts))?;
+            Ok(Algorithm::Hierarchical)
+        }
+        _ => allreduce(t, seq, buf, op, opts),
+    }
 }
 
 /// Copies `root`'s `buf` to every rank.

@@ -7,8 +7,11 @@
 mod common;
 
 use common::input;
-use phalanx_collectives::{allreduce, Algorithm, Hierarchy, Options};
+use std::{sync::Mutex, time::Duration};
+
+use phalanx_collectives::{allreduce, allreduce_hierarchical_shm, Algorithm, Hierarchy, Options};
 use phalanx_core::ReduceOp;
+use phalanx_transport::shm::{ShmGroup, ShmSegment};
 
 fn opts(hosts: Vec<Vec<usize>>) -> Options {
     Options {
@@ -96,4 +99,101 @@ fn a_hierarchy_for_another_world_size_is_ignored() {
         allreduce(t, 0, &mut v, ReduceOp::Sum, &o).unwrap()
     });
     assert!(algos.iter().all(|a| *a == Algorithm::Ring), "{algos:?}");
+}
+
+/// Each simulated host's ranks share memory (segments of 4 KiB buffers, so every phase runs in
+/// many chunks); hosts reach each other over the TCP mesh.
+#[test]
+fn shared_memory_inside_hosts_gives_exact_sums_and_equal_bits() {
+    const BUFFER: usize = 4096;
+    for hosts in [
+        vec![vec![0, 1], vec![2, 3]],
+        vec![vec![0, 3], vec![1, 4], vec![2, 5]],
+    ] {
+        let world: usize = hosts.iter().map(Vec::len).sum();
+        let o = opts(hosts.clone());
+        let h = o.hierarchy.clone().unwrap();
+        let job = format!("phalanx-test-hier-{}-{world}", std::process::id());
+        let bytes = ShmGroup::segment_bytes(BUFFER);
+        let own: Mutex<Vec<Option<ShmSegment>>> = Mutex::new(
+            (0..world)
+                .map(|r| Some(ShmSegment::create(&format!("{job}-{r}"), bytes).unwrap()))
+                .collect(),
+        );
+        let results = common::with_mesh(world, |rank, t| {
+            let (members, local) = h.host_of(rank);
+            let mine = own.lock().unwrap()[rank].take().unwrap();
+            let peers = members
+                .iter()
+                .map(|&p| {
+                    (p != rank).then(|| ShmSegment::open(&format!("{job}-{p}"), bytes).unwrap())
+                })
+                .collect();
+            let mut g =
+                ShmGroup::new(local, members.len(), mine, peers, Duration::from_secs(20)).unwrap();
+            let mut out = Vec::new();
+            for (seq, count) in [1usize, 7, 5000, 100_003].into_iter().enumerate() {
+                let mut sum: Vec<f32> = (0..count).map(|i| (i % 97 + rank) as f32).collect();
+                let a = allreduce_hierarchical_shm(
+                    t,
+                    &mut g,
+                    3 * seq as u64,
+                    &mut sum,
+                    ReduceOp::Sum,
+                    &o,
+                )
+                .unwrap();
+                let mut avg: Vec<f64> = (0..count).map(|_| (2 * rank) as f64).collect();
+                allreduce_hierarchical_shm(
+                    t,
+                    &mut g,
+                    3 * seq as u64 + 1,
+                    &mut avg,
+                    ReduceOp::Avg,
+                    &o,
+                )
+                .unwrap();
+                let mut float = input::<f32>(rank, count, 5);
+                allreduce_hierarchical_shm(
+                    t,
+                    &mut g,
+                    3 * seq as u64 + 2,
+                    &mut float,
+                    ReduceOp::Sum,
+                    &o,
+                )
+                .unwrap();
+                out.push((a, sum, avg, float));
+            }
+            out
+        });
+        let n = world;
+        for (rank, per_count) in results.iter().enumerate() {
+            for (k, (algo, sum, avg, float)) in per_count.iter().enumerate() {
+                let count = sum.len();
+                let big = count * 4 > o.direct_max_bytes;
+                assert_eq!(
+                    *algo == Algorithm::Hierarchical,
+                    big,
+                    "{hosts:?} count {count}: {algo:?}"
+                );
+                for (i, v) in sum.iter().enumerate() {
+                    assert_eq!(
+                        *v,
+                        ((i % 97) * n + n * (n - 1) / 2) as f32,
+                        "{hosts:?} rank {rank} i {i}"
+                    );
+                }
+                assert!(
+                    avg.iter().all(|&v| v == (n - 1) as f64),
+                    "{hosts:?} rank {rank}"
+                );
+                assert!(
+                    bytemuck::cast_slice::<f32, u8>(float)
+                        == bytemuck::cast_slice::<f32, u8>(&results[0][k].3),
+                    "{hosts:?}: rank {rank} differs from rank 0 at count {count}"
+                );
+            }
+        }
+    }
 }

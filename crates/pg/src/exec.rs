@@ -24,7 +24,8 @@ pub(crate) struct Exec {
 /// The backend (Note [Backends]).
 pub(crate) enum Links {
     /// Always the TCP mesh, plus shared memory when every rank is on this host (then
-    /// allreduce, broadcast and barrier use it).
+    /// allreduce, broadcast and barrier use it), or among this host's ranks for the
+    /// hierarchical allreduce (`PHALANX_ALGO=hierarchical` across hosts; allreduce only).
     Native {
         transport: Box<dyn Transport>,
         shm: Option<ShmGroup>,
@@ -57,6 +58,12 @@ impl Exec {
         opts: &Options,
     ) -> Ran {
         match &mut self.links {
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if g.world_size() < transport.world_size() => {
+                coll::allreduce_hierarchical_shm(transport.as_mut(), g, seq, buf, op, opts)
+            }
             Links::Native { shm: Some(g), .. } => coll::allreduce_shm(g, seq, buf, op),
             Links::Native { transport, .. } => {
                 coll::allreduce(transport.as_mut(), seq, buf, op, opts)
@@ -76,7 +83,10 @@ impl Exec {
         opts: &Options,
     ) -> Ran {
         match &mut self.links {
-            Links::Native { shm: Some(g), .. } => coll::broadcast_shm(g, seq, buf, root),
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if g.world_size() == transport.world_size() => coll::broadcast_shm(g, seq, buf, root),
             Links::Native { transport, .. } => {
                 coll::broadcast(transport.as_mut(), seq, buf, root, opts)
             }
@@ -89,7 +99,10 @@ impl Exec {
 
     pub(crate) fn barrier(&mut self, seq: u64) -> Ran {
         match &mut self.links {
-            Links::Native { shm: Some(g), .. } => coll::barrier_shm(g, seq),
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if g.world_size() == transport.world_size() => coll::barrier_shm(g, seq),
             Links::Native { transport, .. } => coll::barrier(transport.as_mut(), seq),
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.barrier(),

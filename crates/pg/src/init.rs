@@ -189,12 +189,21 @@ pub fn connect(
             None => tracing::warn!(rank, "PHALANX_ALGO=hierarchical needs every host to hold the same number (≥ 2) of ranks; using the flat ring"),
         }
     }
+    // Shared memory: among all ranks when they share this host; among this host's ranks for
+    // the hierarchical allreduce (Exec uses a group smaller than the job for that alone).
+    let everyone: Vec<usize> = (0..placement.world_size).collect();
+    let members = if one_host {
+        Some(everyone.as_slice())
+    } else {
+        opts.hierarchy.as_ref().map(|h| h.host_of(rank).0)
+    };
     let shm = crate::shm_setup::try_join(
         store.as_ref(),
         rank,
         placement.world_size,
+        members,
         timeout,
-        opts.shared_memory && one_host,
+        opts.shared_memory,
     )?;
     Ok(ProcessGroup::new(
         placement,

@@ -16,13 +16,16 @@ use phalanx_transport::shm::{ShmGroup, ShmSegment, DEFAULT_BUFFER_BYTES};
 
 use crate::{Error, Result};
 
-/// Joins a shared-memory group when `wanted` (every rank is on this host, per the peer table,
-/// and the options allow it) and `PHALANX_SHM_DISABLE` is not set; `None` otherwise (TCP
-/// carries everything).
+/// Joins the shared-memory group `members` (global ranks, this rank among them) when the
+/// options allow it and `PHALANX_SHM_DISABLE` is not set; `None` otherwise (TCP carries
+/// everything). `members` is every rank when all share this host, or this host's ranks for
+/// the hierarchical allreduce; `None` when no group applies. All ranks vote in `world` (every
+/// rank of the job), so one failure anywhere makes everyone fall back together.
 pub(crate) fn try_join(
     store: &dyn Store,
     rank: usize,
     world: usize,
+    members: Option<&[usize]>,
     timeout: Duration,
     wanted: bool,
 ) -> Result<Option<ShmGroup>> {
@@ -30,9 +33,13 @@ pub(crate) fn try_join(
     let disabled = env::get(env::PHALANX_SHM_DISABLE).is_some_and(|v| v != "0");
     // Every rank sees the same table and environment flag (the launcher sets one for all),
     // so all of them take this early return together or none does.
-    if world < 2 || !wanted || disabled {
+    let Some(members) = members.filter(|m| m.len() >= 2 && wanted && !disabled) else {
         return Ok(None);
-    }
+    };
+    let local = members
+        .iter()
+        .position(|&m| m == rank)
+        .expect("a rank is a member of its own group");
     // One nonce per group keeps concurrent jobs (and test threads) apart in /dev/shm.
     let nonce = {
         let mut n = [0u8; 6];
@@ -59,16 +66,17 @@ pub(crate) fn try_join(
         return Ok(None);
     };
     let setup = |source| Error::Setup { rank, source };
-    let peers = (0..world)
-        .map(|p| {
+    let peers = members
+        .iter()
+        .map(|&p| {
             (p != rank)
                 .then(|| ShmSegment::open(&name(p), bytes))
                 .transpose()
         })
         .collect::<phalanx_transport::Result<Vec<_>>>()
         .map_err(setup)?;
-    let group = ShmGroup::new(rank, world, own, peers, timeout).map_err(setup)?;
-    tracing::info!(rank, world, segment = %name(rank), buffer_bytes = DEFAULT_BUFFER_BYTES, "phalanx: shared memory joined");
+    let group = ShmGroup::new(local, members.len(), own, peers, timeout).map_err(setup)?;
+    tracing::info!(rank, members = ?members, segment = %name(rank), buffer_bytes = DEFAULT_BUFFER_BYTES, "phalanx: shared memory joined");
     Ok(Some(group))
 }
 
