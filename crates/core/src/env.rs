@@ -71,6 +71,8 @@ vars! {
     PHALANX_NCCL_LIBRARY = (Config, "", "Path of the NCCL library for `--backend nccl` (e.g. `/opt/nccl/lib/libnccl.so.2`). Default: `libnccl.so.2`, then `libnccl.so`, through the loader's search path, then the `nvidia/nccl/lib` of Python's site-packages (PyPI's nvidia-nccl-cu12/cu13 wheels). `PHALANX_DEBUG=INFO` logs the file loaded.");
     PHALANX_PROGRESS = (Launcher, "", "Set to 1 by `phalanx launch` when its terminal can show a progress bar: rank 0 of `phalanx train` then sends progress records for the launcher to draw.");
     PHALANX_ALGO = (Config, "auto", "Allreduce algorithm family: `auto` (direct exchange, ring, shared memory, all in the canonical reduction order: bitwise equal across placements) or `hierarchical` (inside hosts, then across them: fewer bytes between hosts when each holds several ranks, but sums grouped by host, so not bitwise equal across placements).");
+    PHALANX_DIRECT_MAX_BYTES = (Config, "64K", "Collectives up to this size (bytes; `64K`, `1M`) use direct exchange over TCP instead of the ring (latency over bandwidth). Must be equal on every rank.");
+    PHALANX_CHUNK_BYTES = (Config, "512K", "Largest frame of a pipelined TCP ring step (bytes; `512K`, `2M`). Must be equal on every rank.");
     PHALANX_SHM_DISABLE = (Config, "0", "Set to 1 to carry every collective over TCP even when all ranks share a host (shared memory is used by default then).");
     PHALANX_DEBUG = (Debug, "WARN", "Log level: WARN, INFO (per rank: interface, addresses, transports, algorithms) or TRACE.");
     PHALANX_TRACE = (Debug, "", "Path prefix for a Chrome/Perfetto trace per rank.");

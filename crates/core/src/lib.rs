@@ -10,6 +10,7 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+mod bytes;
 mod dtype;
 mod element;
 pub mod env;
@@ -18,6 +19,7 @@ mod reduce_op;
 mod timeout;
 pub mod trace;
 
+pub use bytes::parse_bytes;
 pub use dtype::DType;
 pub use element::Element;
 pub use error::{Error, Result};

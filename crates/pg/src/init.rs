@@ -54,12 +54,40 @@ impl InitOptions {
             store_prefix: env::get(env::PHALANX_STORE_PREFIX).unwrap_or_default(),
             agent_store: std::env::var("TORCHELASTIC_USE_AGENT_STORE")
                 .is_ok_and(|v| v.eq_ignore_ascii_case("true")),
-            collectives: Options {
-                prefer_hierarchical: prefer_hierarchical()?,
-                ..Options::default()
-            },
+            collectives: collective_options()?,
         })
     }
+}
+
+/// Algorithm thresholds and choice from `PHALANX_DIRECT_MAX_BYTES`, `PHALANX_CHUNK_BYTES` and
+/// `PHALANX_ALGO` (defaults: [`Options::default`], measured in docs/collectives.md).
+fn collective_options() -> Result<Options> {
+    let mut o = Options {
+        prefer_hierarchical: prefer_hierarchical()?,
+        ..Options::default()
+    };
+    if let Some(v) = env::get(env::PHALANX_DIRECT_MAX_BYTES) {
+        o.direct_max_bytes = bytes_var("PHALANX_DIRECT_MAX_BYTES", &v)?;
+    }
+    if let Some(v) = env::get(env::PHALANX_CHUNK_BYTES) {
+        o.chunk_bytes = bytes_var("PHALANX_CHUNK_BYTES", &v)?;
+        if o.chunk_bytes == 0 {
+            return Err(Error::Env {
+                name: "PHALANX_CHUNK_BYTES".into(),
+                value: v,
+                reason: "must be at least 1 byte".into(),
+            });
+        }
+    }
+    Ok(o)
+}
+
+fn bytes_var(name: &str, value: &str) -> Result<usize> {
+    phalanx_core::parse_bytes(value).map_err(|e| Error::Env {
+        name: name.into(),
+        value: value.into(),
+        reason: e.to_string(),
+    })
 }
 
 /// `PHALANX_ALGO`: `auto` (the default) or `hierarchical`.

@@ -4,23 +4,9 @@ use anyhow::{bail, Context};
 
 /// Parses `4`, `4K`, `4KB`, `4KiB`, `1M`, `2G` (binary multiples).
 pub(crate) fn parse_size(s: &str) -> anyhow::Result<usize> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let n: usize = t[..digits]
-        .parse()
-        .with_context(|| format!("size {s:?}: expected a number like 4K, 1M or 4096"))?;
-    let mult = match t[digits..].to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        other => bail!("size {s:?}: unknown unit {other:?} (use K, M or G)"),
-    };
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} overflows"))
+    Ok(phalanx_core::parse_bytes(s)?)
 }
 
-/// Parses a list: comma-separated sizes and `A..B[:F]` ranges (A, A·F, A·F², … ≤ B; F defaults to 2).
 pub(crate) fn parse_sizes(spec: &str) -> anyhow::Result<Vec<usize>> {
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
