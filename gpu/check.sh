@@ -129,6 +129,22 @@ run() {
   fi
 }
 
+# expect_fail NAME TIMEOUT PATTERN ARGS...: a command that must fail fast with a sentence.
+expect_fail() {
+  local name="$1" limit="$2" pattern="$3"; shift 3
+  if [ "$(left)" -lt 20 ]; then skip "$name" "out of time budget (${BUDGET_S}s)"; return 0; fi
+  say "=== $name (must fail): $BIN $*"
+  local rc=0 out
+  out=$(timeout -k 5 "$limit" "$BIN" "$@" 2>&1) || rc=$?
+  echo "$out" >>"$LOG"
+  local line; line=$(echo "$out" | grep -F -- "$pattern" | head -1 | cut -c1-220 || true)
+  if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ -n "$line" ] && ! echo "$out" | grep -q panicked; then
+    echo "| $name | refused as expected (rc=$rc): ${line//|//} | | |" >>"$SUMMARY"
+  else
+    echo "| $name | UNEXPECTED rc=$rc: $(echo "$out" | tail -1 | cut -c1-200) | | |" >>"$SUMMARY"
+  fi
+}
+
 for shape in seed wide; do
   if [ "$shape" = seed ]; then
     # The seed recipe: 64 → 128 → 10 on the UCI digits, batch 8/rank.
@@ -144,6 +160,7 @@ for shape in seed wide; do
     run "$shape: cuda:0, 2 ranks sharing it (host-side reduction)" 150 "${T[@]}" --nproc-per-node 2 --device cuda:0
   else
     skip "$shape: --device cuda" "binary built without the \`cuda\` feature"
+    [ "$shape" = seed ] && expect_fail "--device cuda without the feature" 30 "\`cuda\` feature" "${T[@]}" --device cuda
   fi
   if [ "$HAS_NCCL" = 1 ]; then
     run "$shape: --backend nccl (CPU model), 1 rank" 150 "${T[@]}" --nproc-per-node 1 --backend nccl
@@ -158,6 +175,18 @@ if [ "$HAS_NCCL" = 1 ]; then
   # Which NCCL was loaded, and NCCL's own INFO lines (PHALANX_DEBUG maps onto NCCL_DEBUG).
   PHALANX_DEBUG=INFO run "bench allreduce nccl --check f32 (PHALANX_DEBUG=INFO)" 60 bench allreduce --nproc-per-node 1 --sizes 4K --backend nccl --check
   run "bench allreduce nccl (timed, 1 rank)" 90 "${B[@]}" --backend nccl
+  # PyTorch's wheel, named explicitly: the log says which file was loaded.
+  WHEEL=$(timeout 20 python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
+  if [ -n "$WHEEL" ] && [ -f "$WHEEL" ]; then
+    PHALANX_NCCL_LIBRARY="$WHEEL" PHALANX_DEBUG=INFO run "bench allreduce nccl, PHALANX_NCCL_LIBRARY=$WHEEL" 60 bench allreduce --nproc-per-node 1 --sizes 1M --backend nccl --check
+    grep -o "NCCL loaded library=[^ ]* version=[^ ]*" "$LOG" | sort | uniq -c | tee -a "$SUMMARY.loaded" >>"$LOG" || true
+  else
+    skip "PHALANX_NCCL_LIBRARY=<wheel>" "no nvidia-nccl wheel in python3's site-packages"
+  fi
+  PHALANX_NCCL_LIBRARY=/nonexistent/libnccl.so.2 expect_fail "PHALANX_NCCL_LIBRARY=/nonexistent" 30 "PHALANX_NCCL_LIBRARY=/nonexistent" bench allreduce --nproc-per-node 1 --backend nccl
+  if [ "$GPUS" -lt 2 ]; then
+    expect_fail "nccl, 2 ranks on $GPUS GPU" 60 "one rank on one GPU" train --standalone --nproc-per-node 2 --backend nccl --epochs 1
+  fi
   if [ "$GPUS" -ge 2 ]; then
     run "bench allreduce nccl --check, 2 ranks" 90 bench allreduce --nproc-per-node 2 --sizes 4K,1M --backend nccl --check
   else
@@ -174,6 +203,8 @@ run "bench allreduce native (timed, 1 rank)" 60 bench allreduce --nproc-per-node
   echo '```'
   cat "$OUT/tables.txt" 2>/dev/null || echo "(no benchmark ran)"
   echo '```'
+  echo "NCCL files loaded (from PHALANX_DEBUG=INFO logs):"
+  cat "$SUMMARY.loaded" 2>/dev/null || echo "(none logged)"
   echo "Total: $(($(date +%s) - START)) s"
 } >>"$SUMMARY"
 cat "$SUMMARY"
