@@ -74,7 +74,7 @@ impl FromStr for Backend {
 /// [`Error::Backend`](crate::Error::Backend) when this build lacks the backend's feature).
 pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
     match backend {
-        Backend::Native => crate::init_process_group(),
+        Backend::Native => crate::init_with(crate::InitOptions::from_env()?),
         #[cfg(feature = "mpi")]
         Backend::Mpi => crate::init_mpi(),
         #[cfg(not(feature = "mpi"))]

@@ -105,8 +105,19 @@ fn prefer_hierarchical() -> Result<bool> {
 
 /// Creates the default process group from the launcher's environment (torchrun's
 /// variables, or Open MPI's, MPICH's, Slurm's).
+///
+/// `PHALANX_BACKEND` picks the backend (`native` by default; `mpi` and `nccl` need the crate
+/// features of the same names), as `--backend` does for the `phalanx` commands.
 pub fn init_process_group() -> Result<ProcessGroup> {
-    init_with(InitOptions::from_env()?)
+    let backend = match env::get(env::PHALANX_BACKEND) {
+        None => crate::Backend::Native,
+        Some(v) => v.parse().map_err(|reason| Error::Env {
+            name: "PHALANX_BACKEND".into(),
+            value: v,
+            reason,
+        })?,
+    };
+    crate::init_backend(backend)
 }
 
 /// [`init_process_group`] with explicit options.
