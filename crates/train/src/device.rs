@@ -124,6 +124,10 @@ fn open_cuda(spec: DeviceSpec, index: usize) -> Result<Device> {
         spec: spec.to_string(),
         reason,
     })?;
+    let toolkit = crate::device_cuda::toolkit().map_err(|reason| Error::Device {
+        spec: spec.to_string(),
+        reason,
+    })?;
     if index >= gpus.count {
         return Err(Error::Device {
             spec: spec.to_string(),
@@ -140,7 +144,7 @@ fn open_cuda(spec: DeviceSpec, index: usize) -> Result<Device> {
             ),
         });
     }
-    tracing::info!(device = %format!("cuda:{index}"), driver = %gpus.driver, gpus = gpus.count, "phalanx: training on CUDA");
+    tracing::info!(device = %format!("cuda:{index}"), driver = %gpus.driver, gpus = gpus.count, %toolkit, "phalanx: training on CUDA");
     Ok(Device::cuda(index).autodiff())
 }
 
@@ -154,8 +158,9 @@ fn open_cuda(spec: DeviceSpec, _index: usize) -> Result<Device> {
     })
 }
 
-/// Number of CUDA GPUs this process can use, from the driver (no Burn involved), or why there
-/// are none: no `cuda` feature, no driver library, or a driver that reports no device.
+/// Number of CUDA GPUs this process can train on, from the driver (no Burn involved), or why
+/// there are none: no `cuda` feature, no driver library, a driver that reports no device, or
+/// no NVRTC / CUDA headers for Burn's kernel compiler.
 ///
 /// ```
 /// // On a machine without a GPU this is an error that says what was looked for.
@@ -167,7 +172,9 @@ fn open_cuda(spec: DeviceSpec, _index: usize) -> Result<Device> {
 pub fn cuda_device_count() -> std::result::Result<usize, String> {
     #[cfg(feature = "cuda")]
     {
-        crate::device_cuda::probe().map(|g| g.count)
+        let count = crate::device_cuda::probe()?.count;
+        crate::device_cuda::toolkit()?;
+        Ok(count)
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -97,6 +97,54 @@ fn probe_uncached() -> Result<Gpus, String> {
     })
 }
 
+/// NVRTC's library names, newest CUDA first (the toolkit's `lib64`, or PyTorch's
+/// `nvidia/cu13/lib`, `nvidia/cuda_nvrtc/lib` wheels).
+const NVRTC_NAMES: &[&str] = &[
+    "libnvrtc.so",
+    "libnvrtc.so.13",
+    "libnvrtc.so.12",
+    "libnvrtc.so.11.2",
+];
+
+/// What Burn's CUDA backend needs besides the driver: it writes each kernel as CUDA C++ and
+/// compiles it at run time with NVRTC, which includes the toolkit's headers. Missing, it panics
+/// at the first kernel; here it is a sentence naming where it looked. `Ok` says what was found.
+pub(crate) fn toolkit() -> Result<String, String> {
+    let nvrtc = NVRTC_NAMES
+        .iter()
+        // SAFETY: loading NVRTC runs only its own initialisers.
+        .find(|name| unsafe { Library::new(name) }.map(std::mem::forget).is_ok())
+        .ok_or_else(|| {
+            format!(
+                "no NVRTC: could not load {} — Burn's CUDA backend compiles its kernels at run \
+                 time; put the CUDA toolkit's lib64 (or PyTorch's site-packages/nvidia/cu13/lib) \
+                 on LD_LIBRARY_PATH",
+                NVRTC_NAMES.join(", ")
+            )
+        })?;
+    let headers = cuda_include_dir().ok_or_else(|| {
+        "no CUDA headers: Burn's CUDA backend compiles kernels with NVRTC against the CUDA \
+         toolkit's include/ (looked in $CUDA_PATH, /usr/local/cuda, /opt/cuda, /usr): install \
+         the toolkit or set CUDA_PATH"
+            .to_string()
+    })?;
+    Ok(format!("{nvrtc}, headers in {}", headers.display()))
+}
+
+/// Where cubecl-cuda looks for the toolkit (its `install::cuda_path`), then `include/`.
+fn cuda_include_dir() -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let root = match std::env::var_os("CUDA_PATH") {
+        Some(p) => PathBuf::from(p),
+        None if Path::new("/usr/local/cuda").exists() => PathBuf::from("/usr/local/cuda"),
+        None if Path::new("/opt/cuda").exists() => PathBuf::from("/opt/cuda"),
+        None if Path::new("/usr/bin/nvcc").exists() => PathBuf::from("/usr"),
+        None => return None,
+    };
+    let include = root.join("include");
+    include.join("cuda.h").exists().then_some(include)
+}
+
 /// Names of the `CUresult` codes a probe can meet.
 fn result_name(rc: c_int) -> &'static str {
     match rc {
@@ -129,6 +177,18 @@ mod tests {
             Ok(g) => assert!(g.count > 0 && g.driver.contains("CUDA"), "{g:?}"),
             Err(why) => assert!(
                 why.contains("libcuda.so") || why.contains("CUDA driver"),
+                "{why}"
+            ),
+        }
+    }
+
+    /// On any machine: NVRTC and headers, or an error naming what was looked for.
+    #[test]
+    fn toolkit_is_found_or_named() {
+        match toolkit() {
+            Ok(found) => assert!(found.contains("libnvrtc") && found.contains("include")),
+            Err(why) => assert!(
+                why.contains("NVRTC") || why.contains("CUDA headers"),
                 "{why}"
             ),
         }
