@@ -166,8 +166,9 @@ fn check_device(device: DeviceSpec) -> anyhow::Result<()> {
     if !device.is_built() {
         bail!(
             "--device {device}: this phalanx binary was built without the `cuda` feature; \
-             rebuild it with `cargo build --release -p phalanx-cli --features cuda` (no CUDA \
-             toolkit needed; the first build downloads cubecl's LLVM bundle; docs/gpu.md)"
+             rebuild it with `cargo build --release -p phalanx-cli --features cuda` (builds \
+             without a CUDA toolkit; running needs the NVIDIA driver, NVRTC and the CUDA \
+             headers; docs/gpu.md)"
         );
     }
     if device != DeviceSpec::Cpu && !phalanx_launch::started_by_launcher() {
