@@ -13,7 +13,8 @@
 #   2. phalanx train on the CPU (the comparison), 1 rank
 #   3. phalanx train --device cuda, 1 rank                       (needs the `cuda` feature)
 #   4. phalanx train --device cuda:0, 2 ranks sharing the GPU    (host-side gradient reduction)
-#   5. phalanx train --backend nccl (CPU model, gradients through NCCL on the GPU), 1 rank
+#   5. phalanx train --backend nccl (CPU model, gradients through NCCL on the GPU), 1 rank,
+#      and with --device cuda (wide MLP)
 #   6. phalanx bench allreduce --backend nccl --nproc-per-node 1, --check then timed
 #   7. the same benchmark on the native backend, for comparison
 # Each training runs twice: the seed recipe (tiny: launch-bound on a GPU) and a wide MLP.
@@ -164,6 +165,9 @@ for shape in seed wide; do
   fi
   if [ "$HAS_NCCL" = 1 ]; then
     run "$shape: --backend nccl (CPU model), 1 rank" 150 "${T[@]}" --nproc-per-node 1 --backend nccl
+    if [ "$HAS_CUDA" = 1 ] && [ "$shape" = wide ]; then
+      run "$shape: cuda + --backend nccl, 1 rank" 150 "${T[@]}" --nproc-per-node 1 --device cuda --backend nccl
+    fi
   fi
 done
 
