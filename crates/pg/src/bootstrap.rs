@@ -48,24 +48,41 @@ pub fn exchange(
             reason: "contains whitespace".into(),
         });
     }
-    store
-        .set(
-            &peer_key(rank),
-            format!("{} {}", me.addr, me.host).as_bytes(),
-        )
+    // compare_set: the first process to claim a rank keeps it, a second one is named.
+    let entry = format!("{} {} {world}", me.addr, me.host);
+    let key = peer_key(rank);
+    let got = store
+        .compare_set(&key, b"", entry.as_bytes())
         .map_err(store_err)?;
+    if got != entry.as_bytes() {
+        return Err(Error::Env {
+            name: "RANK".into(),
+            value: rank.to_string(),
+            reason: format!(
+                "two processes claim rank {rank}: this one ({} on {}) and {} (set RANK/--node-rank so that each rank is started once)",
+                me.addr,
+                me.host,
+                String::from_utf8_lossy(&got)
+            ),
+        });
+    }
     if rank == 0 {
         let keys: Vec<String> = (0..world).map(peer_key).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         wait_or_name_missing(store, rank, &refs, timeout)?;
         let entries = store.multi_get(&refs).map_err(store_err)?;
-        let peers = entries
-            .iter()
-            .enumerate()
-            .map(|(r, v)| parse_entry(rank, r, v))
-            .collect::<Result<Vec<_>>>()?;
+        let mut peers = Vec::with_capacity(world);
+        for (r, v) in entries.iter().enumerate() {
+            let (peer, theirs) = parse_entry(rank, r, v)?;
+            if theirs != world {
+                // The mesh handshake then refuses that rank and the job fails naming it; say
+                // why here, where both values are known.
+                tracing::warn!("rank {r} was started with WORLD_SIZE={theirs}, ours is {world}");
+            }
+            peers.push(peer);
+        }
         store
-            .set(TABLE_KEY, encode(&peers).as_bytes())
+            .set(TABLE_KEY, encode(world, &peers).as_bytes())
             .map_err(store_err)?;
         return Ok(peers);
     }
@@ -85,7 +102,14 @@ pub fn exchange(
         });
     }
     let table = store.get(TABLE_KEY).map_err(store_err)?;
-    let peers = decode(rank, &table)?;
+    let (theirs, peers) = decode(rank, &table)?;
+    if theirs != world {
+        return Err(Error::Env {
+            name: "WORLD_SIZE".into(),
+            value: world.to_string(),
+            reason: format!("rank 0 was started with WORLD_SIZE={theirs}, ours is {world}"),
+        });
+    }
     if peers.len() != world || peers[rank] != *me {
         return Err(bad_table(
             rank,
@@ -156,22 +180,32 @@ fn missing(store: &dyn Store, keys: &[String]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-fn parse_entry(rank: usize, of: usize, v: &[u8]) -> Result<Peer> {
+/// `<addr> <host> <world size>`, as each rank writes under `pg/peer/<rank>`.
+fn parse_entry(rank: usize, of: usize, v: &[u8]) -> Result<(Peer, usize)> {
     let text = String::from_utf8_lossy(v);
-    let (addr, host) = text.split_once(' ').unwrap_or((&text, ""));
-    let addr = addr.parse().map_err(|_| Error::Env {
+    let bad = || Error::Env {
         name: format!("store key {}", peer_key(of)),
         value: text.to_string(),
-        reason: format!("rank {rank} expected `<socket address> <host id>`"),
-    })?;
-    Ok(Peer {
-        addr,
-        host: host.to_string(),
-    })
+        reason: format!("rank {rank} expected `<socket address> <host id> <world size>`"),
+    };
+    let mut words = text.split(' ');
+    let (Some(addr), Some(host), Some(world), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(bad());
+    };
+    Ok((
+        Peer {
+            addr: addr.parse().map_err(|_| bad())?,
+            host: host.to_string(),
+        },
+        world.parse().map_err(|_| bad())?,
+    ))
 }
 
-/// `h <host>` lines (each distinct host once), then one `r <addr> <host index>` line per rank.
-fn encode(peers: &[Peer]) -> String {
+/// `w <world size>`, `h <host>` lines (each distinct host once), then one
+/// `r <addr> <host index>` line per rank.
+fn encode(world: usize, peers: &[Peer]) -> String {
     let mut hosts: Vec<&str> = Vec::new();
     let mut rows = String::new();
     for p in peers {
@@ -184,18 +218,22 @@ fn encode(peers: &[Peer]) -> String {
         };
         rows.push_str(&format!("r {} {i}\n", p.addr));
     }
-    let mut out: String = hosts.iter().map(|h| format!("h {h}\n")).collect();
+    let mut out = format!("w {world}\n");
+    out.extend(hosts.iter().map(|h| format!("h {h}\n")));
     out.push_str(&rows);
     out
 }
 
-fn decode(rank: usize, table: &[u8]) -> Result<Vec<Peer>> {
+/// The world size rank 0 was started with, and the peers.
+fn decode(rank: usize, table: &[u8]) -> Result<(usize, Vec<Peer>)> {
     let text = std::str::from_utf8(table).map_err(|_| bad_table(rank, "not UTF-8".into()))?;
     let mut hosts = Vec::new();
     let mut peers = Vec::new();
+    let mut world = None;
     for (n, line) in text.lines().enumerate() {
         let bad = || bad_table(rank, format!("line {}: {line:?}", n + 1));
         match line.split_once(' ') {
+            Some(("w", w)) if n == 0 => world = Some(w.parse::<usize>().map_err(|_| bad())?),
             Some(("h", host)) => hosts.push(host.to_string()),
             Some(("r", rest)) => {
                 let (addr, idx) = rest.split_once(' ').ok_or_else(bad)?;
@@ -212,7 +250,8 @@ fn decode(rank: usize, table: &[u8]) -> Result<Vec<Peer>> {
             _ => return Err(bad()),
         }
     }
-    Ok(peers)
+    let world = world.ok_or_else(|| bad_table(rank, "no `w <world size>` line".into()))?;
+    Ok((world, peers))
 }
 
 fn bad_table(rank: usize, why: String) -> Error {
@@ -240,9 +279,9 @@ mod tests {
     #[test]
     fn table_round_trips_and_dedups_hosts() {
         let peers: Vec<Peer> = (0..6).map(|i| peer(i, ["a/b/0", "c/d/1"][i / 3])).collect();
-        let text = encode(&peers);
-        assert_eq!(text.matches("\nh ").count() + 1, 2, "{text}");
-        assert_eq!(decode(0, text.as_bytes()).unwrap(), peers);
+        let text = encode(6, &peers);
+        assert_eq!(text.matches("\nh ").count(), 2, "{text}");
+        assert_eq!(decode(0, text.as_bytes()).unwrap(), (6, peers));
     }
 
     #[test]
@@ -282,6 +321,27 @@ mod tests {
             );
             assert!(all && !one_no);
         }
+    }
+
+    #[test]
+    fn a_second_claim_on_a_rank_and_another_world_size_are_named() {
+        let store = HashStore::new();
+        let t = Duration::from_secs(5);
+        let s = store.clone();
+        let first = std::thread::spawn(move || exchange(&s, 1, 2, &peer(1, "h"), t));
+        std::thread::sleep(Duration::from_millis(50));
+        let e = exchange(&store, 1, 2, &peer(9, "h"), t)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("two processes claim rank 1"), "{e}");
+        exchange(&store, 0, 2, &peer(0, "h"), t).unwrap();
+        first.join().unwrap().unwrap();
+        let store = HashStore::new();
+        let s = store.clone();
+        let odd = std::thread::spawn(move || exchange(&s, 1, 3, &peer(1, "h"), t));
+        exchange(&store, 0, 2, &peer(0, "h"), t).unwrap();
+        let e = odd.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("WORLD_SIZE=2, ours is 3"), "{e}");
     }
 
     #[test]
