@@ -44,6 +44,20 @@ fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds()
     }
 }
 
+/// Names of the committed checkpoints (`step-N.json`, the commit record) in `dir`.
+fn committed(dir: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("step-") && n.ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 #[test]
 fn kills_during_checkpoint_writes_leave_a_loadable_checkpoint() {
     let dir = TempDir::new("ck-kill");
@@ -67,7 +81,14 @@ fn kills_during_checkpoint_writes_leave_a_loadable_checkpoint() {
             .args(["--checkpoint-dir", dir.str(), "--checkpoint-every", "1"]);
         let job = start(cmd);
         let procs = wait_for_workers(job.pid(), 2);
-        std::thread::sleep(Duration::from_millis(400 + 137 * round));
+        // Start timing at the first checkpoint this round commits (setup time varies with the
+        // machine's load), then kill at a different point of the write cycle each round.
+        let before = committed(dir.str());
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while committed(dir.str()) == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(30 + 37 * round));
         let rank0 = procs.iter().find(|(_, r)| *r == 0).unwrap().0;
         unsafe { libc::kill(rank0, libc::SIGKILL) };
         let f = job.wait(Duration::from_secs(30));
