@@ -44,7 +44,7 @@ type Ran = phalanx_transport::Result<Algorithm>;
 /// The store key of the NCCL unique id (under the round's prefix).
 const UNIQUE_ID_KEY: &str = "nccl/unique_id";
 
-/// Joins the job as [`init_process_group`](crate::init_process_group) does, then creates an
+/// Joins the job as the native backend does (store, TCP mesh), then creates an
 /// NCCL communicator over every rank on GPU `LOCAL_RANK`. Fails fast, naming what is missing,
 /// when NCCL, the CUDA driver or that GPU is not there.
 ///
@@ -62,7 +62,8 @@ pub fn init_nccl() -> Result<ProcessGroup> {
     let dist = crate::DistEnv::from_env()?;
     let (nccl, driver) = libraries()?;
     let gpu = Gpu::open(driver, dist.local_rank)?;
-    let native = crate::init_process_group()?;
+    // The native group itself, not `init_process_group`, which follows PHALANX_BACKEND (=nccl).
+    let native = crate::init_with(crate::InitOptions::from_env()?)?;
     let rank = native.rank();
     let world_size = native.world_size();
     let backend = |reason: String| Error::Backend {
