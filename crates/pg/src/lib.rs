@@ -35,6 +35,10 @@ mod mpi;
 #[cfg(feature = "nccl")]
 mod nccl;
 #[cfg(feature = "nccl")]
+mod nccl_comm;
+#[cfg(feature = "nccl")]
+mod nccl_device;
+#[cfg(feature = "nccl")]
 mod nccl_sys;
 mod pending;
 mod process_group;

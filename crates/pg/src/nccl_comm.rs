@@ -1,0 +1,368 @@
+//! The NCCL communicator and its collectives on host slices staged through device buffers
+//! (Note [NCCL buffers] in `nccl.rs`).
+use std::{
+    ffi::{c_int, c_void},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use phalanx_collectives::Algorithm;
+use phalanx_core::{DType, Element, ReduceOp};
+use phalanx_transport::AbortHandle;
+
+use crate::{
+    nccl_sys::{self, DevicePtr, Driver, Handle, Nccl, CUDA_ERROR_NOT_READY},
+    ProcessGroup,
+};
+
+use crate::nccl_device::{DeviceBuffer, Gpu};
+
+type Ran = phalanx_transport::Result<Algorithm>;
+
+/// An NCCL communicator with its GPU, stream and staging buffer.
+pub(crate) struct NcclComm {
+    pub(crate) nccl: &'static Nccl,
+    pub(crate) driver: &'static Driver,
+    pub(crate) gpu: Gpu,
+    pub(crate) comm: Handle,
+    pub(crate) stream: Handle,
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    /// Device memory for host-slice collectives; grows to the largest one.
+    pub(crate) scratch: Option<DeviceBuffer>,
+    pub(crate) timeout: std::time::Duration,
+    /// Set by the group's failure path; a wait that sees it aborts the communicator.
+    pub(crate) abort: AbortHandle,
+    /// The native group: store, mesh for send/recv, and the failure protocol.
+    pub(crate) native: Arc<ProcessGroup>,
+}
+
+// SAFETY: the handles are used under the process group's `Exec` lock only, one thread at a
+// time, after making the context current on that thread.
+unsafe impl Send for NcclComm {}
+unsafe impl Send for Gpu {}
+
+/// NCCL's `ncclDataType_t` of a phalanx dtype.
+pub(crate) fn nccl_type(d: DType) -> c_int {
+    match d {
+        DType::U8 => 1,
+        DType::I32 => 2,
+        DType::I64 => 4,
+        DType::F16 => 6,
+        DType::F32 => 7,
+        DType::F64 => 8,
+        DType::BF16 => 9,
+    }
+}
+
+/// NCCL's `ncclRedOp_t`; `Avg` is a `Sum` divided afterwards (Note [NCCL buffers]).
+pub(crate) fn nccl_op(op: ReduceOp) -> c_int {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => 0,
+        ReduceOp::Product => 1,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+    }
+}
+
+impl NcclComm {
+    fn fail(&self, call: &'static str, reason: String) -> phalanx_transport::Error {
+        phalanx_transport::Error::Io {
+            op: call,
+            peer: self.rank,
+            source: std::io::Error::other(format!("NCCL on GPU {}: {reason}", self.gpu.index)),
+        }
+    }
+
+    fn cuda(&self, call: &'static str, rc: c_int) -> phalanx_transport::Result<()> {
+        self.driver
+            .check(call, rc)
+            .map_err(|reason| self.fail(call, reason))
+    }
+
+    fn nccl(&self, call: &'static str, rc: c_int) -> phalanx_transport::Result<()> {
+        self.nccl
+            .check(call, rc)
+            .map_err(|reason| self.fail(call, reason))
+    }
+
+    /// The staging buffer, at least `bytes` long.
+    fn scratch(&mut self, bytes: usize) -> phalanx_transport::Result<DevicePtr> {
+        self.gpu
+            .make_current()
+            .map_err(|r| self.fail("cuCtxSetCurrent", r))?;
+        if self.scratch.as_ref().is_none_or(|s| s.bytes < bytes) {
+            self.scratch = None;
+            let b =
+                DeviceBuffer::new(self.driver, bytes).map_err(|r| self.fail("cuMemAlloc", r))?;
+            self.scratch = Some(b);
+        }
+        Ok(self.scratch.as_ref().map(|s| s.ptr).unwrap_or_default())
+    }
+
+    fn upload(&self, dst: DevicePtr, src: &[u8]) -> phalanx_transport::Result<()> {
+        // SAFETY: `dst` has room for `src` (scratch sized by the caller); the copy completes
+        // before `src` can change (every collective waits for its stream).
+        let rc = unsafe {
+            (self.driver.cuMemcpyHtoDAsync_v2)(dst, src.as_ptr().cast(), src.len(), self.stream)
+        };
+        self.cuda("cuMemcpyHtoDAsync", rc)
+    }
+
+    fn download(&self, dst: &mut [u8], src: DevicePtr) -> phalanx_transport::Result<()> {
+        // SAFETY: as in `upload`, the other way round.
+        let rc = unsafe {
+            (self.driver.cuMemcpyDtoHAsync_v2)(dst.as_mut_ptr().cast(), src, dst.len(), self.stream)
+        };
+        self.cuda("cuMemcpyDtoHAsync", rc)
+    }
+
+    /// Waits for the stream, watching NCCL's asynchronous errors, the group's abort and
+    /// `PHALANX_TIMEOUT`; on any of them the communicator is aborted.
+    fn wait(&mut self, during: &'static str) -> phalanx_transport::Result<()> {
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(1);
+        loop {
+            // SAFETY: the group's stream.
+            let rc = unsafe { (self.driver.cuStreamQuery)(self.stream) };
+            if rc == 0 {
+                return Ok(());
+            }
+            if rc != CUDA_ERROR_NOT_READY {
+                return self.cuda("cuStreamQuery", rc);
+            }
+            let mut async_rc: c_int = 0;
+            // SAFETY: the live communicator and an out-pointer.
+            unsafe { (self.nccl.ncclCommGetAsyncError)(self.comm, &mut async_rc) };
+            let why = if async_rc != 0 && async_rc != nccl_sys::NCCL_IN_PROGRESS {
+                Some(format!("{during}: {}", self.nccl.error(async_rc)))
+            } else if let Some(r) = self.abort.reason() {
+                Some(format!("aborted: {r}"))
+            } else if start.elapsed() > self.timeout {
+                Some(format!(
+                    "{during} did not complete within {:?} (PHALANX_TIMEOUT)",
+                    self.timeout
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                // SAFETY: aborting the live communicator ends its kernels; it is not used again
+                // (the group has failed).
+                unsafe { (self.nccl.ncclCommAbort)(self.comm) };
+                self.comm = std::ptr::null_mut();
+                return Err(self.fail(during, why));
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    // === Device buffers (Note [NCCL buffers]) ===
+
+    /// Allreduce of `count` elements of `dtype` at `buf`, in place, on the group's stream.
+    ///
+    /// # Safety
+    /// `buf` holds `count` elements of `dtype` in this rank's GPU memory.
+    pub(crate) unsafe fn allreduce_device(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> phalanx_transport::Result<()> {
+        let p = buf as *mut c_void;
+        let rc = (self.nccl.ncclAllReduce)(
+            p,
+            p,
+            count,
+            nccl_type(dtype),
+            nccl_op(op),
+            self.comm,
+            self.stream,
+        );
+        self.nccl("ncclAllReduce", rc)
+    }
+
+    /// Broadcast of `count` elements from `root`, in place.
+    ///
+    /// # Safety
+    /// As [`NcclComm::allreduce_device`].
+    pub(crate) unsafe fn broadcast_device(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        root: usize,
+    ) -> phalanx_transport::Result<()> {
+        let p = buf as *mut c_void;
+        let rc = (self.nccl.ncclBroadcast)(
+            p,
+            p,
+            count,
+            nccl_type(dtype),
+            root as c_int,
+            self.comm,
+            self.stream,
+        );
+        self.nccl("ncclBroadcast", rc)
+    }
+
+    /// Allgather: `count` elements from `send` of every rank into `recv` (`count × world_size`).
+    ///
+    /// # Safety
+    /// `send` and `recv` hold `count` and `count × world_size` elements in GPU memory.
+    pub(crate) unsafe fn allgather_device(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DType,
+    ) -> phalanx_transport::Result<()> {
+        let rc = (self.nccl.ncclAllGather)(
+            send as *const c_void,
+            recv as *mut c_void,
+            count,
+            nccl_type(dtype),
+            self.comm,
+            self.stream,
+        );
+        self.nccl("ncclAllGather", rc)
+    }
+
+    /// Reduce-scatter: `send` (`count × world_size`) reduced, this rank's `count` into `recv`.
+    ///
+    /// # Safety
+    /// As [`NcclComm::allgather_device`], the other way round.
+    pub(crate) unsafe fn reduce_scatter_device(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> phalanx_transport::Result<()> {
+        let rc = (self.nccl.ncclReduceScatter)(
+            send as *const c_void,
+            recv as *mut c_void,
+            count,
+            nccl_type(dtype),
+            nccl_op(op),
+            self.comm,
+            self.stream,
+        );
+        self.nccl("ncclReduceScatter", rc)
+    }
+
+    // === Host slices, staged through the GPU (what `Exec` calls) ===
+
+    pub(crate) fn allreduce<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Ran {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let dev = self.scratch(bytes.len())?;
+        self.upload(dev, bytes)?;
+        // SAFETY: `dev` holds `buf.len()` elements of T.
+        unsafe { self.allreduce_device(dev, bytes.len() / size_of::<T>(), T::DTYPE, op)? };
+        self.download(bytes, dev)?;
+        self.wait("ncclAllReduce")?;
+        if op == ReduceOp::Avg {
+            for v in buf.iter_mut() {
+                *v = v.div_world(self.world_size);
+            }
+        }
+        Ok(Algorithm::Direct)
+    }
+
+    pub(crate) fn broadcast<T: Element>(&mut self, buf: &mut [T], root: usize) -> Ran {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let dev = self.scratch(bytes.len())?;
+        self.upload(dev, bytes)?;
+        // SAFETY: `dev` holds `buf.len()` elements of T.
+        unsafe { self.broadcast_device(dev, bytes.len() / size_of::<T>(), T::DTYPE, root)? };
+        self.download(bytes, dev)?;
+        self.wait("ncclBroadcast")?;
+        Ok(Algorithm::Direct)
+    }
+
+    pub(crate) fn allgather<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Ran {
+        let (s, r): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        // One allocation: the gathered buffer, then this rank's part.
+        let dev = self.scratch(r.len() + s.len())?;
+        let dev_send = dev + r.len() as u64;
+        self.upload(dev_send, s)?;
+        // SAFETY: `dev` holds recv.len() elements, `dev_send` send.len() elements of T.
+        unsafe { self.allgather_device(dev_send, dev, send.len(), T::DTYPE)? };
+        self.download(r, dev)?;
+        self.wait("ncclAllGather")?;
+        Ok(Algorithm::Direct)
+    }
+
+    pub(crate) fn reduce_scatter<T: Element>(
+        &mut self,
+        send: &mut [T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Ran {
+        let count = recv.len();
+        let (s, r): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        let dev = self.scratch(s.len() + r.len())?;
+        let dev_recv = dev + s.len() as u64;
+        self.upload(dev, s)?;
+        // SAFETY: `dev` holds send.len(), `dev_recv` `count` elements of T.
+        unsafe { self.reduce_scatter_device(dev, dev_recv, count, T::DTYPE, op)? };
+        self.download(r, dev_recv)?;
+        self.wait("ncclReduceScatter")?;
+        if op == ReduceOp::Avg {
+            for v in recv.iter_mut() {
+                *v = v.div_world(self.world_size);
+            }
+        }
+        Ok(Algorithm::Direct)
+    }
+
+    /// A one-element allreduce: returns once every rank has entered it.
+    pub(crate) fn barrier(&mut self) -> Ran {
+        self.allreduce(&mut [0u8], ReduceOp::Sum)
+    }
+
+    /// Point-to-point traffic goes over the native mesh (tags and all).
+    pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
+        self.native
+            .send(buf, peer, tag)
+            .map(|()| Algorithm::Direct)
+            .map_err(|e| self.fail("send", e.to_string()))
+    }
+
+    pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
+        self.native
+            .recv(buf, peer, tag)
+            .map(|()| Algorithm::Direct)
+            .map_err(|e| self.fail("recv", e.to_string()))
+    }
+
+    /// Aborts the communicator and the native group (whose store publishes the cause).
+    pub(crate) fn abort(&mut self, cause: &str) {
+        self.abort.abort(cause);
+        if !self.comm.is_null() {
+            // SAFETY: the live communicator; it is not used after the group failed.
+            unsafe { (self.nccl.ncclCommAbort)(self.comm) };
+        }
+        self.comm = std::ptr::null_mut();
+        self.native.abort(cause);
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        let _ = self.gpu.make_current();
+        self.scratch = None;
+        // SAFETY: nothing is pending (every collective waited); the handles are ours.
+        unsafe {
+            if !self.comm.is_null() {
+                (self.nccl.ncclCommDestroy)(self.comm);
+            }
+            (self.driver.cuStreamDestroy_v2)(self.stream);
+        }
+    }
+}
