@@ -10,10 +10,12 @@ use crate::adapter::burn::{
 };
 use crate::adapter::ParamInfo;
 use crate::bucket::compute_bucket_assignment_by_size;
+use crate::device_buckets::{in_place_available, Averaging, DeviceReducer};
+use crate::hook::CommHook;
 use crate::reducer::Reducer;
 use crate::stats::CommStats;
 use crate::verify::check_same_model;
-use crate::{DdpOptions, Error, Result};
+use crate::{BucketMemory, DdpOptions, Error, Result};
 
 /// PyTorch broadcasts module state at construction in buckets of 250 MiB.
 const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
@@ -35,6 +37,8 @@ pub struct DistributedDataParallel<M: Module> {
     options: DdpOptions,
     infos: Vec<ParamInfo>,
     reducer: Reducer,
+    /// `Some` when buckets stay on the parameters' device (Note [Device buckets]).
+    device: Option<DeviceReducer>,
 }
 
 impl<M: Module> DistributedDataParallel<M> {
@@ -56,11 +60,17 @@ impl<M: Module> DistributedDataParallel<M> {
         ];
         let assignment = compute_bucket_assignment_by_size(&sizes, &caps);
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
+        let device = device_reducer(&pg, &module, &options, assignment.len())?;
         tracing::info!(
             rank = pg.rank(),
             params = infos.len(),
             buckets = assignment.len(),
             hook = options.comm_hook.name(),
+            bucket_memory = match device.as_ref().map(DeviceReducer::averaging) {
+                None => "host",
+                Some(Averaging::InPlace) => "device (NCCL in place)",
+                Some(Averaging::ThroughHost) => "device (allreduce through the host)",
+            },
             "DDP ready"
         );
         Ok(DistributedDataParallel {
@@ -69,7 +79,16 @@ impl<M: Module> DistributedDataParallel<M> {
             options,
             infos,
             reducer: Reducer::new(assignment, &numels),
+            device,
         })
+    }
+
+    /// Whether gradient buckets stay on the parameters' device (Note [Device buckets]), and
+    /// whether NCCL averages them in place there.
+    pub fn buckets_on_device(&self) -> Option<bool> {
+        self.device
+            .as_ref()
+            .map(|d| d.averaging() == Averaging::InPlace)
     }
 
     /// The wrapped model.
@@ -133,6 +152,18 @@ impl<M: Module> DistributedDataParallel<M> {
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
         let mut out = GradientsParams::new();
+        if let Some(device) = &mut self.device {
+            let (buckets, stats) = self.reducer.layout_and_stats();
+            device.synchronize(
+                &self.pg,
+                &table,
+                buckets,
+                &mut grads,
+                stats,
+                |bucket, flat| register_slices(&table, bucket, flat, &mut out),
+            )?;
+            return Ok(out);
+        }
         self.reducer.synchronize(
             &self.pg,
             self.options.comm_hook.as_ref(),
@@ -160,6 +191,23 @@ impl<M: Module> DistributedDataParallel<M> {
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
         let module = &mut self.module;
+        if let Some(device) = &mut self.device {
+            let (buckets, stats) = self.reducer.layout_and_stats();
+            return device.synchronize(
+                &self.pg,
+                &table,
+                buckets,
+                &mut grads,
+                stats,
+                |bucket, flat| {
+                    let mut params = GradientsParams::new();
+                    register_slices(&table, bucket, flat, &mut params);
+                    let _s = phalanx_core::trace::span("step", "optimizer");
+                    let m = module.take().expect("module is present outside map_module");
+                    *module = Some(step(m, params));
+                },
+            );
+        }
         self.reducer.synchronize(
             &self.pg,
             self.options.comm_hook.as_ref(),
@@ -184,13 +232,20 @@ impl<M: Module> DistributedDataParallel<M> {
     pub fn no_sync(&mut self, mut grads: Gradients) -> Result<()> {
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
+        if let Some(device) = &mut self.device {
+            device.accumulate(&table, self.reducer.buckets(), &mut grads);
+            return Ok(());
+        }
         self.reducer
             .accumulate(|p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop))
     }
 
     /// Whether `no_sync` gradients are waiting for the next synchronisation.
     pub fn has_accumulated(&self) -> bool {
-        self.reducer.has_accumulated()
+        match &self.device {
+            Some(device) => device.has_accumulated(),
+            None => self.reducer.has_accumulated(),
+        }
     }
 
     fn check_table(&self, table: &GradTable) -> Result<()> {
@@ -201,6 +256,53 @@ impl<M: Module> DistributedDataParallel<M> {
         }
         Ok(())
     }
+}
+
+/// Device buckets (Note [Device buckets]) when the options ask for them, or when `Auto` finds
+/// the model on a CUDA GPU under a group that reduces GPU memory; `None` for host buckets.
+fn device_reducer<M: Module>(
+    pg: &ProcessGroup,
+    module: &M,
+    options: &DdpOptions,
+    buckets: usize,
+) -> Result<Option<DeviceReducer>> {
+    let default_hook = options.comm_hook.name() == CommHook::name(&crate::AllreduceHook);
+    let table = GradTable::new(module);
+    let in_place = !table.is_empty() && in_place_available(pg, table.device(0));
+    let averaging = if in_place {
+        Averaging::InPlace
+    } else {
+        Averaging::ThroughHost
+    };
+    match options.bucket_memory {
+        BucketMemory::Host => Ok(None),
+        BucketMemory::Auto if in_place && default_hook => {
+            Ok(Some(DeviceReducer::new(averaging, buckets)))
+        }
+        BucketMemory::Auto => Ok(None),
+        BucketMemory::Device if !default_hook => Err(Error::Options {
+            reason: format!(
+                "device buckets take the default allreduce, but the communication hook is \
+                 `{}`, which reduces host buffers: use BucketMemory::Host or ::Auto",
+                options.comm_hook.name()
+            ),
+        }),
+        BucketMemory::Device => Ok(Some(DeviceReducer::new(averaging, buckets))),
+    }
+}
+
+/// Hands each parameter's slice of an averaged device bucket to the optimizer's gradients.
+fn register_slices(
+    table: &GradTable,
+    bucket: &crate::reducer::BucketLayout,
+    flat: burn::tensor::Tensor<1>,
+    params: &mut GradientsParams,
+) {
+    let copy = phalanx_core::trace::span("copy-out", "optimizer");
+    for (p, range) in bucket.slots() {
+        table.register_flat_grad(p, flat.clone().slice(range), params);
+    }
+    drop(copy);
 }
 
 /// Broadcasts rank 0's parameter values to every rank, in buckets of 250 MiB.

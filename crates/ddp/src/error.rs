@@ -20,6 +20,13 @@ pub enum Error {
         theirs: String,
     },
 
+    /// The options cannot work together (`reason` says which and why).
+    #[error("DDP options: {reason}")]
+    Options {
+        /// What conflicts.
+        reason: String,
+    },
+
     /// The module's parameter list changed after construction (`map_module` must keep it).
     #[error("rank {rank}: the model's parameters changed since DDP was constructed")]
     ModelChanged {

@@ -3,7 +3,9 @@
 //! Each rank holds a replica of the model; construction checks that every rank built the same
 //! parameters and broadcasts rank 0's values; after each backward, gradients are packed into
 //! buckets, averaged across ranks bucket by bucket while the next bucket is packed, and handed to
-//! the optimizer. The replicas stay bitwise identical. See `docs/ddp.md`.
+//! the optimizer. The replicas stay bitwise identical. With the `cuda` and `nccl` features, a
+//! model on a CUDA GPU under the nccl backend keeps its buckets on the GPU
+//! ([`BucketMemory`]). See `docs/ddp.md`.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -36,6 +38,7 @@
 pub mod adapter;
 pub mod bucket;
 mod ddp;
+mod device_buckets;
 mod error;
 pub mod hook;
 mod options;
@@ -46,5 +49,5 @@ mod verify;
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};
 pub use hook::{AllreduceHook, Bf16CompressHook, BucketWork, CommHook, GradBucket};
-pub use options::DdpOptions;
+pub use options::{BucketMemory, DdpOptions};
 pub use stats::CommStats;

@@ -1,4 +1,4 @@
-//! [`DdpOptions`]: bucket sizes, the init broadcast and the communication hook.
+//! [`DdpOptions`]: bucket sizes and memory, the init broadcast and the communication hook.
 
 use std::sync::Arc;
 
@@ -16,6 +16,40 @@ pub struct DdpOptions {
     pub broadcast_params: bool,
     /// How buckets are averaged ([`AllreduceHook`] by default).
     pub comm_hook: Arc<dyn CommHook>,
+    /// Where buckets live ([`BucketMemory::Auto`] by default).
+    pub bucket_memory: BucketMemory,
+}
+
+/// Where gradient buckets live between backward and the optimizer step (Note [Device buckets]
+/// in `device_buckets.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BucketMemory {
+    /// `Device` when the parameters are on a CUDA GPU and the process group reduces GPU memory
+    /// (the nccl backend) and the hook is the default allreduce; `Host` otherwise.
+    #[default]
+    Auto,
+    /// Flat host `f32` buffers, averaged by the communication hook, overlapping packing: any
+    /// device, any backend.
+    Host,
+    /// Flat tensors on the parameters' device, averaged in place by NCCL on a CUDA GPU with the
+    /// nccl backend, otherwise copied to the host for the allreduce. The default allreduce only
+    /// (hooks take host buffers).
+    Device,
+}
+
+impl std::str::FromStr for BucketMemory {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(BucketMemory::Auto),
+            "host" => Ok(BucketMemory::Host),
+            "device" => Ok(BucketMemory::Device),
+            _ => Err(format!(
+                "unknown bucket memory {s:?}: expected auto, host or device"
+            )),
+        }
+    }
 }
 
 impl Default for DdpOptions {
@@ -25,6 +59,7 @@ impl Default for DdpOptions {
             first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
             broadcast_params: true,
             comm_hook: Arc::new(AllreduceHook),
+            bucket_memory: BucketMemory::Auto,
         }
     }
 }
@@ -45,6 +80,12 @@ impl DdpOptions {
     /// Whether construction broadcasts rank 0's parameters.
     pub fn with_broadcast_params(mut self, yes: bool) -> Self {
         self.broadcast_params = yes;
+        self
+    }
+
+    /// Sets where buckets live.
+    pub fn with_bucket_memory(mut self, memory: BucketMemory) -> Self {
+        self.bucket_memory = memory;
         self
     }
 

@@ -77,6 +77,11 @@ impl Reducer {
         &self.buckets
     }
 
+    /// The layout and the statistics, for device buckets (which keep no buffers here).
+    pub(crate) fn layout_and_stats(&mut self) -> (&[BucketLayout], &mut CommStats) {
+        (&self.buckets, &mut self.stats)
+    }
+
     /// Whether `no_sync` gradients wait for the next synchronisation.
     pub(crate) fn has_accumulated(&self) -> bool {
         self.accumulated.iter().any(Option::is_some)

@@ -11,7 +11,7 @@ use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
 use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
-use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
+use phalanx_ddp::{Bf16CompressHook, BucketMemory, DdpOptions, DistributedDataParallel};
 use phalanx_testing::spawn_ranks;
 
 const IN: usize = 10;
@@ -108,6 +108,25 @@ fn train_ddp(world: usize, b: usize, steps: usize, options: DdpOptions) -> Vec<(
     })
 }
 
+/// DDP over a 16-wide `Net` whose parameters are the same in every run (the broadcast value of
+/// a random init differs run to run), so that two runs can be compared bit for bit.
+fn fixed_ddp(pg: phalanx_pg::ProcessGroup, options: DdpOptions) -> DistributedDataParallel<Net> {
+    let mut ddp =
+        DistributedDataParallel::new(Net::new(16, &device()), Arc::new(pg), options).unwrap();
+    let fixed: Vec<Vec<f32>> = params_to_flat(ddp.module())
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            (0..p.len())
+                .map(|j| ((i * 7 + j * 3) % 17) as f32 / 17.0 - 0.5)
+                .collect()
+        })
+        .collect();
+    ddp.map_module(|m| set_params_from_flat(m, &fixed).unwrap());
+    ddp
+}
+
 #[test]
 fn replicas_end_bitwise_identical_on_2_and_3_ranks() {
     for world in [2, 3] {
@@ -178,21 +197,7 @@ fn sync_and_step_matches_sync_then_step_bitwise() {
                 let options = DdpOptions::default()
                     .with_first_bucket_bytes(64)
                     .with_bucket_cap_mb(0.001);
-                let mut ddp =
-                    DistributedDataParallel::new(Net::new(16, &device()), Arc::new(pg), options)
-                        .unwrap();
-                // Same initial parameters in both runs: the broadcast value differs run to run.
-                let fixed: Vec<Vec<f32>> = params_to_flat(ddp.module())
-                    .unwrap()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        (0..p.len())
-                            .map(|j| ((i * 7 + j * 3) % 17) as f32 / 17.0 - 0.5)
-                            .collect()
-                    })
-                    .collect();
-                ddp.map_module(|m| set_params_from_flat(m, &fixed).unwrap());
+                let mut ddp = fixed_ddp(pg, options);
                 assert!(ddp.bucket_assignment().len() > 2);
                 let mut optim = SgdConfig::new()
                     .with_momentum(Some(burn::optim::momentum::MomentumConfig::new()))
@@ -292,5 +297,75 @@ fn mismatched_models_name_the_parameter_and_rank() {
             err.contains("layers.0.weight [10, 9]") && err.contains("layers.0.weight [10, 8]"),
             "{err}"
         );
+    }
+}
+
+#[test]
+fn device_buckets_match_host_buckets_bitwise() {
+    // Device buckets (Burn tensors, here on the CPU: averaged through the host) must give the
+    // same parameters as host buckets, bit for bit: same layout, same allreduce. Covers
+    // no_sync accumulation, sync_gradients and the fused sync_and_step.
+    let run = |memory: BucketMemory| {
+        with_deadline(move || {
+            spawn_ranks(2, move |pg| {
+                let rank = pg.rank();
+                let options = DdpOptions::default()
+                    .with_first_bucket_bytes(64)
+                    .with_bucket_cap_mb(0.001)
+                    .with_bucket_memory(memory);
+                let mut ddp = fixed_ddp(pg, options);
+                let fixed = params_to_flat(ddp.module()).unwrap();
+                let mut optim = SgdConfig::new().init();
+                for step in 0..6 {
+                    let grads = backward(ddp.module(), &batch(step, rank * 4, 4));
+                    match step % 3 {
+                        0 => {
+                            ddp.no_sync(grads).unwrap();
+                            assert!(ddp.has_accumulated());
+                        }
+                        1 => ddp
+                            .sync_and_step(grads, |m, g| optim.step(0.1, m, g))
+                            .unwrap(),
+                        _ => {
+                            let grads = ddp.sync_gradients(grads).unwrap();
+                            ddp.map_module(|m| optim.step(0.1, m, grads));
+                        }
+                    }
+                }
+                assert!(!ddp.has_accumulated());
+                let last = params_to_flat(ddp.module()).unwrap();
+                assert_ne!(last, fixed, "training changed nothing");
+                (ddp.buckets_on_device(), last)
+            })
+        })
+    };
+    let host = run(BucketMemory::Host);
+    let device = run(BucketMemory::Device);
+    // On the CPU, Auto keeps host buckets; Device keeps tensors, averaged through the host.
+    assert_eq!(host[0].0, None);
+    assert_eq!(device[0].0, Some(false));
+    assert_eq!(run(BucketMemory::Auto)[0].0, None);
+    assert_eq!(device[0].1, device[1].1, "device-bucket replicas differ");
+    assert_eq!(
+        host[0].1, device[0].1,
+        "device buckets differ from host buckets"
+    );
+}
+
+#[test]
+fn device_buckets_refuse_a_host_hook() {
+    let errors = with_deadline(|| {
+        spawn_ranks(2, |pg| {
+            let options = DdpOptions::default()
+                .with_comm_hook(Bf16CompressHook)
+                .with_bucket_memory(BucketMemory::Device);
+            DistributedDataParallel::new(Net::new(4, &device()), Arc::new(pg), options)
+                .err()
+                .map(|e| e.to_string())
+        })
+    });
+    for e in errors {
+        let e = e.expect("device buckets with the bf16 hook must be refused");
+        assert!(e.contains("bf16_compress") && e.contains("host"), "{e}");
     }
 }

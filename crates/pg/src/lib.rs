@@ -25,6 +25,8 @@
 
 mod backend;
 pub mod bootstrap;
+#[cfg(feature = "nccl")]
+mod device_collectives;
 mod dist_env;
 mod error;
 mod exec;
@@ -47,6 +49,8 @@ mod shm_setup;
 mod work;
 
 pub use backend::{init_backend, Backend};
+#[cfg(feature = "nccl")]
+pub use device_collectives::DeviceSlice;
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};
 pub use error::{Error, Result};
 pub use init::{connect, init_process_group, init_with, InitOptions};

@@ -11,10 +11,10 @@
 //! Note [NCCL buffers]: the [`ProcessGroup`] API takes host slices, so each collective copies
 //! the slice into a device buffer of this rank's GPU, runs NCCL on it on the group's stream and
 //! copies the result back: [`DeviceBuffer`] and the `*_device` methods of `NcclComm` are the
-//! device-side path, the host-slice methods wrap them. The trainer's gradients reach the group
-//! as host `f32` buckets (Note [Host-staged gradients] in `phalanx-ddp`), so with `--device cuda`
-//! DDP buckets do NOT stay on the GPU yet: that needs Burn to hand out a tensor's device
-//! pointer. send/recv and the failure protocol use the native mesh.
+//! device-side path, the host-slice methods wrap them, and [`ProcessGroup::allreduce_device`]
+//! and [`ProcessGroup::broadcast_device`] (`device_collectives.rs`) expose it for memory already
+//! on the GPU: DDP's device buckets (Note [Device buckets] in `phalanx-ddp`) are reduced there
+//! in place. send/recv and the failure protocol use the native mesh.
 //!
 //! What differs from the native backend:
 //! - NCCL's reduction order, so results are not bitwise equal to the native backend's.

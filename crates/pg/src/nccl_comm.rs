@@ -86,11 +86,16 @@ impl NcclComm {
             .map_err(|reason| self.fail(call, reason))
     }
 
-    /// The staging buffer, at least `bytes` long.
-    fn scratch(&mut self, bytes: usize) -> phalanx_transport::Result<DevicePtr> {
+    /// Makes this rank's GPU context current on the calling thread.
+    pub(crate) fn make_current(&self) -> phalanx_transport::Result<()> {
         self.gpu
             .make_current()
-            .map_err(|r| self.fail("cuCtxSetCurrent", r))?;
+            .map_err(|r| self.fail("cuCtxSetCurrent", r))
+    }
+
+    /// The staging buffer, at least `bytes` long.
+    fn scratch(&mut self, bytes: usize) -> phalanx_transport::Result<DevicePtr> {
+        self.make_current()?;
         if self.scratch.as_ref().is_none_or(|s| s.bytes < bytes) {
             self.scratch = None;
             let b =
@@ -119,7 +124,7 @@ impl NcclComm {
 
     /// Waits for the stream, watching NCCL's asynchronous errors, the group's abort and
     /// `PHALANX_TIMEOUT`; on any of them the communicator is aborted.
-    fn wait(&mut self, during: &'static str) -> phalanx_transport::Result<()> {
+    pub(crate) fn wait(&mut self, during: &'static str) -> phalanx_transport::Result<()> {
         let start = Instant::now();
         let mut nap = Duration::from_micros(1);
         loop {
@@ -171,16 +176,24 @@ impl NcclComm {
         dtype: DType,
         op: ReduceOp,
     ) -> phalanx_transport::Result<()> {
+        self.allreduce_device_code(buf, count, dtype, nccl_op(op))
+    }
+
+    /// [`NcclComm::allreduce_device`] with NCCL's own `ncclRedOp_t` (`ncclAvg` for the
+    /// device-buffer API, which divides on the GPU).
+    ///
+    /// # Safety
+    /// As [`NcclComm::allreduce_device`].
+    pub(crate) unsafe fn allreduce_device_code(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        op: c_int,
+    ) -> phalanx_transport::Result<()> {
         let p = buf as *mut c_void;
-        let rc = (self.nccl.ncclAllReduce)(
-            p,
-            p,
-            count,
-            nccl_type(dtype),
-            nccl_op(op),
-            self.comm,
-            self.stream,
-        );
+        let rc =
+            (self.nccl.ncclAllReduce)(p, p, count, nccl_type(dtype), op, self.comm, self.stream);
         self.nccl("ncclAllReduce", rc)
     }
 

@@ -38,7 +38,7 @@ type Step<R> = phalanx_transport::Result<(R, Algorithm)>;
 
 /// A group of ranks that run collectives together.
 pub struct ProcessGroup {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     queue: Mutex<Option<mpsc::Sender<Job>>>,
     worker: Mutex<Option<thread::JoinHandle<()>>>,
     pending: Arc<Pending>,
@@ -261,7 +261,7 @@ impl ProcessGroup {
         self.shared.fail(reason, true);
     }
 
-    fn check_rank(&self, r: usize, what: &str) -> Result<()> {
+    pub(crate) fn check_rank(&self, r: usize, what: &str) -> Result<()> {
         if r < self.world_size() {
             Ok(())
         } else {
@@ -280,7 +280,7 @@ impl ProcessGroup {
         }
     }
 
-    fn blocking<R>(
+    pub(crate) fn blocking<R>(
         &self,
         name: &'static str,
         bytes: usize,

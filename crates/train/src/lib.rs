@@ -21,5 +21,6 @@ pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
 pub use model::{Mlp, MlpConfig};
 pub use optim::{Sgd, SgdOptions};
+pub use phalanx_ddp::BucketMemory;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
 pub use trainer::{train, Reporter, Summary, TrainConfig};

@@ -15,7 +15,7 @@ use std::{
 
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
-use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
+use phalanx_ddp::{Bf16CompressHook, BucketMemory, DdpOptions, DistributedDataParallel};
 use phalanx_pg::ProcessGroup;
 
 use crate::{
@@ -46,6 +46,8 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Reduce gradients in bf16 (halves bytes on the wire).
     pub bf16: bool,
+    /// Where gradient buckets live (`Auto`: on the GPU under NCCL, on the host otherwise).
+    pub bucket_memory: BucketMemory,
     /// Where checkpoints go (rank 0 writes).
     pub checkpoint_dir: Option<PathBuf>,
     /// Also checkpoint every N steps (0 = only at epoch ends).
@@ -149,7 +151,7 @@ pub fn train(
     let (start_epoch, start_step, mut global_step) = (pos[1] as u64, pos[2] as u64, pos[3] as u64);
     let (skip_samples, prev_world) = ((pos[4] & ((1 << 40) - 1)) as usize, (pos[4] >> 40) as usize);
 
-    let mut options = DdpOptions::default();
+    let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
     if cfg.bf16 {
         options = options.with_comm_hook(Bf16CompressHook);
     }

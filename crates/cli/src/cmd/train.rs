@@ -53,14 +53,20 @@ pub(crate) struct Args {
     /// Reduce gradients in bf16 (half the bytes on the wire; PyTorch's bf16_compress_hook).
     #[arg(long)]
     bf16: bool,
+    /// Where gradient buckets live: `auto` (on the GPU with `--device cuda --backend nccl`,
+    /// NCCL averaging them in place; on the host otherwise), `host`, or `device` (Burn tensors
+    /// on the training device; without NCCL they go through the host for the allreduce).
+    #[arg(long, default_value = "auto")]
+    bucket_memory: phalanx_train::BucketMemory,
     /// Process-group backend: `native` (TCP, shared memory), `mpi` (the MPI library's
     /// collectives; run under `mpirun -np N`; needs a build with the `mpi` feature), or `nccl`
     /// (one GPU per rank; needs the `nccl` feature and NCCL; docs/gpu.md).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
     backend: Backend,
     /// Training device: `cpu`, `cuda` (GPU LOCAL_RANK, as torchrun users expect) or `cuda:N`.
-    /// CUDA needs a build with the `cuda` feature (docs/gpu.md); gradients are reduced on the
-    /// host by any backend, so ranks may share one GPU.
+    /// CUDA needs a build with the `cuda` feature (docs/gpu.md); with `--backend nccl` gradient
+    /// buckets stay on the GPU, with any other backend they are reduced on the host, so ranks
+    /// may share one GPU.
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
     /// Save a checkpoint (safetensors + JSON) here at every epoch end (rank 0 writes).
@@ -124,6 +130,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         depth: args.depth,
         seed: args.seed,
         bf16: args.bf16,
+        bucket_memory: args.bucket_memory,
         checkpoint_dir: args.checkpoint_dir.clone(),
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,

@@ -11,12 +11,15 @@
 //! takes the device from the parameter, never a default), so this adapter works the same on
 //! every Burn device: with `--device cuda` each bucket is copied from the GPU, reduced by the
 //! process group (native shared memory/TCP, MPI or NCCL) and copied back, as Gloo does for
-//! CUDA tensors. Ranks that share one GPU, or a GPU job without NCCL, need nothing else.
+//! CUDA tensors. Ranks that share one GPU, or a GPU job without NCCL, need nothing else. Device
+//! buckets skip the host: [`GradTable::take_flat_grad`] and [`GradTable::register_flat_grad`]
+//! hand gradients over as flat tensors on the parameter's device (Note [Device buckets] in
+//! `device_buckets.rs`).
 
 use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Shape, Tensor, TensorData};
 
 pub use burn::optim::GradientsParams;
 pub use burn::tensor::Gradients;
@@ -111,15 +114,15 @@ impl GradTable {
         accumulate: bool,
     ) -> Result<bool> {
         let h = &self.handles[index];
-        let Some(data) = (h.take_grad)(grads) else {
+        let Some(grad) = (h.take_grad)(grads) else {
             if !accumulate {
                 out.fill(0.0);
             }
             return Ok(false);
         };
-        let data = data.map_err(|reason| Error::Tensor {
+        let data = grad.try_into_data_as::<f32>().map_err(|e| Error::Tensor {
             name: h.info.name.clone(),
-            reason,
+            reason: e.to_string(),
         })?;
         let grad = as_f32(&data, &h.info.name)?;
         if grad.len() != out.len() {
@@ -139,9 +142,31 @@ impl GradTable {
         Ok(true)
     }
 
+    /// Parameter `index`'s gradient as a flat tensor on the parameter's device, removed from
+    /// `grads`; zeros (on that device) when it has none. No copy to the host.
+    pub fn take_flat_grad(&self, index: usize, grads: &mut Gradients) -> Tensor<1> {
+        let h = &self.handles[index];
+        (h.take_grad)(grads)
+            .unwrap_or_else(|| Tensor::zeros([h.info.numel()], (&h.device, h.dtype)))
+    }
+
     /// Registers `grad` (flat, canonical layout) as parameter `index`'s gradient in `params`.
     pub fn register_grad(&self, index: usize, grad: Vec<f32>, params: &mut GradientsParams) {
+        let h = &self.handles[index];
+        let data = TensorData::new(grad, [h.info.numel()]);
+        let flat = Tensor::<1>::from_data(data, (&h.device, h.dtype));
+        (h.register)(flat, params)
+    }
+
+    /// Registers `grad`, a flat tensor on the parameter's device, as parameter `index`'s
+    /// gradient in `params` (reshaped to the parameter's shape, no copy to the host).
+    pub fn register_flat_grad(&self, index: usize, grad: Tensor<1>, params: &mut GradientsParams) {
         (self.handles[index].register)(grad, params)
+    }
+
+    /// The device of parameter `index`.
+    pub fn device(&self, index: usize) -> &Device {
+        &self.handles[index].device
     }
 }
 
@@ -149,15 +174,17 @@ impl GradTable {
 /// const generic, which a list cannot).
 struct Handle {
     info: ParamInfo,
+    device: Device,
+    dtype: DType,
     value: Box<dyn Fn() -> Read>,
     take_grad: Box<TakeGrad>,
     register: Box<Register>,
 }
 
-/// Removes the parameter's gradient from Burn's gradients and reads it back.
-type TakeGrad = dyn Fn(&mut Gradients) -> Option<Read>;
-/// Registers a flat gradient for the parameter, rebuilding a tensor of its shape and dtype.
-type Register = dyn Fn(Vec<f32>, &mut GradientsParams);
+/// Removes the parameter's gradient from Burn's gradients, flattened, on its device.
+type TakeGrad = dyn Fn(&mut Gradients) -> Option<Tensor<1>>;
+/// Registers a flat gradient for the parameter, reshaped to its shape.
+type Register = dyn Fn(Tensor<1>, &mut GradientsParams);
 
 /// A tensor read back from the library, or the library's error message.
 type Read = std::result::Result<TensorData, String>;
@@ -203,8 +230,11 @@ impl ModuleVisitor for Walker {
             shape: shape.clone(),
         };
         let for_value = tensor.clone();
+        let numel = info.numel();
         self.handles.push(Handle {
             info,
+            device: device.clone(),
+            dtype,
             value: Box::new(move || {
                 for_value
                     .clone()
@@ -217,12 +247,11 @@ impl ModuleVisitor for Walker {
                     return None;
                 }
                 let grad = tensor.grad_remove(grads)?;
-                Some(grad.try_into_data_as::<f32>().map_err(|e| e.to_string()))
+                Some(grad.reshape([numel]))
             }),
             register: Box::new(move |grad, params| {
-                let data = TensorData::new(grad, shape.clone());
-                let tensor = Tensor::<D>::from_data(data, (&device, dtype));
-                params.register::<D>(id, tensor);
+                let grad: Tensor<D> = grad.reshape(Shape::from(shape.clone()));
+                params.register::<D>(id, grad);
             }),
         });
     }

@@ -12,6 +12,8 @@
 //! same functions over `candle_nn::VarMap` (names are its keys, gradients come from `GradStore`).
 
 pub mod burn;
+#[cfg(all(feature = "cuda", feature = "nccl"))]
+pub(crate) mod cuda;
 
 /// Name and shape of one float parameter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,0 +1,193 @@
+//! Gradient buckets that stay on the parameters' device ([`BucketMemory::Device`]).
+//!
+//! Note [Device buckets]
+//! With host buckets (the default on CPU), each gradient is read back to host `f32`, packed,
+//! averaged and rebuilt on its device (Note [Host-staged gradients] in `adapter/burn.rs`): on a
+//! GPU that is two PCIe copies of the model per step. Device buckets are Burn tensors instead:
+//! a bucket is the concatenation of its parameters' flattened gradients (`Tensor::cat`, a kernel
+//! on the device), averaged in place, and each parameter's gradient is a slice of it, handed to
+//! the optimizer without leaving the device. On a CUDA GPU with the NCCL backend, the average is
+//! `ncclAllReduce(ncclAvg)` on the bucket's own memory (`adapter/cuda.rs` finds it): the
+//! gradients never touch the host. On any other device or backend the bucket is copied to the
+//! host for the allreduce and back (the same collective as the host path, so results are
+//! bitwise equal to host buckets on CPU), which is what the tests run on machines without a GPU.
+//!
+//! Buckets are launched in the same order and with the same assignment as host buckets; each
+//! is averaged before the next is packed (NCCL is asynchronous to the host anyway, and on the
+//! GPU the packing is a kernel launch). Communication hooks take host buffers, so device
+//! buckets use the default allreduce.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::tensor::{Tensor, TensorData};
+use phalanx_core::{trace, ReduceOp};
+use phalanx_pg::ProcessGroup;
+
+use crate::adapter::burn::{GradTable, Gradients};
+use crate::reducer::BucketLayout;
+use crate::stats::CommStats;
+use crate::{Error, Result};
+
+/// How a device bucket is averaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Averaging {
+    /// NCCL on the bucket's GPU memory, in place.
+    InPlace,
+    /// Copied to the host, allreduced by the process group, copied back.
+    ThroughHost,
+}
+
+/// Per-bucket state of device buckets: gradients accumulated by `no_sync` steps.
+pub(crate) struct DeviceReducer {
+    averaging: Averaging,
+    accumulated: Vec<Option<Tensor<1>>>,
+}
+
+impl DeviceReducer {
+    pub(crate) fn new(averaging: Averaging, buckets: usize) -> Self {
+        DeviceReducer {
+            averaging,
+            accumulated: (0..buckets).map(|_| None).collect(),
+        }
+    }
+
+    pub(crate) fn averaging(&self) -> Averaging {
+        self.averaging
+    }
+
+    pub(crate) fn has_accumulated(&self) -> bool {
+        self.accumulated.iter().any(Option::is_some)
+    }
+
+    /// A `no_sync` step: adds this step's buckets to the accumulators, on the device.
+    pub(crate) fn accumulate(
+        &mut self,
+        table: &GradTable,
+        buckets: &[BucketLayout],
+        grads: &mut Gradients,
+    ) {
+        for (k, bucket) in buckets.iter().enumerate() {
+            let flat = self.pack(k, table, bucket, grads);
+            self.accumulated[k] = Some(flat);
+        }
+    }
+
+    /// A synchronising step: packs, averages and hands each bucket to `drain(layout, bucket)`
+    /// in launch order.
+    pub(crate) fn synchronize(
+        &mut self,
+        pg: &Arc<ProcessGroup>,
+        table: &GradTable,
+        buckets: &[BucketLayout],
+        grads: &mut Gradients,
+        stats: &mut CommStats,
+        mut drain: impl FnMut(&BucketLayout, Tensor<1>),
+    ) -> Result<()> {
+        let started = Instant::now();
+        let mut waited = Duration::ZERO;
+        let mut bytes = 0u64;
+        for (k, bucket) in buckets.iter().enumerate() {
+            let packing = trace::span("pack", "pack")
+                .arg("bucket", k)
+                .arg("bytes", bucket.len * 4);
+            let flat = self.pack(k, table, bucket, grads);
+            drop(packing);
+            let t = Instant::now();
+            let waiting = trace::span("wait", "wait").arg("bucket", k);
+            let flat = self.average(pg, k, flat)?;
+            drop(waiting);
+            waited += t.elapsed();
+            bytes += (bucket.len * 4) as u64;
+            let _unpack = trace::span("unpack", "optimizer").arg("bucket", k);
+            drain(bucket, flat);
+        }
+        stats.record(waited, started.elapsed(), buckets.len(), bytes);
+        Ok(())
+    }
+
+    /// The bucket's gradients, flattened and concatenated on the device, plus what `no_sync`
+    /// steps accumulated.
+    fn pack(
+        &mut self,
+        k: usize,
+        table: &GradTable,
+        bucket: &BucketLayout,
+        grads: &mut Gradients,
+    ) -> Tensor<1> {
+        let parts: Vec<Tensor<1>> = bucket
+            .params
+            .iter()
+            .map(|&p| table.take_flat_grad(p, grads))
+            .collect();
+        let flat = Tensor::cat(parts, 0);
+        match self.accumulated[k].take() {
+            Some(acc) => acc + flat,
+            None => flat,
+        }
+    }
+
+    fn average(&self, pg: &Arc<ProcessGroup>, k: usize, flat: Tensor<1>) -> Result<Tensor<1>> {
+        let err = |source| Error::Collective {
+            op: "allreduce",
+            bucket: k,
+            source,
+        };
+        match self.averaging {
+            Averaging::InPlace => {
+                average_in_place(pg, k, &flat)?;
+                Ok(flat)
+            }
+            // The average over one rank is the bucket itself.
+            Averaging::ThroughHost if pg.world_size() == 1 => Ok(flat),
+            Averaging::ThroughHost => {
+                let device = flat.device();
+                let dtype = flat.dtype();
+                let data = flat.try_into_data_as::<f32>().map_err(|e| Error::Tensor {
+                    name: format!("gradient bucket {k}"),
+                    reason: e.to_string(),
+                })?;
+                let mut host: Vec<f32> = data.try_into_vec::<f32>().map_err(|e| Error::Tensor {
+                    name: format!("gradient bucket {k}"),
+                    reason: format!("{e:?}"),
+                })?;
+                pg.allreduce(&mut host, ReduceOp::Avg).map_err(err)?;
+                let len = host.len();
+                Ok(Tensor::from_data(
+                    TensorData::new(host, [len]),
+                    (&device, dtype),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(all(feature = "cuda", feature = "nccl"))]
+fn average_in_place(pg: &Arc<ProcessGroup>, k: usize, flat: &Tensor<1>) -> Result<()> {
+    crate::adapter::cuda::with_device_slice(flat, k, |slice| {
+        // SAFETY: `with_device_slice` hands over the bucket's CUDA memory after the kernels that
+        // wrote it completed, and holds it in place until this returns; nothing else touches it.
+        unsafe { pg.allreduce_device(slice, ReduceOp::Avg) }.map_err(|source| Error::Collective {
+            op: "allreduce(device)",
+            bucket: k,
+            source,
+        })
+    })
+}
+
+#[cfg(not(all(feature = "cuda", feature = "nccl")))]
+fn average_in_place(_: &Arc<ProcessGroup>, _: usize, _: &Tensor<1>) -> Result<()> {
+    unreachable!("in-place averaging is chosen only with the cuda and nccl features")
+}
+
+/// Whether buckets of a model whose first parameter is on `device` can be averaged in place:
+/// a CUDA GPU and a group that reduces GPU memory (NCCL).
+#[cfg(all(feature = "cuda", feature = "nccl"))]
+pub(crate) fn in_place_available(pg: &ProcessGroup, device: &burn::tensor::Device) -> bool {
+    crate::adapter::cuda::is_cuda(device) && pg.supports_device_buffers()
+}
+
+#[cfg(not(all(feature = "cuda", feature = "nccl")))]
+pub(crate) fn in_place_available(_: &ProcessGroup, _: &burn::tensor::Device) -> bool {
+    false
+}
