@@ -17,6 +17,11 @@
 #      and with --device cuda (wide MLP)
 #   6. phalanx bench allreduce --backend nccl --nproc-per-node 1, --check then timed
 #   7. the same benchmark on the native backend, for comparison
+#   0. (first, CHECK_DEVICE_BUCKETS=1, the default) device buckets: phalanx-ddp's CUDA unit test
+#      ($PHALANX_DDP_TESTS or gpu/bin/ddp-tests.zst: the address handed to NCCL is the tensor's
+#      memory), then the wide MLP under --backend nccl with --bucket-memory device and host
+#      (same parameters expected with 1 rank; the samples/s of the last epoch compared), then
+#      2 ranks sharing the GPU with device buckets through the host
 # Each training runs twice: the seed recipe (tiny: launch-bound on a GPU) and a wide MLP.
 # A multi-rank NCCL run needs one GPU per rank (NCCL refuses two ranks on one GPU): it is
 # skipped on a machine with fewer than 2 GPUs, and says so.
@@ -30,7 +35,8 @@ SUMMARY="$OUT/summary.md"
 : >"$OUT/tables.txt"
 START=$(date +%s)
 BUDGET_S="${CHECK_BUDGET_S:-480}" # stop starting new steps after this
-# CHECK_SHAPES="seed wide" (the training shapes to run), CHECK_BENCH=1 (the allreduce benchmarks).
+# CHECK_SHAPES="seed wide" (the training shapes to run; "none" for none), CHECK_BENCH=1 (the
+# allreduce benchmarks), CHECK_DEVICE_BUCKETS=1 (step 0).
 
 say() { echo "$*" | tee -a "$LOG"; }
 skip() { say "SKIPPED $1: $2"; echo "| $1 | skipped: $2 | | |" >>"$SUMMARY"; }
@@ -85,7 +91,7 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
   echo "NVRTC: $(for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d"/libnvrtc.so* 2>/dev/null; done | head -2 | tr '\n' ' ')"
   echo '```'
   echo
-  echo "| step | result | samples/s | step time |"
+  echo "| step | result | samples/s (last epoch) | step time |"
   echo "| --- | --- | --- | --- |"
 } >"$SUMMARY"
 cat "$SUMMARY" >>"$LOG"
@@ -120,14 +126,17 @@ run() {
     echo "| $name | FAILED rc=$rc: ${why//|//} | | |" >>"$SUMMARY"
     return 0
   fi
-  # train --json: rank 0's summary {"samples_per_s":…}; the step time is batch×world / rate.
-  local sps; sps=$(echo "$out" | grep -o '"samples_per_s":[0-9.e+]*' | tail -1 | cut -d: -f2 || true)
+  # train --json: the last epoch's {"samples_per_s":…} (steady state: the first epoch includes
+  # NVRTC compiling every kernel), else rank 0's summary; the step time is batch×world / rate.
+  local sps; sps=$(echo "$out" | grep '"event":"epoch"' | grep -o '"samples_per_s":[0-9.e+]*' | tail -1 | cut -d: -f2 || true)
+  [ -z "$sps" ] && sps=$(echo "$out" | grep -o '"samples_per_s":[0-9.e+]*' | tail -1 | cut -d: -f2 || true)
+  local digest; digest=$(echo "$out" | grep -o '"param_digest":"[0-9a-f]*"' | cut -d'"' -f4 | cut -c1-16 | sort -u | tr '\n' ' ' || true)
   local world; world=$(echo "$out" | grep -o '"world":[0-9]*' | tail -1 | cut -d: -f2 || true)
   if [ -n "$sps" ] && [ -n "$world" ]; then
     local ms; ms=$(awk "BEGIN{printf \"%.3f\", 1000 * $BATCH * $world / $sps}")
-    echo "| $name | ok (${dt} s wall) | $sps | ${ms} ms |" >>"$SUMMARY"
+    echo "| $name | ok (${dt} s wall) params ${digest}| $sps | ${ms} ms |" >>"$SUMMARY"
   else
-    echo "| $name | ok (${dt} s wall) | | |" >>"$SUMMARY"
+    echo "| $name | ok (${dt} s wall) params ${digest}| | |" >>"$SUMMARY"
   fi
 }
 
@@ -151,7 +160,40 @@ expect_fail() {
 # matmuls by compiling and timing candidates: minutes on a fresh machine. Minimal autotuning
 # keeps the check inside its budget (kernels are cached on disk between the runs here).
 export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
+# --- 0. device buckets (Note [Device buckets] in phalanx-ddp) ---------------------------------
+if [ "${CHECK_DEVICE_BUCKETS:-1}" = 1 ] && [ "$HAS_CUDA" = 1 ] && [ "$HAS_NCCL" = 1 ]; then
+  TESTS="${PHALANX_DDP_TESTS:-}"
+  if [ -z "$TESTS" ] && [ -f gpu/bin/ddp-tests.zst ] && command -v zstd >/dev/null; then
+    TESTS=/tmp/phalanx-gpu/ddp-tests; mkdir -p /tmp/phalanx-gpu; zstd -qdf gpu/bin/ddp-tests.zst -o "$TESTS"
+  elif [ -z "$TESTS" ] && [ -f gpu/bin/ddp-tests.gz ]; then
+    TESTS=/tmp/phalanx-gpu/ddp-tests; mkdir -p /tmp/phalanx-gpu; gzip -dc gpu/bin/ddp-tests.gz >"$TESTS"
+  fi
+  if [ -n "$TESTS" ]; then
+    chmod +x "$TESTS"
+    say "=== device slice unit test: $TESTS cuda --nocapture"
+    rc=0; out=$(timeout -k 5 120 "$TESTS" cuda --nocapture 2>&1) || rc=$?
+    echo "$out" >>"$LOG"; echo "$out" | tail -4
+    if [ "$rc" = 0 ] && echo "$out" | grep -q "1 passed" && ! echo "$out" | grep -q "skipped:"; then
+      echo "| phalanx-ddp CUDA unit test (device address = tensor memory, Burn sees NCCL's writes) | ok | | |" >>"$SUMMARY"
+    else
+      echo "| phalanx-ddp CUDA unit test | FAILED rc=$rc: $(echo "$out" | grep -E "panicked|skipped|error" | head -1 | cut -c1-200) | | |" >>"$SUMMARY"
+    fi
+  else
+    skip "phalanx-ddp CUDA unit test" "no test binary (PHALANX_DDP_TESTS or gpu/bin/ddp-tests.zst)"
+  fi
+  # The wide MLP: 64 → 2048×4 → 10, batch 512/rank, 2 epochs of 25 steps; the last epoch is the
+  # steady state (the first compiles every kernel; later runs find them cached on disk).
+  BATCH=512
+  W=(train --standalone --json --dataset synthetic:16384 --epochs 2 --batch-size 512 --hidden 2048 --depth 4)
+  PHALANX_DEBUG=INFO run "wide: cuda + nccl, 1 rank, device buckets (NCCL in place)" 300 "${W[@]}" --nproc-per-node 1 --device cuda --backend nccl --bucket-memory device
+  grep -o 'bucket_memory="[^"]*"' "$LOG" | sort | uniq -c >>"$LOG" || true
+  run "wide: cuda + nccl, 1 rank, host buckets (staged through the host)" 180 "${W[@]}" --nproc-per-node 1 --device cuda --backend nccl --bucket-memory host
+  run "wide: cuda:0, 2 ranks sharing it, native, device buckets (through the host)" 180 "${W[@]}" --nproc-per-node 2 --device cuda:0 --bucket-memory device
+  run "wide: cuda:0, 2 ranks sharing it, native, host buckets" 180 "${W[@]}" --nproc-per-node 2 --device cuda:0 --bucket-memory host
+fi
+
 for shape in ${CHECK_SHAPES:-seed wide}; do
+  [ "$shape" = none ] && continue
   if [ "$shape" = seed ]; then
     # The seed recipe: 64 → 128 → 10 on the UCI digits, batch 8/rank.
     BATCH=8; ARGS=(--dataset digits --epochs 2 --batch-size 8)
