@@ -84,6 +84,28 @@ fn two_and_three_ranks_end_bitwise_identical() {
 }
 
 #[test]
+fn device_buckets_give_the_host_buckets_parameters() {
+    // On the CPU, `--bucket-memory device` keeps the buckets as tensors and copies them through
+    // the host for the same allreduce: the parameters must equal host buckets' bit for bit.
+    let args = [
+        "--nproc-per-node",
+        "2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+    ];
+    let digests = |memory: &str| {
+        let f = train(&[&args[..], &["--bucket-memory", memory]].concat());
+        let s = summaries(&f);
+        assert_eq!(s.len(), 2, "{}", f.stdout);
+        assert_eq!(s[0].2, s[1].2, "replicas differ with {memory} buckets");
+        s[0].2.clone()
+    };
+    assert_eq!(digests("device"), digests("host"));
+}
+
+#[test]
 fn resume_mid_epoch_equals_the_uninterrupted_run() {
     let (a, b) = (TempDir::new("ck-a"), TempDir::new("ck-b"));
     let common = ["--epochs", "3", "--batch-size", "16", "--seed", "3"];
@@ -214,6 +236,15 @@ fn bad_flags_are_named() {
     let f = run(cmd, Duration::from_secs(60));
     assert_ne!(f.code(), Some(0));
     assert!(f.stderr.contains("--checkpoint-dir"), "{}", f.stderr);
+    let mut cmd = phalanx();
+    cmd.args(["train", "--bucket-memory", "gpu"]);
+    let f = run(cmd, Duration::from_secs(60));
+    assert_ne!(f.code(), Some(0));
+    assert!(
+        f.stderr.contains("--bucket-memory") && f.stderr.contains("auto, host or device"),
+        "{}",
+        f.stderr
+    );
 }
 
 #[test]
