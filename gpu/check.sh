@@ -20,8 +20,8 @@
 #   0. (first, CHECK_DEVICE_BUCKETS=1, the default) device buckets: phalanx-ddp's CUDA unit test
 #      ($PHALANX_DDP_TESTS or gpu/bin/ddp-tests.zst: the address handed to NCCL is the tensor's
 #      memory), then the wide MLP under --backend nccl with --bucket-memory device and host
-#      (same parameters expected with 1 rank; the samples/s of the last epoch compared), then
-#      2 ranks sharing the GPU with device buckets through the host
+#      (the samples/s of the last epoch compared), then 2 ranks sharing the GPU under the native
+#      backend with device buckets (pinned staging) and host buckets
 # Each training runs twice: the seed recipe (tiny: launch-bound on a GPU) and a wide MLP.
 # A multi-rank NCCL run needs one GPU per rank (NCCL refuses two ranks on one GPU): it is
 # skipped on a machine with fewer than 2 GPUs, and says so.
@@ -173,8 +173,8 @@ if [ "${CHECK_DEVICE_BUCKETS:-1}" = 1 ] && [ "$HAS_CUDA" = 1 ] && [ "$HAS_NCCL" 
     say "=== device slice unit test: $TESTS cuda --nocapture"
     rc=0; out=$(timeout -k 5 120 "$TESTS" cuda --nocapture 2>&1) || rc=$?
     echo "$out" >>"$LOG"; echo "$out" | tail -4
-    if [ "$rc" = 0 ] && echo "$out" | grep -q "1 passed" && ! echo "$out" | grep -q "skipped:"; then
-      echo "| phalanx-ddp CUDA unit test (device address = tensor memory, Burn sees NCCL's writes) | ok | | |" >>"$SUMMARY"
+    if [ "$rc" = 0 ] && echo "$out" | grep -q "test result: ok" && ! echo "$out" | grep -q "skipped:"; then
+      echo "| phalanx-ddp CUDA unit tests (device address = tensor memory, Burn sees in-place writes; pinned staging round trip) | ok: $(echo "$out" | grep -o "[0-9]* passed" | tail -1) | | |" >>"$SUMMARY"
     else
       echo "| phalanx-ddp CUDA unit test | FAILED rc=$rc: $(echo "$out" | grep -E "panicked|skipped|error" | head -1 | cut -c1-200) | | |" >>"$SUMMARY"
     fi
@@ -185,11 +185,18 @@ if [ "${CHECK_DEVICE_BUCKETS:-1}" = 1 ] && [ "$HAS_CUDA" = 1 ] && [ "$HAS_NCCL" 
   # steady state (the first compiles every kernel; later runs find them cached on disk).
   BATCH=512
   W=(train --standalone --json --dataset synthetic:16384 --epochs 2 --batch-size 512 --hidden 2048 --depth 4)
-  PHALANX_DEBUG=INFO run "wide: cuda + nccl, 1 rank, device buckets (NCCL in place)" 300 "${W[@]}" --nproc-per-node 1 --device cuda --backend nccl --bucket-memory device
-  grep -o 'bucket_memory="[^"]*"' "$LOG" | sort | uniq -c >>"$LOG" || true
-  run "wide: cuda + nccl, 1 rank, host buckets (staged through the host)" 180 "${W[@]}" --nproc-per-node 1 --device cuda --backend nccl --bucket-memory host
-  run "wide: cuda:0, 2 ranks sharing it, native, device buckets (through the host)" 180 "${W[@]}" --nproc-per-node 2 --device cuda:0 --bucket-memory device
-  run "wide: cuda:0, 2 ranks sharing it, native, host buckets" 180 "${W[@]}" --nproc-per-node 2 --device cuda:0 --bucket-memory host
+  # CHECK_DEVICE_STEPS picks among: nccl (1 rank, in place vs host buckets), shared (2 ranks
+  # sharing the GPU under the native backend: pinned staging vs host buckets).
+  for what in ${CHECK_DEVICE_STEPS:-nccl shared}; do
+    if [ "$what" = nccl ]; then
+      PHALANX_DEBUG=INFO run "wide: cuda + nccl, 1 rank, device buckets (NCCL in place)" 300 "${W[@]}" --nproc-per-node 1 --device cuda --backend nccl --bucket-memory device
+      run "wide: cuda + nccl, 1 rank, host buckets (staged through the host)" 180 "${W[@]}" --nproc-per-node 1 --device cuda --backend nccl --bucket-memory host
+    else
+      PHALANX_DEBUG=INFO run "wide: cuda:0, 2 ranks sharing it, native, device buckets (pinned staging)" 300 "${W[@]}" --nproc-per-node 2 --device cuda:0 --bucket-memory device
+      run "wide: cuda:0, 2 ranks sharing it, native, host buckets" 180 "${W[@]}" --nproc-per-node 2 --device cuda:0 --bucket-memory host
+    fi
+  done
+  grep -o 'bucket_memory="[^"]*"' "$LOG" | sort | uniq -c >>"$SUMMARY" || true
 fi
 
 for shape in ${CHECK_SHAPES:-seed wide}; do

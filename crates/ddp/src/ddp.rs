@@ -10,7 +10,7 @@ use crate::adapter::burn::{
 };
 use crate::adapter::ParamInfo;
 use crate::bucket::compute_bucket_assignment_by_size;
-use crate::device_buckets::{in_place_available, Averaging, DeviceReducer};
+use crate::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::hook::CommHook;
 use crate::reducer::Reducer;
 use crate::stats::CommStats;
@@ -69,6 +69,7 @@ impl<M: Module> DistributedDataParallel<M> {
             bucket_memory = match device.as_ref().map(DeviceReducer::averaging) {
                 None => "host",
                 Some(Averaging::InPlace) => "device (NCCL in place)",
+                Some(Averaging::Pinned) => "device (allreduce through page-locked host memory)",
                 Some(Averaging::ThroughHost) => "device (allreduce through the host)",
             },
             "DDP ready"
@@ -259,7 +260,7 @@ impl<M: Module> DistributedDataParallel<M> {
 }
 
 /// Device buckets (Note [Device buckets]) when the options ask for them, or when `Auto` finds
-/// the model on a CUDA GPU under a group that reduces GPU memory; `None` for host buckets.
+/// the model on a CUDA GPU; `None` for host buckets.
 fn device_reducer<M: Module>(
     pg: &ProcessGroup,
     module: &M,
@@ -268,15 +269,15 @@ fn device_reducer<M: Module>(
 ) -> Result<Option<DeviceReducer>> {
     let default_hook = options.comm_hook.name() == CommHook::name(&crate::AllreduceHook);
     let table = GradTable::new(module);
-    let in_place = !table.is_empty() && in_place_available(pg, table.device(0));
-    let averaging = if in_place {
-        Averaging::InPlace
-    } else {
-        Averaging::ThroughHost
+    let averaging = match table.is_empty() {
+        true => Averaging::ThroughHost,
+        false => choose_averaging(pg, table.device(0)),
     };
+    // On a GPU, device buckets beat host buckets either way (docs/gpu.md has the figures).
+    let on_gpu = averaging != Averaging::ThroughHost;
     match options.bucket_memory {
         BucketMemory::Host => Ok(None),
-        BucketMemory::Auto if in_place && default_hook => {
+        BucketMemory::Auto if on_gpu && default_hook => {
             Ok(Some(DeviceReducer::new(averaging, buckets)))
         }
         BucketMemory::Auto => Ok(None),

@@ -8,9 +8,12 @@
 //! on the device), averaged in place, and each parameter's gradient is a slice of it, handed to
 //! the optimizer without leaving the device. On a CUDA GPU with the NCCL backend, the average is
 //! `ncclAllReduce(ncclAvg)` on the bucket's own memory (`adapter/cuda.rs` finds it): the
-//! gradients never touch the host. On any other device or backend the bucket is copied to the
-//! host for the allreduce and back (the same collective as the host path, so results are
-//! bitwise equal to host buckets on CPU), which is what the tests run on machines without a GPU.
+//! gradients never touch the host. On a CUDA GPU under another backend (ranks sharing one GPU),
+//! the bucket is copied into page-locked host memory, allreduced there by the native transport
+//! and copied back into the bucket (Note [Pinned staging] in `phalanx-pg`): one DMA copy each
+//! way per bucket, as Gloo does for CUDA tensors. On any other device the bucket is read back
+//! through Burn for the same allreduce (so results are bitwise equal to host buckets on CPU),
+//! which is what the tests run on machines without a GPU.
 //!
 //! Buckets are launched in the same order and with the same assignment as host buckets; each
 //! is averaged before the next is packed (NCCL is asynchronous to the host anyway, and on the
@@ -30,11 +33,15 @@ use crate::stats::CommStats;
 use crate::{Error, Result};
 
 /// How a device bucket is averaged.
+// Without the GPU features only `ThroughHost` is ever chosen.
+#[cfg_attr(not(all(feature = "cuda", feature = "nccl")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Averaging {
     /// NCCL on the bucket's GPU memory, in place.
     InPlace,
-    /// Copied to the host, allreduced by the process group, copied back.
+    /// Copied from the GPU into page-locked host memory, allreduced there, copied back.
+    Pinned,
+    /// Read back through Burn, allreduced by the process group, rebuilt on the device.
     ThroughHost,
 }
 
@@ -42,6 +49,9 @@ pub(crate) enum Averaging {
 pub(crate) struct DeviceReducer {
     averaging: Averaging,
     accumulated: Vec<Option<Tensor<1>>>,
+    /// The page-locked buffer of `Averaging::Pinned`, allocated at the first bucket.
+    #[cfg(all(feature = "cuda", feature = "nccl"))]
+    staging: Option<phalanx_pg::PinnedStaging>,
 }
 
 impl DeviceReducer {
@@ -49,6 +59,8 @@ impl DeviceReducer {
         DeviceReducer {
             averaging,
             accumulated: (0..buckets).map(|_| None).collect(),
+            #[cfg(all(feature = "cuda", feature = "nccl"))]
+            staging: None,
         }
     }
 
@@ -127,7 +139,7 @@ impl DeviceReducer {
         }
     }
 
-    fn average(&self, pg: &Arc<ProcessGroup>, k: usize, flat: Tensor<1>) -> Result<Tensor<1>> {
+    fn average(&mut self, pg: &Arc<ProcessGroup>, k: usize, flat: Tensor<1>) -> Result<Tensor<1>> {
         let err = |source| Error::Collective {
             op: "allreduce",
             bucket: k,
@@ -139,7 +151,11 @@ impl DeviceReducer {
                 Ok(flat)
             }
             // The average over one rank is the bucket itself.
-            Averaging::ThroughHost if pg.world_size() == 1 => Ok(flat),
+            Averaging::Pinned | Averaging::ThroughHost if pg.world_size() == 1 => Ok(flat),
+            Averaging::Pinned => {
+                self.average_pinned(pg, k, &flat)?;
+                Ok(flat)
+            }
             Averaging::ThroughHost => {
                 let device = flat.device();
                 let dtype = flat.dtype();
@@ -162,6 +178,35 @@ impl DeviceReducer {
     }
 }
 
+impl DeviceReducer {
+    #[cfg(all(feature = "cuda", feature = "nccl"))]
+    fn average_pinned(&mut self, pg: &ProcessGroup, k: usize, flat: &Tensor<1>) -> Result<()> {
+        let err = |source| Error::Collective {
+            op: "allreduce(pinned)",
+            bucket: k,
+            source,
+        };
+        let staging = match &mut self.staging {
+            Some(s) => s,
+            empty => empty.insert(phalanx_pg::PinnedStaging::new().map_err(err)?),
+        };
+        crate::adapter::cuda::with_device_slice(flat, k, |slice| {
+            // SAFETY: `with_device_slice` hands over the bucket's CUDA memory after the kernels
+            // that wrote it completed, and holds it in place until this returns.
+            let host = unsafe { staging.download(slice) }.map_err(err)?;
+            pg.allreduce(bytemuck::cast_slice_mut::<u8, f32>(host), ReduceOp::Avg)
+                .map_err(err)?;
+            // SAFETY: as above.
+            unsafe { staging.upload(slice) }.map_err(err)
+        })
+    }
+
+    #[cfg(not(all(feature = "cuda", feature = "nccl")))]
+    fn average_pinned(&mut self, _: &ProcessGroup, _: usize, _: &Tensor<1>) -> Result<()> {
+        unreachable!("pinned staging is chosen only with the cuda and nccl features")
+    }
+}
+
 #[cfg(all(feature = "cuda", feature = "nccl"))]
 fn average_in_place(pg: &Arc<ProcessGroup>, k: usize, flat: &Tensor<1>) -> Result<()> {
     crate::adapter::cuda::with_device_slice(flat, k, |slice| {
@@ -180,14 +225,19 @@ fn average_in_place(_: &Arc<ProcessGroup>, _: usize, _: &Tensor<1>) -> Result<()
     unreachable!("in-place averaging is chosen only with the cuda and nccl features")
 }
 
-/// Whether buckets of a model whose first parameter is on `device` can be averaged in place:
-/// a CUDA GPU and a group that reduces GPU memory (NCCL).
+/// How device buckets of a model whose first parameter is on `device` are averaged: in place
+/// on a CUDA GPU under a group that reduces GPU memory (NCCL), through page-locked memory on a
+/// CUDA GPU otherwise, through Burn's host copies on any other device.
 #[cfg(all(feature = "cuda", feature = "nccl"))]
-pub(crate) fn in_place_available(pg: &ProcessGroup, device: &burn::tensor::Device) -> bool {
-    crate::adapter::cuda::is_cuda(device) && pg.supports_device_buffers()
+pub(crate) fn choose_averaging(pg: &ProcessGroup, device: &burn::tensor::Device) -> Averaging {
+    match crate::adapter::cuda::is_cuda(device) {
+        true if pg.supports_device_buffers() => Averaging::InPlace,
+        true => Averaging::Pinned,
+        false => Averaging::ThroughHost,
+    }
 }
 
 #[cfg(not(all(feature = "cuda", feature = "nccl")))]
-pub(crate) fn in_place_available(_: &ProcessGroup, _: &burn::tensor::Device) -> bool {
-    false
+pub(crate) fn choose_averaging(_: &ProcessGroup, _: &burn::tensor::Device) -> Averaging {
+    Averaging::ThroughHost
 }

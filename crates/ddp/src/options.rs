@@ -24,15 +24,17 @@ pub struct DdpOptions {
 /// in `device_buckets.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BucketMemory {
-    /// `Device` when the parameters are on a CUDA GPU and the process group reduces GPU memory
-    /// (the nccl backend) and the hook is the default allreduce; `Host` otherwise.
+    /// `Device` when the parameters are on a CUDA GPU and the hook is the default allreduce
+    /// (averaged in place by NCCL under the nccl backend, through page-locked host memory
+    /// under the others); `Host` otherwise.
     #[default]
     Auto,
     /// Flat host `f32` buffers, averaged by the communication hook, overlapping packing: any
     /// device, any backend.
     Host,
     /// Flat tensors on the parameters' device, averaged in place by NCCL on a CUDA GPU with the
-    /// nccl backend, otherwise copied to the host for the allreduce. The default allreduce only
+    /// nccl backend, through page-locked host memory on a CUDA GPU with another backend, and
+    /// read back through the tensor library on other devices. The default allreduce only
     /// (hooks take host buffers).
     Device,
 }

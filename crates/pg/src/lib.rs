@@ -43,6 +43,8 @@ mod nccl_device;
 #[cfg(feature = "nccl")]
 mod nccl_sys;
 mod pending;
+#[cfg(feature = "nccl")]
+mod pinned;
 mod process_group;
 mod progress;
 mod shm_setup;
@@ -59,5 +61,7 @@ pub use mpi::init_mpi;
 #[cfg(feature = "nccl")]
 pub use nccl::{init_nccl, nccl_probe};
 pub use phalanx_collectives::Options as CollectiveOptions;
+#[cfg(feature = "nccl")]
+pub use pinned::PinnedStaging;
 pub use process_group::{Placement, ProcessGroup};
 pub use work::Work;

@@ -88,6 +88,11 @@ api! { Driver:
     cuMemcpyHtoDAsync_v2: fn(DevicePtr, *const c_void, usize, Handle) -> Status;
     cuMemcpyDtoHAsync_v2: fn(*mut c_void, DevicePtr, usize, Handle) -> Status;
     cuGetErrorName: fn(Status, *mut *const c_char) -> Status;
+    cuPointerGetAttribute: fn(*mut c_void, c_int, DevicePtr) -> Status;
+    cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint) -> Status;
+    cuMemFreeHost: fn(*mut c_void) -> Status;
+    cuMemcpyDtoH_v2: fn(*mut c_void, DevicePtr, usize) -> Status;
+    cuMemcpyHtoD_v2: fn(DevicePtr, *const c_void, usize) -> Status;
 }
 
 api! { Nccl:

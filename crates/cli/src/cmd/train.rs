@@ -53,9 +53,9 @@ pub(crate) struct Args {
     /// Reduce gradients in bf16 (half the bytes on the wire; PyTorch's bf16_compress_hook).
     #[arg(long)]
     bf16: bool,
-    /// Where gradient buckets live: `auto` (on the GPU with `--device cuda --backend nccl`,
-    /// NCCL averaging them in place; on the host otherwise), `host`, or `device` (Burn tensors
-    /// on the training device; without NCCL they go through the host for the allreduce).
+    /// Where gradient buckets live: `auto` (on the GPU with `--device cuda`: NCCL averages them
+    /// in place, other backends through page-locked host memory; on the host on a CPU),
+    /// `host`, or `device`.
     #[arg(long, default_value = "auto")]
     bucket_memory: phalanx_train::BucketMemory,
     /// Process-group backend: `native` (TCP, shared memory), `mpi` (the MPI library's
@@ -65,8 +65,8 @@ pub(crate) struct Args {
     backend: Backend,
     /// Training device: `cpu`, `cuda` (GPU LOCAL_RANK, as torchrun users expect) or `cuda:N`.
     /// CUDA needs a build with the `cuda` feature (docs/gpu.md); with `--backend nccl` gradient
-    /// buckets stay on the GPU, with any other backend they are reduced on the host, so ranks
-    /// may share one GPU.
+    /// buckets stay on the GPU, with any other backend they are reduced on the host (through
+    /// page-locked memory), so ranks may share one GPU.
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
     /// Save a checkpoint (safetensors + JSON) here at every epoch end (rank 0 writes).

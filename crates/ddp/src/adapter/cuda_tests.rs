@@ -96,3 +96,40 @@ fn device_slice_is_the_tensors_memory_and_burn_sees_writes() {
     // The inputs are untouched.
     assert_eq!(b.into_data().try_to_vec::<f32>().unwrap(), vec![5.0; 24]);
 }
+
+#[test]
+fn pinned_staging_round_trips_a_bucket() {
+    if let Err(why) = Driver::open() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let device = Device::cuda(0);
+    let values: Vec<f32> = (0..3000).map(|i| i as f32 * 0.5).collect();
+    let t = Tensor::<1>::from_data(TensorData::new(values.clone(), [3000]), &device);
+    let flat = Tensor::cat(vec![t.clone(), t], 0);
+    let mut staging = phalanx_pg::PinnedStaging::new().unwrap();
+    with_device_slice(&flat, 0, |slice| {
+        // SAFETY: the bucket's memory, held by `with_device_slice`.
+        let host = unsafe { staging.download(slice) }.unwrap();
+        let host: &mut [f32] = bytemuck::cast_slice_mut(host);
+        assert_eq!(&host[..3000], &values[..]);
+        assert_eq!(&host[3000..], &values[..]);
+        host.iter_mut().for_each(|v| *v += 1.0);
+        // SAFETY: as above.
+        unsafe { staging.upload(slice) }.unwrap();
+        Ok(())
+    })
+    .unwrap();
+    assert!(staging.capacity() >= 6000 * 4);
+    let after = flat
+        .slice(2995..3005)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let expected: Vec<f32> = values[2995..3000]
+        .iter()
+        .chain(&values[..5])
+        .map(|v| v + 1.0)
+        .collect();
+    assert_eq!(after, expected, "Burn does not see the staged upload");
+}
