@@ -51,11 +51,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.dtype == DType::U8 {
         bail!("--dtype u8 is not a reducible type; use f32, f64, bf16, f16, i32 or i64");
     }
-    super::train::check_backend(args.backend)?;
+    super::train_setup::check_backend(args.backend)?;
     if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
         return phalanx_launch::relaunch_self(&args.launch);
     }
-    let pg = super::train::join_group(args.backend)?;
+    let pg = super::train_setup::join_group(args.backend)?;
     if pg.rank() == 0 && !args.json {
         println!(
             "# phalanx bench allreduce: {} ranks, backend {}, op {}, {} iters (median), warmup {}",

@@ -52,7 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.steps == 0 || args.batch_size == 0 {
         bail!("--steps and --batch-size must be at least 1");
     }
-    super::train::check_backend(args.backend)?;
+    super::train_setup::check_backend(args.backend)?;
     if args.backend == Backend::Mpi {
         // mpirun started the ranks: measure this world, and rank 0 prints its row.
         if let Some(row) = measure(&args)? {
@@ -178,7 +178,7 @@ fn print_rows(args: &Args, rows: &[String]) {
 /// Measures this rank's world; rank 0 returns its JSON row.
 fn measure(args: &Args) -> anyhow::Result<Option<String>> {
     super::limit_compute_threads();
-    let pg = Arc::new(super::train::join_group(args.backend)?);
+    let pg = Arc::new(super::train_setup::join_group(args.backend)?);
     let t = throughput::measure(
         pg.clone(),
         &ThroughputConfig {

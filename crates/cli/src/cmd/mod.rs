@@ -16,6 +16,7 @@ pub(crate) mod sampler;
 pub(crate) mod sizes;
 pub(crate) mod store;
 pub(crate) mod train;
+pub(crate) mod train_setup;
 
 /// Burn's CPU backend sizes its thread pool to every core; with several ranks per host that
 /// oversubscribes the cores. Give each rank its share unless the user chose. Also keeps freed
