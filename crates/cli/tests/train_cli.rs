@@ -22,6 +22,19 @@ fn train(args: &[&str]) -> Finished {
     f
 }
 
+/// A run stopped after `max_steps`, checkpointing every `every` steps into `dir`.
+fn interrupted(common: &[&str], dir: &TempDir, every: &str, max_steps: &str) -> Finished {
+    let more = [
+        "--checkpoint-dir",
+        dir.str(),
+        "--checkpoint-every",
+        every,
+        "--max-steps",
+        max_steps,
+    ];
+    train(&[common, &more[..]].concat())
+}
+
 /// The `{"event":"summary",…}` objects, one per rank: (rank, accuracy, digest).
 fn summaries(f: &Finished) -> Vec<(u64, f64, String)> {
     let mut v: Vec<_> = f
@@ -114,20 +127,7 @@ fn resume_mid_epoch_equals_the_uninterrupted_run() {
     ));
     // Stop at step 100 (mid-epoch 3: 45 steps per epoch), checkpoints every 7 steps: the
     // newest is at step 98, in the middle of an epoch.
-    train(
-        &[
-            &common[..],
-            &[
-                "--checkpoint-dir",
-                b.str(),
-                "--checkpoint-every",
-                "7",
-                "--max-steps",
-                "100",
-            ],
-        ]
-        .concat(),
-    );
+    interrupted(&common, &b, "7", "100");
     let newest = std::fs::read_dir(b.path())
         .unwrap()
         .filter_map(|e| e.ok())
@@ -159,6 +159,40 @@ fn resume_mid_epoch_equals_the_uninterrupted_run() {
     ]));
     assert_eq!(three.len(), 3);
     assert!(three.iter().all(|x| x.2 == three[0].2));
+}
+
+#[test]
+fn resume_with_momentum_equals_the_uninterrupted_run() {
+    // The momentum buffers are in the checkpoint: a resumed run continues them exactly.
+    let (a, b) = (TempDir::new("ck-ma"), TempDir::new("ck-mb"));
+    let common = [
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--seed",
+        "5",
+        "--momentum",
+        "0.9",
+    ];
+    let full = summaries(&train(
+        &[&common[..], &["--checkpoint-dir", a.str()]].concat(),
+    ));
+    // 45 steps per epoch: stop at step 60, the newest checkpoint at step 56, mid-epoch 2.
+    interrupted(&common, &b, "8", "60");
+    let resumed = train(&[&common[..], &["--checkpoint-dir", b.str(), "--resume"]].concat());
+    assert!(
+        !resumed.stderr.contains("restart from zero"),
+        "{}",
+        resumed.stderr
+    );
+    let resumed = summaries(&resumed);
+    assert_eq!((full.len(), resumed.len()), (2, 2));
+    assert_eq!(
+        resumed[0].2, full[0].2,
+        "resumed digest differs from the uninterrupted run with momentum"
+    );
+    assert_eq!(resumed[1].2, full[1].2);
 }
 
 #[test]

@@ -8,6 +8,10 @@
 //! checkpoint never existed; the previous one is the latest) or a complete pair. Loading checks
 //! the digest, so a file damaged later (truncated, bit rot, a partial copy) is refused with an
 //! error naming it, never loaded as garbage.
+//!
+//! The optimizer's state (momentum buffers, in Burn's burnpack format) travels in the same
+//! tensor file as one `u8` tensor, [`OPTIM_STATE`], so it is committed and checked with the
+//! parameters.
 
 use std::{
     collections::HashMap,
@@ -24,6 +28,8 @@ use crate::{Error, Result};
 
 /// Format tag written in every metadata file.
 pub const FORMAT: &str = "phalanx-checkpoint-v1";
+/// Name of the `u8` tensor holding the optimizer's state, when it has any.
+pub const OPTIM_STATE: &str = "optim.state";
 /// Checkpoints kept by default; older ones are deleted after a new one commits.
 pub const DEFAULT_KEEP: usize = 3;
 
@@ -71,8 +77,10 @@ pub struct Meta {
 pub struct Checkpoint {
     /// Metadata.
     pub meta: Meta,
-    /// Model parameters then optimizer state.
+    /// Model parameters.
     pub tensors: Vec<NamedTensor>,
+    /// The optimizer's state ([`OPTIM_STATE`]), `None` when it has none (plain SGD).
+    pub optim_state: Option<Vec<u8>>,
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> Error {
@@ -117,7 +125,13 @@ pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
                 .map(|v| (t.name.clone(), v))
                 .map_err(|e| bad(&tensors_path, format!("tensor {}: {e}", t.name)))
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<Vec<_>>>()?;
+    let mut views = views;
+    if let Some(state) = &ck.optim_state {
+        let view = TensorView::new(Dtype::U8, vec![state.len()], state)
+            .map_err(|e| bad(&tensors_path, format!("tensor {OPTIM_STATE}: {e}")))?;
+        views.push((OPTIM_STATE.to_string(), view));
+    }
     let info = HashMap::from([("format".to_string(), FORMAT.to_string())]);
     let bytes =
         safetensors::serialize(views, Some(info)).map_err(|e| bad(&tensors_path, e.to_string()))?;
@@ -198,7 +212,12 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
     }
     let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(&tpath, e.to_string()))?;
     let mut tensors = Vec::new();
+    let mut optim_state = None;
     for (name, view) in st.tensors() {
+        if name == OPTIM_STATE && view.dtype() == Dtype::U8 {
+            optim_state = Some(view.data().to_vec());
+            continue;
+        }
         if view.dtype() != Dtype::F32 {
             return Err(bad(
                 &tpath,
@@ -217,7 +236,11 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
         });
     }
     tensors.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Checkpoint { meta, tensors })
+    Ok(Checkpoint {
+        meta,
+        tensors,
+        optim_state,
+    })
 }
 
 /// Loads the newest committed checkpoint in `dir`, `None` when there is none. A damaged
@@ -272,6 +295,8 @@ mod tests {
                     data: vec![-0.25],
                 },
             ],
+            // Every other checkpoint carries optimizer state (momentum), the others none.
+            optim_state: step.is_multiple_of(20).then(|| vec![0, 1, 2, 255, 7]),
         }
     }
 
@@ -305,6 +330,9 @@ mod tests {
         want.meta = got.meta.clone();
         assert_eq!(got, want);
         assert_eq!(got.meta.global_step, 40);
+        assert_eq!(got.optim_state, Some(vec![0, 1, 2, 255, 7]));
+        let older = load(&d.join("step-000000000030.json")).unwrap();
+        assert_eq!(older.optim_state, None);
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,6 +1,6 @@
 //! The seed model: `Linear(in, hidden) → ReLU → … → Linear(hidden, classes)`.
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::Linear;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -70,6 +70,14 @@ pub struct Mlp {
     pub layers: Vec<Linear>,
 }
 
+/// A trainable parameter whose id is `id` instead of Burn's random one. The optimizer keys its
+/// state (momentum buffers) by parameter id, so with ids fixed by position the state saved in
+/// a checkpoint maps onto the same parameters in the process that resumes it.
+fn stable_param<const D: usize>(id: u64, value: Tensor<D>) -> Param<Tensor<D>> {
+    let (_, value, mapper) = Param::from_tensor(value).consume();
+    Param::from_mapped_value(ParamId::from(id), value, mapper)
+}
+
 impl Mlp {
     /// Builds the model on `device` (use [`crate::device`] for training) with parameters drawn
     /// from `seed` exactly like PyTorch's `nn.Linear` default, `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`
@@ -86,14 +94,14 @@ impl Mlp {
                 let mut rng = SplitMix64::new(seed, 2 * i as u64 + 1);
                 let b = uniform(d_out, bound, &mut rng);
                 Linear {
-                    weight: Param::from_tensor(Tensor::from_data(
-                        TensorData::new(w, [d_in, d_out]),
-                        device,
+                    weight: stable_param(
+                        2 * i as u64 + 1,
+                        Tensor::from_data(TensorData::new(w, [d_in, d_out]), device),
+                    ),
+                    bias: Some(stable_param(
+                        2 * i as u64 + 2,
+                        Tensor::from_data(TensorData::new(b, [d_out]), device),
                     )),
-                    bias: Some(Param::from_tensor(Tensor::from_data(
-                        TensorData::new(b, [d_out]),
-                        device,
-                    ))),
                 }
             })
             .collect();

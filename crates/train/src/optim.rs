@@ -3,7 +3,8 @@
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
+use burn::optim::{GradientsParams, ModuleOptimizer, OptimizerRecord, SgdConfig};
+use burn::tensor::Bytes;
 
 /// Hyper-parameters of [`Sgd`], PyTorch's names and defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -68,8 +69,28 @@ impl Sgd {
         self.optim.step(self.options.lr, module, grads)
     }
 
-    /// Burn's optimizer, for checkpointing its state.
+    /// Burn's optimizer.
     pub fn inner(&self) -> &ModuleOptimizer {
         &self.optim
+    }
+
+    /// The optimizer's state (momentum buffers) in Burn's burnpack format, keyed by parameter
+    /// id; `None` when there is none (plain SGD, or no step taken yet). Ids are stable across
+    /// processes ([`crate::Mlp::new`]), so a resumed run maps the buffers onto its parameters.
+    pub fn state_bytes(&self) -> Result<Option<Vec<u8>>, String> {
+        let record = self.optim.to_record();
+        if record.is_empty() {
+            return Ok(None);
+        }
+        let bytes = record.into_bytes().map_err(|e| e.to_string())?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// Restores the state written by [`state_bytes`](Self::state_bytes).
+    pub fn load_state(&mut self, bytes: Vec<u8>) -> Result<(), String> {
+        let record =
+            OptimizerRecord::from_bytes(Bytes::from_bytes_vec(bytes)).map_err(|e| e.to_string())?;
+        self.optim = self.optim.clone().load_record(record);
+        Ok(())
     }
 }

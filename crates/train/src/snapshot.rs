@@ -11,7 +11,7 @@ use phalanx_pg::ProcessGroup;
 use crate::{
     checkpoint::{self, Checkpoint, Meta, NamedTensor},
     trainer::{Reporter, TrainConfig},
-    Error, Mlp, Result,
+    Error, Mlp, Result, Sgd,
 };
 
 /// Facts a checkpoint must agree with to be resumed.
@@ -68,6 +68,7 @@ pub(crate) fn save(
     pg: &ProcessGroup,
     cfg: &TrainConfig,
     ddp: &DistributedDataParallel<Mlp>,
+    sgd: &Sgd,
     facts: &HashMap<String, String>,
     [epoch, step_in_epoch, global_step, samples_in_epoch]: [u64; 4],
     reporter: &mut dyn Reporter,
@@ -112,6 +113,9 @@ pub(crate) fn save(
             tensors_file: String::new(),
         },
         tensors,
+        optim_state: sgd
+            .state_bytes()
+            .map_err(|e| Error::Config(format!("saving the optimizer state (momentum): {e}")))?,
     };
     let path = checkpoint::save(dir, &mut ck, checkpoint::DEFAULT_KEEP)?;
     reporter.checkpoint(&path);

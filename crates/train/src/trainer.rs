@@ -117,8 +117,11 @@ pub fn train(
 
     // Resume: rank 0 reads the checkpoint; its parameters reach every rank through DDP's
     // initial broadcast, the position through one small broadcast.
-    let mut pos = [0i64; 5]; // found, epoch, step_in_epoch, global_step, samples_in_epoch|prev_world<<40
+    // found, epoch, step_in_epoch, global_step, samples_in_epoch|prev_world<<40, optimizer-state
+    // bytes (-1: none).
+    let mut pos = [0i64, 0, 0, 0, 0, -1];
     let mut resumed_meta = None;
+    let mut optim_state = Vec::new();
     if cfg.resume && rank == 0 {
         let dir = cfg
             .checkpoint_dir
@@ -133,20 +136,29 @@ pub fn train(
                 ck.meta.step_in_epoch as i64,
                 ck.meta.global_step as i64,
                 (ck.meta.samples_in_epoch as i64) | ((ck.meta.world_size as i64) << 40),
+                ck.optim_state.as_ref().map_or(-1, |s| s.len() as i64),
             ];
+            optim_state = ck.optim_state.unwrap_or_default();
             resumed_meta = Some(ck.meta);
         }
     }
     if cfg.resume {
         pg.broadcast(&mut pos, 0).map_err(pg_err)?;
+        // The momentum buffers reach every rank from rank 0, like the parameters.
+        if pos[5] > 0 {
+            optim_state.resize(pos[5] as usize, 0);
+            pg.broadcast(&mut optim_state, 0).map_err(pg_err)?;
+        }
     }
     if let Some(m) = &resumed_meta {
         reporter.resumed(m);
-        if cfg.sgd.momentum != 0.0 {
-            tracing::warn!(
-                "--resume: momentum buffers are not in the checkpoint; they restart from zero"
-            );
-        }
+    }
+    let resumed_without_state = pos[0] == 1 && pos[5] < 0;
+    if resumed_without_state && cfg.sgd.momentum != 0.0 && rank == 0 {
+        tracing::warn!(
+            "--resume: the checkpoint holds no momentum buffers (written without momentum, or \
+             by an older phalanx); they restart from zero"
+        );
     }
     let (start_epoch, start_step, mut global_step) = (pos[1] as u64, pos[2] as u64, pos[3] as u64);
     let (skip_samples, prev_world) = ((pos[4] & ((1 << 40) - 1)) as usize, (pos[4] >> 40) as usize);
@@ -157,6 +169,10 @@ pub fn train(
     }
     let mut ddp = DistributedDataParallel::new(model, pg.clone(), options)?;
     let mut sgd = Sgd::new(cfg.sgd);
+    if pos[5] > 0 && cfg.sgd.momentum != 0.0 {
+        sgd.load_state(optim_state)
+            .map_err(|e| Error::Config(format!("the checkpoint's optimizer state: {e}")))?;
+    }
     let shard = exact_shard(test_set.len(), world, rank).map_err(data)?;
     let test_x = &test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()];
     let test_y = &test_set.labels()[shard.clone()];
@@ -211,6 +227,7 @@ pub fn train(
                     &pg,
                     cfg,
                     &ddp,
+                    &sgd,
                     &facts,
                     [epoch, step_in_epoch, global_step, samples_in_epoch as u64],
                     reporter,
@@ -260,6 +277,7 @@ pub fn train(
             &pg,
             cfg,
             &ddp,
+            &sgd,
             &facts,
             [epoch + 1, 0, global_step, 0],
             reporter,

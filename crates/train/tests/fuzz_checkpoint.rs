@@ -39,6 +39,7 @@ fn sample() -> Checkpoint {
                 data: vec![0.25, -0.25],
             },
         ],
+        optim_state: Some(vec![3, 1, 4, 1, 5]),
     }
 }
 
