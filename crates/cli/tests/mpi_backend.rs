@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use launch_util::{free_port, phalanx, run, Finished};
+use launch_util::{free_port, phalanx, run, train_summaries, Finished};
 
 /// Variables that would make a rank think another launcher started it.
 const LAUNCHER_VARS: &[&str] = &[
@@ -128,32 +128,6 @@ fn session(sid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// The `{"event":"summary",…}` lines of `phalanx train --json`: (rank, accuracy, digest).
-fn summaries(stdout: &str) -> Vec<(u64, f64, String)> {
-    let mut v: Vec<_> = stdout
-        .lines()
-        .filter(|l| l.contains("\"event\":\"summary\""))
-        .map(|j| {
-            let field = |k: &str| {
-                let at = j.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
-                j[at..]
-                    .split([',', '}'])
-                    .next()
-                    .unwrap()
-                    .trim_matches('"')
-                    .to_string()
-            };
-            (
-                field("rank").parse().unwrap(),
-                field("test_accuracy").parse().unwrap(),
-                field("param_digest"),
-            )
-        })
-        .collect();
-    v.sort_by_key(|s| s.0);
-    v
-}
-
 /// Asserts `np` summaries, one per rank, every one at least `min_accuracy` and every digest
 /// equal; returns the digest.
 fn assert_trained(f: &Finished, np: usize, min_accuracy: f64) -> String {
@@ -164,7 +138,7 @@ fn assert_trained(f: &Finished, np: usize, min_accuracy: f64) -> String {
         f.stdout,
         f.stderr
     );
-    let s = summaries(&f.stdout);
+    let s = train_summaries(&f.stdout);
     assert_eq!(
         s.iter().map(|x| x.0).collect::<Vec<_>>(),
         (0..np as u64).collect::<Vec<_>>(),

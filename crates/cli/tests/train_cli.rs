@@ -6,7 +6,7 @@ mod launch_util;
 
 use std::time::Duration;
 
-use launch_util::{phalanx, run, Finished, TempDir};
+use launch_util::{phalanx, run, train_summaries, Finished, TempDir};
 
 fn train(args: &[&str]) -> Finished {
     let mut cmd = phalanx();
@@ -37,30 +37,7 @@ fn interrupted(common: &[&str], dir: &TempDir, every: &str, max_steps: &str) -> 
 
 /// The `{"event":"summary",…}` objects, one per rank: (rank, accuracy, digest).
 fn summaries(f: &Finished) -> Vec<(u64, f64, String)> {
-    let mut v: Vec<_> = f
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_once("]: ").map(|(_, j)| j))
-        .filter(|j| j.contains("\"event\":\"summary\""))
-        .map(|j| {
-            let field = |k: &str| {
-                let at = j.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
-                j[at..]
-                    .split([',', '}'])
-                    .next()
-                    .unwrap()
-                    .trim_matches('"')
-                    .to_string()
-            };
-            (
-                field("rank").parse().unwrap(),
-                field("test_accuracy").parse().unwrap(),
-                field("param_digest"),
-            )
-        })
-        .collect();
-    v.sort_by_key(|s| s.0);
-    v
+    train_summaries(&f.stdout)
 }
 
 #[test]

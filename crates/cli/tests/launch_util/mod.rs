@@ -306,3 +306,29 @@ pub fn wait_for_workers(launcher: i32, n: usize) -> Vec<(i32, u32)> {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The `{"event":"summary",…}` lines of `phalanx train --json`: (rank, accuracy, digest).
+pub fn train_summaries(stdout: &str) -> Vec<(u64, f64, String)> {
+    let mut v: Vec<_> = stdout
+        .lines()
+        .filter(|l| l.contains("\"event\":\"summary\""))
+        .map(|j| {
+            let field = |k: &str| {
+                let at = j.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
+                j[at..]
+                    .split([',', '}'])
+                    .next()
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_string()
+            };
+            (
+                field("rank").parse().unwrap(),
+                field("test_accuracy").parse().unwrap(),
+                field("param_digest"),
+            )
+        })
+        .collect();
+    v.sort_by_key(|s| s.0);
+    v
+}
