@@ -51,6 +51,15 @@ fn bytes_type() -> ffi::MPI_Datatype {
     unsafe { ffi::RSMPI_UINT8_T }
 }
 
+/// `(offset, length)` of the `MAX_COUNT`-byte pieces a point-to-point message of `bytes` travels
+/// in. A zero-length message is still one (empty) piece: the receiver waits for it.
+fn message_chunks(bytes: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..bytes.div_ceil(MAX_COUNT).max(1)).map(move |i| {
+        let at = i * MAX_COUNT;
+        (at, (bytes - at).min(MAX_COUNT))
+    })
+}
+
 /// An argument MPI's `int` counts cannot express.
 fn too_large(op: &'static str, rank: usize, what: usize) -> phalanx_transport::Error {
     phalanx_transport::Error::Io {
@@ -218,14 +227,11 @@ impl MpiComm {
     pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
         let tag = self.tag(tag, "MPI_Send")?;
         let (ptr, bytes) = (buf.as_ptr().cast::<u8>(), size_of_val(buf));
-        let mut done = 0;
-        // A zero-length message is still sent: the receiver waits for it.
-        loop {
-            let n = (bytes - done).min(MAX_COUNT);
+        for (at, n) in message_chunks(bytes) {
             // SAFETY: the chunk lies within `buf`.
             unsafe {
                 ffi::MPI_Send(
-                    ptr.add(done).cast(),
+                    ptr.add(at).cast(),
                     n as c_int,
                     bytes_type(),
                     peer as c_int,
@@ -233,23 +239,18 @@ impl MpiComm {
                     world(),
                 );
             }
-            done += n;
-            if done >= bytes {
-                return Ok(Algorithm::Direct);
-            }
         }
+        Ok(Algorithm::Direct)
     }
 
     pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
         let tag = self.tag(tag, "MPI_Recv")?;
         let (ptr, bytes) = (buf.as_mut_ptr().cast::<u8>(), size_of_val(buf));
-        let mut done = 0;
-        loop {
-            let n = (bytes - done).min(MAX_COUNT);
+        for (at, n) in message_chunks(bytes) {
             // SAFETY: the chunk lies within `buf`; the status is ignored.
             unsafe {
                 ffi::MPI_Recv(
-                    ptr.add(done).cast(),
+                    ptr.add(at).cast(),
                     n as c_int,
                     bytes_type(),
                     peer as c_int,
@@ -258,11 +259,8 @@ impl MpiComm {
                     ffi::RSMPI_STATUS_IGNORE,
                 );
             }
-            done += n;
-            if done >= bytes {
-                return Ok(Algorithm::Direct);
-            }
         }
+        Ok(Algorithm::Direct)
     }
 
     fn tag(&self, tag: u32, op: &'static str) -> phalanx_transport::Result<c_int> {
@@ -274,5 +272,20 @@ impl MpiComm {
                 format!("tag {tag} is above MPI's largest tag ({})", c_int::MAX),
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_split_at_mpis_int_count_and_empty_ones_still_travel() {
+        assert_eq!(message_chunks(0).collect::<Vec<_>>(), [(0, 0)]);
+        assert_eq!(message_chunks(5).collect::<Vec<_>>(), [(0, 5)]);
+        assert_eq!(
+            message_chunks(2 * MAX_COUNT + 3).collect::<Vec<_>>(),
+            [(0, MAX_COUNT), (MAX_COUNT, MAX_COUNT), (2 * MAX_COUNT, 3)]
+        );
     }
 }
