@@ -97,7 +97,7 @@ fn run_mpi(cmd: Command, deadline: Duration) -> Finished {
             // SAFETY: plain signals to processes this test started.
             unsafe { libc::kill(sid, libc::SIGTERM) };
             std::thread::sleep(Duration::from_secs(3));
-            for pid in session(sid) {
+            for pid in launch_util::session(sid) {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             let f = running.wait(Duration::from_secs(5));
@@ -108,24 +108,6 @@ fn run_mpi(cmd: Command, deadline: Duration) -> Finished {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Processes whose session id is `sid`.
-fn session(sid: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                // After the parenthesised name: state, ppid, pgrp, session.
-                s.rsplit(')')
-                    .next()
-                    .and_then(|rest| rest.split_whitespace().nth(3)?.parse::<i32>().ok())
-                    == Some(sid)
-            })
-        })
-        .collect()
 }
 
 /// Asserts `np` summaries, one per rank, every one at least `min_accuracy` and every digest

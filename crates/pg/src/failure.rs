@@ -90,3 +90,16 @@ impl Shared {
         }
     }
 }
+
+/// The failed collective as the error names it (its fingerprint or what it was doing), else
+/// `name #seq`.
+pub(crate) fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
+    use phalanx_transport::Error as T;
+    match e {
+        T::Mismatch { ours, .. } => ours.to_string(),
+        T::Length { fp, .. } => fp.to_string(),
+        T::PeerClosed { during, .. } => during.clone(),
+        T::Timeout { during, .. } => during.clone(),
+        _ => format!("{name} #{seq}"),
+    }
+}

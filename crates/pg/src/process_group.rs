@@ -26,6 +26,7 @@ use phalanx_transport::{
 
 use crate::{
     exec::{Exec, Links},
+    failure::describe_op,
     pending::Pending,
     progress::Progress,
     work::Work,
@@ -387,16 +388,5 @@ impl Shared {
                 })
             }
         }
-    }
-}
-
-fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
-    use phalanx_transport::Error as T;
-    match e {
-        T::Mismatch { ours, .. } => ours.to_string(),
-        T::Length { fp, .. } => fp.to_string(),
-        T::PeerClosed { during, .. } => during.clone(),
-        T::Timeout { during, .. } => during.clone(),
-        _ => format!("{name} #{seq}"),
     }
 }

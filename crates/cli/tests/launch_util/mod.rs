@@ -332,3 +332,21 @@ pub fn train_summaries(stdout: &str) -> Vec<(u64, f64, String)> {
     v.sort_by_key(|s| s.0);
     v
 }
+
+/// Processes whose session id is `sid`.
+pub fn session(sid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                // After the parenthesised name: state, ppid, pgrp, session.
+                s.rsplit(')')
+                    .next()
+                    .and_then(|rest| rest.split_whitespace().nth(3)?.parse::<i32>().ok())
+                    == Some(sid)
+            })
+        })
+        .collect()
+}
