@@ -299,11 +299,12 @@ fn register_slices(
     flat: burn::tensor::Tensor<1>,
     params: &mut GradientsParams,
 ) {
-    let copy = phalanx_core::trace::span("copy-out", "optimizer");
+    // Slices of the bucket: a backend that slices by view (flex does) copies nothing here.
+    let slicing = phalanx_core::trace::span("slice", "optimizer");
     for (p, range) in bucket.slots() {
         table.register_flat_grad(p, flat.clone().slice(range), params);
     }
-    drop(copy);
+    drop(slicing);
 }
 
 /// Broadcasts rank 0's parameter values to every rank, in buckets of 250 MiB.

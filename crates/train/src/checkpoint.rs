@@ -117,7 +117,7 @@ pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
     fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     let stem = format!("step-{:012}", ck.meta.global_step);
     let tensors_path = dir.join(format!("{stem}.safetensors"));
-    let views: Vec<(String, TensorView<'_>)> = ck
+    let mut views: Vec<(String, TensorView<'_>)> = ck
         .tensors
         .iter()
         .map(|t| {
@@ -125,8 +125,7 @@ pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
                 .map(|v| (t.name.clone(), v))
                 .map_err(|e| bad(&tensors_path, format!("tensor {}: {e}", t.name)))
         })
-        .collect::<Result<Vec<_>>>()?;
-    let mut views = views;
+        .collect::<Result<_>>()?;
     if let Some(state) = &ck.optim_state {
         let view = TensorView::new(Dtype::U8, vec![state.len()], state)
             .map_err(|e| bad(&tensors_path, format!("tensor {OPTIM_STATE}: {e}")))?;
