@@ -1,21 +1,35 @@
 //! [`DistributedDataParallel`]: a Burn model replicated on every rank of a process group.
+//!
+//! Note [Uneven inputs]
+//! PyTorch's `Join` context lets ranks with fewer batches finish early: a joined rank keeps
+//! answering the others' collectives with zeros until all have joined. Here a rank out of data
+//! calls [`DistributedDataParallel::join`]: each round it takes part in one synchronising step
+//! with zero gradients and its active slot cleared (Note [Step header]), so the ranks still
+//! training average over themselves only, and it applies the same averaged gradients and
+//! buffers to its own replica, so that replicas stay bitwise identical at every step (PyTorch
+//! instead rebroadcasts the model once at the end). A round in which no rank is active ends the
+//! join on every rank at once: every rank calls `join` after its loop, the last one to run out
+//! of data included.
 
 use std::sync::Arc;
 
 use burn::module::Module;
+use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
 use crate::adapter::burn::{
-    param_infos, params_to_flat, set_params_from_flat, GradTable, Gradients, GradientsParams,
+    discrete_to_bytes, floats_to_flat, flush_running_state, params_to_flat,
+    set_discrete_from_bytes, set_floats_by_name, set_params_from_flat, state_infos, GradTable,
+    Gradients, GradientsParams,
 };
-use crate::adapter::ParamInfo;
+use crate::adapter::{ParamInfo, StateInfo, StateKind};
 use crate::bucket::compute_bucket_assignment_by_size;
 use crate::device_buckets::{choose_averaging, Averaging, DeviceReducer};
-use crate::hook::CommHook;
-use crate::reducer::Reducer;
+use crate::reducer::{BucketLayout, Reducer};
 use crate::stats::CommStats;
+use crate::step_header::{local_header, Agreement};
 use crate::verify::check_same_model;
-use crate::{BucketMemory, DdpOptions, Error, Result};
+use crate::{BucketMemory, BufferSync, DdpOptions, Error, Result};
 
 /// PyTorch broadcasts module state at construction in buckets of 250 MiB.
 const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
@@ -26,33 +40,56 @@ const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
 ///
 /// The training loop of one rank:
 /// ```text
-/// let grads = loss.backward();                 // this rank's batch
-/// let grads = ddp.sync_gradients(grads)?;      // averaged over ranks, bucket by bucket
-/// ddp.map_module(|m| optimizer.step(lr, m, grads));
+/// for batch in my_shard {
+///     let grads = loss.backward();                 // this rank's batch
+///     let grads = ddp.sync_gradients(grads)?;      // averaged over ranks, bucket by bucket
+///     ddp.map_module(|m| optimizer.step(lr, m, grads));
+/// }
+/// ddp.join(|m, grads| optimizer.step(lr, m, grads))?; // uneven shards: wait for the others
 /// ```
+///
+/// What travels (Note [Parameters, buffers and frozen] in `adapter/burn.rs`): trainable
+/// parameters' gradients in buckets; buffers (BatchNorm's running statistics) after every step;
+/// frozen parameters and int/bool tensors only at construction.
 pub struct DistributedDataParallel<M: Module> {
     /// Always `Some` between calls; `None` only inside [`map_module`](Self::map_module).
     module: Option<M>,
     pg: Arc<ProcessGroup>,
     options: DdpOptions,
+    /// The trainable parameters, in canonical order: what the buckets carry.
     infos: Vec<ParamInfo>,
+    /// Every tensor of the model, floats first (canonical order), then int and bool tensors.
+    states: Vec<StateInfo>,
+    /// Positions of the buffers among the float tensors.
+    buffers: Vec<usize>,
+    /// Parameters used by `no_sync` steps since the last synchronisation.
+    accumulated_used: Option<Vec<bool>>,
     reducer: Reducer,
     /// `Some` when buckets stay on the parameters' device (Note [Device buckets]).
     device: Option<DeviceReducer>,
 }
 
 impl<M: Module> DistributedDataParallel<M> {
-    /// Wraps `module`: checks that every rank built the same parameters (names and shapes, in
-    /// canonical order; the error names the first differing parameter and rank), then broadcasts
-    /// rank 0's parameter values. A collective: every rank of `pg` must call it.
+    /// Wraps `module`: checks that every rank built the same tensors (names, shapes and kinds:
+    /// trainable, frozen, buffer, int, bool; in canonical order; the error names the first
+    /// differing tensor and rank), then broadcasts rank 0's values of all of them. A collective:
+    /// every rank of `pg` must call it.
     pub fn new(module: M, pg: Arc<ProcessGroup>, options: DdpOptions) -> Result<Self> {
-        let infos = param_infos(&module);
-        check_same_model(&pg, &infos)?;
+        flush_running_state(&module);
+        let states = state_infos(&module);
+        check_same_model(&pg, &states)?;
         let module = if options.broadcast_params && pg.world_size() > 1 {
-            broadcast_params(&pg, module, &infos)?
+            broadcast_state(&pg, module, &states)?
         } else {
             module
         };
+        let infos: Vec<ParamInfo> = GradTable::new(&module).infos().cloned().collect();
+        let floats = states.iter().filter(|s| is_float(&s.kind));
+        let buffers = floats
+            .enumerate()
+            .filter(|(_, s)| s.kind == StateKind::Buffer)
+            .map(|(i, _)| i)
+            .collect();
         let sizes: Vec<usize> = infos.iter().map(|i| i.numel() * 4).collect();
         let caps = [
             options.first_bucket_bytes.min(options.bucket_cap_bytes),
@@ -64,6 +101,7 @@ impl<M: Module> DistributedDataParallel<M> {
         tracing::info!(
             rank = pg.rank(),
             params = infos.len(),
+            tensors = states.len(),
             buckets = assignment.len(),
             hook = options.comm_hook.name(),
             bucket_memory = match device.as_ref().map(DeviceReducer::averaging) {
@@ -79,6 +117,9 @@ impl<M: Module> DistributedDataParallel<M> {
             pg,
             options,
             infos,
+            states,
+            buffers,
+            accumulated_used: None,
             reducer: Reducer::new(assignment, &numels),
             device,
         })
@@ -105,7 +146,7 @@ impl<M: Module> DistributedDataParallel<M> {
     }
 
     /// Replaces the model by `f(model)`: the optimizer step. `f` must not change the parameter
-    /// list (names and shapes).
+    /// list (names, shapes, which parameters are trainable).
     pub fn map_module(&mut self, f: impl FnOnce(M) -> M) {
         let module = self
             .module
@@ -124,9 +165,15 @@ impl<M: Module> DistributedDataParallel<M> {
         &self.options
     }
 
-    /// Names and shapes of the parameters, in canonical order.
+    /// Names and shapes of the trainable parameters, in canonical order: what the buckets carry.
     pub fn param_infos(&self) -> &[ParamInfo] {
         &self.infos
+    }
+
+    /// Every tensor of the model with its kind: floats in canonical order (trainable, frozen,
+    /// buffers interleaved as declared), then int and bool tensors.
+    pub fn state_infos(&self) -> &[StateInfo] {
+        &self.states
     }
 
     /// The buckets, in launch order, as indices into [`param_infos`](Self::param_infos).
@@ -143,38 +190,22 @@ impl<M: Module> DistributedDataParallel<M> {
         self.reducer.stats
     }
 
-    /// Averages this step's gradients over all ranks and returns them for the optimizer.
+    /// Averages this step's gradients over all ranks and returns them for the optimizer, then
+    /// synchronises the buffers (rank 0's values by default, [`BufferSync`]).
     ///
     /// Gradients are packed bucket by bucket in launch order; each bucket's hook starts as soon as
     /// it is packed, so packing the next bucket overlaps the previous one's communication. Then the
     /// buckets are awaited in order and unpacked. Gradients accumulated by [`no_sync`](Self::no_sync)
-    /// steps are added first. A collective: every rank must call it for every synchronising step.
-    pub fn sync_gradients(&mut self, mut grads: Gradients) -> Result<GradientsParams> {
+    /// steps are added first. A parameter that no rank used gets no gradient (the optimizer leaves
+    /// it alone); one that some ranks used is averaged with the others' zeros (Note [Step
+    /// header]). A collective: every rank must call it for every synchronising step.
+    pub fn sync_gradients(&mut self, grads: Gradients) -> Result<GradientsParams> {
         let table = GradTable::new(self.module());
-        self.check_table(&table)?;
         let mut out = GradientsParams::new();
-        if let Some(device) = &mut self.device {
-            let (buckets, stats) = self.reducer.layout_and_stats();
-            device.synchronize(
-                &self.pg,
-                &table,
-                buckets,
-                &mut grads,
-                stats,
-                |bucket, flat| register_slices(&table, bucket, flat, &mut out),
-            )?;
-            return Ok(out);
-        }
-        self.reducer.synchronize(
-            &self.pg,
-            self.options.comm_hook.as_ref(),
-            |p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop),
-            |bucket, buf| {
-                for (p, range) in bucket.slots() {
-                    table.register_grad(p, buf[range].to_vec(), &mut out);
-                }
-            },
-        )?;
+        self.synchronize_inner(&table, Some(grads), |bucket, agreed| {
+            bucket.register(&table, agreed, &mut out);
+        })
+        .and_then(|agreement| self.sync_buffers(&agreement))?;
         Ok(out)
     }
 
@@ -186,45 +217,10 @@ impl<M: Module> DistributedDataParallel<M> {
     /// look at all gradients at once (gradient clipping by global norm): use `sync_gradients`.
     pub fn sync_and_step(
         &mut self,
-        mut grads: Gradients,
-        mut step: impl FnMut(M, GradientsParams) -> M,
+        grads: Gradients,
+        step: impl FnMut(M, GradientsParams) -> M,
     ) -> Result<()> {
-        let table = GradTable::new(self.module());
-        self.check_table(&table)?;
-        let module = &mut self.module;
-        if let Some(device) = &mut self.device {
-            let (buckets, stats) = self.reducer.layout_and_stats();
-            return device.synchronize(
-                &self.pg,
-                &table,
-                buckets,
-                &mut grads,
-                stats,
-                |bucket, flat| {
-                    let mut params = GradientsParams::new();
-                    register_slices(&table, bucket, flat, &mut params);
-                    let _s = phalanx_core::trace::span("step", "optimizer");
-                    let m = module.take().expect("module is present outside map_module");
-                    *module = Some(step(m, params));
-                },
-            );
-        }
-        self.reducer.synchronize(
-            &self.pg,
-            self.options.comm_hook.as_ref(),
-            |p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop),
-            |bucket, buf| {
-                let mut params = GradientsParams::new();
-                let copy = phalanx_core::trace::span("copy-out", "optimizer");
-                for (p, range) in bucket.slots() {
-                    table.register_grad(p, buf[range].to_vec(), &mut params);
-                }
-                drop(copy);
-                let _s = phalanx_core::trace::span("step", "optimizer");
-                let m = module.take().expect("module is present outside map_module");
-                *module = Some(step(m, params));
-            },
-        )
+        self.synchronize_and_step(Some(grads), step).map(drop)
     }
 
     /// Gradient accumulation (PyTorch's `with ddp.no_sync():`): adds this step's gradients to a
@@ -233,6 +229,8 @@ impl<M: Module> DistributedDataParallel<M> {
     pub fn no_sync(&mut self, mut grads: Gradients) -> Result<()> {
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
+        let used = self.used(&table, Some(&grads));
+        self.accumulated_used = Some(used);
         if let Some(device) = &mut self.device {
             device.accumulate(&table, self.reducer.buckets(), &mut grads);
             return Ok(());
@@ -249,6 +247,182 @@ impl<M: Module> DistributedDataParallel<M> {
         }
     }
 
+    /// Uneven inputs (PyTorch's `Join`; Note [Uneven inputs]): called by a rank that has run out
+    /// of batches, after its last step. Until every rank has called it, this rank answers the
+    /// others' synchronising steps with zero gradients (they average over the ranks that still
+    /// have data) and applies the same averaged gradients with `step`, and the same buffers, to
+    /// its own replica, so that replicas stay identical. Returns the number of steps it shadowed.
+    /// A collective: every rank must call it once after its loop, with an optimizer in the same
+    /// state as the other ranks' (the one it trained with).
+    pub fn join(&mut self, step: impl FnMut(M, GradientsParams) -> M) -> Result<usize> {
+        if self.has_accumulated() {
+            return Err(Error::JoinWithAccumulated {
+                rank: self.pg.rank(),
+            });
+        }
+        let mut step = step;
+        let mut shadowed = 0;
+        loop {
+            let agreement = self.synchronize_and_step(None, &mut step)?;
+            if agreement.active_ranks() == 0 {
+                return Ok(shadowed);
+            }
+            shadowed += 1;
+        }
+    }
+
+    /// One synchronising step that hands each averaged bucket to the optimizer as it arrives;
+    /// without `grads`, a joined rank's round.
+    fn synchronize_and_step(
+        &mut self,
+        grads: Option<Gradients>,
+        mut step: impl FnMut(M, GradientsParams) -> M,
+    ) -> Result<Agreement> {
+        let table = GradTable::new(self.module());
+        let mut module = self.module.take();
+        let result = self.synchronize_inner(&table, grads, |bucket, agreed| {
+            let mut params = GradientsParams::new();
+            if bucket.register(&table, agreed, &mut params) == 0 {
+                return;
+            }
+            let _s = phalanx_core::trace::span("step", "optimizer");
+            let m = module.take().expect("module is present outside map_module");
+            module = Some(step(m, params));
+        });
+        self.module = module;
+        let agreement = result?;
+        self.sync_buffers(&agreement)?;
+        Ok(agreement)
+    }
+
+    /// The gradient part of a synchronising step, on host or device buckets: `drain` receives
+    /// each averaged bucket, with what the ranks agreed on (Note [Step header]).
+    fn synchronize_inner(
+        &mut self,
+        table: &GradTable,
+        mut grads: Option<Gradients>,
+        mut drain: impl FnMut(AveragedBucket<'_>, &Agreement),
+    ) -> Result<Agreement> {
+        self.check_table(table)?;
+        let used = self.used(table, grads.as_ref());
+        self.accumulated_used = None;
+        let (rank, world) = (self.pg.rank(), self.pg.world_size());
+        let header = local_header(&used, rank, world, grads.is_some());
+        let params = table.len();
+        if let Some(device) = &mut self.device {
+            let (buckets, stats) = self.reducer.layout_and_stats();
+            return device.synchronize(
+                &self.pg,
+                table,
+                buckets,
+                grads.as_mut(),
+                header,
+                stats,
+                |layout, flat, agreed| {
+                    let flat = match agreed.rescale() {
+                        Some(s) => flat.mul_scalar(s),
+                        None => flat,
+                    };
+                    drain(AveragedBucket::Device(layout, flat), agreed)
+                },
+            );
+        }
+        self.reducer.synchronize(
+            &self.pg,
+            self.options.comm_hook.as_ref(),
+            header,
+            params,
+            |p, buf, add| match grads.as_mut() {
+                Some(grads) => table.grad_into(p, grads, buf, add).map(drop),
+                None => {
+                    if !add {
+                        buf.fill(0.0);
+                    }
+                    Ok(())
+                }
+            },
+            |layout, buf, agreed| {
+                if let Some(s) = agreed.rescale() {
+                    buf.iter_mut().for_each(|g| *g *= s);
+                }
+                drain(AveragedBucket::Host(layout, buf), agreed)
+            },
+        )
+    }
+
+    /// Which trainable parameters got a gradient on this rank since the last synchronisation.
+    fn used(&self, table: &GradTable, grads: Option<&Gradients>) -> Vec<bool> {
+        (0..table.len())
+            .map(|p| {
+                let now = grads.is_some_and(|g| table.has_grad(p, g));
+                now || self.accumulated_used.as_ref().is_some_and(|u| u[p])
+            })
+            .collect()
+    }
+
+    /// Makes the buffers equal on every rank after a step ([`BufferSync`]).
+    fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
+        let Some(authority) = agreement.authority() else {
+            return Ok(()); // Nobody ran a forward pass: nothing changed.
+        };
+        if self.buffers.is_empty() || self.pg.world_size() == 1 {
+            return Ok(());
+        }
+        let module = self
+            .module
+            .take()
+            .expect("module is present outside map_module");
+        flush_running_state(&module);
+        let synced = self.exchange_buffers(&module, authority, agreement);
+        let module = match synced {
+            Ok(values) => {
+                let names = self
+                    .buffers
+                    .iter()
+                    .map(|&i| self.states[i].info.name.clone());
+                let by_name = names.zip(values.iter().map(Vec::as_slice)).collect();
+                set_floats_by_name(module, by_name)
+            }
+            Err(e) => {
+                self.module = Some(module);
+                return Err(e);
+            }
+        };
+        self.module = Some(module);
+        Ok(())
+    }
+
+    fn exchange_buffers(
+        &self,
+        module: &M,
+        authority: usize,
+        agreement: &Agreement,
+    ) -> Result<Vec<Vec<f32>>> {
+        let _s = phalanx_core::trace::span("buffers", "comm");
+        let values = floats_to_flat(module, &self.buffers)?;
+        let mut flat: Vec<f32> = values.iter().flatten().copied().collect();
+        let err = |op| move |source| Error::Sync { op, source };
+        match self.options.buffer_sync {
+            BufferSync::Off => return Ok(values),
+            BufferSync::Broadcast => self
+                .pg
+                .broadcast(&mut flat, authority)
+                .map_err(err("broadcast(buffers)"))?,
+            BufferSync::Average => {
+                // Joined ranks hold stale buffers: they contribute zeros and are not counted.
+                if !agreement.is_active(self.pg.rank()) {
+                    flat.fill(0.0);
+                }
+                self.pg
+                    .allreduce(&mut flat, ReduceOp::Sum)
+                    .map_err(err("allreduce(buffers)"))?;
+                let active = agreement.active_ranks() as f32;
+                flat.iter_mut().for_each(|v| *v /= active);
+            }
+        }
+        Ok(split(&flat, values.iter().map(Vec::len)))
+    }
+
     fn check_table(&self, table: &GradTable) -> Result<()> {
         if table.len() != self.infos.len() || table.infos().zip(&self.infos).any(|(a, b)| a != b) {
             return Err(Error::ModelChanged {
@@ -259,6 +433,62 @@ impl<M: Module> DistributedDataParallel<M> {
     }
 }
 
+/// One averaged bucket, in host memory or on the parameters' device.
+// Built and consumed once per bucket, never stored: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+enum AveragedBucket<'a> {
+    Host(&'a BucketLayout, &'a [f32]),
+    Device(&'a BucketLayout, burn::tensor::Tensor<1>),
+}
+
+impl AveragedBucket<'_> {
+    /// Registers the gradients of the bucket's parameters that some rank used; returns how many.
+    fn register(
+        self,
+        table: &GradTable,
+        agreed: &Agreement,
+        params: &mut GradientsParams,
+    ) -> usize {
+        let mut registered = 0;
+        match self {
+            AveragedBucket::Host(layout, buf) => {
+                let _copy = phalanx_core::trace::span("copy-out", "optimizer");
+                for (p, range) in layout.slots().filter(|(p, _)| agreed.is_used(*p)) {
+                    table.register_grad(p, buf[range].to_vec(), params);
+                    registered += 1;
+                }
+            }
+            AveragedBucket::Device(layout, flat) => {
+                // Slices of the bucket: a backend that slices by view (flex does) copies nothing.
+                let _slicing = phalanx_core::trace::span("slice", "optimizer");
+                for (p, range) in layout.slots().filter(|(p, _)| agreed.is_used(*p)) {
+                    table.register_flat_grad(p, flat.clone().slice(range), params);
+                    registered += 1;
+                }
+            }
+        }
+        registered
+    }
+}
+
+fn is_float(kind: &StateKind) -> bool {
+    matches!(
+        kind,
+        StateKind::Trainable | StateKind::Frozen | StateKind::Buffer
+    )
+}
+
+/// Cuts `flat` into consecutive pieces of the given lengths.
+fn split(flat: &[f32], lens: impl Iterator<Item = usize>) -> Vec<Vec<f32>> {
+    let mut rest = flat;
+    lens.map(|n| {
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        head.to_vec()
+    })
+    .collect()
+}
+
 /// Device buckets (Note [Device buckets]) when the options ask for them, or when `Auto` finds
 /// the model on a CUDA GPU; `None` for host buckets.
 fn device_reducer<M: Module>(
@@ -267,7 +497,7 @@ fn device_reducer<M: Module>(
     options: &DdpOptions,
     buckets: usize,
 ) -> Result<Option<DeviceReducer>> {
-    let default_hook = options.comm_hook.name() == CommHook::name(&crate::AllreduceHook);
+    let default_hook = options.comm_hook.is_plain_average();
     let table = GradTable::new(module);
     let averaging = match table.is_empty() {
         true => Averaging::ThroughHost,
@@ -292,37 +522,37 @@ fn device_reducer<M: Module>(
     }
 }
 
-/// Hands each parameter's slice of an averaged device bucket to the optimizer's gradients.
-fn register_slices(
-    table: &GradTable,
-    bucket: &crate::reducer::BucketLayout,
-    flat: burn::tensor::Tensor<1>,
-    params: &mut GradientsParams,
-) {
-    // Slices of the bucket: a backend that slices by view (flex does) copies nothing here.
-    let slicing = phalanx_core::trace::span("slice", "optimizer");
-    for (p, range) in bucket.slots() {
-        table.register_flat_grad(p, flat.clone().slice(range), params);
-    }
-    drop(slicing);
-}
-
-/// Broadcasts rank 0's parameter values to every rank, in buckets of 250 MiB.
-fn broadcast_params<M: Module>(pg: &ProcessGroup, module: M, infos: &[ParamInfo]) -> Result<M> {
+/// Broadcasts rank 0's values of every tensor of the model to every rank: floats in pieces of
+/// 250 MiB, then the int and bool tensors' bytes.
+fn broadcast_state<M: Module>(pg: &ProcessGroup, module: M, states: &[StateInfo]) -> Result<M> {
     let values = params_to_flat(&module)?;
+    let lens: Vec<usize> = values.iter().map(Vec::len).collect();
     let mut flat: Vec<f32> = values.into_iter().flatten().collect();
     for chunk in flat.chunks_mut(BROADCAST_BUCKET_BYTES / 4) {
         pg.broadcast(chunk, 0).map_err(|source| Error::Setup {
-            op: "broadcast(parameters)",
+            op: "broadcast(parameters and buffers)",
             source,
         })?;
     }
-    let mut values = Vec::with_capacity(infos.len());
-    let mut rest = flat.as_slice();
-    for info in infos {
-        let (head, tail) = rest.split_at(info.numel());
-        values.push(head.to_vec());
-        rest = tail;
+    let module = set_params_from_flat(module, &split(&flat, lens.into_iter()))?;
+    if states.iter().all(|s| is_float(&s.kind)) {
+        return Ok(module);
     }
-    set_params_from_flat(module, &values)
+    let pieces = discrete_to_bytes(&module);
+    let lens: Vec<usize> = pieces.iter().map(Vec::len).collect();
+    let mut bytes: Vec<u8> = pieces.into_iter().flatten().collect();
+    pg.broadcast(&mut bytes, 0).map_err(|source| Error::Setup {
+        op: "broadcast(int and bool tensors)",
+        source,
+    })?;
+    let mut rest = bytes.as_slice();
+    let pieces = lens
+        .into_iter()
+        .map(|n| {
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            head.to_vec()
+        })
+        .collect();
+    Ok(set_discrete_from_bytes(module, pieces))
 }

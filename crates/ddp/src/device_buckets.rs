@@ -30,6 +30,7 @@ use phalanx_pg::ProcessGroup;
 use crate::adapter::burn::{GradTable, Gradients};
 use crate::reducer::BucketLayout;
 use crate::stats::CommStats;
+use crate::step_header::Agreement;
 use crate::{Error, Result};
 
 /// How a device bucket is averaged.
@@ -80,30 +81,42 @@ impl DeviceReducer {
         grads: &mut Gradients,
     ) {
         for (k, bucket) in buckets.iter().enumerate() {
-            let flat = self.pack(k, table, bucket, grads);
+            let flat = self.pack(k, table, bucket, Some(&mut *grads));
             self.accumulated[k] = Some(flat);
         }
     }
 
-    /// A synchronising step: packs, averages and hands each bucket to `drain(layout, bucket)`
-    /// in launch order.
+    /// A synchronising step: agrees on the step header (Note [Step header]; its own small host
+    /// allreduce here), then packs, averages and hands each bucket to
+    /// `drain(layout, bucket, agreement)` in launch order. Without `grads` (a joined rank
+    /// shadowing the others) every gradient is zero.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn synchronize(
         &mut self,
         pg: &Arc<ProcessGroup>,
         table: &GradTable,
         buckets: &[BucketLayout],
-        grads: &mut Gradients,
+        mut grads: Option<&mut Gradients>,
+        mut header: Vec<f32>,
         stats: &mut CommStats,
-        mut drain: impl FnMut(&BucketLayout, Tensor<1>),
-    ) -> Result<()> {
+        mut drain: impl FnMut(&BucketLayout, Tensor<1>, &Agreement),
+    ) -> Result<Agreement> {
         let started = Instant::now();
         let mut waited = Duration::ZERO;
         let mut bytes = 0u64;
+        let t = Instant::now();
+        pg.allreduce(&mut header, ReduceOp::Sum)
+            .map_err(|source| Error::Sync {
+                op: "allreduce(step header)",
+                source,
+            })?;
+        waited += t.elapsed();
+        let agreement = Agreement::from_reduced(&header, table.len());
         for (k, bucket) in buckets.iter().enumerate() {
             let packing = trace::span("pack", "pack")
                 .arg("bucket", k)
                 .arg("bytes", bucket.len * 4);
-            let flat = self.pack(k, table, bucket, grads);
+            let flat = self.pack(k, table, bucket, grads.as_deref_mut());
             drop(packing);
             let t = Instant::now();
             let waiting = trace::span("wait", "wait").arg("bucket", k);
@@ -112,25 +125,28 @@ impl DeviceReducer {
             waited += t.elapsed();
             bytes += (bucket.len * 4) as u64;
             let _unpack = trace::span("unpack", "optimizer").arg("bucket", k);
-            drain(bucket, flat);
+            drain(bucket, flat, &agreement);
         }
         stats.record(waited, started.elapsed(), buckets.len(), bytes);
-        Ok(())
+        Ok(agreement)
     }
 
     /// The bucket's gradients, flattened and concatenated on the device, plus what `no_sync`
-    /// steps accumulated.
+    /// steps accumulated; zeros for a rank without gradients.
     fn pack(
         &mut self,
         k: usize,
         table: &GradTable,
         bucket: &BucketLayout,
-        grads: &mut Gradients,
+        mut grads: Option<&mut Gradients>,
     ) -> Tensor<1> {
         let parts: Vec<Tensor<1>> = bucket
             .params
             .iter()
-            .map(|&p| table.take_flat_grad(p, grads))
+            .map(|&p| match grads.as_deref_mut() {
+                Some(grads) => table.take_flat_grad(p, grads),
+                None => table.zeros(p),
+            })
             .collect();
         let flat = Tensor::cat(parts, 0);
         match self.accumulated[k].take() {

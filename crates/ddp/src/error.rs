@@ -54,6 +54,25 @@ pub enum Error {
         source: phalanx_pg::Error,
     },
 
+    /// A step-time collective other than a gradient bucket (the step header, the buffers)
+    /// failed.
+    #[error("DDP step: {op} failed: {source}")]
+    Sync {
+        /// The collective and its purpose.
+        op: &'static str,
+        /// The process group's error (names the rank and root cause).
+        source: phalanx_pg::Error,
+    },
+    /// `join` was called with `no_sync` gradients still waiting.
+    #[error(
+        "rank {rank}: join() with gradients accumulated by no_sync still waiting: finish the \
+         accumulation with sync_gradients or sync_and_step before joining"
+    )]
+    JoinWithAccumulated {
+        /// This rank.
+        rank: usize,
+    },
+
     // === Adapter ===
     /// A list of parameter values has the wrong number of entries.
     #[error("expected values for {expected} parameters, got {got}")]

@@ -59,6 +59,13 @@ pub trait CommHook: Send + Sync + std::fmt::Debug {
     fn launch(&self, pg: &Arc<ProcessGroup>, bucket: GradBucket) -> BucketWork;
     /// Bytes this hook puts on the wire per bucket element (for metrics).
     fn bytes_per_element(&self) -> usize;
+    /// Whether this hook is the plain allreduce average of the `f32` buffer: then device
+    /// buckets (which bypass hooks) may stand in for it, and the step header (Note [Step
+    /// header]) may ride in its first bucket. `false` by default: a custom hook gets exactly the
+    /// gradients, and the header travels on its own.
+    fn is_plain_average(&self) -> bool {
+        false
+    }
 }
 
 /// The default hook: allreduce the `f32` bucket with `ReduceOp::Avg` (PyTorch's `allreduce_hook`).
@@ -98,6 +105,10 @@ impl CommHook for AllreduceHook {
 
     fn bytes_per_element(&self) -> usize {
         4
+    }
+
+    fn is_plain_average(&self) -> bool {
+        true
     }
 }
 

@@ -44,10 +44,11 @@ pub mod hook;
 mod options;
 mod reducer;
 mod stats;
+mod step_header;
 mod verify;
 
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};
 pub use hook::{AllreduceHook, Bf16CompressHook, BucketWork, CommHook, GradBucket};
-pub use options::{BucketMemory, DdpOptions};
+pub use options::{BucketMemory, BufferSync, DdpOptions};
 pub use stats::CommStats;

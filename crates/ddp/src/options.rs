@@ -18,6 +18,40 @@ pub struct DdpOptions {
     pub comm_hook: Arc<dyn CommHook>,
     /// Where buckets live ([`BucketMemory::Auto`] by default).
     pub bucket_memory: BucketMemory,
+    /// How buffers (BatchNorm's running statistics) are made equal after every step
+    /// ([`BufferSync::Broadcast`] by default, PyTorch's `broadcast_buffers=True`).
+    pub buffer_sync: BufferSync,
+}
+
+/// How buffers are synchronised after every step (Note [Parameters, buffers and frozen] in
+/// `adapter/burn.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BufferSync {
+    /// Every rank takes the values of the lowest rank that ran the step (rank 0 unless it has
+    /// joined): PyTorch's `broadcast_buffers=True`. Replicas, buffers included, are bitwise
+    /// identical at the end of every step.
+    #[default]
+    Broadcast,
+    /// Every rank takes the average over the ranks that ran the step (statistics of all the
+    /// step's data); bitwise identical on every rank too.
+    Average,
+    /// Buffers stay per rank (PyTorch's `broadcast_buffers=False`): replicas' buffers drift.
+    Off,
+}
+
+impl std::str::FromStr for BufferSync {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "broadcast" => Ok(BufferSync::Broadcast),
+            "average" | "avg" => Ok(BufferSync::Average),
+            "off" | "none" => Ok(BufferSync::Off),
+            _ => Err(format!(
+                "unknown buffer sync {s:?}: expected broadcast, average or off"
+            )),
+        }
+    }
 }
 
 /// Where gradient buckets live between backward and the optimizer step (Note [Device buckets]
@@ -62,6 +96,7 @@ impl Default for DdpOptions {
             broadcast_params: true,
             comm_hook: Arc::new(AllreduceHook),
             bucket_memory: BucketMemory::Auto,
+            buffer_sync: BufferSync::Broadcast,
         }
     }
 }
@@ -88,6 +123,12 @@ impl DdpOptions {
     /// Sets where buckets live.
     pub fn with_bucket_memory(mut self, memory: BucketMemory) -> Self {
         self.bucket_memory = memory;
+        self
+    }
+
+    /// Sets how buffers are synchronised after every step.
+    pub fn with_buffer_sync(mut self, sync: BufferSync) -> Self {
+        self.buffer_sync = sync;
         self
     }
 

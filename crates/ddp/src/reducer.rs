@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use phalanx_core::trace;
+use phalanx_core::{trace, ReduceOp};
 use phalanx_pg::ProcessGroup;
 
 use crate::hook::{BucketWork, CommHook, GradBucket};
 use crate::stats::CommStats;
-use crate::Result;
+use crate::step_header::Agreement;
+use crate::{Error, Result};
 
 /// Layout of the buckets over the parameters, and the buffers that carry them.
 pub(crate) struct Reducer {
@@ -106,17 +107,28 @@ impl Reducer {
 
     /// A synchronising step: packs this step's gradients (plus any accumulated ones) bucket by
     /// bucket, launches `hook` on each bucket right after packing it, then waits for the buckets in
-    /// launch order and hands each averaged bucket to `drain(layout, buffer)` as soon as it
-    /// arrives, while later buckets are still on the wire.
+    /// launch order and hands each averaged bucket to `drain(layout, buffer, agreement)` as soon
+    /// as it arrives, while later buckets are still on the wire. `header` is this rank's step
+    /// header over `params` trainable parameters (Note [Step header]): it rides at the end of the
+    /// first bucket under a plain-average hook, in its own allreduce otherwise. Returns what the
+    /// ranks agreed on.
     pub(crate) fn synchronize(
         &mut self,
         pg: &Arc<ProcessGroup>,
         hook: &dyn CommHook,
+        header: Vec<f32>,
+        params: usize,
         mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
-        mut drain: impl FnMut(&BucketLayout, &[f32]),
-    ) -> Result<()> {
+        mut drain: impl FnMut(&BucketLayout, &mut [f32], &Agreement),
+    ) -> Result<Agreement> {
         let started = Instant::now();
         let last = self.buckets.len().saturating_sub(1);
+        let in_bucket = hook.is_plain_average() && !self.buckets.is_empty();
+        let mut header = Some(header);
+        let header_work = match in_bucket {
+            true => None,
+            false => Some(pg.allreduce_async(header.take().unwrap_or_default(), ReduceOp::Sum)),
+        };
         let mut pending: Vec<BucketWork> = Vec::with_capacity(self.buckets.len());
         let mut bytes = 0u64;
         for (k, bucket) in self.buckets.iter().enumerate() {
@@ -130,12 +142,18 @@ impl Reducer {
             let packed = pack(bucket, &mut buf, add, &mut fill);
             drop(packing);
             if let Err(e) = packed {
-                // Already launched buckets must still complete before the error is returned, or
-                // their collectives would be left half-issued on this rank.
+                // Already launched work must still complete before the error is returned, or
+                // its collectives would be left half-issued on this rank.
                 drain_pending(pending);
+                if let Some(work) = header_work {
+                    let _ = work.wait();
+                }
                 return Err(e);
             }
-            bytes += (bucket.len * hook.bytes_per_element()) as u64;
+            if let Some(header) = header.take() {
+                buf.extend_from_slice(&header);
+            }
+            bytes += (buf.len() * hook.bytes_per_element()) as u64;
             pending.push(hook.launch(
                 pg,
                 GradBucket {
@@ -146,6 +164,24 @@ impl Reducer {
             ));
         }
         let mut waited = Duration::ZERO;
+        let mut agreement = match header_work {
+            Some(work) => {
+                let t = Instant::now();
+                let reduced = work.wait();
+                waited += t.elapsed();
+                match reduced {
+                    Ok(h) => Some(Agreement::from_reduced(&h, params)),
+                    Err(source) => {
+                        drain_pending(pending);
+                        return Err(Error::Sync {
+                            op: "allreduce(step header)",
+                            source,
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
         let mut pending = pending.into_iter();
         for (k, work) in pending.by_ref().enumerate() {
             let t = Instant::now();
@@ -153,25 +189,35 @@ impl Reducer {
             let result = work.wait();
             drop(waiting);
             waited += t.elapsed();
-            let buf = match result {
+            let mut buf = match result {
                 Ok(buf) => buf,
                 Err(e) => {
                     drain_pending(pending.collect());
                     return Err(e);
                 }
             };
+            let len = self.buckets[k].len;
+            if agreement.is_none() {
+                agreement = Some(Agreement::from_reduced(&buf[len..], params));
+                buf.truncate(len);
+            }
+            let agreed = agreement
+                .as_ref()
+                .expect("the header arrives with bucket 0");
             let _unpack = trace::span("unpack", "optimizer").arg("bucket", k);
-            drain(&self.buckets[k], &buf);
+            drain(&self.buckets[k], &mut buf, agreed);
             self.spare[k] = Some(buf);
         }
         self.stats
             .record(waited, started.elapsed(), self.buckets.len(), bytes);
-        Ok(())
+        Ok(agreement.expect("the header was reduced"))
     }
 }
 
 fn take_buffer(spare: &mut Option<Vec<f32>>, len: usize) -> Vec<f32> {
     match spare.take() {
+        // The first bucket comes back with the step header cut off: its capacity has room
+        // for the header, so appending it next time does not reallocate.
         Some(buf) if buf.len() == len => buf,
         _ => vec![0.0; len],
     }

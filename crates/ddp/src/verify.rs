@@ -3,13 +3,13 @@
 use phalanx_pg::ProcessGroup;
 use sha2::{Digest, Sha256};
 
-use crate::adapter::ParamInfo;
+use crate::adapter::StateInfo;
 use crate::{Error, Result};
 
 /// Checks that every rank has the same parameter list as rank 0. Cheap when they agree (one
 /// allgather of an 8-byte hash); on a mismatch every rank exchanges its full list so that all of
 /// them report the same first differing parameter and rank.
-pub(crate) fn check_same_model(pg: &ProcessGroup, infos: &[ParamInfo]) -> Result<()> {
+pub(crate) fn check_same_model(pg: &ProcessGroup, infos: &[StateInfo]) -> Result<()> {
     let desc = describe(infos);
     let digest = Sha256::digest(desc.as_bytes());
     let hash = i64::from_le_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"));
@@ -59,12 +59,9 @@ pub(crate) fn check_same_model(pg: &ProcessGroup, infos: &[ParamInfo]) -> Result
     )
 }
 
-/// One line per parameter: `name [d0, d1]`.
-fn describe(infos: &[ParamInfo]) -> String {
-    infos
-        .iter()
-        .map(|i| format!("{} {:?}\n", i.name, i.shape))
-        .collect()
+/// One line per tensor: `name [d0, d1] (kind)`.
+fn describe(infos: &[StateInfo]) -> String {
+    infos.iter().map(|i| format!("{i}\n")).collect()
 }
 
 /// The first rank whose list differs from rank 0's, and the first differing position.
@@ -92,14 +89,19 @@ fn first_difference(lists: &[Vec<String>]) -> Option<Error> {
 mod tests {
     use super::*;
 
-    fn info(name: &str, shape: &[usize]) -> ParamInfo {
-        ParamInfo {
-            name: name.into(),
-            shape: shape.to_vec(),
+    use crate::adapter::{ParamInfo, StateKind};
+
+    fn info(name: &str, shape: &[usize]) -> StateInfo {
+        StateInfo {
+            info: ParamInfo {
+                name: name.into(),
+                shape: shape.to_vec(),
+            },
+            kind: StateKind::Trainable,
         }
     }
 
-    fn lines(infos: &[ParamInfo]) -> Vec<String> {
+    fn lines(infos: &[StateInfo]) -> Vec<String> {
         describe(infos).lines().map(str::to_string).collect()
     }
 
@@ -111,7 +113,7 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("rank 2"), "{msg}");
         assert!(
-            msg.contains("l.0.weight [4, 9]") && msg.contains("l.0.weight [4, 8]"),
+            msg.contains("l.0.weight [4, 9] (parameter)") && msg.contains("l.0.weight [4, 8]"),
             "{msg}"
         );
         assert!(msg.contains("#0"), "{msg}");
@@ -123,7 +125,7 @@ mod tests {
         let err = first_difference(&[lines(&a), lines(&a[..1])]).unwrap();
         assert!(
             err.to_string()
-                .contains("rank 1 has nothing where rank 0 has b [2]"),
+                .contains("rank 1 has nothing where rank 0 has b [2] (parameter)"),
             "{err}"
         );
     }

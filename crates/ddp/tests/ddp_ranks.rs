@@ -1,7 +1,7 @@
 //! DDP on N ranks as threads (phalanx_testing::spawn_ranks): replicas stay bitwise identical,
 //! N ranks × batch b match 1 rank × batch N·b, no_sync accumulates, mismatched models are named.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use burn::module::Module;
@@ -79,12 +79,7 @@ fn backward(net: &Net, (x, y): &(Vec<f32>, Vec<i64>)) -> Gradients {
 
 /// Runs `f` on another thread and fails the test if it has not finished within the deadline.
 fn with_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(DEADLINE)
-        .expect("ranks did not finish within the deadline")
+    phalanx_testing::with_deadline(DEADLINE, f)
 }
 
 /// Trains on `world` ranks for `steps` steps, rank r taking rows [r·b, (r+1)·b) of each global

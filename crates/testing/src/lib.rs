@@ -23,6 +23,20 @@ use phalanx_store::{Auth, HashStore, Store};
 /// instead of hanging it.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Runs `f` on another thread and panics if it has not finished within `deadline`: a test
+/// that would hang fails instead (the stuck thread is left behind; the test process ends).
+pub fn with_deadline<R: Send + 'static>(
+    deadline: Duration,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(deadline)
+        .unwrap_or_else(|_| panic!("not finished within the deadline of {deadline:?}"))
+}
+
 /// Runs `f` on `world` ranks (threads) and returns their results in rank order.
 pub fn spawn_ranks<R: Send>(world: usize, f: impl Fn(ProcessGroup) -> R + Sync) -> Vec<R> {
     spawn_ranks_with(world, CollectiveOptions::default(), TEST_TIMEOUT, f)

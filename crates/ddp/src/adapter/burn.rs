@@ -15,26 +15,84 @@
 //! buckets skip the host: [`GradTable::take_flat_grad`] and [`GradTable::register_flat_grad`]
 //! hand gradients over as flat tensors on the parameter's device (Note [Device buckets] in
 //! `device_buckets.rs`).
+//!
+//! Note [Parameters, buffers and frozen]
+//! A Burn module holds three kinds of float tensors that its visitor reports alike through
+//! `visit_float`: trainable parameters, frozen parameters (`Param::set_require_grad(false)`,
+//! `Module::freeze`) and buffers (`RunningState`: BatchNorm's running mean and variance). DDP
+//! must treat them differently: only trainable parameters get gradients and travel in buckets;
+//! buffers change in the forward pass and are synchronised after every step; frozen parameters
+//! are broadcast once and never touched again (no zero gradient registered for them, so neither
+//! weight decay nor momentum moves them, as in PyTorch). Both frozen parameters and buffers
+//! report `is_require_grad() == false`; what tells them apart is that `RunningState::map` forces
+//! its value back to `require_grad(false)` whatever the mapper returns. [`state_infos`] maps a
+//! clone of the module with a mapper that asks every float for a gradient and visits the result:
+//! what still needs none is a buffer. The clone shares the running states' storage, into which
+//! that map writes the same value back, so the original module is unchanged.
+//!
+//! Burn keeps a running state's newest value per thread until the next update or a `valid()`
+//! snapshot ("might be outdated by one update"), and a later update on the same thread replaces
+//! anything written in between. [`flush_running_state`] folds the pending values in first, so
+//! that reading a buffer sees this step's value and writing one (the synchronisation) sticks.
 
 use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
-use burn::tensor::{DType, Device, Shape, Tensor, TensorData};
+use burn::tensor::kind::Basic;
+use burn::tensor::{Bool, DType, Device, Int, Shape, Tensor, TensorData};
 
 pub use burn::optim::GradientsParams;
 pub use burn::tensor::Gradients;
 
-use super::ParamInfo;
+use super::{ParamInfo, StateInfo, StateKind};
 use crate::{Error, Result};
 
-/// The float parameters of `module`, in canonical order, with their names and shapes.
+/// The float tensors of `module` (trainable and frozen parameters and buffers), in canonical
+/// order, with their names and shapes: everything a checkpoint holds.
 pub fn param_infos<M: Module>(module: &M) -> Vec<ParamInfo> {
     walk(module).into_iter().map(|h| h.info).collect()
 }
 
-/// The values of every float parameter of `module`, in canonical order, as flat `f32` (row-major,
-/// in Burn's storage layout: a `Linear` weight is `[d_input, d_output]`).
+/// Every tensor of `module` in canonical order, floats first, then int and bool tensors, each
+/// with its [`StateKind`] (Note [Parameters, buffers and frozen]).
+pub fn state_infos<M: Module>(module: &M) -> Vec<StateInfo> {
+    let floats = walk(module);
+    let mut ask_all = AskGradients;
+    let asked = walk(&module.clone().map(&mut ask_all));
+    let mut out: Vec<StateInfo> = floats
+        .iter()
+        .zip(&asked)
+        .map(|(h, a)| StateInfo {
+            info: h.info.clone(),
+            kind: match (h.requires_grad, a.requires_grad) {
+                (true, _) => StateKind::Trainable,
+                (false, true) => StateKind::Frozen,
+                (false, false) => StateKind::Buffer,
+            },
+        })
+        .collect();
+    let mut discrete = DiscreteWalker::default();
+    module.visit(&mut discrete);
+    out.extend(discrete.found.into_iter().map(|d| StateInfo {
+        info: d.info,
+        kind: d.kind,
+    }));
+    out
+}
+
+/// Folds every running state's pending per-thread value into its value (Note [Parameters,
+/// buffers and frozen]): call before reading or writing buffers.
+pub fn flush_running_state<M: Module>(module: &M) {
+    // `valid` syncs each running state in place (its storage is shared with this module) on
+    // the way to an inference snapshot, which is dropped.
+    drop(module.valid());
+}
+
+/// The values of every float tensor of `module`, in canonical order, as flat `f32` (row-major,
+/// in Burn's storage layout: a `Linear` weight is `[d_input, d_output]`). Buffers are flushed
+/// first ([`flush_running_state`]).
 pub fn params_to_flat<M: Module>(module: &M) -> Result<Vec<Vec<f32>>> {
+    flush_running_state(module);
     walk(module)
         .into_iter()
         .map(|h| {
@@ -44,9 +102,49 @@ pub fn params_to_flat<M: Module>(module: &M) -> Result<Vec<Vec<f32>>> {
         .collect()
 }
 
-/// Replaces the value of every float parameter of `module` by `values` (canonical order, flat
-/// `f32`), keeping each parameter's id, device, dtype and gradient requirement.
+/// The values of the float tensors at canonical positions `indices`, as flat `f32`, without
+/// flushing buffers (the caller does, once).
+pub fn floats_to_flat<M: Module>(module: &M, indices: &[usize]) -> Result<Vec<Vec<f32>>> {
+    let handles = walk(module);
+    indices
+        .iter()
+        .map(|&i| {
+            let h = &handles[i];
+            to_f32((h.value)(), &h.info.name)
+        })
+        .collect()
+}
+
+/// Replaces the float tensors named in `values` (flat `f32`, canonical layout), keeping each
+/// one's id, device, dtype and gradient requirement; the others are left as they are.
+pub fn set_floats_by_name<M: Module>(module: M, values: HashMap<String, &[f32]>) -> M {
+    let mut setter = Setter {
+        path: Vec::new(),
+        values,
+    };
+    module.map(&mut setter)
+}
+
+/// The int and bool tensors of `module`, in canonical order, as their raw bytes.
+pub fn discrete_to_bytes<M: Module>(module: &M) -> Vec<Vec<u8>> {
+    let mut discrete = DiscreteWalker::default();
+    module.visit(&mut discrete);
+    discrete.found.into_iter().map(|d| d.bytes).collect()
+}
+
+/// Replaces the int and bool tensors of `module` by `bytes` (canonical order, as
+/// [`discrete_to_bytes`] gives them), keeping each one's id, device and dtype.
+pub fn set_discrete_from_bytes<M: Module>(module: M, bytes: Vec<Vec<u8>>) -> M {
+    let mut setter = DiscreteSetter {
+        values: bytes.into_iter(),
+    };
+    module.map(&mut setter)
+}
+
+/// Replaces the value of every float tensor of `module` by `values` (canonical order, flat
+/// `f32`), keeping each one's id, device, dtype and gradient requirement.
 pub fn set_params_from_flat<M: Module>(module: M, values: &[Vec<f32>]) -> Result<M> {
+    flush_running_state(&module);
     let infos = param_infos(&module);
     if infos.len() != values.len() {
         return Err(Error::ParamCount {
@@ -65,15 +163,12 @@ pub fn set_params_from_flat<M: Module>(module: M, values: &[Vec<f32>]) -> Result
         }
         by_name.insert(info.name.clone(), value.as_slice());
     }
-    let mut setter = Setter {
-        path: Vec::new(),
-        values: by_name,
-    };
-    Ok(module.map(&mut setter))
+    Ok(set_floats_by_name(module, by_name))
 }
 
-/// The gradient side of one step: built from the module, it reads each parameter's gradient out
-/// of Burn's [`Gradients`] and builds the [`GradientsParams`] the optimizer takes.
+/// The gradient side of one step: built from the module, it reads each trainable parameter's
+/// gradient out of Burn's [`Gradients`] and builds the [`GradientsParams`] the optimizer takes.
+/// Frozen parameters and buffers are not in it (Note [Parameters, buffers and frozen]).
 ///
 /// Build it again after every optimizer step: the module's tensors change.
 pub struct GradTable {
@@ -81,11 +176,25 @@ pub struct GradTable {
 }
 
 impl GradTable {
-    /// Walks `module` and records its float parameters in canonical order.
+    /// Walks `module` and records its trainable parameters in canonical order.
     pub fn new<M: Module>(module: &M) -> Self {
         GradTable {
-            handles: walk(module),
+            handles: walk(module)
+                .into_iter()
+                .filter(|h| h.requires_grad)
+                .collect(),
         }
+    }
+
+    /// Whether parameter `index` has a gradient in `grads` (it was used in this backward).
+    pub fn has_grad(&self, index: usize, grads: &Gradients) -> bool {
+        (self.handles[index].has_grad)(grads)
+    }
+
+    /// A zero gradient for parameter `index`, flat, on its device.
+    pub fn zeros(&self, index: usize) -> Tensor<1> {
+        let h = &self.handles[index];
+        Tensor::zeros([h.info.numel()], (&h.device, h.dtype))
     }
 
     /// Names and shapes, in canonical order.
@@ -145,9 +254,7 @@ impl GradTable {
     /// Parameter `index`'s gradient as a flat tensor on the parameter's device, removed from
     /// `grads`; zeros (on that device) when it has none. No copy to the host.
     pub fn take_flat_grad(&self, index: usize, grads: &mut Gradients) -> Tensor<1> {
-        let h = &self.handles[index];
-        (h.take_grad)(grads)
-            .unwrap_or_else(|| Tensor::zeros([h.info.numel()], (&h.device, h.dtype)))
+        (self.handles[index].take_grad)(grads).unwrap_or_else(|| self.zeros(index))
     }
 
     /// Registers `grad` (flat, canonical layout) as parameter `index`'s gradient in `params`.
@@ -176,7 +283,9 @@ struct Handle {
     info: ParamInfo,
     device: Device,
     dtype: DType,
+    requires_grad: bool,
     value: Box<dyn Fn() -> Read>,
+    has_grad: Box<dyn Fn(&Gradients) -> bool>,
     take_grad: Box<TakeGrad>,
     register: Box<Register>,
 }
@@ -230,17 +339,20 @@ impl ModuleVisitor for Walker {
             shape: shape.clone(),
         };
         let for_value = tensor.clone();
+        let for_has = tensor.clone();
         let numel = info.numel();
         self.handles.push(Handle {
             info,
             device: device.clone(),
             dtype,
+            requires_grad,
             value: Box::new(move || {
                 for_value
                     .clone()
                     .try_into_data_as::<f32>()
                     .map_err(|e| e.to_string())
             }),
+            has_grad: Box::new(move |grads| requires_grad && for_has.grad(grads).is_some()),
             take_grad: Box::new(move |grads| {
                 // Like Burn's own `GradientsParams::from_module`: a frozen parameter has no node.
                 if !requires_grad {
@@ -255,6 +367,96 @@ impl ModuleVisitor for Walker {
             }),
         });
     }
+}
+
+/// Asks every float tensor for a gradient: only buffers refuse (Note [Parameters, buffers and
+/// frozen]).
+struct AskGradients;
+
+impl ModuleMapper for AskGradients {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        param.set_require_grad(true)
+    }
+}
+
+/// An int or bool tensor: its name, shape and kind, and its bytes.
+struct Discrete {
+    info: ParamInfo,
+    kind: StateKind,
+    bytes: Vec<u8>,
+}
+
+#[derive(Default)]
+struct DiscreteWalker {
+    path: Vec<String>,
+    found: Vec<Discrete>,
+}
+
+impl DiscreteWalker {
+    fn push(&mut self, data: TensorData, bool_tensor: bool) {
+        let dtype = data.dtype();
+        self.found.push(Discrete {
+            info: ParamInfo {
+                name: self.path.join("."),
+                shape: data.shape().as_slice().to_vec(),
+            },
+            kind: match bool_tensor {
+                true => StateKind::Bool(format!("{dtype:?}")),
+                false => StateKind::Int(format!("{dtype:?}")),
+            },
+            bytes: data.as_bytes().to_vec(),
+        });
+    }
+}
+
+impl ModuleVisitor for DiscreteWalker {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
+        self.push(param.val().into_data(), false);
+    }
+
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
+        self.push(param.val().into_data(), true);
+    }
+}
+
+struct DiscreteSetter {
+    values: std::vec::IntoIter<Vec<u8>>,
+}
+
+impl ModuleMapper for DiscreteSetter {
+    fn map_int<const D: usize>(&mut self, param: Param<Tensor<D, Int>>) -> Param<Tensor<D, Int>> {
+        match self.values.next() {
+            Some(bytes) => param.map(|old| with_bytes(old, bytes)),
+            None => param,
+        }
+    }
+
+    fn map_bool<const D: usize>(
+        &mut self,
+        param: Param<Tensor<D, Bool>>,
+    ) -> Param<Tensor<D, Bool>> {
+        match self.values.next() {
+            Some(bytes) => param.map(|old| with_bytes(old, bytes)),
+            None => param,
+        }
+    }
+}
+
+/// A tensor like `old` (device, dtype, shape) holding `bytes`.
+fn with_bytes<const D: usize, K: Basic>(old: Tensor<D, K>, bytes: Vec<u8>) -> Tensor<D, K> {
+    let (device, dtype, shape) = (old.device(), old.dtype(), old.shape());
+    Tensor::from_data(
+        TensorData::from_bytes_vec(bytes, shape, dtype),
+        (&device, dtype),
+    )
 }
 
 struct Setter<'a> {

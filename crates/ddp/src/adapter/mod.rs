@@ -24,6 +24,43 @@ pub struct ParamInfo {
     pub shape: Vec<usize>,
 }
 
+/// What a tensor of a module is to DDP (Note [Parameters, buffers and frozen] in `burn.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StateKind {
+    /// A float parameter that takes gradients: it travels in buckets.
+    Trainable,
+    /// A float parameter that takes none (frozen): broadcast once, never updated by DDP.
+    Frozen,
+    /// A float buffer (BatchNorm's running statistics): synchronised after every step.
+    Buffer,
+    /// An int tensor, with its dtype: broadcast once.
+    Int(String),
+    /// A bool tensor, with its dtype: broadcast once.
+    Bool(String),
+}
+
+/// Name, shape and kind of one tensor of a module.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StateInfo {
+    /// Name and shape.
+    pub info: ParamInfo,
+    /// What it is to DDP.
+    pub kind: StateKind,
+}
+
+impl std::fmt::Display for StateInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.kind {
+            StateKind::Trainable => "parameter".to_string(),
+            StateKind::Frozen => "frozen parameter".to_string(),
+            StateKind::Buffer => "buffer".to_string(),
+            StateKind::Int(dtype) => format!("int tensor {dtype}"),
+            StateKind::Bool(dtype) => format!("bool tensor {dtype}"),
+        };
+        write!(f, "{} {:?} ({kind})", self.info.name, self.info.shape)
+    }
+}
+
 impl ParamInfo {
     /// Number of elements.
     pub fn numel(&self) -> usize {
