@@ -6,20 +6,10 @@ mod launch_util;
 
 use std::time::Duration;
 
-use launch_util::{phalanx, run, train_summaries, Finished, TempDir};
+use launch_util::{phalanx, run, train_ok, train_summaries, Finished, TempDir};
 
 fn train(args: &[&str]) -> Finished {
-    let mut cmd = phalanx();
-    cmd.arg("train").args(["--standalone", "--json"]).args(args);
-    let f = run(cmd, Duration::from_secs(240));
-    assert_eq!(
-        f.code(),
-        Some(0),
-        "phalanx train {args:?}\nstdout:\n{}\nstderr:\n{}",
-        f.stdout,
-        f.stderr
-    );
-    f
+    train_ok(args, Duration::from_secs(240))
 }
 
 /// A run stopped after `max_steps`, checkpointing every `every` steps into `dir`.

@@ -209,6 +209,48 @@ impl<M: Module> DistributedDataParallel<M> {
         Ok(out)
     }
 
+    /// [`sync_gradients`](Self::sync_gradients) followed by PyTorch's
+    /// `clip_grad_norm_(max_norm)` on the averaged gradients: once every bucket has arrived,
+    /// the global L2 norm over all trainable parameters is computed (the same value on every
+    /// rank, since every rank holds the same averaged buckets) and every gradient is scaled by
+    /// `min(1, max_norm / (norm + 1e-6))`. Returns the gradients and the norm before clipping.
+    /// The norm spans all buckets, so the optimizer cannot start on a bucket before the last
+    /// one arrives: [`sync_and_step`](Self::sync_and_step) has no clipping for that reason.
+    pub fn sync_gradients_clipped(
+        &mut self,
+        grads: Gradients,
+        max_norm: f32,
+    ) -> Result<(GradientsParams, f32)> {
+        let table = GradTable::new(self.module());
+        let mut held = Vec::new();
+        let agreement = self.synchronize_inner(&table, Some(grads), |bucket, _| {
+            held.push(match bucket {
+                AveragedBucket::Host(_, buf) => Held::Host(buf.to_vec()),
+                AveragedBucket::Device(_, flat) => Held::Device(flat),
+            })
+        })?;
+        self.sync_buffers(&agreement)?;
+        let squares: f64 = held.iter().map(Held::sum_of_squares).sum();
+        let norm = squares.sqrt() as f32;
+        let coef = (max_norm / (norm + 1e-6)).min(1.0);
+        let mut out = GradientsParams::new();
+        for (layout, held) in self.reducer.buckets().iter().zip(held) {
+            let bucket = match held {
+                Held::Host(mut buf) => {
+                    if coef < 1.0 {
+                        buf.iter_mut().for_each(|g| *g *= coef);
+                    }
+                    AveragedBucket::Host(layout, &buf).register(&table, &agreement, &mut out);
+                    continue;
+                }
+                Held::Device(flat) if coef < 1.0 => flat.mul_scalar(coef),
+                Held::Device(flat) => flat,
+            };
+            AveragedBucket::Device(layout, bucket).register(&table, &agreement, &mut out);
+        }
+        Ok((out, norm))
+    }
+
     /// [`sync_gradients`](Self::sync_gradients) fused with the optimizer step: as soon as a
     /// bucket is averaged, `step(module, bucket_grads)` updates that bucket's parameters while the
     /// later buckets are still on the wire. `step` is called once per bucket with the gradients of
@@ -468,6 +510,23 @@ impl AveragedBucket<'_> {
             }
         }
         registered
+    }
+}
+
+/// An averaged bucket kept until every bucket has arrived (gradient clipping).
+// One per bucket, for one step: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Held {
+    Host(Vec<f32>),
+    Device(burn::tensor::Tensor<1>),
+}
+
+impl Held {
+    fn sum_of_squares(&self) -> f64 {
+        match self {
+            Held::Host(buf) => buf.iter().map(|&g| f64::from(g) * f64::from(g)).sum(),
+            Held::Device(flat) => f64::from(flat.clone().powi_scalar(2).sum().into_scalar::<f32>()),
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
-use phalanx_train::{device, train_step, Mlp, MlpConfig, Sgd, SgdOptions};
+use phalanx_train::{device, train_step, Mlp, MlpConfig, Optim, OptimOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,7 +32,7 @@ fn main() {
     }
     let model = Mlp::new(&config, rank as u64, &device());
     let mut ddp = DistributedDataParallel::new(model, pg.clone(), options).expect("ddp");
-    let mut opt = Sgd::new(SgdOptions::default());
+    let mut opt = Optim::new(OptimOptions::default());
     let x: Vec<f32> = (0..batch * 784)
         .map(|i| (((i + rank * 13) * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect();

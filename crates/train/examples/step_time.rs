@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use burn::optim::GradientsParams;
 use phalanx_ddp::adapter::burn::GradTable;
-use phalanx_train::{device, forward_backward, Mlp, MlpConfig, Sgd, SgdOptions};
+use phalanx_train::{device, forward_backward, Mlp, MlpConfig, Optim, OptimOptions};
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -21,7 +21,7 @@ fn main() {
         .with_hidden(hidden)
         .with_depth(depth);
     let mut model = Mlp::new(&config, 0, &device());
-    let mut opt = Sgd::new(SgdOptions::default());
+    let mut opt = Optim::new(OptimOptions::default());
     let x: Vec<f32> = (0..batch * 784)
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect();

@@ -3,15 +3,15 @@
 use phalanx_core::trace;
 use phalanx_ddp::DistributedDataParallel;
 
-use crate::{forward_backward, Mlp, Result, Sgd};
+use crate::{forward_backward, Classifier, Optim, Result};
 
-/// One data-parallel training step: forward, backward, gradients averaged over ranks, SGD update.
+/// One data-parallel training step: forward, backward, gradients averaged over ranks, update.
 /// Each bucket's parameters are updated as soon as that bucket is averaged, while later buckets
 /// are still on the wire ([`DistributedDataParallel::sync_and_step`]). Returns this rank's loss.
 /// A collective: every rank must call it once per step.
-pub fn train_step(
-    ddp: &mut DistributedDataParallel<Mlp>,
-    optimizer: &mut Sgd,
+pub fn train_step<M: Classifier>(
+    ddp: &mut DistributedDataParallel<M>,
+    optimizer: &mut Optim,
     features: &[f32],
     labels: &[i64],
 ) -> Result<f32> {
@@ -24,12 +24,31 @@ pub fn train_step(
 
 /// A gradient-accumulation step inside `no_sync`: forward and backward, gradients kept locally
 /// until the next [`train_step`], no update. Returns the loss.
-pub fn accumulate_step(
-    ddp: &mut DistributedDataParallel<Mlp>,
+pub fn accumulate_step<M: Classifier>(
+    ddp: &mut DistributedDataParallel<M>,
     features: &[f32],
     labels: &[i64],
 ) -> Result<f32> {
     let (grads, loss) = forward_backward(ddp.module(), features, labels)?;
     ddp.no_sync(grads)?;
     Ok(loss)
+}
+
+/// [`train_step`] with the averaged gradients clipped to the global L2 norm `max_norm` (PyTorch's
+/// `clip_grad_norm_`): the norm spans every bucket, so the update waits for all of them
+/// ([`DistributedDataParallel::sync_gradients_clipped`]). Returns this rank's loss and the norm
+/// before clipping (the same on every rank).
+pub fn train_step_clipped<M: Classifier>(
+    ddp: &mut DistributedDataParallel<M>,
+    optimizer: &mut Optim,
+    features: &[f32],
+    labels: &[i64],
+    max_norm: f32,
+) -> Result<(f32, f32)> {
+    let compute = trace::span("forward+backward", "compute");
+    let (grads, loss) = forward_backward(ddp.module(), features, labels)?;
+    drop(compute);
+    let (grads, norm) = ddp.sync_gradients_clipped(grads, max_norm)?;
+    ddp.map_module(|m| optimizer.step(m, grads));
+    Ok((loss, norm))
 }

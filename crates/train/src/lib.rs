@@ -1,4 +1,6 @@
-//! phalanx-train: the seed recipe's model and training step, on Burn and phalanx DDP.
+//! phalanx-train: the models and the training loop of `phalanx train` (MLP, CNN, transformer;
+//! SGD, Adam, AdamW with schedules), and a trainer for any Burn classifier ([`Classifier`]), on
+//! Burn and phalanx DDP.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod checkpoint;
@@ -16,11 +18,14 @@ mod step;
 pub mod throughput;
 pub mod trainer;
 
-pub use ddp_step::{accumulate_step, train_step};
+pub use ddp_step::{accumulate_step, train_step, train_step_clipped};
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
-pub use model::{Mlp, MlpConfig};
-pub use optim::{Sgd, SgdOptions};
+pub use model::{
+    freeze_matching, with_model, with_stable_ids, Classifier, Cnn, Mlp, MlpConfig, ModelKind,
+    ModelSpec, Transformer, WithModel,
+};
+pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::BucketMemory;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
-pub use trainer::{train, Reporter, Summary, TrainConfig};
+pub use trainer::{train, train_model, Reporter, Summary, TrainConfig};

@@ -11,7 +11,7 @@ use phalanx_pg::ProcessGroup;
 use crate::{
     checkpoint::{self, Checkpoint, Meta, NamedTensor},
     trainer::{Reporter, TrainConfig},
-    Error, Mlp, Result, Sgd,
+    Classifier, Error, Optim, Result,
 };
 
 /// Facts a checkpoint must agree with to be resumed.
@@ -20,11 +20,16 @@ pub(crate) fn run_facts(cfg: &TrainConfig, data: &Dataset) -> HashMap<String, St
         ("dataset".into(), cfg.dataset.clone()),
         ("dataset_len".into(), data.len().to_string()),
         ("test_fraction".into(), cfg.test_fraction.to_string()),
+        ("model".into(), cfg.model.to_string()),
+        ("optimizer".into(), cfg.optim.kind.to_string()),
         ("hidden".into(), cfg.hidden.to_string()),
         ("depth".into(), cfg.depth.to_string()),
-        ("lr".into(), cfg.sgd.lr.to_string()),
-        ("momentum".into(), cfg.sgd.momentum.to_string()),
-        ("weight_decay".into(), cfg.sgd.weight_decay.to_string()),
+        ("lr".into(), cfg.optim.lr.to_string()),
+        ("lr_schedule".into(), format!("{:?}", cfg.optim.schedule)),
+        ("momentum".into(), cfg.optim.momentum.to_string()),
+        ("weight_decay".into(), cfg.optim.weight_decay.to_string()),
+        ("grad_clip".into(), format!("{:?}", cfg.grad_clip)),
+        ("freeze".into(), cfg.freeze.clone().unwrap_or_default()),
         ("bf16".into(), cfg.bf16.to_string()),
     ])
 }
@@ -34,9 +39,19 @@ pub(crate) fn check_compatible(
     facts: &HashMap<String, String>,
     cfg: &TrainConfig,
 ) -> Result<()> {
-    for (k, v) in facts {
-        if let Some(old) = meta.config.get(k) {
-            if old != v {
+    // The model and the optimizer first: with those different, nothing else is comparable.
+    let mut keys: Vec<&String> = facts.keys().collect();
+    keys.sort_by_key(|k| (!matches!(k.as_str(), "model" | "optimizer"), k.as_str()));
+    for k in keys {
+        let v = &facts[k];
+        // Checkpoints from before --model and --optimizer hold the seed MLP and SGD.
+        let old = meta.config.get(k).cloned().or_else(|| match k.as_str() {
+            "model" => Some("mlp".into()),
+            "optimizer" => Some("sgd".into()),
+            _ => None,
+        });
+        if let Some(old) = old {
+            if &old != v {
                 return Err(Error::Config(format!(
                     "--resume: the checkpoint was trained with {k}={old}, this run has {k}={v}"
                 )));
@@ -64,11 +79,11 @@ fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
     (vec![cols, rows], out)
 }
 
-pub(crate) fn save(
+pub(crate) fn save<M: Classifier>(
     pg: &ProcessGroup,
     cfg: &TrainConfig,
-    ddp: &DistributedDataParallel<Mlp>,
-    sgd: &Sgd,
+    ddp: &DistributedDataParallel<M>,
+    optim: &Optim,
     facts: &HashMap<String, String>,
     [epoch, step_in_epoch, global_step, samples_in_epoch]: [u64; 4],
     reporter: &mut dyn Reporter,
@@ -113,16 +128,16 @@ pub(crate) fn save(
             tensors_file: String::new(),
         },
         tensors,
-        optim_state: sgd
+        optim_state: optim
             .state_bytes()
-            .map_err(|e| Error::Config(format!("saving the optimizer state (momentum): {e}")))?,
+            .map_err(|e| Error::Config(format!("saving the optimizer state: {e}")))?,
     };
     let path = checkpoint::save(dir, &mut ck, checkpoint::DEFAULT_KEEP)?;
     reporter.checkpoint(&path);
     Ok(())
 }
 
-pub(crate) fn load_params(model: Mlp, ck: &Checkpoint) -> Result<Mlp> {
+pub(crate) fn load_params<M: Classifier>(model: M, ck: &Checkpoint) -> Result<M> {
     let infos = adapter::param_infos(&model);
     let mut values = Vec::with_capacity(infos.len());
     for info in &infos {
@@ -132,7 +147,7 @@ pub(crate) fn load_params(model: Mlp, ck: &Checkpoint) -> Result<Mlp> {
             .find(|t| t.name == info.name)
             .ok_or_else(|| {
                 Error::Config(format!(
-                    "the checkpoint has no tensor {} (does --hidden/--depth match?)",
+                    "the checkpoint has no tensor {} (do --model, --hidden and --depth match?)",
                     info.name
                 ))
             })?;

@@ -7,7 +7,7 @@ use burn::tensor::{Gradients, Int, Tensor, TensorData};
 use phalanx_ddp::adapter::burn::params_to_flat;
 use sha2::{Digest, Sha256};
 
-use crate::{Error, Mlp, Result, Sgd};
+use crate::{Classifier, Error, Optim, Result};
 
 /// Rows evaluated per forward pass in [`evaluate`], to bound memory.
 const EVAL_CHUNK: usize = 1024;
@@ -15,11 +15,15 @@ const EVAL_CHUNK: usize = 1024;
 /// Forward and backward of one batch: the gradients and the mean cross-entropy loss.
 ///
 /// `features` is row-major `[labels.len(), input]`; labels are class indices.
-pub fn forward_backward(model: &Mlp, features: &[f32], labels: &[i64]) -> Result<(Gradients, f32)> {
+pub fn forward_backward<M: Classifier>(
+    model: &M,
+    features: &[f32],
+    labels: &[i64],
+) -> Result<(Gradients, f32)> {
     let device = model.device();
     let x = batch_tensor(model, features, labels.len())?;
     let y = Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);
-    let logits = model.forward(x);
+    let logits = model.logits(x);
     let loss = CrossEntropyLossConfig::new()
         .init(&device)
         .forward(logits, y);
@@ -27,22 +31,22 @@ pub fn forward_backward(model: &Mlp, features: &[f32], labels: &[i64]) -> Result
     Ok((loss.backward(), value))
 }
 
-/// One single-process training step (no process group): forward, backward, SGD update.
-pub fn train_step_local(
-    model: Mlp,
-    optimizer: &mut Sgd,
+/// One single-process training step (no process group): forward, backward, optimizer update.
+pub fn train_step_local<M: Classifier>(
+    model: M,
+    optimizer: &mut Optim,
     features: &[f32],
     labels: &[i64],
-) -> Result<(Mlp, f32)> {
+) -> Result<(M, f32)> {
     let (grads, loss) = forward_backward(&model, features, labels)?;
     let grads = GradientsParams::from_grads(grads, &model);
     Ok((optimizer.step(model, grads), loss))
 }
 
 /// Number of rows of `features` whose arg-max logit is their label.
-pub fn evaluate(model: &Mlp, features: &[f32], labels: &[i64]) -> Result<usize> {
+pub fn evaluate<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> Result<usize> {
     let model = model.valid();
-    let input = model.layers[0].weight.val().dims()[0];
+    let input = model.input_dim();
     if features.len() != labels.len() * input {
         return Err(Error::BatchShape {
             features: features.len(),
@@ -56,7 +60,7 @@ pub fn evaluate(model: &Mlp, features: &[f32], labels: &[i64]) -> Result<usize> 
         .zip(labels.chunks(EVAL_CHUNK))
     {
         let x = batch_tensor(&model, rows, labels.len())?;
-        let predicted = model.forward(x).argmax(1).into_data_as::<i64>();
+        let predicted = model.logits(x).argmax(1).into_data_as::<i64>();
         let predicted = predicted
             .as_slice::<i64>()
             .map_err(|e| Error::Tensor(format!("{e:?}")))?;
@@ -81,8 +85,8 @@ pub fn param_digest<M: Module>(model: &M) -> Result<String> {
         .collect())
 }
 
-fn batch_tensor(model: &Mlp, features: &[f32], rows: usize) -> Result<Tensor<2>> {
-    let input = model.layers[0].weight.val().dims()[0];
+fn batch_tensor<M: Classifier>(model: &M, features: &[f32], rows: usize) -> Result<Tensor<2>> {
+    let input = model.input_dim();
     if features.len() != rows * input || rows == 0 {
         return Err(Error::BatchShape {
             features: features.len(),

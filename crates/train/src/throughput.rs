@@ -5,12 +5,17 @@ use std::{sync::Arc, time::Instant};
 use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
 use phalanx_pg::ProcessGroup;
 
-use crate::{device, train_step, Error, Mlp, MlpConfig, Result, Sgd, SgdOptions};
+use crate::model::{with_model, ModelKind, ModelSpec, WithModel};
+use crate::{device, train_step, Classifier, Error, Optim, OptimOptions, OptimizerKind, Result};
 
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
 pub struct ThroughputConfig {
-    /// Hidden width.
+    /// Which model.
+    pub model: ModelKind,
+    /// Which optimizer.
+    pub optimizer: OptimizerKind,
+    /// Hidden width (MLP).
     pub hidden: usize,
     /// Hidden layers.
     pub depth: usize,
@@ -39,21 +44,54 @@ pub struct Throughput {
     pub peak_rss_mib: f64,
 }
 
-/// Runs `warmup + steps` DDP training steps of the MLP 784-hidden×depth-10 on synthetic
-/// MNIST-shaped batches (fixed per rank, so data loading is not measured).
+/// Runs `warmup + steps` DDP training steps of the model (the MLP is 784-hidden×depth-10) on
+/// synthetic MNIST-shaped batches (fixed per rank, so data loading is not measured).
 pub fn measure(pg: Arc<ProcessGroup>, c: &ThroughputConfig) -> Result<Throughput> {
+    let spec = ModelSpec {
+        kind: c.model,
+        input: 784,
+        classes: 10,
+        hidden: c.hidden,
+        depth: c.depth,
+        seed: 0,
+    };
+    with_model(&spec, &device(), Measure { pg, c: *c })?
+}
+
+struct Measure {
+    pg: Arc<ProcessGroup>,
+    c: ThroughputConfig,
+}
+
+impl WithModel for Measure {
+    type Output = Result<Throughput>;
+
+    fn run<M: Classifier>(self, model: M) -> Result<Throughput> {
+        measure_model(self.pg, &self.c, model)
+    }
+}
+
+fn measure_model<M: Classifier>(
+    pg: Arc<ProcessGroup>,
+    c: &ThroughputConfig,
+    model: M,
+) -> Result<Throughput> {
     let pg_err = |e: phalanx_pg::Error| Error::Pg(e.to_string());
     let (rank, world) = (pg.rank(), pg.world_size());
-    let config = MlpConfig::seed(784, 10)
-        .with_hidden(c.hidden)
-        .with_depth(c.depth);
     let mut options = DdpOptions::default();
     if c.bf16 {
         options = options.with_comm_hook(Bf16CompressHook);
     }
-    let mut ddp =
-        DistributedDataParallel::new(Mlp::new(&config, 0, &device()), pg.clone(), options)?;
-    let mut sgd = Sgd::new(SgdOptions::default());
+    let mut ddp = DistributedDataParallel::new(model, pg.clone(), options)?;
+    let mut sgd = Optim::new(OptimOptions {
+        kind: c.optimizer,
+        lr: if c.optimizer == OptimizerKind::Sgd {
+            0.01
+        } else {
+            1e-3
+        },
+        ..OptimOptions::default()
+    });
     let data = phalanx_data::synthetic(c.batch_size * world, 0);
     let rows = rank * c.batch_size..(rank + 1) * c.batch_size;
     let x = &data.features()[rows.start * 784..rows.end * 784];

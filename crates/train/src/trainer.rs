@@ -22,7 +22,9 @@ use crate::{
     checkpoint::{self, Meta},
     device, evaluate,
     metrics::EpochRecord,
-    param_digest, position, snapshot, train_step, Error, Mlp, MlpConfig, Result, Sgd, SgdOptions,
+    model::{freeze_matching, with_model, ModelKind, ModelSpec, WithModel},
+    param_digest, position, snapshot, train_step, train_step_clipped, Classifier, Error, Optim,
+    OptimOptions, Result,
 };
 
 /// Everything `phalanx train` needs to know.
@@ -36,11 +38,17 @@ pub struct TrainConfig {
     pub epochs: u64,
     /// Samples per step on each rank.
     pub batch_size: usize,
-    /// SGD hyper-parameters.
-    pub sgd: SgdOptions,
-    /// Hidden width.
+    /// Which model (`--model`).
+    pub model: ModelKind,
+    /// The optimizer, its hyper-parameters and learning-rate schedule.
+    pub optim: OptimOptions,
+    /// Clip the averaged gradients to this global L2 norm (PyTorch's `clip_grad_norm_`).
+    pub grad_clip: Option<f32>,
+    /// Freeze the parameters whose path matches (comma-separated globs or path prefixes).
+    pub freeze: Option<String>,
+    /// Hidden width (MLP).
     pub hidden: usize,
-    /// Hidden layers.
+    /// Hidden layers (MLP).
     pub depth: usize,
     /// Seed of the model init, the split and the sampler.
     pub seed: u64,
@@ -95,25 +103,84 @@ fn pg_err(e: phalanx_pg::Error) -> Error {
     Error::Pg(e.to_string())
 }
 
-/// Runs the whole training on this rank.
+fn data_err(e: phalanx_data::Error) -> Error {
+    Error::Data(e.to_string())
+}
+
+/// Runs the whole training on this rank: builds `cfg.model` and trains it.
 pub fn train(
     pg: Arc<ProcessGroup>,
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
-    let (rank, world) = (pg.rank(), pg.world_size());
-    let data = |e: phalanx_data::Error| Error::Data(e.to_string());
-    let full = Dataset::from_spec(&cfg.dataset).map_err(data)?;
-    let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed).map_err(data)?;
-    let train_set = Arc::new(train_set);
+    let full = Dataset::from_spec(&cfg.dataset).map_err(data_err)?;
+    cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
         return Err(Error::Config("--batch-size must be at least 1".into()));
     }
-    let model_cfg = MlpConfig::seed(full.dim(), full.classes())
-        .with_hidden(cfg.hidden)
-        .with_depth(cfg.depth);
-    let mut model = Mlp::new(&model_cfg, cfg.seed, &device());
-    let facts = snapshot::run_facts(cfg, &full);
+    let spec = ModelSpec {
+        kind: cfg.model,
+        input: full.dim(),
+        classes: full.classes(),
+        hidden: cfg.hidden,
+        depth: cfg.depth,
+        seed: cfg.seed,
+    };
+    let run = Run {
+        pg,
+        cfg,
+        reporter,
+        full,
+    };
+    with_model(&spec, &device(), run)?
+}
+
+/// The rest of [`train`], for the model it built.
+struct Run<'a> {
+    pg: Arc<ProcessGroup>,
+    cfg: &'a TrainConfig,
+    reporter: &'a mut dyn Reporter,
+    full: Dataset,
+}
+
+impl WithModel for Run<'_> {
+    type Output = Result<Summary>;
+
+    fn run<M: Classifier>(self, model: M) -> Result<Summary> {
+        train_model(self.pg, self.cfg, self.reporter, &self.full, model)
+    }
+}
+
+/// Trains `model` (any [`Classifier`]) as `cfg` says: the library-level trainer behind
+/// `phalanx train`, with DDP, the sampler, evaluation, checkpoints and resume.
+pub fn train_model<M: Classifier>(
+    pg: Arc<ProcessGroup>,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+    full: &Dataset,
+    model: M,
+) -> Result<Summary> {
+    let (rank, world) = (pg.rank(), pg.world_size());
+    let data = data_err;
+    let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed).map_err(data)?;
+    let train_set = Arc::new(train_set);
+    if model.input_dim() != full.dim() {
+        return Err(Error::Config(format!(
+            "the model takes {} features per sample, --dataset {} has {}",
+            model.input_dim(),
+            cfg.dataset,
+            full.dim()
+        )));
+    }
+    let mut model = model;
+    if let Some(patterns) = &cfg.freeze {
+        let (frozen, paths) = freeze_matching(model, patterns)?;
+        if rank == 0 {
+            tracing::info!(frozen = paths.len(), "--freeze: {}", paths.join(", "));
+        }
+        model = frozen;
+    }
+    let facts = snapshot::run_facts(cfg, full);
 
     // Resume: rank 0 reads the checkpoint; its parameters reach every rank through DDP's
     // initial broadcast, the position through one small broadcast.
@@ -153,11 +220,13 @@ pub fn train(
     if let Some(m) = &resumed_meta {
         reporter.resumed(m);
     }
+    let mut optim = Optim::new(cfg.optim);
     let resumed_without_state = pos[0] == 1 && pos[5] < 0;
-    if resumed_without_state && cfg.sgd.momentum != 0.0 && rank == 0 {
+    if resumed_without_state && optim.has_state() && rank == 0 {
         tracing::warn!(
-            "--resume: the checkpoint holds no momentum buffers (written without momentum, or \
-             by an older phalanx); they restart from zero"
+            "--resume: the checkpoint holds no optimizer state (written before its first step, \
+             or by an older phalanx); the {} state restarts from zero",
+            cfg.optim.kind
         );
     }
     let (start_epoch, start_step, mut global_step) = (pos[1] as u64, pos[2] as u64, pos[3] as u64);
@@ -168,11 +237,16 @@ pub fn train(
         options = options.with_comm_hook(Bf16CompressHook);
     }
     let mut ddp = DistributedDataParallel::new(model, pg.clone(), options)?;
-    let mut sgd = Sgd::new(cfg.sgd);
-    if pos[5] > 0 && cfg.sgd.momentum != 0.0 {
-        sgd.load_state(optim_state)
+    if pos[5] > 0 && optim.has_state() {
+        optim
+            .load_state(optim_state)
             .map_err(|e| Error::Config(format!("the checkpoint's optimizer state: {e}")))?;
     }
+    // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
+    // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
+    // follows the same schedule as the full run, so that resuming it continues that schedule.
+    let steps_per_epoch = train_set.len().div_ceil(world).div_ceil(cfg.batch_size) as u64;
+    let total_steps = steps_per_epoch * cfg.epochs;
     let shard = exact_shard(test_set.len(), world, rank).map_err(data)?;
     let test_x = &test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()];
     let test_y = &test_set.labels()[shard.clone()];
@@ -201,9 +275,22 @@ pub fn train(
         let (epoch_start, wait_start) = (Instant::now(), ddp.stats().wait);
         let (mut loss_sum, mut loss_n, mut epoch_samples) = (0.0f64, 0usize, 0usize);
         for batch in loader.iter() {
+            optim.schedule_step(global_step, steps_per_epoch, total_steps);
             let loss = {
                 let _s = trace::span("step", "compute").arg("step", global_step);
-                train_step(&mut ddp, &mut sgd, &batch.features, &batch.labels)?
+                match cfg.grad_clip {
+                    Some(max) => {
+                        train_step_clipped(
+                            &mut ddp,
+                            &mut optim,
+                            &batch.features,
+                            &batch.labels,
+                            max,
+                        )?
+                        .0
+                    }
+                    None => train_step(&mut ddp, &mut optim, &batch.features, &batch.labels)?,
+                }
             };
             if !loss.is_finite() {
                 return Err(Error::Config(format!(
@@ -227,7 +314,7 @@ pub fn train(
                     &pg,
                     cfg,
                     &ddp,
-                    &sgd,
+                    &optim,
                     &facts,
                     [epoch, step_in_epoch, global_step, samples_in_epoch as u64],
                     reporter,
@@ -277,7 +364,7 @@ pub fn train(
             &pg,
             cfg,
             &ddp,
-            &sgd,
+            &optim,
             &facts,
             [epoch + 1, 0, global_step, 0],
             reporter,

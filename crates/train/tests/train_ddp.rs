@@ -7,8 +7,8 @@ use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
 use phalanx_ddp::{DdpOptions, DistributedDataParallel};
 use phalanx_testing::spawn_ranks;
 use phalanx_train::{
-    accumulate_step, device, param_digest, train_step, train_step_local, Mlp, MlpConfig, Sgd,
-    SgdOptions,
+    accumulate_step, device, param_digest, train_step, train_step_local, Mlp, MlpConfig, Optim,
+    OptimOptions,
 };
 
 const INPUT: usize = 16;
@@ -38,11 +38,12 @@ fn with_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R
         .expect("ranks did not finish within the deadline")
 }
 
-fn options() -> SgdOptions {
-    SgdOptions {
+fn options() -> OptimOptions {
+    OptimOptions {
         lr: 0.05,
         momentum: 0.9,
         weight_decay: 1e-4,
+        ..OptimOptions::default()
     }
 }
 
@@ -56,7 +57,7 @@ fn ranks_end_with_identical_digests_and_match_one_rank_of_double_batch() {
             let model = Mlp::new(&config(), 100 + rank as u64, &device());
             let mut ddp =
                 DistributedDataParallel::new(model, Arc::new(pg), DdpOptions::default()).unwrap();
-            let mut opt = Sgd::new(options());
+            let mut opt = Optim::new(options());
             for step in 0..steps {
                 let (x, y) = rows(step, rank * b, b);
                 let loss = train_step(&mut ddp, &mut opt, &x, &y).unwrap();
@@ -72,7 +73,7 @@ fn ranks_end_with_identical_digests_and_match_one_rank_of_double_batch() {
 
     // One process, the seed of rank 0, batches of 2b: the same model within float tolerance.
     let mut model = Mlp::new(&config(), 100, &device());
-    let mut opt = Sgd::new(options());
+    let mut opt = Optim::new(options());
     for step in 0..steps {
         let (x, y) = rows(step, 0, 2 * b);
         model = train_step_local(model, &mut opt, &x, &y).unwrap().0;
@@ -96,7 +97,7 @@ fn accumulation_keeps_ranks_identical() {
             let model = Mlp::new(&config(), rank as u64, &device());
             let mut ddp =
                 DistributedDataParallel::new(model, Arc::new(pg), DdpOptions::default()).unwrap();
-            let mut opt = Sgd::new(SgdOptions::default());
+            let mut opt = Optim::new(OptimOptions::default());
             for step in 0..3 {
                 let (x, y) = rows(2 * step, rank * 4, 4);
                 accumulate_step(&mut ddp, &x, &y).unwrap();

@@ -2,7 +2,7 @@
 
 use phalanx_ddp::adapter::burn::{param_infos, params_to_flat};
 use phalanx_train::{
-    device, evaluate, param_digest, train_step_local, Mlp, MlpConfig, Sgd, SgdOptions,
+    device, evaluate, param_digest, train_step_local, Mlp, MlpConfig, Optim, OptimOptions,
 };
 
 /// A linearly separable toy problem: the label is the index of the largest of the first
@@ -78,7 +78,7 @@ fn same_seed_same_batches_give_bitwise_identical_training() {
     let (x, y) = toy(64, 16, 4, 1);
     let run = || {
         let mut model = Mlp::new(&config, 7, &device());
-        let mut opt = Sgd::new(SgdOptions {
+        let mut opt = Optim::new(OptimOptions {
             momentum: 0.9,
             weight_decay: 1e-4,
             ..Default::default()
@@ -98,7 +98,7 @@ fn training_learns_a_separable_problem() {
     let (x, y) = toy(600, input, classes, 3);
     let (tx, ty) = toy(300, input, classes, 4);
     let mut model = Mlp::new(&config, 0, &device());
-    let mut opt = Sgd::new(SgdOptions {
+    let mut opt = Optim::new(OptimOptions {
         lr: 0.1,
         momentum: 0.9,
         ..Default::default()
@@ -131,7 +131,7 @@ fn evaluate_rejects_mismatched_batches() {
     assert!(evaluate(&model, &[0.0; 7], &[0, 1]).is_err());
     assert!(train_step_local(
         model,
-        &mut Sgd::new(SgdOptions::default()),
+        &mut Optim::new(OptimOptions::default()),
         &[0.0; 4],
         &[0, 1]
     )

@@ -19,6 +19,13 @@ pub(crate) struct Args {
     /// World sizes to measure, run one after another (default: 1 and --nproc-per-node, or 1,2).
     #[arg(long, value_delimiter = ',')]
     worlds: Vec<u32>,
+    /// Model: `mlp` (the seed's, sized by --hidden and --depth), `cnn` or `transformer`
+    /// (`phalanx train --model`).
+    #[arg(long, default_value = "mlp")]
+    model: phalanx_train::ModelKind,
+    /// Optimizer: `sgd` (lr 0.01), `adam` or `adamw` (lr 1e-3).
+    #[arg(long, default_value = "sgd")]
+    optimizer: phalanx_train::OptimizerKind,
     /// Hidden width (2048 with --depth 2 is the communication-heavy case).
     #[arg(long, default_value_t = 128)]
     hidden: usize,
@@ -182,6 +189,8 @@ fn measure(args: &Args) -> anyhow::Result<Option<String>> {
     let t = throughput::measure(
         pg.clone(),
         &ThroughputConfig {
+            model: args.model,
+            optimizer: args.optimizer,
             hidden: args.hidden,
             depth: args.depth,
             batch_size: args.batch_size,
@@ -192,8 +201,8 @@ fn measure(args: &Args) -> anyhow::Result<Option<String>> {
     )?;
     Ok((pg.rank() == 0).then(|| {
         format!(
-            "{{\"bench\":\"train\",\"world\":{},\"hidden\":{},\"depth\":{},\"batch\":{},\"samples_per_s\":{:.1},\"step_ms\":{:.3},\"comm_fraction\":{:.4},\"peak_rss_mib\":{:.1}}}",
-            t.world, args.hidden, args.depth, args.batch_size, t.samples_per_s, t.step_ms, t.comm_fraction, t.peak_rss_mib
+            "{{\"bench\":\"train\",\"model\":\"{}\",\"optimizer\":\"{}\",\"world\":{},\"hidden\":{},\"depth\":{},\"batch\":{},\"samples_per_s\":{:.1},\"step_ms\":{:.3},\"comm_fraction\":{:.4},\"peak_rss_mib\":{:.1}}}",
+            args.model, args.optimizer, t.world, args.hidden, args.depth, args.batch_size, t.samples_per_s, t.step_ms, t.comm_fraction, t.peak_rss_mib
         )
     }))
 }

@@ -1,4 +1,5 @@
-//! `phalanx train`: the seed recipe — an MLP, cross-entropy, SGD — trained data-parallel.
+//! `phalanx train`: the seed recipe — an MLP, cross-entropy, SGD — trained data-parallel, and
+//! the CNN and transformer next to PyTorch's, with Adam/AdamW, schedules and clipping.
 //! Started without a launcher it launches itself on `--nproc-per-node` local processes
 //! (default 2), like `torchrun --nproc-per-node 2 train.py`.
 
@@ -8,8 +9,8 @@ use super::train_setup::{check_backend, check_device, install_failure_hook, join
 use anyhow::{bail, Context};
 use phalanx_pg::Backend;
 use phalanx_train::{
-    checkpoint::Meta, metrics, metrics::EpochRecord, DeviceSpec, Reporter, SgdOptions, Summary,
-    TrainConfig,
+    checkpoint::Meta, metrics, metrics::EpochRecord, DeviceSpec, LrSchedule, ModelKind,
+    OptimOptions, OptimizerKind, Reporter, Summary, TrainConfig,
 };
 
 /// Default number of local processes when none is asked for: the seed recipe's 2.
@@ -33,19 +34,41 @@ pub(crate) struct Args {
     /// Samples per step on each rank (the global batch is this × world size).
     #[arg(long, default_value_t = 8)]
     batch_size: usize,
-    /// SGD learning rate.
+    /// The model: `mlp` (the seed recipe, sized by --hidden and --depth), `cnn` (two conv
+    /// blocks with BatchNorm on 1×28×28) or `transformer` (image rows as 28 tokens, 2 encoder
+    /// layers); the image models take --dataset mnist5k or mnist-idx:DIR (docs/train.md).
+    #[arg(long, default_value = "mlp")]
+    model: ModelKind,
+    /// The optimizer: `sgd`, `adam` or `adamw` (PyTorch's defaults: betas 0.9/0.999, eps 1e-8).
+    #[arg(long, default_value = "sgd")]
+    optimizer: OptimizerKind,
+    /// Learning rate (the base rate of the schedule).
     #[arg(long, default_value_t = 0.01)]
     lr: f64,
+    /// Learning-rate schedule: `constant`, `cosine` (to 0 at the last step), `step` (× 0.1 every
+    /// 30 epochs) or `step:EPOCHS[:GAMMA]`.
+    #[arg(long, default_value = "constant", value_parser = LrSchedule::parse_kind)]
+    lr_schedule: phalanx_train::ScheduleKind,
+    /// Steps of linear learning-rate warm-up before the schedule.
+    #[arg(long, default_value_t = 0)]
+    warmup_steps: u64,
     /// SGD momentum (0 = plain SGD, as in the seed recipe).
     #[arg(long, default_value_t = 0.0)]
     momentum: f64,
-    /// L2 weight decay.
-    #[arg(long, default_value_t = 0.0)]
-    weight_decay: f32,
-    /// Hidden width.
+    /// Weight decay: L2 for sgd and adam, decoupled for adamw (default 0, adamw's 0.01).
+    #[arg(long)]
+    weight_decay: Option<f32>,
+    /// Clip the averaged gradients to this global L2 norm (PyTorch's clip_grad_norm_).
+    #[arg(long)]
+    grad_clip: Option<f32>,
+    /// Freeze the parameters whose path matches: comma-separated path prefixes (`conv1`) or
+    /// globs (`encoder.layers.0.*`); a pattern that matches nothing is an error.
+    #[arg(long)]
+    freeze: Option<String>,
+    /// Hidden width (mlp).
     #[arg(long, default_value_t = 128)]
     hidden: usize,
-    /// Hidden layers (1 = the seed recipe's Linear → ReLU → Linear).
+    /// Hidden layers (mlp; 1 = the seed recipe's Linear → ReLU → Linear).
     #[arg(long, default_value_t = 1)]
     depth: usize,
     /// Seed of the initialisation, the split and the sampler's shuffle.
@@ -91,6 +114,11 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(c) = args.grad_clip {
+        if !(c.is_finite() && c > 0.0) {
+            bail!("--grad-clip {c}: expected a positive global norm, e.g. --grad-clip 1.0");
+        }
+    }
     check_backend(args.backend)?;
     check_device(args.device)?;
     if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
@@ -122,11 +150,21 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         test_fraction: args.test_fraction,
         epochs: args.epochs,
         batch_size: args.batch_size,
-        sgd: SgdOptions {
+        model: args.model,
+        optim: OptimOptions {
+            kind: args.optimizer,
             lr: args.lr,
             momentum: args.momentum,
-            weight_decay: args.weight_decay,
+            weight_decay: args
+                .weight_decay
+                .unwrap_or(args.optimizer.default_weight_decay()),
+            schedule: LrSchedule {
+                kind: args.lr_schedule,
+                warmup_steps: args.warmup_steps,
+            },
         },
+        grad_clip: args.grad_clip,
+        freeze: args.freeze.clone(),
         hidden: args.hidden,
         depth: args.depth,
         seed: args.seed,
@@ -145,13 +183,16 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         args.batch_size,
     );
     if pg.rank() == 0 && !args.json {
+        let model = match args.model {
+            ModelKind::Mlp => format!("MLP with {} hidden layer(s) of {}", args.depth, args.hidden),
+            other => other.to_string(),
+        };
         println!(
-            "phalanx train: {} on {} rank(s), MLP with {} hidden layer(s) of {}, batch {}/rank, SGD lr {}{}",
+            "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}",
             args.dataset,
             pg.world_size(),
-            args.depth,
-            args.hidden,
             args.batch_size,
+            args.optimizer,
             args.lr,
             if args.bf16 { ", bf16 gradients" } else { "" }
         );

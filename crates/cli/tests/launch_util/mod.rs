@@ -307,6 +307,21 @@ pub fn wait_for_workers(launcher: i32, n: usize) -> Vec<(i32, u32)> {
     }
 }
 
+/// `phalanx train --standalone --json ARGS`, which must succeed within `deadline`.
+pub fn train_ok(args: &[&str], deadline: Duration) -> Finished {
+    let mut cmd = phalanx();
+    cmd.arg("train").args(["--standalone", "--json"]).args(args);
+    let f = run(cmd, deadline);
+    assert_eq!(
+        f.code(),
+        Some(0),
+        "phalanx train {args:?}\nstdout:\n{}\nstderr:\n{}",
+        f.stdout,
+        f.stderr
+    );
+    f
+}
+
 /// The `{"event":"summary",…}` lines of `phalanx train --json`: (rank, accuracy, digest).
 pub fn train_summaries(stdout: &str) -> Vec<(u64, f64, String)> {
     let mut v: Vec<_> = stdout

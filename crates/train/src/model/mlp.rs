@@ -70,9 +70,8 @@ pub struct Mlp {
     pub layers: Vec<Linear>,
 }
 
-/// A trainable parameter whose id is `id` instead of Burn's random one. The optimizer keys its
-/// state (momentum buffers) by parameter id, so with ids fixed by position the state saved in
-/// a checkpoint maps onto the same parameters in the process that resumes it.
+/// A trainable parameter whose id is `id`: the position-based id [`super::with_stable_ids`]
+/// gives it too (Note [Stable parameter ids]).
 fn stable_param<const D: usize>(id: u64, value: Tensor<D>) -> Param<Tensor<D>> {
     let (_, value, mapper) = Param::from_tensor(value).consume();
     Param::from_mapped_value(ParamId::from(id), value, mapper)
@@ -124,5 +123,19 @@ impl Mlp {
     /// The device the parameters live on.
     pub fn device(&self) -> Device {
         self.layers[0].weight.val().device()
+    }
+}
+
+impl super::Classifier for Mlp {
+    fn input_dim(&self) -> usize {
+        self.layers[0].weight.val().dims()[0]
+    }
+
+    fn logits(&self, input: Tensor<2>) -> Tensor<2> {
+        self.forward(input)
+    }
+
+    fn device(&self) -> Device {
+        Mlp::device(self)
     }
 }
