@@ -262,6 +262,38 @@ impl ProcessGroup {
         self.shared.fail(reason, true);
     }
 
+    /// Turns a panic anywhere in this process into [`abort`](Self::abort) with
+    /// `rank N failed: panic: MESSAGE at FILE:LINE`, so that the launcher and the other ranks
+    /// name this rank and the panic's place at once instead of timing out in their next
+    /// collective. The previous panic hook still runs (the message and backtrace print as
+    /// usual). Holds the group weakly: once it is dropped, panics are reported as before.
+    ///
+    /// ```no_run
+    /// let pg = std::sync::Arc::new(phalanx_pg::init_process_group()?);
+    /// pg.abort_on_panic();
+    /// # Ok::<(), phalanx_pg::Error>(())
+    /// ```
+    pub fn abort_on_panic(self: &Arc<Self>) {
+        let pg = Arc::downgrade(self);
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(pg) = pg.upgrade() {
+                let msg = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".into());
+                let at = info
+                    .location()
+                    .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
+                pg.abort(&format!("rank {} failed: panic: {msg}{at}", pg.rank()));
+            }
+            previous(info);
+        }));
+    }
+
     pub(crate) fn check_rank(&self, r: usize, what: &str) -> Result<()> {
         if r < self.world_size() {
             Ok(())

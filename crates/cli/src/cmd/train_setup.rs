@@ -91,23 +91,5 @@ pub(crate) fn join_group(backend: Backend) -> anyhow::Result<phalanx_pg::Process
 /// once naming this rank instead of waiting for a timeout. The hook holds the group weakly:
 /// dropping the last `Arc` still closes it (and, with MPI, finalises MPI).
 pub(crate) fn install_failure_hook(pg: &Arc<phalanx_pg::ProcessGroup>) {
-    let pg = Arc::downgrade(pg);
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let Some(pg) = pg.upgrade() else {
-            return default(info);
-        };
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic".into());
-        let at = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        pg.abort(&format!("rank {} failed: panic: {msg}{at}", pg.rank()));
-        default(info);
-    }));
+    pg.abort_on_panic();
 }
