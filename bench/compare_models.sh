@@ -12,6 +12,7 @@ VENV=${ANCHORS_VENV:-$HOME/.cache/phalanx-anchors}
 MODELS=${MODELS:-cnn,transformer}
 ROUNDS=${ROUNDS:-3}
 out=${OUT:-$(mktemp -d /tmp/phalanx-models.XXXX)}
+mkdir -p "$out"
 cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bin=$here/target/release/phalanx
 epochs() { [ "$1" = cnn ] && echo 5 || echo 10; }

@@ -240,3 +240,37 @@ fn resuming_another_model_or_optimizer_names_both() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_train_measures_the_model_asked_for() {
+    let mut cmd = phalanx();
+    cmd.args([
+        "bench",
+        "train",
+        "--model",
+        "cnn",
+        "--optimizer",
+        "adam",
+        "--batch-size",
+        "8",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--json",
+    ]);
+    let f = run(cmd, Duration::from_secs(300));
+    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+    let rows: Vec<&str> = f
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"bench\""))
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", f.stdout);
+    for row in rows {
+        assert!(
+            row.contains("\"model\":\"cnn\"") && row.contains("\"optimizer\":\"adam\""),
+            "{row}"
+        );
+    }
+}

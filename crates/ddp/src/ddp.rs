@@ -407,7 +407,8 @@ impl<M: Module> DistributedDataParallel<M> {
         let Some(authority) = agreement.authority() else {
             return Ok(()); // Nobody ran a forward pass: nothing changed.
         };
-        if self.buffers.is_empty() || self.pg.world_size() == 1 {
+        let off = self.options.buffer_sync == BufferSync::Off;
+        if off || self.buffers.is_empty() || self.pg.world_size() == 1 {
             return Ok(());
         }
         let module = self
@@ -445,7 +446,7 @@ impl<M: Module> DistributedDataParallel<M> {
         let mut flat: Vec<f32> = values.iter().flatten().copied().collect();
         let err = |op| move |source| Error::Sync { op, source };
         match self.options.buffer_sync {
-            BufferSync::Off => return Ok(values),
+            BufferSync::Off => unreachable!("sync_buffers returns early without buffer sync"),
             BufferSync::Broadcast => self
                 .pg
                 .broadcast(&mut flat, authority)

@@ -98,6 +98,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .args([
             "bench",
             "train",
+            "--model",
+            &args.model.to_string(),
+            "--optimizer",
+            &args.optimizer.to_string(),
             "--hidden",
             &args.hidden.to_string(),
             "--depth",
@@ -146,10 +150,13 @@ fn print_rows(args: &Args, rows: &[String]) {
         .find(|r| field(r, "world") == 1.0)
         .map(|r| field(r, "samples_per_s"));
     if !args.json {
+        let model = match args.model {
+            phalanx_train::ModelKind::Mlp => format!("MLP 784-{}x{}-10", args.hidden, args.depth),
+            other => other.to_string(),
+        };
         println!(
-            "# phalanx bench train: MLP 784-{}x{}-10, batch {}/rank, {} steps{}",
-            args.hidden,
-            args.depth,
+            "# phalanx bench train: {model}, {}, batch {}/rank, {} steps{}",
+            args.optimizer,
             args.batch_size,
             args.steps,
             if args.bf16 { ", bf16 gradients" } else { "" }
