@@ -25,7 +25,7 @@ use crate::adapter::burn::{
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
 use crate::bucket::compute_bucket_assignment_by_size;
 use crate::device_buckets::{choose_averaging, Averaging, DeviceReducer};
-use crate::reducer::{BucketLayout, Reducer};
+use crate::reducer::{BucketLayout, GradientSource, Reducer};
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};
 use crate::verify::check_same_model;
@@ -277,8 +277,10 @@ impl<M: Module> DistributedDataParallel<M> {
             device.accumulate(&table, self.reducer.buckets(), &mut grads);
             return Ok(());
         }
-        self.reducer
-            .accumulate(|p, buf, add| table.grad_into(p, &mut grads, buf, add).map(drop))
+        self.reducer.accumulate(&mut StepGradients {
+            table: &table,
+            grads: Some(&mut grads),
+        })
     }
 
     /// Whether `no_sync` gradients are waiting for the next synchronisation.
@@ -374,14 +376,9 @@ impl<M: Module> DistributedDataParallel<M> {
             self.options.comm_hook.as_ref(),
             header,
             params,
-            |p, buf, add| match grads.as_mut() {
-                Some(grads) => table.grad_into(p, grads, buf, add).map(drop),
-                None => {
-                    if !add {
-                        buf.fill(0.0);
-                    }
-                    Ok(())
-                }
+            &mut StepGradients {
+                table,
+                grads: grads.as_mut(),
             },
             |layout, buf, agreed| {
                 if let Some(s) = agreed.rescale() {
@@ -473,6 +470,26 @@ impl<M: Module> DistributedDataParallel<M> {
             });
         }
         Ok(())
+    }
+}
+
+/// This step's gradients as the reducer takes them: read out of Burn's `Gradients` through the
+/// adapter, or zeros for a rank that has joined (Note [Uneven inputs]).
+struct StepGradients<'a> {
+    table: &'a GradTable,
+    grads: Option<&'a mut Gradients>,
+}
+
+impl GradientSource for StepGradients<'_> {
+    fn fill(&mut self, p: usize, out: &mut [f32], accumulate: bool) -> Result<()> {
+        match self.grads.as_deref_mut() {
+            Some(grads) => self.table.grad_into(p, grads, out, accumulate).map(drop),
+            None if accumulate => Ok(()),
+            None => {
+                out.fill(0.0);
+                Ok(())
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The reducer: packs gradients into buckets, launches each bucket's hook as soon as it is packed,
 //! and unpacks the averaged buckets in launch order. Framework-agnostic: it sees parameters as
-//! indices and flat `f32` slices, supplied and consumed by closures.
+//! indices and flat `f32` slices; the tensor library's side supplies them through
+//! [`GradientSource`] and takes the averaged buckets back through a drain callback.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,14 @@ use crate::hook::{BucketWork, CommHook, GradBucket};
 use crate::stats::CommStats;
 use crate::step_header::Agreement;
 use crate::{Error, Result};
+
+/// Where a step's gradients come from: the tensor library's side of the reducer's contract
+/// (the Burn adapter's `GradTable` with this step's gradients, or zeros for a joined rank).
+pub(crate) trait GradientSource {
+    /// Writes trainable parameter `p`'s gradient into `out` (`out += grad` when `accumulate`);
+    /// a parameter without a gradient counts as zeros.
+    fn fill(&mut self, p: usize, out: &mut [f32], accumulate: bool) -> Result<()>;
+}
 
 /// Layout of the buckets over the parameters, and the buffers that carry them.
 pub(crate) struct Reducer {
@@ -89,17 +98,13 @@ impl Reducer {
     }
 
     /// A `no_sync` step: adds this step's gradients to the local accumulators, no communication.
-    /// `fill(param, out, accumulate)` writes (or adds) a parameter's gradient into `out`.
-    pub(crate) fn accumulate(
-        &mut self,
-        mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
-    ) -> Result<()> {
+    pub(crate) fn accumulate(&mut self, source: &mut impl GradientSource) -> Result<()> {
         for (k, bucket) in self.buckets.iter().enumerate() {
             let (mut buf, add) = match self.accumulated[k].take() {
                 Some(buf) => (buf, true),
                 None => (take_buffer(&mut self.spare[k], bucket.len), false),
             };
-            pack(bucket, &mut buf, add, &mut fill)?;
+            pack(bucket, &mut buf, add, source)?;
             self.accumulated[k] = Some(buf);
         }
         Ok(())
@@ -118,7 +123,7 @@ impl Reducer {
         hook: &dyn CommHook,
         header: Vec<f32>,
         params: usize,
-        mut fill: impl FnMut(usize, &mut [f32], bool) -> Result<()>,
+        source: &mut impl GradientSource,
         mut drain: impl FnMut(&BucketLayout, &mut [f32], &Agreement),
     ) -> Result<Agreement> {
         let started = Instant::now();
@@ -139,7 +144,7 @@ impl Reducer {
             let packing = trace::span("pack", "pack")
                 .arg("bucket", k)
                 .arg("bytes", bucket.len * 4);
-            let packed = pack(bucket, &mut buf, add, &mut fill);
+            let packed = pack(bucket, &mut buf, add, source);
             drop(packing);
             if let Err(e) = packed {
                 // Already launched work must still complete before the error is returned, or
@@ -227,10 +232,10 @@ fn pack(
     bucket: &BucketLayout,
     buf: &mut [f32],
     add: bool,
-    fill: &mut impl FnMut(usize, &mut [f32], bool) -> Result<()>,
+    source: &mut impl GradientSource,
 ) -> Result<()> {
     for (p, range) in bucket.slots() {
-        fill(p, &mut buf[range], add)?;
+        source.fill(p, &mut buf[range], add)?;
     }
     Ok(())
 }
