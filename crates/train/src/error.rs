@@ -34,10 +34,10 @@ pub enum Error {
     },
     /// A dataset could not be loaded or sampled.
     #[error("data: {0}")]
-    Data(String),
-    /// A collective failed.
-    #[error("{0}")]
-    Pg(String),
+    Data(#[from] phalanx_data::Error),
+    /// A collective of the training loop failed (the error names the rank and the cause).
+    #[error(transparent)]
+    Pg(#[from] phalanx_pg::Error),
     /// The run's configuration is invalid or does not match its checkpoint.
     #[error("{0}")]
     Config(String),

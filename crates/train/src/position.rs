@@ -9,7 +9,7 @@
 
 use phalanx_data::DistributedSampler;
 
-use crate::{Error, Result};
+use crate::Result;
 
 /// The indices rank `rank` of `world` trains on in `epoch`, after `skip_samples` samples of the
 /// epoch were already consumed by a run of `prev_world` ranks.
@@ -22,10 +22,7 @@ pub fn epoch_indices(
     skip_samples: usize,
     prev_world: usize,
 ) -> Result<Vec<usize>> {
-    let data = |e: phalanx_data::Error| Error::Data(e.to_string());
-    let sampler = DistributedSampler::new(len, world, rank)
-        .map_err(data)?
-        .with_seed(seed);
+    let sampler = DistributedSampler::new(len, world, rank)?.with_seed(seed);
     if skip_samples == 0 {
         return Ok(sampler.indices(epoch));
     }
@@ -36,8 +33,7 @@ pub fn epoch_indices(
     }
     // The global order (one replica: the permutation without padding), then the previous
     // run's padding rule: positions past `len` wrap to the start.
-    let perm = DistributedSampler::new(len, 1, 0)
-        .map_err(data)?
+    let perm = DistributedSampler::new(len, 1, 0)?
         .with_seed(seed)
         .indices(epoch);
     let rest: Vec<usize> = (skip_samples..)

@@ -6,7 +6,7 @@ use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
 use phalanx_pg::ProcessGroup;
 
 use crate::model::{with_model, ModelKind, ModelSpec, WithModel};
-use crate::{device, train_step, Classifier, Error, Optim, OptimOptions, OptimizerKind, Result};
+use crate::{device, train_step, Classifier, Optim, OptimOptions, OptimizerKind, Result};
 
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +76,6 @@ fn measure_model<M: Classifier>(
     c: &ThroughputConfig,
     model: M,
 ) -> Result<Throughput> {
-    let pg_err = |e: phalanx_pg::Error| Error::Pg(e.to_string());
     let (rank, world) = (pg.rank(), pg.world_size());
     let mut options = DdpOptions::default();
     if c.bf16 {
@@ -99,7 +98,7 @@ fn measure_model<M: Classifier>(
     for _ in 0..c.warmup {
         train_step(&mut ddp, &mut sgd, x, y)?;
     }
-    pg.barrier().map_err(pg_err)?;
+    pg.barrier()?;
     let wait0 = ddp.stats().wait;
     let start = Instant::now();
     for _ in 0..c.steps {
@@ -108,11 +107,9 @@ fn measure_model<M: Classifier>(
     let elapsed = start.elapsed().as_secs_f64();
     let comm = (ddp.stats().wait - wait0).as_secs_f64() / elapsed.max(1e-9);
     let mut slowest = [elapsed, peak_rss_mib()];
-    pg.allreduce(&mut slowest, phalanx_core::ReduceOp::Max)
-        .map_err(pg_err)?;
+    pg.allreduce(&mut slowest, phalanx_core::ReduceOp::Max)?;
     let mut comm_mean = [comm];
-    pg.allreduce(&mut comm_mean, phalanx_core::ReduceOp::Avg)
-        .map_err(pg_err)?;
+    pg.allreduce(&mut comm_mean, phalanx_core::ReduceOp::Avg)?;
     Ok(Throughput {
         world,
         samples_per_s: (c.steps * c.batch_size * world) as f64 / slowest[0],

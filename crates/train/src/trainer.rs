@@ -99,21 +99,13 @@ pub trait Reporter {
     fn resumed(&mut self, _meta: &Meta) {}
 }
 
-fn pg_err(e: phalanx_pg::Error) -> Error {
-    Error::Pg(e.to_string())
-}
-
-fn data_err(e: phalanx_data::Error) -> Error {
-    Error::Data(e.to_string())
-}
-
 /// Runs the whole training on this rank: builds `cfg.model` and trains it.
 pub fn train(
     pg: Arc<ProcessGroup>,
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
-    let full = Dataset::from_spec(&cfg.dataset).map_err(data_err)?;
+    let full = Dataset::from_spec(&cfg.dataset)?;
     cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
         return Err(Error::Config("--batch-size must be at least 1".into()));
@@ -161,8 +153,7 @@ pub fn train_model<M: Classifier>(
     model: M,
 ) -> Result<Summary> {
     let (rank, world) = (pg.rank(), pg.world_size());
-    let data = data_err;
-    let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed).map_err(data)?;
+    let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed)?;
     let train_set = Arc::new(train_set);
     if model.input_dim() != full.dim() {
         return Err(Error::Config(format!(
@@ -210,11 +201,11 @@ pub fn train_model<M: Classifier>(
         }
     }
     if cfg.resume {
-        pg.broadcast(&mut pos, 0).map_err(pg_err)?;
+        pg.broadcast(&mut pos, 0)?;
         // The momentum buffers reach every rank from rank 0, like the parameters.
         if pos[5] > 0 {
             optim_state.resize(pos[5] as usize, 0);
-            pg.broadcast(&mut optim_state, 0).map_err(pg_err)?;
+            pg.broadcast(&mut optim_state, 0)?;
         }
     }
     if let Some(m) = &resumed_meta {
@@ -247,7 +238,7 @@ pub fn train_model<M: Classifier>(
     // follows the same schedule as the full run, so that resuming it continues that schedule.
     let steps_per_epoch = train_set.len().div_ceil(world).div_ceil(cfg.batch_size) as u64;
     let total_steps = steps_per_epoch * cfg.epochs;
-    let shard = exact_shard(test_set.len(), world, rank).map_err(data)?;
+    let shard = exact_shard(test_set.len(), world, rank)?;
     let test_x = &test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()];
     let test_y = &test_set.labels()[shard.clone()];
 
@@ -271,7 +262,7 @@ pub fn train_model<M: Classifier>(
             indices.len().div_ceil(cfg.batch_size) as u64 + if first { start_step } else { 0 };
         let mut step_in_epoch = if first { start_step } else { 0 };
         let mut samples_in_epoch = if first { skip_samples } else { 0 };
-        let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size).map_err(data)?;
+        let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
         let (epoch_start, wait_start) = (Instant::now(), ddp.stats().wait);
         let (mut loss_sum, mut loss_n, mut epoch_samples) = (0.0f64, 0usize, 0usize);
         for batch in loader.iter() {
@@ -336,7 +327,7 @@ pub fn train_model<M: Classifier>(
         // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
         let correct = evaluate(ddp.module(), test_x, test_y)?;
         let mut counts = [correct as i64, test_y.len() as i64];
-        pg.allreduce(&mut counts, ReduceOp::Sum).map_err(pg_err)?;
+        pg.allreduce(&mut counts, ReduceOp::Sum)?;
         let mut stats = [
             if loss_n > 0 {
                 loss_sum / loss_n as f64
@@ -347,7 +338,7 @@ pub fn train_model<M: Classifier>(
             epoch_time.as_secs_f64(),
             wait.as_secs_f64() / epoch_time.as_secs_f64().max(1e-9),
         ];
-        pg.allreduce(&mut stats, ReduceOp::Avg).map_err(pg_err)?;
+        pg.allreduce(&mut stats, ReduceOp::Avg)?;
         last_accuracy = counts[0] as f64 / counts[1].max(1) as f64;
         let record = EpochRecord {
             epoch: epoch + 1,
