@@ -45,6 +45,33 @@ fn cnn_trains_on_two_ranks_with_identical_parameters_and_buffers() {
 }
 
 #[test]
+fn cnn_replicas_with_batchnorm_stay_identical_on_three_ranks() {
+    let f = train(&[
+        "--nproc-per-node",
+        "3",
+        "--model",
+        "cnn",
+        "--dataset",
+        "mnist5k",
+        "--epochs",
+        "1",
+        "--max-steps",
+        "15",
+        "--batch-size",
+        "16",
+        "--optimizer",
+        "sgd",
+        "--momentum",
+        "0.9",
+        "--lr",
+        "0.05",
+    ]);
+    let s = train_summaries(&f.stdout);
+    assert_eq!(s.len(), 3, "{}", f.stdout);
+    assert!(s.iter().all(|r| r.2 == s[0].2), "replicas differ: {s:?}");
+}
+
+#[test]
 fn transformer_trains_with_adamw_cosine_and_clipping() {
     let f = train(&[
         "--model",
