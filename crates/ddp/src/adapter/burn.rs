@@ -1,5 +1,6 @@
 //! The Burn adapter: named float parameters, gradients to flat `f32` buffers and back, parameter
-//! values in and out. The only code of phalanx that touches Burn.
+//! values in and out: the only code of phalanx that walks Burn modules and reads or builds their
+//! gradients (device buckets hold Burn tensors too, `device_buckets.rs`).
 //!
 //! Parameters are named by their module path (`layers.0.weight`), the field names Burn's
 //! [`ModuleVisitor`] reports on the way down, and listed in visiting order, which is the order the
