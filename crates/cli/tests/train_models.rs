@@ -301,3 +301,16 @@ fn bench_train_measures_the_model_asked_for() {
         );
     }
 }
+
+#[test]
+fn json_output_is_plain_json_lines() {
+    // `phalanx train --json | jq .`: the launcher adds no `[rank N]: ` prefix to them.
+    let f = train(&["--epochs", "1", "--max-steps", "5"]);
+    let lines: Vec<&str> = f.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 2, "{}", f.stdout);
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}"));
+        assert!(v.get("event").is_some(), "{line}");
+    }
+}

@@ -127,6 +127,17 @@ pub struct LaunchArgs {
     )]
     pub local_ranks_filter: Option<Vec<u32>>,
 
+    /// The prefix of every console line of a worker (torchrun's flag): `${rank}`,
+    /// `${local_rank}` and `${role_name}` are replaced; empty for none (`phalanx train --json`
+    /// uses none, so that its lines are plain JSON). Default: `[rank ${rank}]: `.
+    #[arg(
+        long = "log-line-prefix-template",
+        alias = "log_line_prefix_template",
+        env = "PET_LOG_LINE_PREFIX_TEMPLATE",
+        help_heading = "Launch"
+    )]
+    pub log_line_prefix_template: Option<String>,
+
     /// Identifier of the job (PHALANX_JOB_ID, TORCHELASTIC_RUN_ID, log folder).
     /// Default: random; for multi-node jobs, derived from PHALANX_TOKEN so every node agrees.
     #[arg(
@@ -155,12 +166,25 @@ impl Default for LaunchArgs {
             log_dir: None,
             tee: None,
             local_ranks_filter: None,
+            log_line_prefix_template: None,
             run_id: None,
         }
     }
 }
 
 impl LaunchArgs {
+    /// The console prefix of global rank `rank`, local rank `local_rank`
+    /// (`--log-line-prefix-template`).
+    pub fn line_prefix(&self, rank: u32, local_rank: u32) -> String {
+        match &self.log_line_prefix_template {
+            None => format!("[rank {rank}]: "),
+            Some(t) => t
+                .replace("${rank}", &rank.to_string())
+                .replace("${local_rank}", &local_rank.to_string())
+                .replace("${role_name}", "default"),
+        }
+    }
+
     /// Checks the combinations clap cannot: node rank in range, `--standalone` single-node,
     /// `--tee` only with `--log-dir`, filters naming existing local ranks.
     pub fn validate(&self) -> Result<(), Error> {

@@ -168,7 +168,7 @@ impl Agent<'_> {
         attempt_dir: Option<&PathBuf>,
     ) -> Result<Spec<'_>, Error> {
         let rank = layout.rank(lr);
-        let prefix = format!("[rank {rank}]: ").into_bytes();
+        let prefix = self.args.line_prefix(rank, lr).into_bytes();
         let shown = self.args.shows(lr);
         let teed = self.args.logged_streams(lr);
         let dir = attempt_dir.map(|d| d.join(lr.to_string()));

@@ -130,6 +130,12 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         if args.resume && args.checkpoint_dir.is_none() {
             bail!("--resume needs --checkpoint-dir");
         }
+        if args.json {
+            // Plain JSON lines (`phalanx train --json | jq .`): each carries its rank already.
+            args.launch
+                .log_line_prefix_template
+                .get_or_insert_with(String::new);
+        }
         return phalanx_launch::relaunch_self(&args.launch);
     }
     super::limit_compute_threads();
