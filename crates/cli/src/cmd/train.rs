@@ -268,10 +268,17 @@ impl Console {
             b.finish_and_clear();
         }
         if self.json {
-            println!(
-                "{{\"event\":\"summary\",\"rank\":{},\"world\":{},\"epochs\":{},\"test_accuracy\":{:.6},\"samples_per_s\":{:.1},\"comm_fraction\":{:.4},\"param_digest\":\"{}\"}}",
-                s.rank, s.world, s.epochs, s.test_accuracy, s.samples_per_s, s.comm_fraction, s.param_digest
-            );
+            // Serialized, not formatted: a non-finite figure becomes `null`, never invalid JSON.
+            print_json(&SummaryLine {
+                event: "summary",
+                rank: s.rank,
+                world: s.world,
+                epochs: s.epochs,
+                test_accuracy: s.test_accuracy,
+                samples_per_s: s.samples_per_s,
+                comm_fraction: s.comm_fraction,
+                param_digest: &s.param_digest,
+            });
         } else if self.rank == 0 {
             println!(
                 "done: {} epochs in {:.1} s, test accuracy {:.2}%, {:.0} samples/s on {} rank(s), {:.0}% of step time in communication, parameters {}",
@@ -344,10 +351,16 @@ impl Reporter for Console {
             return;
         }
         if self.json {
-            println!(
-                "{{\"event\":\"epoch\",\"epoch\":{},\"world\":{},\"train_loss\":{:.6},\"test_accuracy\":{:.6},\"samples_per_s\":{:.1},\"comm_fraction\":{:.4},\"seconds\":{:.4}}}",
-                r.epoch, self.world, r.train_loss, r.test_accuracy, r.samples_per_s, r.comm_fraction, r.seconds
-            );
+            print_json(&EpochLine {
+                event: "epoch",
+                epoch: r.epoch,
+                world: self.world,
+                train_loss: r.train_loss,
+                test_accuracy: r.test_accuracy,
+                samples_per_s: r.samples_per_s,
+                comm_fraction: r.comm_fraction,
+                seconds: r.seconds,
+            });
             return;
         }
         let line = format!(
@@ -380,5 +393,38 @@ impl Reporter for Console {
                 m.world_size
             );
         }
+    }
+}
+
+/// `--json`'s line at the end of a run, one per rank (fields in this order).
+#[derive(serde::Serialize)]
+struct SummaryLine<'a> {
+    event: &'static str,
+    rank: usize,
+    world: usize,
+    epochs: u64,
+    test_accuracy: f64,
+    samples_per_s: f64,
+    comm_fraction: f64,
+    param_digest: &'a str,
+}
+
+/// `--json`'s line per epoch (rank 0).
+#[derive(serde::Serialize)]
+struct EpochLine {
+    event: &'static str,
+    epoch: u64,
+    world: usize,
+    train_loss: f64,
+    test_accuracy: f64,
+    samples_per_s: f64,
+    comm_fraction: f64,
+    seconds: f64,
+}
+
+fn print_json(line: &impl serde::Serialize) {
+    match serde_json::to_string(line) {
+        Ok(text) => println!("{text}"),
+        Err(e) => tracing::error!("--json: {e}"),
     }
 }
