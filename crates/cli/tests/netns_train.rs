@@ -25,17 +25,6 @@ fn train_has_json() -> bool {
         .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--json"))
 }
 
-/// `"key":"value"` from one JSON object line (string values only; no JSON dependency here).
-fn json_str(line: &str, key: &str) -> Option<String> {
-    let rest = &line[line.find(&format!("\"{key}\""))? + key.len() + 2..];
-    let rest = rest
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start()
-        .strip_prefix('"')?;
-    Some(rest[..rest.find('"')?].to_string())
-}
-
 /// Trains on `hosts` hosts × `nproc` ranks (store on host 0, `port`) with `seed` and returns each rank's
 /// final `param_digest`.
 fn digests(h: &Hosts, port: u16, hosts: usize, nproc: usize, seed: u32) -> BTreeMap<u32, String> {
@@ -53,17 +42,19 @@ fn digests(h: &Hosts, port: u16, hosts: usize, nproc: usize, seed: u32) -> BTree
     assert_all_ok(&nodes);
     let mut by_rank = BTreeMap::new();
     for f in &nodes {
+        // `--json` lines are plain JSON (no `[rank N]: ` prefix); each summary names its rank.
         for line in f.stdout.lines() {
-            let Some((prefix, body)) = line.split_once("]: ") else {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue;
             };
-            let Some(rank) = prefix.strip_prefix("[rank ").and_then(|r| r.parse().ok()) else {
+            if v["event"] != "summary" {
                 continue;
-            };
-            if let Some(d) = json_str(body, "param_digest") {
-                // The last object a rank prints is its final one.
-                by_rank.insert(rank, d);
             }
+            let rank = v["rank"].as_u64().expect("a summary has its rank") as u32;
+            let digest = v["param_digest"]
+                .as_str()
+                .expect("a summary has its digest");
+            by_rank.insert(rank, digest.to_string());
         }
     }
     assert_eq!(
@@ -106,12 +97,4 @@ fn needs_root_netns_and_train_json_same_param_digest_on_4x1_1x4_2x2() {
     let other = digests(&h, PORT + 3, 2, 2, 8);
     assert_ne!(other[&0], seen[0].1, "seed 8 gave seed 7's digest");
     netns_util::say(&format!("{test}: param_digest {seen:?}"));
-}
-
-#[test]
-fn json_str_reads_a_string_field() {
-    let line = r#"{"epoch":1,"param_digest": "ab12","loss":0.5}"#;
-    assert_eq!(json_str(line, "param_digest").as_deref(), Some("ab12"));
-    assert_eq!(json_str(line, "missing"), None);
-    assert_eq!(json_str(r#"{"param_digest":12}"#, "param_digest"), None);
 }
