@@ -14,22 +14,21 @@
 use std::sync::Arc;
 
 use burn::module::Module;
-use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
 use crate::adapter::burn::{
-    discrete_to_bytes, floats_to_flat, flush_running_state, params_to_flat,
-    set_discrete_from_bytes, set_floats_by_name, set_params_from_flat, state_infos, GradTable,
-    Gradients, GradientsParams,
+    discrete_to_bytes, flush_running_state, params_to_flat, set_discrete_from_bytes,
+    set_params_from_flat, state_infos, GradTable, Gradients, GradientsParams,
 };
-use crate::adapter::{ParamInfo, StateInfo, StateKind};
+use crate::adapter::{ParamInfo, StateInfo};
 use crate::bucket::compute_bucket_assignment_by_size;
+use crate::buffers::{split, Buffers};
 use crate::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::reducer::{BucketLayout, GradientSource, Reducer};
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};
 use crate::verify::check_same_model;
-use crate::{BucketMemory, BufferSync, DdpOptions, Error, Result};
+use crate::{BucketMemory, DdpOptions, Error, Result};
 
 /// PyTorch broadcasts module state at construction in buckets of 250 MiB.
 const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
@@ -60,8 +59,8 @@ pub struct DistributedDataParallel<M: Module> {
     infos: Vec<ParamInfo>,
     /// Every tensor of the model, floats first (canonical order), then int and bool tensors.
     states: Vec<StateInfo>,
-    /// Positions of the buffers among the float tensors.
-    buffers: Vec<usize>,
+    /// The buffers and how they are synchronised.
+    buffers: Buffers,
     /// Parameters used by `no_sync` steps since the last synchronisation.
     accumulated_used: Option<Vec<bool>>,
     reducer: Reducer,
@@ -84,12 +83,7 @@ impl<M: Module> DistributedDataParallel<M> {
             module
         };
         let infos: Vec<ParamInfo> = GradTable::new(&module).infos().cloned().collect();
-        let floats = states.iter().filter(|s| is_float(&s.kind));
-        let buffers = floats
-            .enumerate()
-            .filter(|(_, s)| s.kind == StateKind::Buffer)
-            .map(|(i, _)| i)
-            .collect();
+        let buffers = Buffers::new(&states, options.buffer_sync);
         let sizes: Vec<usize> = infos.iter().map(|i| i.numel() * 4).collect();
         let caps = [
             options.first_bucket_bytes.min(options.bucket_cap_bytes),
@@ -191,7 +185,7 @@ impl<M: Module> DistributedDataParallel<M> {
     }
 
     /// Averages this step's gradients over all ranks and returns them for the optimizer, then
-    /// synchronises the buffers (rank 0's values by default, [`BufferSync`]).
+    /// synchronises the buffers (rank 0's values by default, [`BufferSync`](crate::BufferSync)).
     ///
     /// Gradients are packed bucket by bucket in launch order; each bucket's hook starts as soon as
     /// it is packed, so packing the next bucket overlaps the previous one's communication. Then the
@@ -399,68 +393,15 @@ impl<M: Module> DistributedDataParallel<M> {
             .collect()
     }
 
-    /// Makes the buffers equal on every rank after a step ([`BufferSync`]).
+    /// Makes the buffers equal on every rank after a step ([`BufferSync`](crate::BufferSync)).
     fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
-        let Some(authority) = agreement.authority() else {
-            return Ok(()); // Nobody ran a forward pass: nothing changed.
-        };
-        let off = self.options.buffer_sync == BufferSync::Off;
-        if off || self.buffers.is_empty() || self.pg.world_size() == 1 {
-            return Ok(());
-        }
         let module = self
             .module
             .take()
             .expect("module is present outside map_module");
-        flush_running_state(&module);
-        let synced = self.exchange_buffers(&module, authority, agreement);
-        let module = match synced {
-            Ok(values) => {
-                let names = self
-                    .buffers
-                    .iter()
-                    .map(|&i| self.states[i].info.name.clone());
-                let by_name = names.zip(values.iter().map(Vec::as_slice)).collect();
-                set_floats_by_name(module, by_name)
-            }
-            Err(e) => {
-                self.module = Some(module);
-                return Err(e);
-            }
-        };
+        let (module, synced) = self.buffers.sync(&self.pg, module, agreement);
         self.module = Some(module);
-        Ok(())
-    }
-
-    fn exchange_buffers(
-        &self,
-        module: &M,
-        authority: usize,
-        agreement: &Agreement,
-    ) -> Result<Vec<Vec<f32>>> {
-        let _s = phalanx_core::trace::span("buffers", "comm");
-        let values = floats_to_flat(module, &self.buffers)?;
-        let mut flat: Vec<f32> = values.iter().flatten().copied().collect();
-        let err = |op| move |source| Error::Sync { op, source };
-        match self.options.buffer_sync {
-            BufferSync::Off => unreachable!("sync_buffers returns early without buffer sync"),
-            BufferSync::Broadcast => self
-                .pg
-                .broadcast(&mut flat, authority)
-                .map_err(err("broadcast(buffers)"))?,
-            BufferSync::Average => {
-                // Joined ranks hold stale buffers: they contribute zeros and are not counted.
-                if !agreement.is_active(self.pg.rank()) {
-                    flat.fill(0.0);
-                }
-                self.pg
-                    .allreduce(&mut flat, ReduceOp::Sum)
-                    .map_err(err("allreduce(buffers)"))?;
-                let active = agreement.active_ranks() as f32;
-                flat.iter_mut().for_each(|v| *v /= active);
-            }
-        }
-        Ok(split(&flat, values.iter().map(Vec::len)))
+        synced
     }
 
     fn check_table(&self, table: &GradTable) -> Result<()> {
@@ -548,24 +489,6 @@ impl Held {
     }
 }
 
-fn is_float(kind: &StateKind) -> bool {
-    matches!(
-        kind,
-        StateKind::Trainable | StateKind::Frozen | StateKind::Buffer
-    )
-}
-
-/// Cuts `flat` into consecutive pieces of the given lengths.
-fn split(flat: &[f32], lens: impl Iterator<Item = usize>) -> Vec<Vec<f32>> {
-    let mut rest = flat;
-    lens.map(|n| {
-        let (head, tail) = rest.split_at(n);
-        rest = tail;
-        head.to_vec()
-    })
-    .collect()
-}
-
 /// Device buckets (Note [Device buckets]) when the options ask for them, or when `Auto` finds
 /// the model on a CUDA GPU; `None` for host buckets.
 fn device_reducer<M: Module>(
@@ -612,7 +535,7 @@ fn broadcast_state<M: Module>(pg: &ProcessGroup, module: M, states: &[StateInfo]
         })?;
     }
     let module = set_params_from_flat(module, &split(&flat, lens.into_iter()))?;
-    if states.iter().all(|s| is_float(&s.kind)) {
+    if states.iter().all(|s| s.kind.is_float()) {
         return Ok(module);
     }
     let pieces = discrete_to_bytes(&module);
@@ -622,14 +545,8 @@ fn broadcast_state<M: Module>(pg: &ProcessGroup, module: M, states: &[StateInfo]
         op: "broadcast(int and bool tensors)",
         source,
     })?;
-    let mut rest = bytes.as_slice();
-    let pieces = lens
-        .into_iter()
-        .map(|n| {
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            head.to_vec()
-        })
-        .collect();
-    Ok(set_discrete_from_bytes(module, pieces))
+    Ok(set_discrete_from_bytes(
+        module,
+        split(&bytes, lens.into_iter()),
+    ))
 }

@@ -37,6 +37,7 @@
 
 pub mod adapter;
 pub mod bucket;
+mod buffers;
 mod ddp;
 mod device_buckets;
 mod error;

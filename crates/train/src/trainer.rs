@@ -124,7 +124,7 @@ pub fn train(
         reporter,
         full,
     };
-    with_model(&spec, &device(), run)?
+    with_model(&spec, &device(), run)
 }
 
 /// The rest of [`train`], for the model it built.

@@ -39,6 +39,16 @@ pub enum StateKind {
     Bool(String),
 }
 
+impl StateKind {
+    /// Whether the tensor is a float one (trainable, frozen or buffer).
+    pub fn is_float(&self) -> bool {
+        matches!(
+            self,
+            StateKind::Trainable | StateKind::Frozen | StateKind::Buffer
+        )
+    }
+}
+
 /// Name, shape and kind of one tensor of a module.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StateInfo {

@@ -136,9 +136,9 @@ pub trait WithModel {
 /// Builds the model `spec` describes on `device`, with stable parameter ids (Note [Stable
 /// parameter ids]), and hands it to `then`. The MLP draws from `spec.seed` itself; the others use
 /// Burn's initialisers on the device's generator, seeded with `spec.seed`.
-pub fn with_model<W: WithModel>(spec: &ModelSpec, device: &Device, then: W) -> Result<W::Output> {
-    spec.kind.check_input("the data", spec.input)?;
-    Ok(match spec.kind {
+/// (Whether the data fits the model is the trainer's check: [`ModelKind::check_input`].)
+pub fn with_model<W: WithModel>(spec: &ModelSpec, device: &Device, then: W) -> W::Output {
+    match spec.kind {
         ModelKind::Mlp => {
             let config = MlpConfig::seed(spec.input, spec.classes)
                 .with_hidden(spec.hidden)
@@ -153,7 +153,7 @@ pub fn with_model<W: WithModel>(spec: &ModelSpec, device: &Device, then: W) -> R
             device.seed(spec.seed);
             then.run(with_stable_ids(Transformer::new(spec.classes, device)))
         }
-    })
+    }
 }
 
 /// Gives every float parameter of `module` the id of its position (Note [Stable parameter ids]).
