@@ -18,22 +18,6 @@ use std::{
 
 use launch_util::{free_port, phalanx, run, train_summaries, Finished};
 
-/// Variables that would make a rank think another launcher started it.
-const LAUNCHER_VARS: &[&str] = &[
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "PHALANX_LAUNCHED",
-    "PHALANX_BACKEND",
-    "PET_NPROC_PER_NODE",
-    "SLURM_STEP_ID",
-    "PMI_RANK",
-];
-
 /// `mpirun -np <np> <flags> <phalanx> <args>` for Open MPI, or `None` (with the reason
 /// printed) when there is no Open MPI `mpirun` here.
 fn mpirun(test: &str, np: usize, flags: &[&str], args: &[&str]) -> Option<Command> {
@@ -53,6 +37,8 @@ fn mpirun(test: &str, np: usize, flags: &[&str], args: &[&str]) -> Option<Comman
         return None;
     }
     let mut c = Command::new("mpirun");
+    // No launcher variables from whatever runs the tests (set before ours below).
+    phalanx_testing::process::clean_env(&mut c);
     // --allow-run-as-root: CI runs as root in a container. --oversubscribe: more ranks than
     // cores. vader's single-copy (CMA) needs ptrace rights that containers often deny.
     c.args([
@@ -68,9 +54,6 @@ fn mpirun(test: &str, np: usize, flags: &[&str], args: &[&str]) -> Option<Comman
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    for k in LAUNCHER_VARS {
-        c.env_remove(k);
-    }
     // A session of its own: on a timeout every rank is found (and killed) by its session id,
     // even the ones mpirun leaves behind when it is killed itself.
     // SAFETY: setsid is async-signal-safe.

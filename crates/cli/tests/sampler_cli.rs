@@ -3,11 +3,9 @@
 use std::process::{Command, Output};
 
 fn phalanx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_phalanx"))
+    phalanx_testing::process::clean_env(&mut Command::new(env!("CARGO_BIN_EXE_phalanx")))
         .arg("sampler")
         .args(args)
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
         .output()
         .expect("phalanx runs")
 }

@@ -313,4 +313,23 @@ fn json_output_is_plain_json_lines() {
             .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}"));
         assert!(v.get("event").is_some(), "{line}");
     }
+    // And as the user reads it: every line through Python's json module.
+    let py = "import json,sys; [json.loads(l) for l in sys.stdin if l.strip()]";
+    match std::process::Command::new("python3")
+        .args(["-c", py])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(mut child) => {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            stdin
+                .write_all(f.stdout.as_bytes())
+                .expect("feeding python3");
+            drop(stdin);
+            let status = child.wait().expect("python3 runs");
+            assert!(status.success(), "python3's json rejects:\n{}", f.stdout);
+        }
+        Err(e) => eprintln!("note: python3 not found ({e}); checked with serde_json only"),
+    }
 }

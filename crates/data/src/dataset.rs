@@ -1,7 +1,5 @@
 //! `Dataset`: a flat, row-major table of f32 features and i64 labels.
 
-use std::path::Path;
-
 use crate::error::{Error, Result};
 use crate::randperm::randperm;
 
@@ -179,45 +177,6 @@ impl Dataset {
         ))
     }
 
-    /// Loads a dataset from a spec, as `phalanx train --dataset` takes it:
-    /// `digits`, `mnist5k`, `synthetic[:N[:SEED]]` (default 60000 samples, seed 0),
-    /// `csv:PATH` or `mnist-idx:DIR` (the training files of DIR).
-    ///
-    /// ```
-    /// let d = phalanx_data::Dataset::from_spec("synthetic:100:7")?;
-    /// assert_eq!((d.len(), d.dim(), d.classes()), (100, 784, 10));
-    /// assert!(phalanx_data::Dataset::from_spec("cifar").is_err());
-    /// # Ok::<(), phalanx_data::Error>(())
-    /// ```
-    pub fn from_spec(spec: &str) -> Result<Self> {
-        let unknown = || Error::UnknownDataset {
-            spec: spec.to_string(),
-        };
-        match spec.split_once(':') {
-            None if spec == "digits" => crate::digits(),
-            None if spec == "mnist5k" => crate::mnist5k(),
-            None if spec == "synthetic" => Ok(crate::synthetic(60_000, 0)),
-            Some(("synthetic", rest)) => {
-                let mut parts = rest.split(':');
-                let n = parts
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(unknown)?;
-                let seed = match parts.next() {
-                    Some(s) => s.parse().map_err(|_| unknown())?,
-                    None => 0,
-                };
-                if parts.next().is_some() {
-                    return Err(unknown());
-                }
-                Ok(crate::synthetic(n, seed))
-            }
-            Some(("csv", path)) if !path.is_empty() => crate::csv(Path::new(path)),
-            Some(("mnist-idx", dir)) if !dir.is_empty() => crate::mnist_idx(Path::new(dir)),
-            _ => Err(unknown()),
-        }
-    }
-
     fn check_indices(&self, indices: &[usize]) -> Result<()> {
         match indices.iter().find(|&&i| i >= self.len()) {
             Some(&index) => Err(Error::IndexOutOfRange {
@@ -284,22 +243,5 @@ mod tests {
                 ..
             })
         ));
-    }
-
-    #[test]
-    fn unknown_specs() {
-        for s in [
-            "",
-            "cifar",
-            "csv:",
-            "synthetic:x",
-            "synthetic:1:2:3",
-            "mnist-idx:",
-        ] {
-            assert!(
-                matches!(Dataset::from_spec(s), Err(Error::UnknownDataset { .. })),
-                "{s}"
-            );
-        }
     }
 }

@@ -5,9 +5,9 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use phalanx_data::{DataLoader, Dataset, DistributedSampler};
+//! use phalanx_data::{DataLoader, DistributedSampler};
 //!
-//! let data = Arc::new(Dataset::from_spec("digits")?);
+//! let data = Arc::new(phalanx_data::load("digits")?);
 //! let (world_size, rank) = (2, 0);
 //! let sampler = DistributedSampler::new(data.len(), world_size, rank)?.with_seed(42);
 //! for epoch in 0..2 {
@@ -27,6 +27,7 @@ mod idx;
 mod loader;
 mod randperm;
 mod sampler;
+mod spec;
 mod synthetic;
 mod vendored;
 
@@ -37,5 +38,6 @@ pub use idx::{mnist_idx, mnist_idx_test};
 pub use loader::{Batch, Batches, DataLoader, DEFAULT_PREFETCH};
 pub use randperm::{randperm, RANDPERM_SMALL_LIMIT};
 pub use sampler::{exact_shard, DistributedSampler};
+pub use spec::load;
 pub use synthetic::{synthetic, SYNTHETIC_CLASSES, SYNTHETIC_DIM};
 pub use vendored::{digits, mnist5k};

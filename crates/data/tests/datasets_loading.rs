@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use phalanx_data::{csv, digits, mnist5k, mnist_idx, mnist_idx_test, Dataset, Error};
+use phalanx_data::{csv, digits, mnist5k, mnist_idx, mnist_idx_test, Error};
 
 const DIGITS_GZ: &[u8] = include_bytes!("../../../data/digits.csv.gz");
 
@@ -32,7 +32,7 @@ fn mnist5k_shape_and_label_counts() {
     let d = mnist5k().unwrap();
     assert_eq!((d.len(), d.dim(), d.classes()), (5000, 784, 10));
     assert_eq!(d.label_counts(), [500; 10]);
-    assert_eq!(Dataset::from_spec("mnist5k").unwrap(), d);
+    assert_eq!(phalanx_data::load("mnist5k").unwrap(), d);
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn csv_file_plain_and_gzipped() {
     assert_eq!((a.len(), a.dim(), a.classes()), (2, 2, 3));
     assert_eq!(a.features(), csv(&gz).unwrap().features());
     let spec = format!("csv:{}", plain.display());
-    assert_eq!(Dataset::from_spec(&spec).unwrap().labels(), [0, 2]);
+    assert_eq!(phalanx_data::load(&spec).unwrap().labels(), [0, 2]);
 }
 
 fn assert_names_file_and_line(err: Error, file: &Path, want_line: Option<usize>) {
@@ -148,7 +148,7 @@ fn mnist_idx_plain_gzipped_and_truncated() {
     let test = mnist_idx_test(dir.path()).unwrap();
     assert_eq!((test.len(), test.row(0)), (1, &[1.0f32; 4][..]));
     let spec = format!("mnist-idx:{}", dir.path().display());
-    assert_eq!(Dataset::from_spec(&spec).unwrap(), train);
+    assert_eq!(phalanx_data::load(&spec).unwrap(), train);
 
     // Truncated images: the error names the file and the byte offset where data ran out.
     let images = dir.path().join("train-images-idx3-ubyte");

@@ -1,7 +1,6 @@
 //! The node agent: hosts or joins the store, runs rendezvous rounds, starts the local workers
 //! and restarts them after a failure while `--max-restarts` allows.
 
-use std::cell::Cell;
 use std::ffi::OsString;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -12,44 +11,25 @@ use phalanx_core::{env, Timeout};
 use phalanx_store::{Auth, Store, StoreServer, TcpStore};
 use sha2::{Digest, Sha256};
 
-use crate::round::End;
+use crate::coordinate::Coordinator;
+use crate::round::{End, Job};
 use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};
 
 /// Start-up failures in a row that may restart the group without using up `--max-restarts`;
 /// past this, a program that cannot start at all fails like any other.
 pub(crate) const MAX_STARTUP_FAILURES: u32 = 3;
 
-/// Bound on each store call of the control handle ([`Agent::ctl`]).
+/// Bound on each store call of the agents' control handle ([`Coordinator`]).
 pub(crate) const CONTROL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One node's agent for the whole job.
 pub(crate) struct Agent<'a> {
-    pub(crate) args: &'a LaunchArgs,
-    pub(crate) program: &'a [OsString],
-    pub(crate) host: String,
-    pub(crate) run_id: String,
-    pub(crate) auth: Auth,
-    /// What workers get as MASTER_ADDR / MASTER_PORT.
-    pub(crate) master_addr: String,
-    pub(crate) master_port: u16,
+    /// What each round starts from.
+    job: Job<'a>,
+    /// This node's side of the conversation with the other agents.
+    coord: Coordinator,
     /// The store, hosted here on node 0 (kept alive until the agent ends).
     _server: Option<StoreServer>,
-    /// This agent's handle on the store: in-process on node 0, a TCP client elsewhere. Its
-    /// timeout is PHALANX_TIMEOUT, for the rendezvous.
-    pub(crate) store: Arc<dyn Store>,
-    /// A second handle for polling and failure handling, whose calls (reconnection included)
-    /// give up after [`CONTROL_TIMEOUT`]: a node 0 that is gone must not stall a failing
-    /// agent for PHALANX_TIMEOUT.
-    pub(crate) ctl: Arc<dyn Store>,
-    /// Identifies this agent in rendezvous claims.
-    pub(crate) nonce: String,
-    /// Set OMP_NUM_THREADS=1 in the workers (it was unset and nproc > 1).
-    pub(crate) set_omp: bool,
-    /// PHALANX_TIMEOUT: rendezvous and exit-barrier bound.
-    pub(crate) timeout: Duration,
-    /// The store stopped answering (node 0 gone): no more store calls, which would each
-    /// retry for PHALANX_TIMEOUT.
-    pub(crate) store_lost: Cell<bool>,
 }
 
 impl<'a> Agent<'a> {
@@ -118,30 +98,41 @@ impl<'a> Agent<'a> {
         if set_omp {
             eprintln!("{}", crate::worker_env::OMP_WARNING);
         }
-        Ok(Agent {
+        let host = hostname();
+        let coord = Coordinator::new(
+            ctl,
+            args.nnodes,
+            args.node_rank,
+            host.clone(),
+            timeout,
+            args.monitor_interval,
+        );
+        let job = Job {
             args,
             program,
-            host: hostname(),
             run_id,
-            auth,
+            token_hex: auth.token_hex(),
             master_addr,
             master_port,
-            _server: server,
-            store,
-            ctl,
+            host,
             nonce: hex(&Auth::random("").token[..8]),
             set_omp,
+            store,
             timeout,
-            store_lost: Cell::new(false),
+        };
+        Ok(Agent {
+            job,
+            coord,
+            _server: server,
         })
     }
 
     /// Runs rounds until the job succeeds, is stopped, or fails with no restart left.
-    pub(crate) fn run(&mut self) -> anyhow::Result<ExitCode> {
-        let k = self.args.max_restarts;
+    pub(crate) fn run(&self) -> anyhow::Result<ExitCode> {
+        let k = self.job.args.max_restarts;
         let (mut round, mut used, mut startup_in_a_row) = (0u32, 0u32, 0u32);
         loop {
-            match self.run_round(round)? {
+            match self.job.run_round(&self.coord, round)? {
                 End::Success => return Ok(ExitCode::SUCCESS),
                 End::Signal(sig) => return Ok(ExitCode::from(128 + sig as u8)),
                 End::Failed(cause) => {
@@ -154,7 +145,7 @@ impl<'a> Agent<'a> {
                             "phalanx launch: start-up failure {startup_in_a_row} of at most \
                              {MAX_STARTUP_FAILURES} in a row (within --startup-window {:?}); it \
                              does not count against --max-restarts {k}; starting attempt {}",
-                            self.args.startup_window,
+                            self.job.args.startup_window,
                             round + 1
                         );
                     } else if used < k {
@@ -221,7 +212,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// This machine's host name, for the summary table.
-pub(crate) fn hostname() -> String {
+fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;

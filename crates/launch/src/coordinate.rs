@@ -1,13 +1,18 @@
 //! Multi-node coordination through the store: publishing a round's root cause (first writer
-//! wins), polling for the other nodes' failures, and the exit barrier that keeps node 0's
-//! store up until every node is done.
+//! wins), polling for the other nodes' failures, the exit barrier that keeps node 0's store up
+//! until every node is done, and the reads and row exchange of the failure report.
+//!
+//! [`Coordinator`] owns the agent's control handle on the store and whether the store is lost,
+//! so that once node 0 is gone no caller retries it.
 
+use std::cell::Cell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::Agent;
-use crate::rendezvous::key;
+use phalanx_store::{keys, Store};
+
 use crate::signals;
-use crate::summary::RootCause;
+use crate::summary::{RootCause, Row};
 
 /// What the exit barrier ended in, when not plain success.
 pub(crate) enum BarrierEnd {
@@ -17,21 +22,68 @@ pub(crate) enum BarrierEnd {
 
 /// How long node 0 keeps its store up for the other agents to read the barrier's end.
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
+/// How long an agent waits for the other nodes' report rows before printing without them.
+const ROWS_WAIT: Duration = Duration::from_secs(1);
 
-impl Agent<'_> {
+/// This node's side of the conversation between agents.
+pub(crate) struct Coordinator {
+    /// The control handle on the store, whose calls (reconnection included) give up after
+    /// `CONTROL_TIMEOUT`: a node 0 that is gone must not stall a failing agent for
+    /// PHALANX_TIMEOUT.
+    ctl: Arc<dyn Store>,
+    /// The store stopped answering (node 0 gone): no more store calls, which would each
+    /// retry.
+    lost: Cell<bool>,
+    /// `--nnodes`; with one node there is nobody to coordinate with.
+    nnodes: u32,
+    /// `--node-rank`.
+    pub(crate) node_rank: u32,
+    /// This machine's host name, for root causes and report rows.
+    pub(crate) host: String,
+    /// PHALANX_TIMEOUT: the exit barrier's bound.
+    timeout: Duration,
+    /// `--monitor-interval`: how often the exit barrier polls.
+    poll: Duration,
+}
+
+impl Coordinator {
+    pub(crate) fn new(
+        ctl: Arc<dyn Store>,
+        nnodes: u32,
+        node_rank: u32,
+        host: String,
+        timeout: Duration,
+        poll: Duration,
+    ) -> Self {
+        Coordinator {
+            ctl,
+            lost: Cell::new(false),
+            nnodes,
+            node_rank,
+            host,
+            timeout,
+            poll,
+        }
+    }
+
+    /// Whether there are other nodes to tell and hear from (more than one node, store alive).
+    pub(crate) fn has_peers(&self) -> bool {
+        self.nnodes > 1 && !self.lost.get()
+    }
+
     /// Publishes `cause` as round `round`'s root cause unless another node was first; returns
     /// the root cause every agent will report.
     pub(crate) fn publish(&self, round: u32, cause: RootCause) -> RootCause {
-        if self.args.nnodes == 1 || self.store_lost.get() {
+        if !self.has_peers() {
             return cause;
         }
-        let k = key(round, "failed");
+        let k = keys::agent(round, "failed");
         let mine = serde_json::to_vec(&cause).expect("a root cause serialises");
         match self.ctl.compare_set(&k, b"", &mine) {
             Ok(got) if got != mine => serde_json::from_slice(&got).unwrap_or(cause),
             Ok(_) => cause,
             Err(e) => {
-                self.store_lost.set(true);
+                self.lost.set(true);
                 eprintln!("phalanx launch: could not tell the other nodes about the failure: {e}");
                 cause
             }
@@ -41,10 +93,10 @@ impl Agent<'_> {
     /// Another node's failure in round `round`, if one was published (multi-node only). A
     /// store that stopped answering is itself a failure: node 0's agent is gone.
     pub(crate) fn poll_failed(&self, round: u32) -> Option<RootCause> {
-        if self.args.nnodes == 1 || self.store_lost.get() {
+        if !self.has_peers() {
             return None;
         }
-        let k = key(round, "failed");
+        let k = keys::agent(round, "failed");
         let got = self.ctl.check(&[&k]).and_then(|present| {
             if present {
                 self.ctl.get(&k).map(Some)
@@ -59,7 +111,7 @@ impl Agent<'_> {
                 ..self.agent_cause(1, false)
             })),
             Err(e) => {
-                self.store_lost.set(true);
+                self.lost.set(true);
                 Some(RootCause {
                     what: format!("lost the store on node 0 ({e}); is node 0's agent gone?"),
                     ..self.agent_cause(1, false)
@@ -71,7 +123,7 @@ impl Agent<'_> {
     /// A root cause that names this agent rather than a worker.
     pub(crate) fn agent_cause(&self, code: u8, restartable: bool) -> RootCause {
         RootCause {
-            group_rank: self.args.node_rank,
+            group_rank: self.node_rank,
             host: self.host.clone(),
             rank: None,
             local_rank: None,
@@ -89,12 +141,12 @@ impl Agent<'_> {
     /// exit barrier), so that node 0 keeps the store up and a late failure elsewhere can still
     /// restart this node's group. `None` means the whole job succeeded.
     pub(crate) fn exit_barrier(&self, round: u32) -> Option<BarrierEnd> {
-        if self.args.nnodes == 1 || self.store_lost.get() {
+        if !self.has_peers() {
             return None;
         }
-        let nnodes = i64::from(self.args.nnodes);
-        let done = key(round, "done");
-        let left = key(round, "left");
+        let nnodes = i64::from(self.nnodes);
+        let done = keys::agent(round, "done");
+        let left = keys::agent(round, "left");
         if let Err(e) = self.ctl.add(&done, 1) {
             eprintln!("phalanx launch: exit barrier: {e}; assuming the job is over");
             return None;
@@ -123,9 +175,9 @@ impl Agent<'_> {
                 );
                 return None;
             }
-            std::thread::sleep(self.args.monitor_interval);
+            std::thread::sleep(self.poll);
         }
-        if self.args.node_rank != 0 {
+        if self.node_rank != 0 {
             let _ = self.ctl.add(&left, 1);
             return None;
         }
@@ -138,5 +190,73 @@ impl Agent<'_> {
             }
         }
         None
+    }
+
+    /// The value of store key `k`, if it is there and the store still answers.
+    pub(crate) fn read(&self, k: &str) -> Option<Vec<u8>> {
+        if self.lost.get() {
+            return None;
+        }
+        match self.ctl.check(&[k]) {
+            Ok(true) => self.ctl.get(k).ok(),
+            _ => None,
+        }
+    }
+
+    /// Publishes this node's rows and collects the others' (best effort, [`ROWS_WAIT`]).
+    pub(crate) fn gather_rows(&self, round: u32, rows: &mut Vec<Row>, missing: &mut Vec<u32>) {
+        if !self.has_peers() {
+            return;
+        }
+        let me = self.node_rank;
+        let mine = serde_json::to_vec(&rows).expect("rows serialise");
+        if self
+            .ctl
+            .set(&keys::agent(round, &format!("rows/{me}")), &mine)
+            .is_err()
+        {
+            return;
+        }
+        let mut pending: Vec<u32> = (0..self.nnodes).filter(|&g| g != me).collect();
+        let deadline = Instant::now() + ROWS_WAIT;
+        loop {
+            pending.retain(|&g| {
+                let k = keys::agent(round, &format!("rows/{g}"));
+                match self.ctl.check(&[&k]) {
+                    Ok(true) => {
+                        if let Ok(theirs) = self
+                            .ctl
+                            .get(&k)
+                            .map(|v| serde_json::from_slice::<Vec<Row>>(&v).unwrap_or_default())
+                        {
+                            rows.extend(theirs);
+                        }
+                        false
+                    }
+                    Ok(false) => true,
+                    Err(_) => false,
+                }
+            });
+            if pending.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        missing.extend(pending);
+        // Node 0 hosts the store: it stays until the others have read its rows.
+        let reported = keys::agent(round, "reported");
+        if me != 0 {
+            let _ = self.ctl.add(&reported, 1);
+            return;
+        }
+        let deadline = Instant::now() + ROWS_WAIT;
+        while Instant::now() < deadline {
+            match self.ctl.add(&reported, 0) {
+                Ok(n) if n + 1 < i64::from(self.nnodes) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => break,
+            }
+        }
     }
 }

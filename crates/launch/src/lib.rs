@@ -49,21 +49,10 @@ pub use tee::{Streams, Tee};
 pub const EXIT_RESTARTS_EXHAUSTED: u8 = 125;
 
 /// Whether this process is a worker started by a launcher (so it must not launch itself):
-/// `PHALANX_LAUNCHED` is set, or `RANK` and `WORLD_SIZE` are (torchrun), or an MPI or Slurm
-/// step started it. Under Kubeflow, where `RANK` is the pod index and `PET_NPROC_PER_NODE` asks
-/// for an agent, a process without `LOCAL_RANK` is the agent, not a worker.
+/// [`phalanx_core::Launcher::detect`] found one (phalanx, torchrun, an MPI launcher or a Slurm
+/// step; not a Kubeflow agent).
 pub fn started_by_launcher() -> bool {
-    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
-    if set("PHALANX_LAUNCHED") {
-        return true;
-    }
-    if set("PET_NPROC_PER_NODE") && !set("LOCAL_RANK") {
-        return false;
-    }
-    (set("RANK") && set("WORLD_SIZE"))
-        || set("OMPI_COMM_WORLD_RANK")
-        || set("PMI_RANK")
-        || (set("SLURM_STEP_ID") && set("SLURM_PROCID"))
+    phalanx_core::Launcher::detect().is_some()
 }
 
 /// Runs `program` (`program[0]` and its arguments) under a node agent configured by `args`
@@ -75,7 +64,7 @@ pub fn launch(args: &LaunchArgs, program: &[OsString]) -> anyhow::Result<ExitCod
         return Err(Error::NoProgram.into());
     }
     signals::install();
-    let mut agent = agent::Agent::start(args, program)?;
+    let agent = agent::Agent::start(args, program)?;
     let code = agent.run();
     progress::finish();
     code

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use phalanx_store::Store;
+use phalanx_store::{keys, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::worker_env::Layout;
@@ -29,10 +29,6 @@ pub(crate) struct Claim {
 
 /// How long node 0 keeps the store up after finding that another node disagrees on --nnodes.
 const MISMATCH_LINGER: Duration = Duration::from_millis(600);
-
-pub(crate) fn key(round: u32, what: &str) -> String {
-    format!("agent/{round}/{what}")
-}
 
 fn store_err(op: &'static str, key: &str, e: phalanx_store::Error) -> Error {
     Error::Store {
@@ -59,7 +55,7 @@ pub(crate) fn rendezvous(
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<Option<Layout>, Error> {
     let mine = serde_json::to_vec(claim).expect("a claim serialises");
-    let my_key = key(round, &format!("node/{group_rank}"));
+    let my_key = keys::agent(round, &format!("node/{group_rank}"));
     let got = store
         .compare_set(&my_key, b"", &mine)
         .map_err(|e| store_err("compare_set", &my_key, e))?;
@@ -75,10 +71,10 @@ pub(crate) fn rendezvous(
         });
     }
     let keys: Vec<String> = (0..claim.nnodes)
-        .map(|g| key(round, &format!("node/{g}")))
+        .map(|g| keys::agent(round, &format!("node/{g}")))
         .collect();
-    let outcome_key = key(round, "layout");
-    let joined_key = key(round, "joined");
+    let outcome_key = keys::agent(round, "layout");
+    let joined_key = keys::agent(round, "joined");
     let joined = store
         .add(&joined_key, 1)
         .map_err(|e| store_err("add", &joined_key, e))?;
@@ -249,5 +245,4 @@ fn parse_claim(k: &str, v: &[u8]) -> Result<Claim, Error> {
 }
 
 #[cfg(test)]
-#[path = "rendezvous_tests.rs"]
 mod tests;

@@ -4,25 +4,29 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use crate::agent::Agent;
+use phalanx_store::keys;
+
+use crate::coordinate::Coordinator;
 use crate::diagnosis::{diagnose, RankView, Seen};
-use crate::rendezvous::key;
 use crate::summary::{render, RootCause, Row};
 use crate::worker::Worker;
-use crate::worker_env::store_prefix;
 
-/// How long an agent waits for the other nodes' rows before printing without them.
-const ROWS_WAIT: Duration = Duration::from_secs(1);
 /// Longest reason shown.
 const MAX_REASON: usize = 300;
 
-impl Agent<'_> {
+/// The failure report of one node's agent: what it knows locally, and what it reads and
+/// exchanges through its [`Coordinator`].
+pub(crate) struct Reporter<'a> {
+    pub(crate) coord: &'a Coordinator,
+    pub(crate) run_id: &'a str,
+}
+
+impl Reporter<'_> {
     /// Fills in the root cause's last line now that its output has been drained (it raced
     /// with the exit at detection time).
     pub(crate) fn refresh(&self, mut cause: RootCause, workers: &[Worker]) -> RootCause {
-        if cause.group_rank == self.args.node_rank {
+        if cause.group_rank == self.coord.node_rank {
             if let Some(w) = workers.iter().find(|w| Some(w.rank) == cause.rank) {
                 cause.last_line = w.last_line().or(cause.last_line);
             }
@@ -45,8 +49,8 @@ impl Agent<'_> {
             .map(|w| Row {
                 rank: w.rank,
                 local_rank: w.local_rank,
-                group_rank: self.args.node_rank,
-                host: self.host.clone(),
+                group_rank: self.coord.node_rank,
+                host: self.coord.host.clone(),
                 pid: w.pid,
                 status: w.exit.map_or("still running".into(), |(e, _)| e.describe()),
                 stopped: w.stopped_by_agent,
@@ -56,19 +60,17 @@ impl Agent<'_> {
             })
             .collect();
         let mut missing = Vec::new();
-        if self.args.nnodes > 1 && !self.store_lost.get() {
-            self.gather_rows(round, &mut rows, &mut missing);
-        }
+        self.coord.gather_rows(round, &mut rows, &mut missing);
         let cause_reason = cause.rank.and_then(|r| {
             let file = workers
                 .iter()
-                .find(|w| Some(w.rank) == cause.rank && cause.group_rank == self.args.node_rank)
+                .find(|w| Some(w.rank) == cause.rank && cause.group_rank == self.coord.node_rank)
                 .and_then(|w| w.error_file.as_deref());
             self.reason(round, r, file)
         });
         let diagnosis = diagnose(&self.rank_views(round, &rows, workers, seen));
         let mut text = render(
-            &self.run_id,
+            self.run_id,
             round,
             cause,
             cause_reason.as_deref(),
@@ -91,11 +93,11 @@ impl Agent<'_> {
     ) -> Vec<RankView> {
         rows.iter()
             .map(|r| {
-                let local = r.group_rank == self.args.node_rank;
+                let local = r.group_rank == self.coord.node_rank;
                 let worker = workers.iter().find(|w| local && w.rank == r.rank);
                 RankView {
                     rank: r.rank,
-                    status: self.published(&format!("{}/status/{}", store_prefix(round), r.rank)),
+                    status: self.published(&keys::in_round(round, &keys::status(r.rank))),
                     state: seen.get(&r.rank).filter(|_| local).and_then(|s| s.state),
                     last_line: worker
                         .and_then(Worker::last_line)
@@ -107,89 +109,18 @@ impl Agent<'_> {
 
     /// The first line of store key `k`, if it is there (and the store still answers).
     fn published(&self, k: &str) -> Option<String> {
-        if self.store_lost.get() {
-            return None;
-        }
-        match self.ctl.check(&[k]) {
-            Ok(true) => self
-                .ctl
-                .get(k)
-                .ok()
-                .map(|v| first_line(&String::from_utf8_lossy(&v))),
-            _ => None,
-        }
+        self.coord
+            .read(k)
+            .map(|v| first_line(&String::from_utf8_lossy(&v)))
     }
 
     /// Why rank `rank` failed, in its own words: the store's `error/<rank>` (published by its
     /// process group, under the round's prefix or bare), else its error file.
     fn reason(&self, round: u32, rank: u32, error_file: Option<&Path>) -> Option<String> {
-        if !self.store_lost.get() {
-            for k in [
-                format!("{}/error/{rank}", store_prefix(round)),
-                format!("error/{rank}"),
-            ] {
-                if let Ok(true) = self.ctl.check(&[&k]) {
-                    if let Ok(v) = self.ctl.get(&k) {
-                        return Some(first_line(&String::from_utf8_lossy(&v)));
-                    }
-                }
-            }
-        }
-        error_file.and_then(read_error_file)
-    }
-
-    /// Publishes this node's rows and collects the others' (best effort, [`ROWS_WAIT`]).
-    fn gather_rows(&self, round: u32, rows: &mut Vec<Row>, missing: &mut Vec<u32>) {
-        let me = self.args.node_rank;
-        let mine = serde_json::to_vec(&rows).expect("rows serialise");
-        if self
-            .ctl
-            .set(&key(round, &format!("rows/{me}")), &mine)
-            .is_err()
-        {
-            return;
-        }
-        let mut pending: Vec<u32> = (0..self.args.nnodes).filter(|&g| g != me).collect();
-        let deadline = Instant::now() + ROWS_WAIT;
-        loop {
-            pending.retain(|&g| {
-                let k = key(round, &format!("rows/{g}"));
-                match self.ctl.check(&[&k]) {
-                    Ok(true) => {
-                        if let Ok(theirs) = self
-                            .ctl
-                            .get(&k)
-                            .map(|v| serde_json::from_slice::<Vec<Row>>(&v).unwrap_or_default())
-                        {
-                            rows.extend(theirs);
-                        }
-                        false
-                    }
-                    Ok(false) => true,
-                    Err(_) => false,
-                }
-            });
-            if pending.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        missing.extend(pending);
-        // Node 0 hosts the store: it stays until the others have read its rows.
-        let reported = key(round, "reported");
-        if me != 0 {
-            let _ = self.ctl.add(&reported, 1);
-            return;
-        }
-        let deadline = Instant::now() + ROWS_WAIT;
-        while Instant::now() < deadline {
-            match self.ctl.add(&reported, 0) {
-                Ok(n) if n + 1 < i64::from(self.args.nnodes) => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => break,
-            }
-        }
+        [keys::in_round(round, &keys::error(rank)), keys::error(rank)]
+            .iter()
+            .find_map(|k| self.published(k))
+            .or_else(|| error_file.and_then(read_error_file))
     }
 }
 

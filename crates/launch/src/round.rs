@@ -6,15 +6,20 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::agent::Agent;
-use crate::coordinate::BarrierEnd;
+use std::ffi::OsString;
+use std::sync::Arc;
+
+use phalanx_store::Store;
+
+use crate::coordinate::{BarrierEnd, Coordinator};
 use crate::output::{Console, Sink};
 use crate::rendezvous::{rendezvous, Claim};
+use crate::report::Reporter;
 use crate::signals;
 use crate::summary::RootCause;
 use crate::worker::{Exited, Spec, Worker};
 use crate::worker_env::{substitute_args, worker_env, JobEnv, Layout};
-use crate::Error;
+use crate::{Error, LaunchArgs};
 
 /// How a round ended.
 pub(crate) enum End {
@@ -42,8 +47,33 @@ const SETTLE_WAIT: Duration = Duration::from_millis(250);
 /// How long the agent waits for output pipes to drain after its workers ended.
 const DRAIN_WAIT: Duration = Duration::from_millis(300);
 
-impl Agent<'_> {
-    pub(crate) fn run_round(&mut self, round: u32) -> anyhow::Result<End> {
+/// What every round of this node's job starts from: the flags, the program, and the identity
+/// and store that the agent set up once.
+pub(crate) struct Job<'a> {
+    pub(crate) args: &'a LaunchArgs,
+    pub(crate) program: &'a [OsString],
+    pub(crate) run_id: String,
+    /// The job's secret, hex, handed to the workers.
+    pub(crate) token_hex: String,
+    /// What workers get as MASTER_ADDR / MASTER_PORT.
+    pub(crate) master_addr: String,
+    pub(crate) master_port: u16,
+    /// This machine's host name, in rendezvous claims.
+    pub(crate) host: String,
+    /// Identifies this agent in rendezvous claims.
+    pub(crate) nonce: String,
+    /// Set OMP_NUM_THREADS=1 in the workers (it was unset and nproc > 1).
+    pub(crate) set_omp: bool,
+    /// The agent's handle on the store for the rendezvous, bounded by PHALANX_TIMEOUT.
+    pub(crate) store: Arc<dyn Store>,
+    /// PHALANX_TIMEOUT.
+    pub(crate) timeout: Duration,
+}
+
+impl Job<'_> {
+    /// Runs round `round`: rendezvous, start this node's workers, watch them and the other
+    /// nodes, and on a failure stop them and report.
+    pub(crate) fn run_round(&self, coord: &Coordinator, round: u32) -> anyhow::Result<End> {
         let Some(layout) = self.layout(round)? else {
             return Ok(End::Signal(signals::take().unwrap_or(libc::SIGTERM)));
         };
@@ -56,7 +86,7 @@ impl Agent<'_> {
             run_id: self.run_id.clone(),
             master_addr: self.master_addr.clone(),
             master_port: self.master_port,
-            token_hex: self.auth.token_hex(),
+            token_hex: self.token_hex.clone(),
             round,
             max_restarts: self.args.max_restarts,
             set_omp: self.set_omp,
@@ -82,11 +112,11 @@ impl Agent<'_> {
                 }
             }
         }
-        let watch = self.monitor(round, &mut workers, &rx);
+        let watch = self.monitor(coord, round, &mut workers, &rx);
         let end = match watch {
             Watch::AllSucceeded => {
                 drain(&mut workers);
-                match self.exit_barrier(round) {
+                match coord.exit_barrier(round) {
                     None => return Ok(End::Success),
                     Some(BarrierEnd::Signal(sig)) => return Ok(End::Signal(sig)),
                     Some(BarrierEnd::Remote(cause)) => cause,
@@ -96,9 +126,9 @@ impl Agent<'_> {
                 let cause = RootCause {
                     what: format!("its agent received {}", signals::signal_name(sig)),
                     after_s: start.elapsed().as_secs_f64(),
-                    ..self.agent_cause(128 + sig as u8, false)
+                    ..coord.agent_cause(128 + sig as u8, false)
                 };
-                self.publish(round, cause);
+                coord.publish(round, cause);
                 eprintln!(
                     "phalanx launch: received {}; forwarding it to {} worker(s)",
                     signals::signal_name(sig),
@@ -112,8 +142,8 @@ impl Agent<'_> {
                 let (exit, at) = w.exit.expect("a failed worker has exited");
                 let after = at.duration_since(start);
                 let cause = RootCause {
-                    group_rank: self.args.node_rank,
-                    host: self.host.clone(),
+                    group_rank: coord.node_rank,
+                    host: coord.host.clone(),
                     rank: Some(w.rank),
                     local_rank: Some(lr),
                     pid: Some(w.pid),
@@ -124,7 +154,7 @@ impl Agent<'_> {
                     restartable: true,
                     last_line: w.last_line(),
                 };
-                self.publish(round, cause)
+                coord.publish(round, cause)
             }
             Watch::Remote(cause) => cause,
         };
@@ -134,8 +164,12 @@ impl Agent<'_> {
         // root cause in their own words and exit before they are signalled.
         wait_all(&mut workers, &rx, Instant::now() + SETTLE_WAIT);
         self.stop(&mut workers, &rx, libc::SIGTERM);
-        let cause = self.refresh(end, &workers);
-        self.report(round, &cause, &workers, &seen);
+        let reporter = Reporter {
+            coord,
+            run_id: &self.run_id,
+        };
+        let cause = reporter.refresh(end, &workers);
+        reporter.report(round, &cause, &workers, &seen);
         Ok(End::Failed(cause))
     }
 
@@ -212,7 +246,13 @@ impl Agent<'_> {
 
     /// Waits for the first worker failure, the end of all workers, a signal, or (multi-node)
     /// another node's failure, checking signals and the store every `--monitor-interval`.
-    fn monitor(&self, round: u32, workers: &mut [Worker], rx: &Receiver<Exited>) -> Watch {
+    fn monitor(
+        &self,
+        coord: &Coordinator,
+        round: u32,
+        workers: &mut [Worker],
+        rx: &Receiver<Exited>,
+    ) -> Watch {
         let interval = self.args.monitor_interval;
         let mut next_poll = Instant::now() + interval;
         loop {
@@ -238,7 +278,7 @@ impl Agent<'_> {
             }
             if Instant::now() >= next_poll {
                 next_poll = Instant::now() + interval;
-                if let Some(cause) = self.poll_failed(round) {
+                if let Some(cause) = coord.poll_failed(round) {
                     return Watch::Remote(cause);
                 }
             }
@@ -248,7 +288,7 @@ impl Agent<'_> {
     /// Stops every worker still running: `first` (SIGTERM, or the signal the agent received),
     /// `--grace-period`, then SIGKILL to each worker's process group (which also removes
     /// anything a worker left behind), then drains their output.
-    pub(crate) fn stop(&self, workers: &mut [Worker], rx: &Receiver<Exited>, first: i32) {
+    fn stop(&self, workers: &mut [Worker], rx: &Receiver<Exited>, first: i32) {
         for w in workers.iter_mut().filter(|w| w.exit.is_none()) {
             w.signal(first);
             // A stopped worker (SIGSTOP, Ctrl-Z) would hold `first` pending for the whole

@@ -53,12 +53,6 @@ pub(crate) struct JobEnv {
     pub(crate) attempt_dir: Option<PathBuf>,
 }
 
-/// The prefix under which round `round`'s workers keep their store keys, so that a restarted
-/// group never reads a stale key of the round before.
-pub(crate) fn store_prefix(round: u32) -> String {
-    format!("round/{round}")
-}
-
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
 pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<(String, String)> {
     let rank = layout.rank(local_rank).to_string();
@@ -81,7 +75,10 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
         ("TORCHELASTIC_USE_AGENT_STORE", "True".into()),
         ("PHALANX_TOKEN", job.token_hex.clone()),
         ("PHALANX_JOB_ID", job.run_id.clone()),
-        ("PHALANX_STORE_PREFIX", store_prefix(job.round)),
+        (
+            "PHALANX_STORE_PREFIX",
+            phalanx_store::keys::round_prefix(job.round),
+        ),
         ("PHALANX_LAUNCHED", "1".into()),
     ];
     if std::env::var_os("TORCH_NCCL_ASYNC_ERROR_HANDLING").is_none() {

@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use phalanx_launch::{relaunch_self, started_by_launcher, LaunchArgs};
+use phalanx_testing::process::clean_env;
 
 fn main() -> ExitCode {
     if started_by_launcher() {
@@ -24,12 +25,9 @@ fn main() -> ExitCode {
         };
         return relaunch_self(&args).unwrap();
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut child = clean_env(&mut Command::new(std::env::current_exe().unwrap()))
         .arg("--some-flag")
         .env("LAUNCH_TEST_ROLE", "agent")
-        .env_remove("RANK")
-        .env_remove("PHALANX_LAUNCHED")
-        .env_remove("PET_NPROC_PER_NODE")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

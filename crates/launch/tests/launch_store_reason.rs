@@ -51,14 +51,13 @@ fn worker() -> ExitCode {
 }
 
 fn test() -> ExitCode {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env("LAUNCH_TEST_ROLE", "launcher")
-        .env_remove("PHALANX_TOKEN")
-        .env_remove("RANK")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        phalanx_testing::process::clean_env(&mut Command::new(std::env::current_exe().unwrap()))
+            .env("LAUNCH_TEST_ROLE", "launcher")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
     let stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
     let start = Instant::now();

@@ -2,6 +2,8 @@
 
 use std::{fmt, str::FromStr};
 
+use phalanx_core::env;
+
 use crate::{ProcessGroup, Result};
 
 /// The collective backend of a process group (Note \[Backends\] in `exec.rs`).
@@ -69,7 +71,7 @@ impl FromStr for Backend {
     }
 }
 
-/// Creates the process group on `backend`: [`init_process_group`](crate::init_process_group)
+/// Creates the process group on `backend`: [`init_process_group`]
 /// for `Native`, `init_mpi` for `Mpi`, `init_nccl` for `Nccl` (an
 /// [`Error::Backend`](crate::Error::Backend) when this build lacks the backend's feature).
 pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
@@ -91,6 +93,23 @@ pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
                 .into(),
         }),
     }
+}
+
+/// Creates the default process group from the launcher's environment (torchrun's
+/// variables, or Open MPI's, MPICH's, Slurm's).
+///
+/// `PHALANX_BACKEND` picks the backend (`native` by default; `mpi` and `nccl` need the crate
+/// features of the same names), as `--backend` does for the `phalanx` commands.
+pub fn init_process_group() -> Result<ProcessGroup> {
+    let backend = match env::get(env::PHALANX_BACKEND) {
+        None => Backend::Native,
+        Some(v) => v.parse().map_err(|reason| crate::Error::Env {
+            name: "PHALANX_BACKEND".into(),
+            value: v,
+            reason,
+        })?,
+    };
+    init_backend(backend)
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
 //! Where a process learns its rank: torchrun's variables, or Open MPI's, MPICH's or Slurm's.
 //!
 //! Pure over a lookup function so that every scheduler's layout is unit-tested without
-//! touching the process environment. Precedence: `RANK` (torchrun, `phalanx launch`,
-//! Kubeflow) → `OMPI_COMM_WORLD_*` → `PMI_*` → Slurm step variables (trusted only when
-//! `SLURM_STEP_ID` is set: a bare batch script also has `SLURM_PROCID=0`) → a single process.
+//! touching the process environment. Which scheduler's variables to read is
+//! [`Launcher::detect_with`]'s answer (phalanx_core), the same one that decides whether a
+//! process was launched at all; with none, a lone `RANK` still reads as torchrun's (so a
+//! missing `WORLD_SIZE` is named), and otherwise this is a single process.
+
+use phalanx_core::Launcher;
 
 use crate::{Error, Result};
 
@@ -72,7 +75,11 @@ impl DistEnv {
                 })?,
         };
         let addr = get("MASTER_ADDR");
-        let mut e = if get("RANK").is_some() {
+        let launcher = Launcher::detect_with(get);
+        let slurm_step = get("SLURM_STEP_ID").is_some() && get("SLURM_PROCID").is_some();
+        let mut e = if matches!(launcher, Some(Launcher::Phalanx | Launcher::Torchrun))
+            || (launcher.is_none() && get("RANK").is_some())
+        {
             let rank = need(get, "RANK", "")?;
             let world_size = need(get, "WORLD_SIZE", "RANK is set, so WORLD_SIZE must be too")?;
             let local_world_size = num(get, "LOCAL_WORLD_SIZE")?.unwrap_or(world_size);
@@ -86,7 +93,7 @@ impl DistEnv {
                 master_port: port,
                 source: "torchrun",
             }
-        } else if get("OMPI_COMM_WORLD_RANK").is_some() {
+        } else if launcher == Some(Launcher::OpenMpi) {
             let world_size = need(get, "OMPI_COMM_WORLD_SIZE", "set by mpirun")?;
             let local_world_size = num(get, "OMPI_COMM_WORLD_LOCAL_SIZE")?.unwrap_or(world_size);
             let rank = need(get, "OMPI_COMM_WORLD_RANK", "")?;
@@ -101,7 +108,7 @@ impl DistEnv {
                 master_port: port,
                 source: "openmpi",
             }
-        } else if get("PMI_RANK").is_some() {
+        } else if launcher == Some(Launcher::Mpich) {
             let world_size = need(get, "PMI_SIZE", "set by the MPICH launcher")?;
             let local_world_size = num(get, "MPI_LOCALNRANKS")?.unwrap_or(world_size);
             let rank = need(get, "PMI_RANK", "")?;
@@ -115,7 +122,10 @@ impl DistEnv {
                 master_port: port,
                 source: "mpich",
             }
-        } else if get("SLURM_STEP_ID").is_some() && get("SLURM_PROCID").is_some() {
+        } else if launcher == Some(Launcher::Slurm)
+            // `srun --mpi=pmix` sets both; the step's variables carry the sizes.
+            || (launcher == Some(Launcher::Pmix) && slurm_step)
+        {
             let node = num(get, "SLURM_NODEID")?.unwrap_or(0);
             let world_size = need(get, "SLURM_NTASKS", "set by srun")?;
             let local_world_size = match get("SLURM_STEP_TASKS_PER_NODE") {
@@ -139,6 +149,16 @@ impl DistEnv {
                 master_port: port,
                 source: "slurm",
             }
+        } else if launcher == Some(Launcher::Pmix) {
+            // PMIx hands out the world size through its API, not the environment: reading
+            // this as a single process would train N copies of a world of one.
+            return Err(Error::Env {
+                name: "PMIX_RANK".into(),
+                value: get("PMIX_RANK").unwrap_or_default(),
+                reason: "a PMIx launcher started this process but set no world size; use \
+                         --backend mpi, or set RANK and WORLD_SIZE"
+                    .into(),
+            });
         } else {
             DistEnv {
                 rank: 0,

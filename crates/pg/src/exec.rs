@@ -4,7 +4,7 @@
 //! own algorithms (`phalanx-collectives`) over the TCP mesh and, within one host, shared
 //! memory; `Mpi` hands every collective to the MPI library on `MPI_COMM_WORLD`; `Nccl` runs
 //! allreduce, broadcast, allgather, reduce_scatter and barrier in NCCL on this rank's GPU, and
-//! send/recv over a native mesh (Note [NCCL buffers] in `nccl.rs`). Everything
+//! send/recv over a native mesh (Note [NCCL buffers] in `nccl/mod.rs`). Everything
 //! above this file (issue order, `Work`, fail-fast, traces, DDP, the trainer) is the same
 //! for both: they only see `Exec`'s methods.
 
@@ -20,6 +20,10 @@ pub(crate) struct Exec {
     pub(crate) links: Links,
     pub(crate) seq: u64,
 }
+
+/// NCCL's `ncclAvg` (NCCL 2.10 and later): the division happens on the device.
+#[cfg(feature = "nccl")]
+const NCCL_AVG: std::ffi::c_int = 4;
 
 /// The backend (Note [Backends]).
 pub(crate) enum Links {
@@ -189,9 +193,46 @@ impl Exec {
                 transport.abort(cause)
             }
             #[cfg(feature = "mpi")]
-            Links::Mpi(_) => crate::mpi::abort_job(rank, cause),
+            Links::Mpi(_) => crate::mpi::MpiComm::abort_job(rank, cause),
             #[cfg(feature = "nccl")]
             Links::Nccl(n) => n.abort(cause),
         }
+    }
+
+    /// NCCL's allreduce of GPU memory in place (`Avg` divides on the device, `ncclAvg`).
+    ///
+    /// # Safety
+    /// As `ProcessGroup::allreduce_device`; the caller checked that the backend is NCCL.
+    #[cfg(feature = "nccl")]
+    pub(crate) unsafe fn allreduce_device(&mut self, buf: crate::DeviceSlice, op: ReduceOp) -> Ran {
+        let Links::Nccl(n) = &mut self.links else {
+            unreachable!("checked by require_device_buffers; a group keeps its backend")
+        };
+        let code = if op == ReduceOp::Avg {
+            NCCL_AVG
+        } else {
+            crate::nccl::nccl_op(op)
+        };
+        n.make_current()?;
+        // SAFETY: the caller's contract.
+        unsafe { n.allreduce_device_code(buf.ptr, buf.len, buf.dtype, code)? };
+        n.wait("ncclAllReduce")?;
+        Ok(Algorithm::Direct)
+    }
+
+    /// NCCL's broadcast of GPU memory in place.
+    ///
+    /// # Safety
+    /// As `ProcessGroup::broadcast_device`; the caller checked that the backend is NCCL.
+    #[cfg(feature = "nccl")]
+    pub(crate) unsafe fn broadcast_device(&mut self, buf: crate::DeviceSlice, root: usize) -> Ran {
+        let Links::Nccl(n) = &mut self.links else {
+            unreachable!("checked by require_device_buffers; a group keeps its backend")
+        };
+        n.make_current()?;
+        // SAFETY: the caller's contract.
+        unsafe { n.broadcast_device(buf.ptr, buf.len, buf.dtype, root)? };
+        n.wait("ncclBroadcast")?;
+        Ok(Algorithm::Direct)
     }
 }

@@ -103,24 +103,7 @@ fn prefer_hierarchical() -> Result<bool> {
     }
 }
 
-/// Creates the default process group from the launcher's environment (torchrun's
-/// variables, or Open MPI's, MPICH's, Slurm's).
-///
-/// `PHALANX_BACKEND` picks the backend (`native` by default; `mpi` and `nccl` need the crate
-/// features of the same names), as `--backend` does for the `phalanx` commands.
-pub fn init_process_group() -> Result<ProcessGroup> {
-    let backend = match env::get(env::PHALANX_BACKEND) {
-        None => crate::Backend::Native,
-        Some(v) => v.parse().map_err(|reason| Error::Env {
-            name: "PHALANX_BACKEND".into(),
-            value: v,
-            reason,
-        })?,
-    };
-    crate::init_backend(backend)
-}
-
-/// [`init_process_group`] with explicit options.
+/// [`init_process_group`](crate::init_process_group) with explicit options.
 pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
     let e = &o.env;
     let rank = e.rank;
@@ -265,4 +248,71 @@ fn resolve(host: &str, port: u16, rank: usize) -> Result<SocketAddr> {
             value: host.into(),
             reason: format!("rank {rank} cannot resolve it"),
         })
+}
+
+/// Joins the MPI job this process was started in (`mpirun -np N …`; a process started
+/// without `mpirun` is a world of one) and returns its process group. Rank and world size
+/// come from `MPI_Comm_rank`/`MPI_Comm_size`; ranks on this host from
+/// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`. MPI is finalised when the group is dropped;
+/// one group per process.
+///
+/// ```no_run
+/// // Run under `mpirun -np 2`.
+/// use phalanx_core::ReduceOp;
+/// let pg = phalanx_pg::init_mpi().unwrap();
+/// let mut x = [pg.rank() as f32 + 1.0];
+/// pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+/// assert_eq!(x[0], (pg.world_size() * (pg.world_size() + 1) / 2) as f32);
+/// ```
+#[cfg(feature = "mpi")]
+pub fn init_mpi() -> Result<ProcessGroup> {
+    let (comm, placement) = crate::mpi::MpiComm::init()?;
+    Ok(ProcessGroup::with_links(
+        placement,
+        crate::exec::Links::Mpi(comm),
+        phalanx_transport::AbortHandle::default(),
+        None,
+        Arc::new(HashStore::new()),
+        None,
+        Options::default(),
+    ))
+}
+
+/// Joins the job as the native backend does (store, TCP mesh), then creates an
+/// NCCL communicator over every rank on GPU `LOCAL_RANK`. Fails fast, naming what is missing,
+/// when NCCL, the CUDA driver or that GPU is not there.
+///
+/// ```no_run
+/// // Under `phalanx launch --nproc-per-node 2` on a machine with 2 GPUs.
+/// use phalanx_core::ReduceOp;
+/// let pg = phalanx_pg::init_nccl().unwrap();
+/// let mut x = [pg.rank() as f32 + 1.0];
+/// pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+/// assert_eq!(x[0], 3.0);
+/// ```
+#[cfg(feature = "nccl")]
+pub fn init_nccl() -> Result<ProcessGroup> {
+    let dist = DistEnv::from_env()?;
+    let (nccl, driver, gpu) = crate::nccl::open(dist.local_rank)?;
+    // The native group itself, not `init_process_group`, which follows PHALANX_BACKEND (=nccl).
+    let native = init_with(InitOptions::from_env()?)?;
+    let placement = Placement {
+        rank: native.rank(),
+        world_size: native.world_size(),
+        local_rank: native.local_rank(),
+        local_world_size: native.local_world_size(),
+        node_rank: dist.group_rank,
+    };
+    let store = native.store().clone();
+    let abort = phalanx_transport::AbortHandle::default();
+    let comm = crate::nccl::NcclComm::init(nccl, driver, gpu, native, abort.clone())?;
+    Ok(ProcessGroup::with_links(
+        placement,
+        crate::exec::Links::Nccl(Box::new(comm)),
+        abort,
+        None,
+        store,
+        None,
+        Options::default(),
+    ))
 }

@@ -30,36 +30,32 @@ mod device_collectives;
 mod dist_env;
 mod error;
 mod exec;
-mod failure;
 mod init;
 #[cfg(feature = "mpi")]
 mod mpi;
 #[cfg(feature = "nccl")]
 mod nccl;
-#[cfg(feature = "nccl")]
-mod nccl_comm;
-#[cfg(feature = "nccl")]
-mod nccl_device;
-#[cfg(feature = "nccl")]
-mod nccl_sys;
 mod pending;
 #[cfg(feature = "nccl")]
 mod pinned;
 mod process_group;
 mod progress;
+mod shared;
 mod shm_setup;
 mod work;
 
-pub use backend::{init_backend, Backend};
+pub use backend::{init_backend, init_process_group, Backend};
 #[cfg(feature = "nccl")]
 pub use device_collectives::DeviceSlice;
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};
 pub use error::{Error, Result};
-pub use init::{connect, init_process_group, init_with, InitOptions};
 #[cfg(feature = "mpi")]
-pub use mpi::init_mpi;
+pub use init::init_mpi;
 #[cfg(feature = "nccl")]
-pub use nccl::{init_nccl, nccl_probe};
+pub use init::init_nccl;
+pub use init::{connect, init_with, InitOptions};
+#[cfg(feature = "nccl")]
+pub use nccl::nccl_probe;
 pub use phalanx_collectives::Options as CollectiveOptions;
 #[cfg(feature = "nccl")]
 pub use pinned::PinnedStaging;

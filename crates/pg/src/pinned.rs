@@ -25,7 +25,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::{
-    nccl_sys::{self, Driver, Handle},
+    nccl::sys::{self, Driver, Handle},
     DeviceSlice, Error, Result,
 };
 
@@ -55,7 +55,7 @@ fn fail(reason: String) -> Error {
 impl PinnedStaging {
     /// Loads the CUDA driver (an error names what is missing); allocates nothing yet.
     pub fn new() -> Result<PinnedStaging> {
-        let driver = nccl_sys::driver().map_err(fail)?;
+        let driver = sys::driver().map_err(fail)?;
         Ok(PinnedStaging {
             driver,
             ptr: std::ptr::null_mut(),

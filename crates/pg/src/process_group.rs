@@ -16,7 +16,7 @@ use std::{
     thread,
 };
 
-use phalanx_collectives::{Algorithm, Options};
+use phalanx_collectives::Options;
 use phalanx_core::{trace, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
 use phalanx_transport::{
@@ -24,18 +24,18 @@ use phalanx_transport::{
     AbortHandle, Transport,
 };
 
+#[cfg(feature = "nccl")]
+use crate::DeviceSlice;
 use crate::{
     exec::{Exec, Links},
-    failure::describe_op,
     pending::Pending,
     progress::Progress,
+    shared::{Shared, Step},
     work::Work,
     Error, Result,
 };
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
-/// What a collective closure returns: its result and the algorithm it used.
-type Step<R> = phalanx_transport::Result<(R, Algorithm)>;
 
 /// A group of ranks that run collectives together.
 pub struct ProcessGroup {
@@ -45,26 +45,6 @@ pub struct ProcessGroup {
     pending: Arc<Pending>,
     // Kept alive for the group's lifetime when this rank hosts the store.
     _server: Option<StoreServer>,
-}
-
-pub(crate) struct Shared {
-    pub(crate) rank: usize,
-    pub(crate) world_size: usize,
-    pub(crate) local_rank: usize,
-    pub(crate) local_world_size: usize,
-    pub(crate) exec: Mutex<Exec>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) abort: AbortHandle,
-    pub(crate) shm_abort: Option<ShmAbortHandle>,
-    pub(crate) failed: Mutex<Option<String>>,
-    /// Last completed collective, for `status/<rank>` (Note [Hang diagnosis] in progress.rs).
-    pub(crate) progress: Progress,
-    pub(crate) opts: Options,
-    /// (collective, algorithm) pairs already reported at INFO level.
-    pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
-    /// Whether the backend is MPI (aborting then ends the whole MPI job).
-    #[cfg(feature = "mpi")]
-    pub(crate) mpi: bool,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -360,6 +340,57 @@ impl ProcessGroup {
             .send(job)
             .expect("worker thread alive while the group lives");
     }
+
+    /// Whether this group runs collectives on GPU memory ([`allreduce_device`]
+    /// (Self::allreduce_device)): the NCCL backend does, the native and MPI backends do not.
+    #[cfg(feature = "nccl")]
+    pub fn supports_device_buffers(&self) -> bool {
+        matches!(self.shared.exec.lock().unwrap().links, Links::Nccl(_))
+    }
+
+    /// Reduces `buf` across ranks in place, on the GPU. `Avg` divides on the device
+    /// (`ncclAvg`). Blocks until the result is in `buf`.
+    ///
+    /// # Safety
+    /// `buf` describes memory of this rank's GPU holding `buf.len` elements of `buf.dtype`; the
+    /// work that wrote it has completed, and nothing reads or writes it until this returns.
+    #[cfg(feature = "nccl")]
+    pub unsafe fn allreduce_device(&self, buf: DeviceSlice, op: ReduceOp) -> Result<()> {
+        self.require_device_buffers("allreduce_device")?;
+        // SAFETY: the caller's contract.
+        self.blocking("allreduce", buf.bytes(), |_, t, _| unsafe {
+            t.allreduce_device(buf, op).map(|algo| ((), algo))
+        })
+    }
+
+    /// Copies `root`'s `buf` to every rank, on the GPU. Blocks until the result is in `buf`.
+    ///
+    /// # Safety
+    /// As [`allreduce_device`](Self::allreduce_device).
+    #[cfg(feature = "nccl")]
+    pub unsafe fn broadcast_device(&self, buf: DeviceSlice, root: usize) -> Result<()> {
+        self.require_device_buffers("broadcast_device")?;
+        self.check_rank(root, "broadcast root")?;
+        // SAFETY: the caller's contract.
+        self.blocking("broadcast", buf.bytes(), |_, t, _| unsafe {
+            t.broadcast_device(buf, root).map(|algo| ((), algo))
+        })
+    }
+
+    #[cfg(feature = "nccl")]
+    fn require_device_buffers(&self, op: &'static str) -> Result<()> {
+        if self.supports_device_buffers() {
+            return Ok(());
+        }
+        Err(Error::Backend {
+            backend: "nccl",
+            reason: format!(
+                "{op} takes GPU memory, which only the nccl backend reduces in place, and this \
+                 process group does not run on it (use the host-slice collectives, or \
+                 --backend nccl)"
+            ),
+        })
+    }
 }
 
 impl Drop for ProcessGroup {
@@ -374,51 +405,6 @@ impl Drop for ProcessGroup {
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(rank = self.rank(), "phalanx: cannot write the trace: {e}"),
-        }
-    }
-}
-
-impl Shared {
-    fn run<R>(
-        &self,
-        name: &'static str,
-        bytes: usize,
-        f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
-    ) -> Result<R> {
-        if let Some(cause) = self.failed.lock().unwrap().clone() {
-            return Err(Error::Failed {
-                rank: self.rank,
-                cause,
-            });
-        }
-        let mut exec = self.exec.lock().unwrap();
-        let seq = exec.seq;
-        exec.seq += 1;
-        let span = trace::span(name, "collective")
-            .arg("seq", seq)
-            .arg("bytes", bytes);
-        match f(self, &mut exec, seq) {
-            Ok((r, algo)) => {
-                self.progress.complete(seq);
-                drop(span.arg("algorithm", exec.describe(algo)));
-                if matches!(exec.links, Links::Native { .. }) {
-                    // MPI picks its algorithms inside the library; init says so once.
-                    self.note_algorithm(name, bytes, algo);
-                }
-                Ok(r)
-            }
-            Err(e) => {
-                let (cause, origin) = self.root_cause(&e);
-                drop(exec);
-                let op = describe_op(&e, name, seq);
-                self.progress.publish(&*self.store, self.rank, &e, &op);
-                self.fail(&cause, origin);
-                Err(Error::Collective {
-                    rank: self.rank,
-                    op,
-                    cause,
-                })
-            }
         }
     }
 }

@@ -58,7 +58,7 @@ impl Progress {
         op: &str,
     ) {
         let text = self.status(e, op);
-        if let Err(err) = store.set(&format!("status/{rank}"), text.as_bytes()) {
+        if let Err(err) = store.set(&phalanx_store::keys::status(rank), text.as_bytes()) {
             tracing::debug!(rank, "phalanx: could not publish status/{rank}: {err}");
         }
     }

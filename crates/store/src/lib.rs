@@ -34,6 +34,7 @@ mod auth;
 mod error;
 mod hash_store;
 mod io_util;
+pub mod keys;
 mod port_owner;
 mod prefix_store;
 mod server;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::io_util::{read_exact_by, read_frame, FrameRead};
 use crate::wire::{
-    self, ClientHandshake, Rejection, Request, Response, CLIENT_HELLO_HEADER_LEN, NONCE_LEN,
-    SERVER_HELLO_LEN, VERDICT_LEN,
+    self, ClientHandshake, Rejection, Request, Response, CLIENT_HELLO_HEADER_LEN, SERVER_HELLO_LEN,
+    VERDICT_LEN,
 };
 use crate::{Auth, Error, Result, Store};
 
@@ -155,9 +155,7 @@ impl TcpStore {
             source,
         };
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-        let mut nonce = [0u8; NONCE_LEN];
-        getrandom::fill(&mut nonce).expect("operating system random generator failed");
-        let hs = ClientHandshake::new(auth, nonce);
+        let hs = ClientHandshake::new(auth, phalanx_core::job_proof::nonce());
         let hello = hs.hello().map_err(|e| Error::Invalid {
             reason: e.to_string(),
         })?;

@@ -13,6 +13,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod fuzz;
+pub mod process;
 
 use std::{sync::Arc, time::Duration};
 

@@ -56,14 +56,20 @@ fn main() {
     let comm_wait = (ddp.stats().wait - wait0).as_secs_f64();
     let sync = (ddp.stats().sync - sync0).as_secs_f64();
     if rank == 0 {
-        println!(
-            "{{\"system\":\"phalanx-ddp\",\"world\":{world},\"hidden\":{hidden},\"depth\":{depth},\"batch\":{batch},\
-             \"steps\":{steps},\"hook\":\"{}\",\"step_ms\":{:.3},\"samples_per_s\":{:.1},\"comm_fraction\":{:.3},\"sync_ms\":{:.3},\"loss\":{loss}}}",
-            ddp.options().comm_hook.name(),
-            1e3 * elapsed / steps as f64,
-            (world * batch * steps) as f64 / elapsed,
-            comm_wait / elapsed,
-            1e3 * sync / steps as f64,
-        );
+        let line = serde_json::json!({
+            "system": "phalanx-ddp",
+            "world": world,
+            "hidden": hidden,
+            "depth": depth,
+            "batch": batch,
+            "steps": steps,
+            "hook": ddp.options().comm_hook.name(),
+            "step_ms": 1e3 * elapsed / steps as f64,
+            "samples_per_s": (world * batch * steps) as f64 / elapsed,
+            "comm_fraction": comm_wait / elapsed,
+            "sync_ms": 1e3 * sync / steps as f64,
+            "loss": loss,
+        });
+        println!("{line}");
     }
 }

@@ -4,6 +4,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod checkpoint;
+mod config;
 mod ddp_step;
 mod device;
 mod device_cuda;
@@ -18,6 +19,7 @@ mod step;
 pub mod throughput;
 pub mod trainer;
 
+pub use config::{Reporter, TrainConfig};
 pub use ddp_step::{accumulate_step, train_step, train_step_clipped};
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
@@ -28,4 +30,4 @@ pub use model::{
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::BucketMemory;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
-pub use trainer::{train, train_model, Reporter, Summary, TrainConfig};
+pub use trainer::{train, train_model, Summary};

@@ -10,7 +10,7 @@ use phalanx_pg::ProcessGroup;
 
 use crate::{
     checkpoint::{self, Checkpoint, Meta, NamedTensor},
-    trainer::{Reporter, TrainConfig},
+    config::{Reporter, TrainConfig},
     Classifier, Error, Optim, Result,
 };
 

@@ -8,63 +8,23 @@
 //! [`DistributedSampler`]: phalanx_data::DistributedSampler
 
 use std::{
-    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
-use phalanx_ddp::{Bf16CompressHook, BucketMemory, DdpOptions, DistributedDataParallel};
+use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
 use phalanx_pg::ProcessGroup;
 
+pub use crate::config::{Reporter, TrainConfig};
 use crate::{
-    checkpoint::{self, Meta},
-    device, evaluate,
+    checkpoint, device, evaluate,
     metrics::EpochRecord,
-    model::{freeze_matching, with_model, ModelKind, ModelSpec, WithModel},
+    model::{freeze_matching, with_model, ModelSpec, WithModel},
     param_digest, position, snapshot, train_step, train_step_clipped, Classifier, Error, Optim,
-    OptimOptions, Result,
+    Result,
 };
-
-/// Everything `phalanx train` needs to know.
-#[derive(Debug, Clone)]
-pub struct TrainConfig {
-    /// Dataset spec (`digits`, `mnist5k`, `synthetic[:N[:SEED]]`, `csv:PATH`, `mnist-idx:DIR`).
-    pub dataset: String,
-    /// Share of the data held out for testing.
-    pub test_fraction: f64,
-    /// Epochs to train.
-    pub epochs: u64,
-    /// Samples per step on each rank.
-    pub batch_size: usize,
-    /// Which model (`--model`).
-    pub model: ModelKind,
-    /// The optimizer, its hyper-parameters and learning-rate schedule.
-    pub optim: OptimOptions,
-    /// Clip the averaged gradients to this global L2 norm (PyTorch's `clip_grad_norm_`).
-    pub grad_clip: Option<f32>,
-    /// Freeze the parameters whose path matches (comma-separated globs or path prefixes).
-    pub freeze: Option<String>,
-    /// Hidden width (MLP).
-    pub hidden: usize,
-    /// Hidden layers (MLP).
-    pub depth: usize,
-    /// Seed of the model init, the split and the sampler.
-    pub seed: u64,
-    /// Reduce gradients in bf16 (halves bytes on the wire).
-    pub bf16: bool,
-    /// Where gradient buckets live (`Auto`: on the GPU under NCCL, on the host otherwise).
-    pub bucket_memory: BucketMemory,
-    /// Where checkpoints go (rank 0 writes).
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Also checkpoint every N steps (0 = only at epoch ends).
-    pub checkpoint_every: u64,
-    /// Continue from the newest checkpoint in `checkpoint_dir`.
-    pub resume: bool,
-    /// Stop after this many steps in total (benchmarks, tests); `None` = all epochs.
-    pub max_steps: Option<u64>,
-}
 
 /// What a finished run reports (one per rank).
 #[derive(Debug, Clone)]
@@ -87,25 +47,13 @@ pub struct Summary {
     pub records: Vec<EpochRecord>,
 }
 
-/// Events the caller renders (progress lines, JSON).
-pub trait Reporter {
-    /// A step finished on this rank.
-    fn step(&mut self, _epoch: u64, _step: u64, _steps: u64, _loss: f32) {}
-    /// An epoch finished (called on every rank with the reduced figures).
-    fn epoch(&mut self, _record: &EpochRecord) {}
-    /// A checkpoint was committed (rank 0).
-    fn checkpoint(&mut self, _path: &std::path::Path) {}
-    /// Training resumed from a checkpoint.
-    fn resumed(&mut self, _meta: &Meta) {}
-}
-
 /// Runs the whole training on this rank: builds `cfg.model` and trains it.
 pub fn train(
     pg: Arc<ProcessGroup>,
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
-    let full = Dataset::from_spec(&cfg.dataset)?;
+    let full = phalanx_data::load(&cfg.dataset)?;
     cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
         return Err(Error::Config("--batch-size must be at least 1".into()));

@@ -1,13 +1,13 @@
 //! Sans-IO connection handshake between two ranks.
 //!
 //! Both sides send a [`Hello`] (magic, protocol version, job id, their rank and world size, a
-//! fresh 32-byte nonce), then a proof: HMAC-SHA256 of the peer's nonce under the job token. Each
+//! fresh 32-byte nonce), then a proof: HMAC-SHA256 of the peer's nonce under the job token
+//! (Note [Job proof] in `phalanx_core::job_proof`, shared with the store's handshake). Each
 //! side proves knowledge of the token over a nonce it did not choose, so a recorded handshake
 //! cannot be replayed and a peer without the token is refused before any data flows. The token
 //! itself never crosses the wire.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use phalanx_core::job_proof;
 
 /// Protocol magic: ASCII "PHXT".
 pub const MAGIC: u32 = 0x5048_5854;
@@ -134,15 +134,19 @@ impl Hello {
     }
 }
 
-/// The proof that `prover` holds `token`, over the verifier's nonce.
+/// Label of the transport's proofs (Note [Job proof] in `phalanx_core::job_proof`).
+const LABEL: &str = "phalanx-transport-v1";
+
+/// The proof that `prover` holds `token`, over the verifier's nonce (and the prover's own
+/// nonce and rank).
 pub fn proof(token: &[u8], verifier_nonce: &[u8; 32], prover: &Hello) -> [u8; PROOF_LEN] {
-    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key length");
-    mac.update(b"phalanx-transport-v1");
-    mac.update(verifier_nonce);
-    mac.update(&prover.nonce);
-    mac.update(prover.job_id.as_bytes());
-    mac.update(&prover.rank.to_le_bytes());
-    mac.finalize().into_bytes().into()
+    let rank = prover.rank.to_le_bytes();
+    job_proof::prove(
+        token,
+        LABEL,
+        &prover.job_id,
+        &[verifier_nonce, &prover.nonce, &rank],
+    )
 }
 
 /// Verifies a peer's proof in constant time.
@@ -152,20 +156,18 @@ pub fn verify(
     peer: &Hello,
     got: &[u8; PROOF_LEN],
 ) -> Result<(), HandshakeError> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key length");
-    mac.update(b"phalanx-transport-v1");
-    mac.update(our_nonce);
-    mac.update(&peer.nonce);
-    mac.update(peer.job_id.as_bytes());
-    mac.update(&peer.rank.to_le_bytes());
-    mac.verify_slice(got).map_err(|_| HandshakeError::BadProof)
+    let rank = peer.rank.to_le_bytes();
+    let parts: [&[u8]; 3] = [our_nonce, &peer.nonce, &rank];
+    if job_proof::check(token, LABEL, &peer.job_id, &parts, got) {
+        Ok(())
+    } else {
+        Err(HandshakeError::BadProof)
+    }
 }
 
 /// A fresh random nonce.
 pub fn nonce() -> [u8; 32] {
-    let mut n = [0u8; 32];
-    getrandom::fill(&mut n).expect("the OS random source is available");
-    n
+    job_proof::nonce()
 }
 
 #[cfg(test)]

@@ -1,15 +1,6 @@
 //! One module per subcommand.
 pub(crate) mod bench;
-pub(crate) mod bench_allreduce;
-pub(crate) mod bench_rendezvous;
-pub(crate) mod bench_train;
 pub(crate) mod doctor;
-pub(crate) mod doctor_checks;
-pub(crate) mod doctor_data;
-pub(crate) mod doctor_link;
-pub(crate) mod doctor_render;
-pub(crate) mod doctor_report;
-pub(crate) mod doctor_worker;
 pub(crate) mod env;
 pub(crate) mod launch;
 pub(crate) mod sampler;

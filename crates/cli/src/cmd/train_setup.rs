@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use phalanx_core::Launcher;
 use phalanx_pg::Backend;
 use phalanx_train::DeviceSpec;
 
@@ -65,11 +66,13 @@ pub(crate) fn check_backend(backend: Backend) -> anyhow::Result<()> {
              instead of --nproc-per-node"
         );
     }
-    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
-    let mpi_launched = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
-        .into_iter()
-        .any(set);
-    if backend == Backend::Mpi && !mpi_launched && (set("RANK") || set("PHALANX_LAUNCHED")) {
+    if backend == Backend::Mpi
+        && Launcher::mpi().is_none()
+        && matches!(
+            Launcher::detect(),
+            Some(Launcher::Phalanx | Launcher::Torchrun)
+        )
+    {
         // Each process would init MPI alone and train as a world of one, N times over.
         bail!(
             "--backend mpi needs an MPI launcher, but this process was started by phalanx \

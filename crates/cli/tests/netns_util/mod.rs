@@ -164,29 +164,7 @@ impl Hosts {
     pub fn phalanx(&self, i: usize) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns(i), env!("CARGO_BIN_EXE_phalanx")]);
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy().into_owned();
-            let launcher = [
-                "RANK",
-                "WORLD_SIZE",
-                "LOCAL_RANK",
-                "LOCAL_WORLD_SIZE",
-                "GROUP_RANK",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "OMP_NUM_THREADS",
-            ];
-            if k.starts_with("PET_")
-                || k.starts_with("PHALANX_")
-                || k.starts_with("TORCHELASTIC_")
-                || k.starts_with("OMPI_")
-                || k.starts_with("PMI_")
-                || k.starts_with("SLURM_")
-                || launcher.contains(&k.as_str())
-            {
-                c.env_remove(&k);
-            }
-        }
+        phalanx_testing::process::clean_env(&mut c);
         c.env("PHALANX_TOKEN", TOKEN)
             .env("PHALANX_TIMEOUT", "30s")
             .env("NO_COLOR", "1");

@@ -81,5 +81,4 @@ pub(crate) fn with_device_slice<R>(
 }
 
 #[cfg(test)]
-#[path = "cuda_tests.rs"]
 mod tests;

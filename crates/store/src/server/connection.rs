@@ -10,7 +10,6 @@ use crate::io_util::{read_exact_by, read_frame, FrameRead};
 use crate::table::WaitError;
 use crate::wire::{
     self, Rejection, Request, Response, ServerHandshake, CLIENT_HELLO_HEADER_LEN, CLIENT_PROOF_LEN,
-    NONCE_LEN,
 };
 
 /// How often a blocked `get`/`wait` checks that its client is still there and the server is
@@ -90,9 +89,7 @@ fn handshake(shared: &Shared, stream: &mut TcpStream) -> Result<(), HandshakeFai
         _ => HandshakeFailure::Refused(format!("{e} during the handshake ({stage})")),
     };
     let _ = stream.set_write_timeout(Some(timeout));
-    let mut nonce = [0u8; NONCE_LEN];
-    getrandom::fill(&mut nonce).expect("operating system random generator failed");
-    let mut hs = ServerHandshake::new(&shared.auth, nonce);
+    let mut hs = ServerHandshake::new(&shared.auth, phalanx_core::job_proof::nonce());
 
     let mut header = [0u8; CLIENT_HELLO_HEADER_LEN];
     read_exact_by(stream, &mut header, deadline).map_err(|e| io_fail(e, "hello"))?;

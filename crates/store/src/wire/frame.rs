@@ -299,5 +299,4 @@ pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, DecodeError> {
 }
 
 #[cfg(test)]
-#[path = "frame_tests.rs"]
 mod tests;

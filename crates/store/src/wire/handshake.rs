@@ -8,14 +8,14 @@
 //! ```
 //! `server_proof = HMAC-SHA256(token, "phalanx-store/server" | job_id | client_nonce | server_nonce)`
 //! `client_proof = HMAC-SHA256(token, "phalanx-store/client" | job_id | server_nonce | client_nonce)`
+//! (the job proof of Note [Job proof] in `phalanx_core::job_proof`, shared with the transport).
 //!
 //! Both nonces are fresh randomness, so a recorded proof cannot be replayed; the direction labels
 //! keep a rogue client from using the server as an oracle for its own proof (reflection); the
 //! client checks the server's proof before it proves anything, so a rogue server learns nothing
 //! and cannot pose as the store.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use phalanx_core::job_proof;
 
 use super::{DecodeError, MAGIC, MAX_JOB_ID_LEN, PROTOCOL_VERSION};
 use crate::Auth;
@@ -43,17 +43,9 @@ pub enum HelloStatus {
     WrongJob = 2,
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-fn mac(token: &[u8], label: &[u8], job_id: &str, first: &[u8], second: &[u8]) -> HmacSha256 {
-    let mut m = HmacSha256::new_from_slice(token).expect("HMAC takes keys of any length");
-    m.update(label);
-    m.update(&(job_id.len() as u16).to_le_bytes());
-    m.update(job_id.as_bytes());
-    m.update(first);
-    m.update(second);
-    m
-}
+/// Labels of the two directions (Note [Job proof] in `phalanx_core::job_proof`).
+const SERVER_LABEL: &str = "phalanx-store/server";
+const CLIENT_LABEL: &str = "phalanx-store/client";
 
 /// The server's proof of the token for this pair of nonces.
 pub fn server_proof(
@@ -61,16 +53,12 @@ pub fn server_proof(
     client_nonce: &[u8; NONCE_LEN],
     server_nonce: &[u8; NONCE_LEN],
 ) -> [u8; NONCE_LEN] {
-    mac(
+    job_proof::prove(
         &auth.token,
-        b"phalanx-store/server",
+        SERVER_LABEL,
         &auth.job_id,
-        client_nonce,
-        server_nonce,
+        &[client_nonce, server_nonce],
     )
-    .finalize()
-    .into_bytes()
-    .into()
 }
 
 /// The client's proof of the token for this pair of nonces.
@@ -79,16 +67,12 @@ pub fn client_proof(
     server_nonce: &[u8; NONCE_LEN],
     client_nonce: &[u8; NONCE_LEN],
 ) -> [u8; NONCE_LEN] {
-    mac(
+    job_proof::prove(
         &auth.token,
-        b"phalanx-store/client",
+        CLIENT_LABEL,
         &auth.job_id,
-        server_nonce,
-        client_nonce,
+        &[server_nonce, client_nonce],
     )
-    .finalize()
-    .into_bytes()
-    .into()
 }
 
 fn server_hello(status: HelloStatus, nonce: &[u8; NONCE_LEN], proof: &[u8; NONCE_LEN]) -> Vec<u8> {
@@ -207,16 +191,16 @@ impl ServerHandshake {
         let Some(client_nonce) = self.client_nonce else {
             return Err(Rejection::protocol("proof before hello"));
         };
-        let m = mac(
+        let parts: [&[u8]; 2] = [&self.server_nonce, &client_nonce];
+        match job_proof::check(
             &self.auth.token,
-            b"phalanx-store/client",
+            CLIENT_LABEL,
             &self.auth.job_id,
-            &self.server_nonce,
-            &client_nonce,
-        );
-        match m.verify_slice(proof) {
-            Ok(()) => Ok(vec![1]),
-            Err(_) => Err(Rejection {
+            &parts,
+            proof,
+        ) {
+            true => Ok(vec![1]),
+            false => Err(Rejection {
                 reason: "client's proof of the job token is wrong (PHALANX_TOKEN differs)".into(),
                 auth: true,
                 reply: Some(vec![0]),
@@ -292,14 +276,15 @@ impl ClientHandshake {
         }
         let server_nonce: [u8; NONCE_LEN] =
             hello[7..7 + NONCE_LEN].try_into().expect("NONCE_LEN bytes");
-        let m = mac(
+        let parts: [&[u8]; 2] = [&self.client_nonce, &server_nonce];
+        let proof = &hello[7 + NONCE_LEN..];
+        if !job_proof::check(
             &self.auth.token,
-            b"phalanx-store/server",
+            SERVER_LABEL,
             &self.auth.job_id,
-            &self.client_nonce,
-            &server_nonce,
-        );
-        if m.verify_slice(&hello[7 + NONCE_LEN..]).is_err() {
+            &parts,
+            proof,
+        ) {
             return Err(Rejection {
                 reason: "the server could not prove the job token (a rogue store, or PHALANX_TOKEN differs)".into(),
                 auth: true,
@@ -326,5 +311,4 @@ impl ClientHandshake {
 }
 
 #[cfg(test)]
-#[path = "handshake_tests.rs"]
 mod tests;

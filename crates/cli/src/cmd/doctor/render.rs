@@ -2,8 +2,7 @@
 
 use std::fmt::Write;
 
-use super::doctor_data::Report;
-use super::doctor_report::{gbps_text, us_text};
+use super::data::Report;
 
 /// The report as text: ranks, links, checks, and the verdict last.
 pub(crate) fn text(r: &Report) -> String {
@@ -91,4 +90,41 @@ pub(crate) fn text(r: &Report) -> String {
     let _ = writeln!(s, "\n{}", r.verdict);
     let _ = writeln!(s, "verdict: {}", if r.ok { "ok" } else { "FAILED" });
     s
+}
+
+/// Prints the report (text or one JSON object) on stdout.
+pub(crate) fn print(report: &Report, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).expect("a report serialises")
+        );
+    } else {
+        print!("{}", text(report));
+    }
+}
+
+/// `0.934 Gbit/s`, `12.3 Gbit/s`.
+pub(crate) fn gbps_text(g: f64) -> String {
+    if g >= 10.0 {
+        format!("{g:.1} Gbit/s")
+    } else if g >= 1.0 {
+        format!("{g:.2} Gbit/s")
+    } else {
+        format!("{g:.3} Gbit/s")
+    }
+}
+
+/// `142 µs`, `3.2 ms`, `1.50 s`.
+pub(crate) fn us_text(us: f64) -> String {
+    let a = us.abs();
+    if a >= 1e6 {
+        format!("{:.2} s", us / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1} ms", us / 1e3)
+    } else if a >= 100.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{us:.1} µs")
+    }
 }

@@ -1,13 +1,91 @@
-//! Note [Fail fast] in practice: working out a failure's root cause, publishing it, and
-//! aborting every link so the other ranks stop at once.
+//! [`Shared`]: the state a process group's callers and its worker thread share, and what runs
+//! every collective: the sequence number, the trace span, and Note [Fail fast] in practice
+//! (working out a failure's root cause, publishing it, and aborting every link so the other
+//! ranks stop at once).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use phalanx_collectives::Algorithm;
+use phalanx_collectives::{Algorithm, Options};
+use phalanx_core::trace;
+use phalanx_store::Store;
+use phalanx_transport::{shm::ShmAbortHandle, AbortHandle};
 
-use crate::process_group::Shared;
+use crate::{
+    exec::{Exec, Links},
+    progress::Progress,
+    Error, Result,
+};
+
+/// What a collective closure returns: its result and the algorithm it used.
+pub(crate) type Step<R> = phalanx_transport::Result<(R, Algorithm)>;
+
+pub(crate) struct Shared {
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    pub(crate) local_rank: usize,
+    pub(crate) local_world_size: usize,
+    pub(crate) exec: Mutex<Exec>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) abort: AbortHandle,
+    pub(crate) shm_abort: Option<ShmAbortHandle>,
+    pub(crate) failed: Mutex<Option<String>>,
+    /// Last completed collective, for `status/<rank>` (Note [Hang diagnosis] in progress.rs).
+    pub(crate) progress: Progress,
+    pub(crate) opts: Options,
+    /// (collective, algorithm) pairs already reported at INFO level.
+    pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
+    /// Whether the backend is MPI (aborting then ends the whole MPI job).
+    #[cfg(feature = "mpi")]
+    pub(crate) mpi: bool,
+}
 
 impl Shared {
+    /// Runs collective `name` under the `Exec` lock with the next sequence number, and on an
+    /// error works out the root cause, publishes it and fails the group (Note [Fail fast]).
+    pub(crate) fn run<R>(
+        &self,
+        name: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
+    ) -> Result<R> {
+        if let Some(cause) = self.failed.lock().unwrap().clone() {
+            return Err(Error::Failed {
+                rank: self.rank,
+                cause,
+            });
+        }
+        let mut exec = self.exec.lock().unwrap();
+        let seq = exec.seq;
+        exec.seq += 1;
+        let span = trace::span(name, "collective")
+            .arg("seq", seq)
+            .arg("bytes", bytes);
+        match f(self, &mut exec, seq) {
+            Ok((r, algo)) => {
+                self.progress.complete(seq);
+                drop(span.arg("algorithm", exec.describe(algo)));
+                if matches!(exec.links, Links::Native { .. }) {
+                    // MPI picks its algorithms inside the library; init says so once.
+                    self.note_algorithm(name, bytes, algo);
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                let (cause, origin) = self.root_cause(&e);
+                drop(exec);
+                let op = describe_op(&e, name, seq);
+                self.progress.publish(&*self.store, self.rank, &e, &op);
+                self.fail(&cause, origin);
+                Err(Error::Collective {
+                    rank: self.rank,
+                    op,
+                    cause,
+                })
+            }
+        }
+    }
+
     /// Logs each (collective, algorithm) pair the first time it is used (`PHALANX_DEBUG=INFO`).
     pub(crate) fn note_algorithm(&self, name: &'static str, bytes: usize, algo: Algorithm) {
         let mut seen = self.reported.lock().unwrap();
@@ -33,7 +111,7 @@ impl Shared {
             T::Aborted { reason } => (reason.clone(), false),
             T::PeerClosed { peer, during } => {
                 // A dead peer may have published why; give it a moment to land.
-                let key = format!("error/{peer}");
+                let key = phalanx_store::keys::error(peer);
                 let published = self
                     .store
                     .wait_timeout(&[&key], Duration::from_millis(500))
@@ -69,7 +147,7 @@ impl Shared {
             };
             let _ = self
                 .store
-                .set(&format!("error/{}", self.rank), text.as_bytes());
+                .set(&phalanx_store::keys::error(self.rank), text.as_bytes());
         }
         tracing::error!(rank = self.rank, "process group failed: {cause}");
         // The exec lock may be held by a blocked collective on another thread: the abort
@@ -84,7 +162,7 @@ impl Shared {
                 // MPI has no handle to wake one call: MPI_Abort ends the whole job instead.
                 #[cfg(feature = "mpi")]
                 if self.mpi {
-                    crate::mpi::abort_job(self.rank, cause);
+                    crate::mpi::MpiComm::abort_job(self.rank, cause);
                 }
             }
         }
@@ -93,7 +171,7 @@ impl Shared {
 
 /// The failed collective as the error names it (its fingerprint or what it was doing), else
 /// `name #seq`.
-pub(crate) fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
+fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
     use phalanx_transport::Error as T;
     match e {
         T::Mismatch { ours, .. } => ours.to_string(),

@@ -86,13 +86,23 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let median = sorted[sorted.len() / 2];
     let per_rank = requests[0] as f64 / args.ranks as f64;
     if args.json {
-        let times: Vec<String> = times.iter().map(|t| format!("{t:.6}")).collect();
-        println!(
-            "{{\"ranks\":{},\"median_s\":{median:.6},\"times_s\":[{}],\"store_requests\":{},\"requests_per_rank\":{per_rank:.2}}}",
-            args.ranks,
-            times.join(","),
-            requests[0]
-        );
+        /// A `--json` line.
+        #[derive(serde::Serialize)]
+        struct JsonRow<'a> {
+            ranks: usize,
+            median_s: f64,
+            times_s: &'a [f64],
+            store_requests: u64,
+            requests_per_rank: f64,
+        }
+        let row = JsonRow {
+            ranks: args.ranks,
+            median_s: median,
+            times_s: &times,
+            store_requests: requests[0],
+            requests_per_rank: per_rank,
+        };
+        println!("{}", serde_json::to_string(&row).expect("a row serialises"));
     } else {
         println!(
             "# phalanx bench rendezvous: {} ranks (threads, one store connection each), {} iters",

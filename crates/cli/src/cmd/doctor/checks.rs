@@ -1,8 +1,8 @@
 //! The checks of `phalanx doctor`'s report, one function each: what passes, what only
 //! warns, and what fails the run (with the ranks and addresses involved).
 
-use super::doctor_data::{Check, Limits, LinkRow, RankResult, RankRow, Status};
-use super::doctor_report::{gbps_text, us_text};
+use super::data::{Check, Limits, LinkRow, RankResult, RankRow, Status};
+use super::render::{gbps_text, us_text};
 
 fn check(name: &str, status: Status, detail: String) -> Check {
     Check {

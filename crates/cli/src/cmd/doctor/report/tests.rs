@@ -2,7 +2,7 @@
 //! link, and each check failing for the reason it names.
 
 use super::*;
-use crate::cmd::doctor_data::{Clock, Half, Mesh, Reach, Rtt, ShmProbe, Status};
+use crate::cmd::doctor::data::{Clock, Half, Mesh, Reach, Rtt, ShmProbe, Status};
 
 fn limits() -> Limits {
     Limits {

@@ -10,6 +10,7 @@ use std::{
 use anyhow::{bail, Context};
 use phalanx_pg::Backend;
 use phalanx_train::throughput::{self, ThroughputConfig};
+use serde::{Deserialize, Serialize};
 
 /// Flags of `phalanx bench train`.
 #[derive(clap::Args, Debug)]
@@ -59,7 +60,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.steps == 0 || args.batch_size == 0 {
         bail!("--steps and --batch-size must be at least 1");
     }
-    super::train_setup::check_backend(args.backend)?;
+    crate::cmd::train_setup::check_backend(args.backend)?;
     if args.backend == Backend::Mpi {
         // mpirun started the ranks: measure this world, and rank 0 prints its row.
         if let Some(row) = measure(&args)? {
@@ -69,7 +70,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if phalanx_launch::started_by_launcher() {
         if let Some(row) = measure(&args)? {
-            println!("{MARK}{row}");
+            let json = serde_json::to_string(&row).expect("a row serialises");
+            println!("{MARK}{json}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -130,25 +132,37 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .lines()
             .find_map(|l| l.split_once(MARK).map(|(_, j)| j.to_string()))
             .with_context(|| format!("the {w}-rank job printed no result:\n{text}"))?;
-        rows.push(line);
+        let row: Row = serde_json::from_str(&line)
+            .with_context(|| format!("the {w}-rank job's result {line:?}"))?;
+        rows.push(row);
     }
     print_rows(&args, &rows);
     Ok(ExitCode::SUCCESS)
 }
 
+/// One world size's measurement: what a `--json` line holds, and what each measuring job
+/// hands back to the parent after [`MARK`].
+#[derive(Serialize, Deserialize)]
+struct Row {
+    bench: String,
+    model: String,
+    optimizer: String,
+    world: usize,
+    hidden: usize,
+    depth: usize,
+    batch: usize,
+    samples_per_s: f64,
+    step_ms: f64,
+    comm_fraction: f64,
+    peak_rss_mib: f64,
+    /// samples/s per rank over the 1-rank run's (`None` until both are known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scaling_efficiency: Option<f64>,
+}
+
 /// The table (or JSON lines) of the measured world sizes.
-fn print_rows(args: &Args, rows: &[String]) {
-    let field = |j: &str, k: &str| -> f64 {
-        j.split(&format!("\"{k}\":"))
-            .nth(1)
-            .and_then(|r| r.split([',', '}']).next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let base = rows
-        .iter()
-        .find(|r| field(r, "world") == 1.0)
-        .map(|r| field(r, "samples_per_s"));
+fn print_rows(args: &Args, rows: &[Row]) {
+    let base = rows.iter().find(|r| r.world == 1).map(|r| r.samples_per_s);
     if !args.json {
         let model = match args.model {
             phalanx_train::ModelKind::Mlp => format!("MLP 784-{}x{}-10", args.hidden, args.depth),
@@ -167,32 +181,34 @@ fn print_rows(args: &Args, rows: &[String]) {
         );
     }
     for r in rows {
-        let (w, sps) = (field(r, "world"), field(r, "samples_per_s"));
-        let eff = base.map(|b| sps / (w * b));
+        let eff = base.map(|b| r.samples_per_s / (r.world as f64 * b));
         if args.json {
-            let e = eff.map_or("null".to_string(), |e| format!("{e:.4}"));
-            println!(
-                "{}",
-                r.trim_end_matches('}').to_string() + &format!(",\"scaling_efficiency\":{e}}}")
-            );
+            let row = Row {
+                bench: r.bench.clone(),
+                model: r.model.clone(),
+                optimizer: r.optimizer.clone(),
+                scaling_efficiency: eff,
+                ..*r
+            };
+            println!("{}", serde_json::to_string(&row).expect("a row serialises"));
         } else {
             println!(
                 "{:>6} {:>12.0} {:>10.2} {:>7.1}% {:>11} {:>10.0}",
-                w,
-                sps,
-                field(r, "step_ms"),
-                100.0 * field(r, "comm_fraction"),
+                r.world,
+                r.samples_per_s,
+                r.step_ms,
+                100.0 * r.comm_fraction,
                 eff.map_or("-".into(), |e| format!("{:.2}", e)),
-                field(r, "peak_rss_mib")
+                r.peak_rss_mib
             );
         }
     }
 }
 
-/// Measures this rank's world; rank 0 returns its JSON row.
-fn measure(args: &Args) -> anyhow::Result<Option<String>> {
-    super::limit_compute_threads();
-    let pg = Arc::new(super::train_setup::join_group(args.backend)?);
+/// Measures this rank's world; rank 0 returns its row.
+fn measure(args: &Args) -> anyhow::Result<Option<Row>> {
+    crate::cmd::limit_compute_threads();
+    let pg = Arc::new(crate::cmd::train_setup::join_group(args.backend)?);
     let t = throughput::measure(
         pg.clone(),
         &ThroughputConfig {
@@ -206,10 +222,18 @@ fn measure(args: &Args) -> anyhow::Result<Option<String>> {
             bf16: args.bf16,
         },
     )?;
-    Ok((pg.rank() == 0).then(|| {
-        format!(
-            "{{\"bench\":\"train\",\"model\":\"{}\",\"optimizer\":\"{}\",\"world\":{},\"hidden\":{},\"depth\":{},\"batch\":{},\"samples_per_s\":{:.1},\"step_ms\":{:.3},\"comm_fraction\":{:.4},\"peak_rss_mib\":{:.1}}}",
-            args.model, args.optimizer, t.world, args.hidden, args.depth, args.batch_size, t.samples_per_s, t.step_ms, t.comm_fraction, t.peak_rss_mib
-        )
+    Ok((pg.rank() == 0).then(|| Row {
+        bench: "train".into(),
+        model: args.model.to_string(),
+        optimizer: args.optimizer.to_string(),
+        world: t.world,
+        hidden: args.hidden,
+        depth: args.depth,
+        batch: args.batch_size,
+        samples_per_s: t.samples_per_s,
+        step_ms: t.step_ms,
+        comm_fraction: t.comm_fraction,
+        peak_rss_mib: t.peak_rss_mib,
+        scaling_efficiency: None,
     }))
 }

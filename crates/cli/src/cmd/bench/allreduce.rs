@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use phalanx_core::{DType, Element, ReduceOp};
 use phalanx_pg::{Backend, ProcessGroup};
 
-use super::sizes::{format_size, parse_sizes};
+use crate::cmd::sizes::{format_size, parse_sizes};
 
 /// Flags of `phalanx bench allreduce`.
 #[derive(clap::Args)]
@@ -51,11 +51,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.dtype == DType::U8 {
         bail!("--dtype u8 is not a reducible type; use f32, f64, bf16, f16, i32 or i64");
     }
-    super::train_setup::check_backend(args.backend)?;
+    crate::cmd::train_setup::check_backend(args.backend)?;
     if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
         return phalanx_launch::relaunch_self(&args.launch);
     }
-    let pg = super::train_setup::join_group(args.backend)?;
+    let pg = crate::cmd::train_setup::join_group(args.backend)?;
     if pg.rank() == 0 && !args.json {
         println!(
             "# phalanx bench allreduce: {} ranks, backend {}, op {}, {} iters (median), warmup {}",
@@ -92,11 +92,26 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One message size's measurement.
 struct Row {
     bytes: usize,
     count: usize,
     median_s: f64,
     check: Option<bool>,
+}
+
+/// A `--json` line (nccl-tests' columns).
+#[derive(serde::Serialize)]
+struct JsonRow {
+    op: &'static str,
+    world: usize,
+    bytes: usize,
+    dtype: String,
+    median_s: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    check: &'static str,
+    backend: &'static str,
 }
 
 impl Row {
@@ -113,10 +128,18 @@ impl Row {
             Some(false) => "FAIL",
         };
         if args.json {
-            println!(
-                "{{\"op\":\"allreduce\",\"world\":{world},\"bytes\":{},\"dtype\":\"{}\",\"median_s\":{:e},\"algbw_gbps\":{algbw:.4},\"busbw_gbps\":{busbw:.4},\"check\":\"{check}\",\"backend\":\"{}\"}}",
-                self.bytes, args.dtype, self.median_s, args.backend
-            );
+            let row = JsonRow {
+                op: "allreduce",
+                world,
+                bytes: self.bytes,
+                dtype: args.dtype.to_string(),
+                median_s: self.median_s,
+                algbw_gbps: algbw,
+                busbw_gbps: busbw,
+                check,
+                backend: args.backend.name(),
+            };
+            println!("{}", serde_json::to_string(&row).expect("a row serialises"));
         } else {
             println!(
                 "{:>10} {:>12} {:>6} {:>12.2} {:>12.3} {:>12.3} {:>6}",

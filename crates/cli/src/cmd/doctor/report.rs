@@ -1,8 +1,9 @@
 //! Rank 0's side of `phalanx doctor`: every rank's [`RankResult`] in, the [`Report`] out
 //! (links merged from both ends, checks, the slowest link, the verdict). Pure.
 
-use super::doctor_checks::{bandwidth, clock, interfaces, mesh, reachability, shared_memory};
-use super::doctor_data::{Limits, LinkRow, RankInfo, RankResult, RankRow, Report, Status};
+use super::checks::{bandwidth, clock, interfaces, mesh, reachability, shared_memory};
+use super::data::{Limits, LinkRow, RankInfo, RankResult, RankRow, Report, Status};
+use super::render::{gbps_text, us_text};
 
 /// Assembles the report from every rank's result, indexed by rank.
 pub(crate) fn build(results: &[RankResult], limits: Limits) -> Report {
@@ -102,31 +103,6 @@ pub(crate) fn who(i: &RankInfo) -> String {
     )
 }
 
-/// `0.934 Gbit/s`, `12.3 Gbit/s`.
-pub(crate) fn gbps_text(g: f64) -> String {
-    if g >= 10.0 {
-        format!("{g:.1} Gbit/s")
-    } else if g >= 1.0 {
-        format!("{g:.2} Gbit/s")
-    } else {
-        format!("{g:.3} Gbit/s")
-    }
-}
-
-/// `142 µs`, `3.2 ms`, `1.50 s`.
-pub(crate) fn us_text(us: f64) -> String {
-    let a = us.abs();
-    if a >= 1e6 {
-        format!("{:.2} s", us / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.1} ms", us / 1e3)
-    } else if a >= 100.0 {
-        format!("{us:.0} µs")
-    } else {
-        format!("{us:.1} µs")
-    }
-}
-
 fn addr(i: &RankInfo) -> String {
     match (&i.ip, i.port) {
         (Some(ip), Some(p)) if ip.contains(':') => format!("[{ip}]:{p}"),
@@ -177,5 +153,4 @@ fn links(results: &[RankResult]) -> Vec<LinkRow> {
 }
 
 #[cfg(test)]
-#[path = "doctor_report_tests.rs"]
 mod tests;

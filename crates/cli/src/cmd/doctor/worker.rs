@@ -2,7 +2,7 @@
 //!
 //! 1. probe: interface and address (`ifname::select`, as `init_process_group` does), hostname,
 //!    `/dev/shm`; listen on that address and publish it all under `doctor/rank/<rank>`;
-//! 2. connect to every rank and accept every rank's connection ([`doctor_link::connect_all`]),
+//! 2. connect to every rank and accept every rank's connection ([`link::connect_all`]),
 //!    publish the view under `doctor/reach/<rank>`;
 //! 3. measure every link that works both ways, one pair per rank per round;
 //! 4. when every link works, start the real process group and run one allreduce;
@@ -20,10 +20,10 @@ use phalanx_pg::InitOptions;
 use phalanx_store::{HashStore, PrefixStore, Store, TcpStore};
 use phalanx_transport::{ifname, shm};
 
-use super::doctor::Args;
-use super::doctor_data::{Half, Mesh, RankInfo, RankResult, Reach, ShmProbe};
-use super::doctor_link::{self, BwLimits};
-use super::doctor_report;
+use super::args::Args;
+use super::data::{Half, Mesh, RankInfo, RankResult, Reach, ShmProbe};
+use super::link::{self, BwLimits};
+use super::report;
 
 /// Runs this rank's part; rank 0 (or, with a report file, local rank 0 of every node) ends
 /// with the report.
@@ -51,7 +51,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         u64::from_str_radix(&String::from_utf8_lossy(&v), 16).unwrap_or(0)
     };
 
-    let mut peers = doctor_link::connect_all(rank, &addrs, listener, nonce, args.connect_timeout);
+    let mut peers = link::connect_all(rank, &addrs, listener, nonce, args.connect_timeout);
     publish(&*store, &format!("doctor/reach/{rank}"), &peers.reach)?;
     let reach: Vec<Reach> = gather(&*store, "doctor/reach", n, wait)?;
     // A pair is measured when both ends agree its socket exists: the lower rank dialled and
@@ -65,7 +65,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         bytes: args.bandwidth_bytes,
     };
     let mut halves: Vec<Half> = Vec::new();
-    for round in doctor_link::rounds(n) {
+    for round in link::rounds(n) {
         let Some(&(a, b)) = round.iter().find(|(a, b)| *a == rank || *b == rank) else {
             continue;
         };
@@ -74,7 +74,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             continue;
         }
         match peers.conns[peer].as_mut() {
-            Some(s) => halves.push(doctor_link::measure(rank, peer, s, bw)),
+            Some(s) => halves.push(link::measure(rank, peer, s, bw)),
             None => halves.push(Half {
                 peer,
                 error: Some("no connection on this side".into()),
@@ -95,7 +95,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     let report_json = if rank == 0 {
         let results: Vec<RankResult> = gather(&*store, "doctor/result", n, wait)?;
-        let report = doctor_report::build(&results, args.limits());
+        let report = report::build(&results, args.limits());
         let text = serde_json::to_string(&report)?;
         store.set("doctor/report", text.as_bytes())?;
         Some(text)
@@ -112,8 +112,8 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         // Under another launcher (`phalanx launch -- phalanx doctor`): rank 0 prints, and
         // fails when a check did, so that the launcher's status says so too.
         (Some(json), None) if rank == 0 => {
-            let report: super::doctor_data::Report = serde_json::from_str(&json)?;
-            super::doctor::print(&report, args.json);
+            let report: super::data::Report = serde_json::from_str(&json)?;
+            super::render::print(&report, args.json);
             if !report.ok {
                 return Ok(ExitCode::FAILURE);
             }

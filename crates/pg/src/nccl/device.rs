@@ -1,11 +1,10 @@
 //! This rank's GPU and its device buffers, for the NCCL backend (Note [NCCL buffers] in
-//! `nccl.rs`).
+//! `nccl/mod.rs`).
+
 use std::ffi::{c_char, c_int};
 
-use crate::{
-    nccl_sys::{DevicePtr, Driver, Handle},
-    Error, Result,
-};
+use super::sys::{DevicePtr, Driver, Handle};
+use crate::{Error, Result};
 
 /// This rank's GPU and its primary context (the one Burn's CUDA backend also uses).
 pub(crate) struct Gpu {

@@ -113,7 +113,7 @@ fn duplicate_node_rank_is_named() {
     let store = HashStore::new();
     store
         .compare_set(
-            &key(0, "node/1"),
+            &phalanx_store::keys::agent(0, "node/1"),
             b"",
             &serde_json::to_vec(&claim(1, 2, "a")).unwrap(),
         )

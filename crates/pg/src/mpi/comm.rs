@@ -1,78 +1,109 @@
-//! The MPI backend's collectives: each one call of the MPI library on `MPI_COMM_WORLD`, with
-//! the type and op mapping and `int`-count limits described in `mpi.rs`.
+//! The MPI world of this process and its collectives: each one call of the MPI library on
+//! `MPI_COMM_WORLD`, with the mapping of `types.rs`.
 
 use std::os::raw::{c_int, c_void};
 
-use mpi::ffi;
+use mpi::{environment::Universe, ffi, topology::Communicator, Threading};
 use phalanx_collectives::Algorithm;
-use phalanx_core::{DType, Element, ReduceOp};
+use phalanx_core::{Element, ReduceOp};
 
-use super::MpiComm;
+use super::types::{
+    bytes_type, message_chunks, reduce_op, reduce_type, too_large, world, MAX_COUNT,
+};
+use crate::{process_group::Placement, Error, Result};
 
 type Ran = phalanx_transport::Result<Algorithm>;
 
-/// The largest count one MPI call takes (`int`).
-const MAX_COUNT: usize = c_int::MAX as usize;
-
-fn world() -> ffi::MPI_Comm {
-    // SAFETY: a constant handle exported by mpi-sys, valid between init and finalize.
-    unsafe { ffi::RSMPI_COMM_WORLD }
-}
-
-/// MPI's type for reducing `dtype`; `None` for bf16/f16 (reduced as f32).
-fn reduce_type(dtype: DType) -> Option<ffi::MPI_Datatype> {
-    // SAFETY: constant handles exported by mpi-sys.
-    unsafe {
-        match dtype {
-            DType::F32 => Some(ffi::RSMPI_FLOAT),
-            DType::F64 => Some(ffi::RSMPI_DOUBLE),
-            DType::I32 => Some(ffi::RSMPI_INT32_T),
-            DType::I64 => Some(ffi::RSMPI_INT64_T),
-            DType::U8 => Some(ffi::RSMPI_UINT8_T),
-            DType::BF16 | DType::F16 => None,
-        }
-    }
-}
-
-fn reduce_op(op: ReduceOp) -> ffi::MPI_Op {
-    // SAFETY: constant handles exported by mpi-sys.
-    unsafe {
-        match op {
-            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
-            ReduceOp::Min => ffi::RSMPI_MIN,
-            ReduceOp::Max => ffi::RSMPI_MAX,
-            ReduceOp::Product => ffi::RSMPI_PROD,
-        }
-    }
-}
-
-fn bytes_type() -> ffi::MPI_Datatype {
-    // SAFETY: a constant handle exported by mpi-sys.
-    unsafe { ffi::RSMPI_UINT8_T }
-}
-
-/// `(offset, length)` of the `MAX_COUNT`-byte pieces a point-to-point message of `bytes` travels
-/// in. A zero-length message is still one (empty) piece: the receiver waits for it.
-fn message_chunks(bytes: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..bytes.div_ceil(MAX_COUNT).max(1)).map(move |i| {
-        let at = i * MAX_COUNT;
-        (at, (bytes - at).min(MAX_COUNT))
-    })
-}
-
-/// An argument MPI's `int` counts cannot express.
-fn too_large(op: &'static str, rank: usize, what: usize) -> phalanx_transport::Error {
-    phalanx_transport::Error::Io {
-        op,
-        peer: rank,
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{what} elements per rank exceed MPI's int count ({MAX_COUNT})"),
-        ),
-    }
+/// The MPI world of this process; dropping it finalises MPI.
+pub(crate) struct MpiComm {
+    rank: usize,
+    world_size: usize,
+    /// The library's `MPI_IN_PLACE` (Note [MPI_IN_PLACE]); `None`: reduce from a copy.
+    in_place: Option<usize>,
+    /// Send buffer when in place is unknown.
+    scratch: Vec<u8>,
+    /// Declared last: dropped after everything above, it calls `MPI_Finalize`.
+    _universe: Universe,
 }
 
 impl MpiComm {
+    /// Initialises MPI in this process (`MPI_THREAD_SERIALIZED`) and returns the world with
+    /// this rank's place in it: rank and size from `MPI_COMM_WORLD`, ranks on this host from
+    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`.
+    pub(crate) fn init() -> Result<(MpiComm, Placement)> {
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
+            .ok_or_else(|| Error::Backend {
+                backend: "mpi",
+                reason:
+                    "MPI is already initialised in this process (one MPI process group per process)"
+                        .into(),
+            })?;
+        if threading < Threading::Serialized {
+            return Err(Error::Backend {
+                backend: "mpi",
+                reason: format!(
+                    "the MPI library offers only {threading:?} threading; phalanx calls MPI from \
+                     its worker thread and needs MPI_THREAD_SERIALIZED or higher"
+                ),
+            });
+        }
+        let world = universe.world();
+        let (rank, world_size) = (world.rank() as usize, world.size() as usize);
+        let (local_rank, local_world_size) = {
+            let local = world.split_shared(world.rank());
+            (local.rank() as usize, local.size() as usize)
+        };
+        let library = mpi::environment::library_version().unwrap_or_default();
+        let library = library
+            .lines()
+            .next()
+            .unwrap_or("unknown")
+            .trim()
+            .to_string();
+        let in_place = in_place_sentinel(&library);
+        tracing::info!(
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            backend = "mpi",
+            threading = ?threading,
+            %library,
+            in_place = in_place.is_some(),
+            "phalanx: init (every collective runs in the MPI library)"
+        );
+        let placement = Placement {
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            node_rank: rank / local_world_size.max(1),
+        };
+        let comm = MpiComm {
+            rank,
+            world_size,
+            in_place,
+            scratch: Vec::new(),
+            _universe: universe,
+        };
+        Ok((comm, placement))
+    }
+
+    /// `MPI_Abort` on the world: `mpirun` ends every rank. Does not return. An associated
+    /// function: the failure path calls it without the `Exec` lock that holds the comm.
+    pub(crate) fn abort_job(rank: usize, cause: &str) {
+        let who = if cause.starts_with("rank ") {
+            String::new()
+        } else {
+            format!("rank {rank}: ")
+        };
+        eprintln!("phalanx: {who}{cause}; calling MPI_Abort so that every rank stops");
+        // SAFETY: MPI is initialised while a group exists; MPI_Abort takes no Rust memory.
+        unsafe {
+            ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1);
+        }
+    }
+
     pub(crate) fn allreduce<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Ran {
         match reduce_type(T::DTYPE) {
             Some(dt) => {
@@ -275,17 +306,31 @@ impl MpiComm {
     }
 }
 
+// Note [MPI_IN_PLACE]: the MPI standard defines MPI_IN_PLACE as a macro, which bindgen cannot
+// export, and mpi-sys does not wrap it. Its value is part of each implementation's ABI:
+// `(void *) 1` in Open MPI's mpi.h, `(void *) -1` in MPICH's (also Intel MPI and MVAPICH).
+// Any other library reduces from a copy of the buffer instead (one memcpy per call).
+fn in_place_sentinel(library: &str) -> Option<usize> {
+    if library.contains("Open MPI") {
+        Some(1)
+    } else if library.contains("MPICH") || library.contains("Intel(R) MPI") {
+        Some(usize::MAX)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn messages_split_at_mpis_int_count_and_empty_ones_still_travel() {
-        assert_eq!(message_chunks(0).collect::<Vec<_>>(), [(0, 0)]);
-        assert_eq!(message_chunks(5).collect::<Vec<_>>(), [(0, 5)]);
+    fn in_place_follows_the_library() {
         assert_eq!(
-            message_chunks(2 * MAX_COUNT + 3).collect::<Vec<_>>(),
-            [(0, MAX_COUNT), (MAX_COUNT, MAX_COUNT), (2 * MAX_COUNT, 3)]
+            in_place_sentinel("Open MPI v4.1.4, package: Debian OpenMPI"),
+            Some(1)
         );
+        assert_eq!(in_place_sentinel("MPICH Version:\t4.0.2"), Some(usize::MAX));
+        assert_eq!(in_place_sentinel("Some Other MPI 1.0"), None);
     }
 }

@@ -12,7 +12,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::doctor_data::{Clock, Half, Reach, Rtt};
+use super::data::{Clock, Half, Reach, Rtt};
 
 /// Bound on every read and write of a measurement: a partner may still be busy with its own
 /// earlier pair, a stuck one must not hang the doctor.
@@ -361,5 +361,4 @@ fn recv_bw(s: &mut TcpStream) -> io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "doctor_link_tests.rs"]
 mod tests;

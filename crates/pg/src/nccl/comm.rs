@@ -1,5 +1,5 @@
 //! The NCCL communicator and its collectives on host slices staged through device buffers
-//! (Note [NCCL buffers] in `nccl.rs`).
+//! (Note [NCCL buffers] in `mod.rs`).
 use std::{
     ffi::{c_int, c_void},
     sync::Arc,
@@ -7,15 +7,17 @@ use std::{
 };
 
 use phalanx_collectives::Algorithm;
-use phalanx_core::{DType, Element, ReduceOp};
+use phalanx_core::{DType, Element, ReduceOp, Timeout};
 use phalanx_transport::AbortHandle;
 
-use crate::{
-    nccl_sys::{self, DevicePtr, Driver, Handle, Nccl, CUDA_ERROR_NOT_READY},
-    ProcessGroup,
-};
+use phalanx_store::Store;
 
-use crate::nccl_device::{DeviceBuffer, Gpu};
+use super::device::{DeviceBuffer, Gpu};
+use super::sys::{self, DevicePtr, Driver, Handle, Nccl, UniqueId, CUDA_ERROR_NOT_READY};
+use crate::{Error, ProcessGroup, Result};
+
+/// The store key of the NCCL unique id (under the round's prefix).
+const UNIQUE_ID_KEY: &str = "nccl/unique_id";
 
 type Ran = phalanx_transport::Result<Algorithm>;
 
@@ -66,6 +68,62 @@ pub(crate) fn nccl_op(op: ReduceOp) -> c_int {
 }
 
 impl NcclComm {
+    /// Creates the communicator of every rank of `native` on `gpu`: rank 0's unique id
+    /// through the store, `ncclCommInitRank`, and a non-blocking stream. `native` stays the
+    /// group's store, mesh (send/recv) and failure protocol; `abort` wakes a waiting call.
+    pub(crate) fn init(
+        nccl: &'static Nccl,
+        driver: &'static Driver,
+        gpu: Gpu,
+        native: ProcessGroup,
+        abort: AbortHandle,
+    ) -> Result<NcclComm> {
+        let rank = native.rank();
+        let world_size = native.world_size();
+        let backend = |reason: String| Error::Backend {
+            backend: "nccl",
+            reason: format!("rank {rank}: {reason}"),
+        };
+        let id = unique_id(&**native.store(), rank, nccl)?;
+        gpu.make_current().map_err(backend)?;
+        let mut comm: Handle = std::ptr::null_mut();
+        // SAFETY: `comm` is an out-pointer; `id` is the job's id; rank < world_size.
+        let rc =
+            unsafe { (nccl.ncclCommInitRank)(&mut comm, world_size as c_int, id, rank as c_int) };
+        nccl.check("ncclCommInitRank", rc).map_err(backend)?;
+        let mut stream: Handle = std::ptr::null_mut();
+        // Non-blocking: the legacy default stream (used by other libraries) need not wait for it.
+        // SAFETY: an out-pointer, under the current context.
+        let rc = unsafe { (driver.cuStreamCreate)(&mut stream, 1) };
+        driver.check("cuStreamCreate", rc).map_err(backend)?;
+        tracing::info!(
+            rank,
+            world_size,
+            backend = "nccl",
+            gpu = %gpu.name,
+            device = gpu.index,
+            library = %nccl.path,
+            driver = %driver.version(),
+            version = %nccl.version(),
+            nccl_debug = %std::env::var("NCCL_DEBUG").unwrap_or_default(),
+            nccl_socket_ifname = %std::env::var("NCCL_SOCKET_IFNAME").unwrap_or_default(),
+            "phalanx: init (allreduce, broadcast, allgather, reduce_scatter, barrier run in NCCL)"
+        );
+        Ok(NcclComm {
+            nccl,
+            driver,
+            gpu,
+            comm,
+            stream,
+            rank,
+            world_size,
+            scratch: None,
+            timeout: Timeout::from_env()?,
+            abort,
+            native: Arc::new(native),
+        })
+    }
+
     fn fail(&self, call: &'static str, reason: String) -> phalanx_transport::Error {
         phalanx_transport::Error::Io {
             op: call,
@@ -139,7 +197,7 @@ impl NcclComm {
             let mut async_rc: c_int = 0;
             // SAFETY: the live communicator and an out-pointer.
             unsafe { (self.nccl.ncclCommGetAsyncError)(self.comm, &mut async_rc) };
-            let why = if async_rc != 0 && async_rc != nccl_sys::NCCL_IN_PROGRESS {
+            let why = if async_rc != 0 && async_rc != sys::NCCL_IN_PROGRESS {
                 Some(format!("{during}: {}", self.nccl.error(async_rc)))
             } else if let Some(r) = self.abort.reason() {
                 Some(format!("aborted: {r}"))
@@ -363,6 +421,35 @@ impl NcclComm {
         }
         self.comm = std::ptr::null_mut();
         self.native.abort(cause);
+    }
+}
+
+/// Rank 0 creates the id and sets it; every other rank waits for the key and reads it: one
+/// set, or one wait and one get, per rank.
+fn unique_id(store: &dyn Store, rank: usize, nccl: &Nccl) -> Result<UniqueId> {
+    let store_err = |source| Error::Store { rank, source };
+    if rank == 0 {
+        let mut id = UniqueId([0; 128]);
+        // SAFETY: an out-pointer to 128 bytes.
+        let rc = unsafe { (nccl.ncclGetUniqueId)(&mut id) };
+        nccl.check("ncclGetUniqueId", rc)
+            .map_err(|reason| Error::Backend {
+                backend: "nccl",
+                reason: format!("rank 0: {reason}"),
+            })?;
+        store.set(UNIQUE_ID_KEY, &id.0).map_err(store_err)?;
+        Ok(id)
+    } else {
+        store.wait(&[UNIQUE_ID_KEY]).map_err(store_err)?;
+        let bytes = store.get(UNIQUE_ID_KEY).map_err(store_err)?;
+        let id: [u8; 128] = bytes.as_slice().try_into().map_err(|_| Error::Backend {
+            backend: "nccl",
+            reason: format!(
+                "rank {rank}: store key {UNIQUE_ID_KEY} holds {} bytes, not NCCL's 128",
+                bytes.len()
+            ),
+        })?;
+        Ok(UniqueId(id))
     }
 }
 

@@ -1,0 +1,39 @@
+//! The store's key schema: every key that more than one crate reads or writes, spelled once.
+//!
+//! The launcher's agents keep their own keys under `agent/<round>/`; each restart round's
+//! workers keep theirs under `round/<round>/` (`PHALANX_STORE_PREFIX`, applied with
+//! [`PrefixStore`](crate::PrefixStore)), so a restarted group never reads a stale key. Inside
+//! a round, a rank publishes why it failed (`error/<rank>`) and what it waits for
+//! (`status/<rank>`); the launcher reads both for its failure report.
+//!
+//! ```
+//! use phalanx_store::keys;
+//! assert_eq!(keys::round_prefix(2), "round/2");
+//! assert_eq!(keys::in_round(2, &keys::error(5)), "round/2/error/5");
+//! assert_eq!(keys::agent(0, "failed"), "agent/0/failed");
+//! ```
+
+/// The prefix of round `round`'s worker keys (`PHALANX_STORE_PREFIX`).
+pub fn round_prefix(round: u32) -> String {
+    format!("round/{round}")
+}
+
+/// Key `key` of round `round`, as the launcher reads it from outside the round's prefix.
+pub fn in_round(round: u32, key: &str) -> String {
+    format!("{}/{key}", round_prefix(round))
+}
+
+/// An agent's key `what` in round `round` (rendezvous claims, the round's failure, barriers).
+pub fn agent(round: u32, what: &str) -> String {
+    format!("agent/{round}/{what}")
+}
+
+/// Why rank `rank` failed, in its own words (first writer wins).
+pub fn error(rank: impl std::fmt::Display) -> String {
+    format!("error/{rank}")
+}
+
+/// What rank `rank` is waiting for, published when a collective fails or stalls.
+pub fn status(rank: impl std::fmt::Display) -> String {
+    format!("status/{rank}")
+}
