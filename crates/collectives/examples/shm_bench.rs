@@ -18,7 +18,7 @@ use std::{
 };
 
 use phalanx_collectives::{
-    allreduce_shm_with, barrier_shm, reduce::reduce_into, segments, ShmOptions,
+    allreduce_shm_with, barrier_shm, kernels::reduce_into, segments, ShmOptions,
 };
 use phalanx_core::ReduceOp;
 use phalanx_transport::shm::{ShmGroup, ShmSegment, DEFAULT_BUFFER_BYTES};

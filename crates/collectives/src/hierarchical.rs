@@ -22,7 +22,7 @@ use std::ops::Range;
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{Fingerprint, Result, Transport};
 
-use crate::{reduce, ring, segments};
+use crate::{kernels, ring, segments};
 
 /// Which ranks share a host, for the hierarchical allreduce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +139,7 @@ pub(crate) fn allreduce_shm<T: Element>(
         .iter()
         .position(|&r| r == t.rank())
         .expect("in its rail");
-    reduce::finish(op, &mut buf[piece(pos)], h.world_size());
+    kernels::finish(op, &mut buf[piece(pos)], h.world_size());
     ring::allgather(t, &fp, &rail, buf, &piece, chunk)?;
     crate::shm_allgather::allgather_slices(g, &fp, buf, &slice)
 }
@@ -167,7 +167,7 @@ pub(crate) fn allreduce<T: Element>(
         .iter()
         .position(|&r| r == t.rank())
         .expect("in its rail");
-    reduce::finish(op, &mut buf[piece(hosts_pos)], h.world_size());
+    kernels::finish(op, &mut buf[piece(hosts_pos)], h.world_size());
     ring::allgather(t, fp, &rail, buf, &piece, chunk)?;
     ring::allgather(t, fp, host, buf, &slice, chunk)
 }

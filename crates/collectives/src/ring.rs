@@ -15,7 +15,7 @@ use std::ops::Range;
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{Fingerprint, RecvReq, Result, SendReq, Transport};
 
-use crate::{reduce::reduce_into, segments};
+use crate::{kernels::reduce_into, segments};
 
 /// Reduce-scatter over `segs(s)`: afterwards this rank's segment `segs(rank)` of `buf` holds
 /// the reduction of every rank's values in the canonical order (not yet divided for `Avg`).
@@ -112,6 +112,13 @@ fn recvs_if(peer: usize, buf: &mut [u8], yes: bool) -> Vec<RecvReq<'_>> {
 
 /// Borrows two disjoint ranges of one buffer, the first shared and the second mutable.
 pub(crate) fn disjoint<T>(buf: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+    // An empty range may sit at the other's start (blocks of zero elements, allgather_v).
+    if a.is_empty() {
+        return (&[], &mut buf[b]);
+    }
+    if b.is_empty() {
+        return (&buf[a], &mut []);
+    }
     assert!(a.end <= b.start || b.end <= a.start, "ranges overlap");
     if a.start < b.start {
         let (lo, hi) = buf.split_at_mut(b.start);

@@ -30,7 +30,7 @@ use phalanx_transport::{
 
 use crate::{
     fp,
-    reduce::{finish, reduce_into},
+    kernels::{finish, reduce_into},
     segments, Algorithm,
 };
 

@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use phalanx_collectives::{reduce::reduce_into, segments};
+use phalanx_collectives::{kernels::reduce_into, segments};
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{tcp, MeshConfig, TcpTransport};
 
@@ -66,6 +66,6 @@ pub fn expected<T: Element>(world: usize, count: usize, op: ReduceOp, salt: u64)
             reduce_into(op, &mut out[seg.clone()], &xs[p][seg.clone()]);
         }
     }
-    phalanx_collectives::reduce::finish(op, &mut out, world);
+    phalanx_collectives::kernels::finish(op, &mut out, world);
     out
 }

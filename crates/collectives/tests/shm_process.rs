@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use phalanx_collectives::{allreduce_shm, broadcast_shm, reduce::reduce_into, segments};
+use phalanx_collectives::{allreduce_shm, broadcast_shm, kernels::reduce_into, segments};
 use phalanx_core::ReduceOp;
 use phalanx_transport::shm::{ShmGroup, ShmSegment};
 
@@ -32,7 +32,7 @@ fn expected(count: usize) -> Vec<f32> {
             reduce_into(ReduceOp::Avg, &mut out[seg.clone()], &xs[p][seg.clone()]);
         }
     }
-    phalanx_collectives::reduce::finish(ReduceOp::Avg, &mut out, 2);
+    phalanx_collectives::kernels::finish(ReduceOp::Avg, &mut out, 2);
     out
 }
 

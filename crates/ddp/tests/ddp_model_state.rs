@@ -477,3 +477,30 @@ fn a_buffer_shape_mismatch_is_named_with_its_path() {
         );
     }
 }
+
+#[test]
+fn ddp_over_a_subgroup_replicates_within_it_only() {
+    // Hybrid data parallelism: replicas in pairs [0, 1] and [2, 3], each pair its own DDP.
+    let runs = with_deadline(|| {
+        spawn_ranks(4, |pg| {
+            let rank = pg.rank();
+            let pair = phalanx_pg::new_subgroups(&pg, 2).unwrap();
+            let mut ddp = DistributedDataParallel::new(
+                Net::new(rank, &device()),
+                Arc::new(pair),
+                DdpOptions::default(),
+            )
+            .unwrap();
+            let mut optim = sgd();
+            for step in 0..3 {
+                let grads = backward(ddp.module(), step, rank);
+                let grads = ddp.sync_gradients(grads).unwrap();
+                ddp.map_module(|m| optim.step(0.05, m, grads));
+            }
+            params_to_flat(ddp.module()).unwrap()
+        })
+    });
+    assert_eq!(runs[0], runs[1], "pair [0, 1] replicas");
+    assert_eq!(runs[2], runs[3], "pair [2, 3] replicas");
+    assert_ne!(runs[0], runs[2], "the pairs train apart");
+}

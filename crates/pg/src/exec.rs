@@ -8,17 +8,25 @@
 //! above this file (issue order, `Work`, fail-fast, traces, DDP, the trainer) is the same
 //! for both: they only see `Exec`'s methods.
 
-use phalanx_collectives::{self as coll, Algorithm, Options};
+use phalanx_collectives::{self as coll, Algorithm, Options, P2pRecv, P2pSend};
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{shm::ShmGroup, Transport};
+
+use crate::P2POp;
 
 /// What a collective returns: the algorithm it used.
 type Ran = phalanx_transport::Result<Algorithm>;
 
-/// The links of a process group and its collective sequence number.
+/// The links of a process group, its collective sequence number and its point-to-point ones.
 pub(crate) struct Exec {
     pub(crate) links: Links,
+    /// The group's collective sequence: every rank's collectives in issue order.
     pub(crate) seq: u64,
+    /// Point-to-point messages sent to each peer so far (each pair numbers its own
+    /// messages, so send/recv among some ranks leaves the others' sequence alone).
+    sent: Vec<u64>,
+    /// Point-to-point messages received from each peer so far.
+    received: Vec<u64>,
 }
 
 /// NCCL's `ncclAvg` (NCCL 2.10 and later): the division happens on the device.
@@ -42,7 +50,35 @@ pub(crate) enum Links {
     Nccl(Box<crate::nccl::NcclComm>),
 }
 
+impl Links {
+    /// The backend's name, as `--backend` spells it.
+    pub(crate) fn backend(&self) -> &'static str {
+        match self {
+            Links::Native { .. } => "native",
+            #[cfg(feature = "mpi")]
+            Links::Mpi(_) => "mpi",
+            #[cfg(feature = "nccl")]
+            Links::Nccl(_) => "nccl",
+        }
+    }
+}
+
 impl Exec {
+    pub(crate) fn new(links: Links, world_size: usize) -> Exec {
+        Exec {
+            links,
+            seq: 0,
+            sent: vec![0; world_size],
+            received: vec![0; world_size],
+        }
+    }
+
+    fn next(counts: &mut [u64], peer: usize) -> u64 {
+        let seq = counts[peer];
+        counts[peer] += 1;
+        seq
+    }
+
     /// The name of what ran a collective, for traces and `PHALANX_DEBUG=INFO`.
     pub(crate) fn describe(&self, algo: Algorithm) -> String {
         match &self.links {
@@ -152,9 +188,10 @@ impl Exec {
         }
     }
 
-    pub(crate) fn send<T: Element>(&mut self, seq: u64, buf: &[T], peer: usize, tag: u32) -> Ran {
+    pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
         match &mut self.links {
             Links::Native { transport, .. } => {
+                let seq = Self::next(&mut self.sent, peer);
                 coll::send(transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
             }
             #[cfg(feature = "mpi")]
@@ -164,21 +201,115 @@ impl Exec {
         }
     }
 
-    pub(crate) fn recv<T: Element>(
-        &mut self,
-        seq: u64,
-        buf: &mut [T],
-        peer: usize,
-        tag: u32,
-    ) -> Ran {
+    pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
         match &mut self.links {
             Links::Native { transport, .. } => {
+                let seq = Self::next(&mut self.received, peer);
                 coll::recv(transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
             }
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.recv(buf, peer, tag),
             #[cfg(feature = "nccl")]
             Links::Nccl(n) => n.recv(buf, peer, tag),
+        }
+    }
+
+    /// The transport of the native backend: the collectives only it runs (reduce, gather,
+    /// scatter, all_to_all, allgather_v) take it. `ProcessGroup` refuses them on the other
+    /// backends before they get here.
+    fn native(&mut self) -> &mut dyn Transport {
+        match &mut self.links {
+            Links::Native { transport, .. } => transport.as_mut(),
+            #[cfg(feature = "mpi")]
+            Links::Mpi(_) => unreachable!("ProcessGroup::require_native refuses MPI"),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(_) => unreachable!("ProcessGroup::require_native refuses NCCL"),
+        }
+    }
+
+    pub(crate) fn reduce<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        op: ReduceOp,
+        root: usize,
+        opts: &Options,
+    ) -> Ran {
+        coll::reduce(self.native(), seq, buf, op, root, opts)
+    }
+
+    pub(crate) fn gather<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        root: usize,
+    ) -> Ran {
+        coll::gather(self.native(), seq, send, recv, root)
+    }
+
+    pub(crate) fn scatter<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        root: usize,
+    ) -> Ran {
+        coll::scatter(self.native(), seq, send, recv, root)
+    }
+
+    pub(crate) fn all_to_all<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Ran {
+        coll::all_to_all(self.native(), seq, send, send_counts, recv, recv_counts)
+    }
+
+    pub(crate) fn allgather_v<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        opts: &Options,
+    ) -> Ran {
+        coll::allgather_v(self.native(), seq, send, recv, counts, opts)
+    }
+
+    /// Every send and receive of `ops` at once (`batch_isend_irecv`). The MPI backend is
+    /// refused before this is called.
+    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {
+        match &mut self.links {
+            Links::Native { transport, .. } => {
+                let mut sends = Vec::new();
+                let mut recvs = Vec::new();
+                for op in ops.iter_mut() {
+                    match op {
+                        P2POp::Send { buf, peer, tag } => sends.push(P2pSend {
+                            peer: *peer,
+                            seq: Self::next(&mut self.sent, *peer),
+                            tag: *tag,
+                            buf,
+                        }),
+                        P2POp::Recv { buf, peer, tag } => recvs.push(P2pRecv {
+                            peer: *peer,
+                            seq: Self::next(&mut self.received, *peer),
+                            tag: *tag,
+                            buf,
+                        }),
+                    }
+                }
+                coll::send_recv_batch(transport.as_mut(), &sends, &mut recvs)
+                    .map(|()| Algorithm::Direct)
+            }
+            #[cfg(feature = "mpi")]
+            Links::Mpi(_) => unreachable!("ProcessGroup::batch_isend_irecv refuses MPI"),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(n) => n.send_recv_batch(ops),
         }
     }
 

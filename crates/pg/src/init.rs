@@ -16,7 +16,11 @@ use phalanx_core::{env, Timeout};
 use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore};
 use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
 
-use crate::{bootstrap, process_group::Placement, DistEnv, Error, ProcessGroup, Result};
+use crate::{
+    bootstrap,
+    process_group::{GroupSeed, Placement},
+    DistEnv, Error, ProcessGroup, Result,
+};
 
 /// Everything `init_process_group` reads, made explicit.
 #[derive(Debug, Clone)]
@@ -227,7 +231,17 @@ pub fn connect(
         timeout,
         opts.shared_memory,
     )?;
-    Ok(ProcessGroup::new(
+    let seed = GroupSeed {
+        auth: auth.clone(),
+        ip,
+        timeout,
+        opts: opts.clone(),
+        hosts: peers.iter().map(|p| p.host.clone()).collect(),
+        node_rank: placement.node_rank,
+        made: Default::default(),
+        job_ranks: everyone.clone(),
+    };
+    let mut pg = ProcessGroup::new(
         placement,
         Box::new(transport),
         shm,
@@ -235,7 +249,9 @@ pub fn connect(
         store,
         server,
         opts,
-    ))
+    );
+    pg.set_seed(seed);
+    Ok(pg)
 }
 
 fn resolve(host: &str, port: u16, rank: usize) -> Result<SocketAddr> {

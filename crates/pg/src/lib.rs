@@ -35,6 +35,7 @@ mod init;
 mod mpi;
 #[cfg(feature = "nccl")]
 mod nccl;
+mod p2p_op;
 mod pending;
 #[cfg(feature = "nccl")]
 mod pinned;
@@ -42,6 +43,7 @@ mod process_group;
 mod progress;
 mod shared;
 mod shm_setup;
+mod subgroup;
 mod work;
 
 pub use backend::{init_backend, init_process_group, Backend};
@@ -56,8 +58,10 @@ pub use init::init_nccl;
 pub use init::{connect, init_with, InitOptions};
 #[cfg(feature = "nccl")]
 pub use nccl::nccl_probe;
+pub use p2p_op::P2POp;
 pub use phalanx_collectives::Options as CollectiveOptions;
 #[cfg(feature = "nccl")]
 pub use pinned::PinnedStaging;
 pub use process_group::{Placement, ProcessGroup};
+pub use subgroup::{new_group, new_subgroups, new_subgroups_by_host, split_group};
 pub use work::Work;

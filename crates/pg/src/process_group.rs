@@ -32,7 +32,7 @@ use crate::{
     progress::Progress,
     shared::{Shared, Step},
     work::Work,
-    Error, Result,
+    Error, P2POp, Result,
 };
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
@@ -43,8 +43,28 @@ pub struct ProcessGroup {
     queue: Mutex<Option<mpsc::Sender<Job>>>,
     worker: Mutex<Option<thread::JoinHandle<()>>>,
     pending: Arc<Pending>,
+    /// How to make subgroups of this group (native groups only).
+    seed: Option<GroupSeed>,
     // Kept alive for the group's lifetime when this rank hosts the store.
     _server: Option<StoreServer>,
+}
+
+/// What a native group keeps to make subgroups of itself (`new_group`, `split_group`): how it
+/// connected, each rank's host, and its ranks in the job's numbering.
+#[derive(Debug)]
+pub(crate) struct GroupSeed {
+    pub(crate) auth: phalanx_store::Auth,
+    pub(crate) ip: std::net::IpAddr,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) opts: Options,
+    /// Host key of each rank of this group (ranks with equal keys share memory).
+    pub(crate) hosts: Vec<String>,
+    pub(crate) node_rank: usize,
+    /// Subgroups made so far; every rank makes them in the same order, so the count names
+    /// each one's store prefix.
+    pub(crate) made: std::sync::atomic::AtomicU64,
+    /// This group's ranks in the job's numbering (`0..world_size` for the world).
+    pub(crate) job_ranks: Vec<usize>,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -100,8 +120,11 @@ impl ProcessGroup {
     ) -> ProcessGroup {
         #[cfg(feature = "mpi")]
         let mpi = matches!(links, Links::Mpi(_));
+        let backend = links.backend();
         ProcessGroup {
             shared: Arc::new(Shared {
+                backend,
+                label: std::sync::OnceLock::new(),
                 #[cfg(feature = "mpi")]
                 mpi,
                 rank: placement.rank,
@@ -109,7 +132,7 @@ impl ProcessGroup {
                 local_rank: placement.local_rank,
                 local_world_size: placement.local_world_size,
                 shm_abort,
-                exec: Mutex::new(Exec { links, seq: 0 }),
+                exec: Mutex::new(Exec::new(links, placement.world_size)),
                 store,
                 abort,
                 failed: Mutex::new(None),
@@ -120,8 +143,45 @@ impl ProcessGroup {
             queue: Mutex::new(None),
             worker: Mutex::new(None),
             pending: Arc::new(Pending::default()),
+            seed: None,
             _server: server,
         }
+    }
+
+    /// Lets this group make subgroups (a native group, as `connect` made it).
+    pub(crate) fn set_seed(&mut self, seed: GroupSeed) {
+        self.seed = Some(seed);
+    }
+
+    /// Makes this group a subgroup: its ranks are these ranks of the job, and its errors say
+    /// so.
+    pub(crate) fn set_job_ranks(&mut self, job_ranks: Vec<usize>) {
+        let _ = self
+            .shared
+            .label
+            .set(format!("subgroup of job ranks {job_ranks:?}"));
+        if let Some(s) = self.seed.as_mut() {
+            s.job_ranks = job_ranks;
+        }
+    }
+
+    /// How to make subgroups of this group; `None` on the MPI and NCCL backends.
+    pub(crate) fn seed(&self) -> Option<&GroupSeed> {
+        self.seed.as_ref()
+    }
+
+    /// The job's rank of this group's rank `r` (the same for the world; a subgroup's ranks
+    /// are numbered `0..len` in the order `new_group` was given them).
+    pub fn job_rank(&self, r: usize) -> usize {
+        self.seed
+            .as_ref()
+            .and_then(|s| s.job_ranks.get(r).copied())
+            .unwrap_or(r)
+    }
+
+    /// The backend's name: `native`, `mpi` or `nccl`.
+    pub fn backend(&self) -> &'static str {
+        self.shared.backend
     }
 
     /// This process's rank.
@@ -216,23 +276,381 @@ impl ProcessGroup {
         self.blocking("barrier", 0, |_, t, seq| Ok(((), t.barrier(seq)?)))
     }
 
-    /// Sends `buf` to `peer`. Like every collective here it takes a group sequence number,
-    /// so all ranks must issue their point-to-point calls in the same order relative to
-    /// collectives; `tag` must match the receiver's.
-    pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
-        self.check_rank(peer, "send peer")?;
-        let bytes = std::mem::size_of_val(buf);
-        self.blocking("send", bytes, |_, t, seq| {
-            Ok(((), t.send(seq, buf, peer, tag)?))
+    /// Starts a broadcast of `root`'s `buf`; every rank's buffer comes back from
+    /// [`Work::wait`] holding the root's values.
+    pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Work<Vec<T>> {
+        if let Err(e) = self.check_rank(root, "broadcast root") {
+            return Work::ready(Err(e));
+        }
+        let bytes = std::mem::size_of_val(&buf[..]);
+        self.enqueue("broadcast", bytes, move |s, t, seq| {
+            let algo = t.broadcast(seq, &mut buf, root, &s.opts)?;
+            Ok((buf, algo))
         })
     }
 
-    /// Receives into `buf` from `peer`.
-    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
-        self.check_rank(peer, "recv peer")?;
+    /// Starts an allgather of every rank's `send`; the `world_size × send.len()` result
+    /// comes back from [`Work::wait`].
+    pub fn allgather_async<T: Element>(&self, send: Vec<T>) -> Work<Vec<T>> {
+        let mut recv = vec![T::zeroed(); send.len() * self.world_size()];
+        let bytes = std::mem::size_of_val(&recv[..]);
+        self.enqueue("allgather", bytes, move |s, t, seq| {
+            let algo = t.allgather(seq, &send, &mut recv, &s.opts)?;
+            Ok((recv, algo))
+        })
+    }
+
+    /// Starts a reduce_scatter of `send` (`world_size` equal blocks); this rank's reduced
+    /// block comes back from [`Work::wait`].
+    pub fn reduce_scatter_async<T: Element>(&self, mut send: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        let n = self.world_size();
+        if !send.len().is_multiple_of(n) {
+            return Work::ready(Err(self.usage(format!(
+                "reduce_scatter: send holds {} elements, not a multiple of world_size {n}",
+                send.len()
+            ))));
+        }
+        let mut recv = vec![T::zeroed(); send.len() / n];
+        let bytes = std::mem::size_of_val(&send[..]);
+        self.enqueue("reduce_scatter", bytes, move |s, t, seq| {
+            let algo = t.reduce_scatter(seq, &mut send, &mut recv, op, &s.opts)?;
+            Ok((recv, algo))
+        })
+    }
+
+    /// Starts a barrier; [`Work::wait`] returns once every rank has entered it.
+    pub fn barrier_async(&self) -> Work<()> {
+        self.enqueue("barrier", 0, |_, t, seq| Ok(((), t.barrier(seq)?)))
+    }
+
+    /// Reduces `buf` across ranks into `root`'s `buf` (bitwise the allreduce's result there);
+    /// other ranks' buffers are left unspecified, as in PyTorch. Native backend only.
+    pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        self.require_native("reduce")?;
+        self.check_rank(root, "reduce root")?;
         let bytes = std::mem::size_of_val(buf);
-        self.blocking("recv", bytes, |_, t, seq| {
-            Ok(((), t.recv(seq, buf, peer, tag)?))
+        self.blocking("reduce", bytes, |s, t, seq| {
+            Ok(((), t.reduce(seq, buf, op, root, &s.opts)?))
+        })
+    }
+
+    /// Starts a [`reduce`](Self::reduce); the buffer comes back from [`Work::wait`].
+    pub fn reduce_async<T: Element>(
+        &self,
+        mut buf: Vec<T>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Work<Vec<T>> {
+        if let Err(e) = self
+            .require_native("reduce")
+            .and_then(|()| self.check_rank(root, "reduce root"))
+        {
+            return Work::ready(Err(e));
+        }
+        let bytes = std::mem::size_of_val(&buf[..]);
+        self.enqueue("reduce", bytes, move |s, t, seq| {
+            let algo = t.reduce(seq, &mut buf, op, root, &s.opts)?;
+            Ok((buf, algo))
+        })
+    }
+
+    /// Gathers every rank's `send` into `root`'s `recv` (rank `p`'s block at
+    /// `p × send.len()`). `recv` must hold `world_size × send.len()` elements on the root and
+    /// is not touched elsewhere (pass `&mut []`). Native backend only.
+    pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.require_native("gather")?;
+        self.check_rank(root, "gather root")?;
+        if self.rank() == root && recv.len() != send.len() * self.world_size() {
+            return Err(self.usage(format!(
+                "gather: the root's recv holds {} elements, expected send.len() × world_size = {}",
+                recv.len(),
+                send.len() * self.world_size()
+            )));
+        }
+        let bytes = std::mem::size_of_val(send);
+        self.blocking("gather", bytes, |_, t, seq| {
+            Ok(((), t.gather(seq, send, recv, root)?))
+        })
+    }
+
+    /// Hands block `p` of `root`'s `send` (`world_size` blocks of `recv.len()`) to rank `p`'s
+    /// `recv`. `send` is only read on the root (pass `&[]` elsewhere). Native backend only.
+    pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.require_native("scatter")?;
+        self.check_rank(root, "scatter root")?;
+        if self.rank() == root && send.len() != recv.len() * self.world_size() {
+            return Err(self.usage(format!(
+                "scatter: the root's send holds {} elements, expected recv.len() × world_size = {}",
+                send.len(),
+                recv.len() * self.world_size()
+            )));
+        }
+        let bytes = std::mem::size_of_val(recv);
+        self.blocking("scatter", bytes, |_, t, seq| {
+            Ok(((), t.scatter(seq, send, recv, root)?))
+        })
+    }
+
+    /// Sends block `p` of `send` to rank `p` and receives rank `p`'s block for this rank into
+    /// block `p` of `recv`: `world_size` equal blocks each. Native backend only.
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = self.world_size();
+        if send.len() != recv.len() || !send.len().is_multiple_of(n) {
+            return Err(self.usage(format!(
+                "all_to_all: send and recv must hold the same multiple of world_size {n} \
+                 elements (they hold {} and {})",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let counts = vec![send.len() / n; n];
+        self.all_to_all_single(send, &counts, recv, &counts)
+    }
+
+    /// PyTorch's `all_to_all_single` with split sizes: `send_splits[p]` elements of `send`
+    /// (packed in rank order) go to rank `p`, and `recv_splits[p]` elements from rank `p` land
+    /// in `recv` (packed likewise). `send_splits[p]` here must equal `recv_splits[rank]` on
+    /// rank `p`; a mismatch fails on the receiver, naming both lengths. Native backend only.
+    pub fn all_to_all_single<T: Element>(
+        &self,
+        send: &[T],
+        send_splits: &[usize],
+        recv: &mut [T],
+        recv_splits: &[usize],
+    ) -> Result<()> {
+        self.require_native("all_to_all")?;
+        self.check_splits("all_to_all", "send", send.len(), send_splits)?;
+        self.check_splits("all_to_all", "recv", recv.len(), recv_splits)?;
+        let r = self.rank();
+        if send_splits[r] != recv_splits[r] {
+            return Err(self.usage(format!(
+                "all_to_all: this rank's block to itself is {} elements in send_splits but {} \
+                 in recv_splits",
+                send_splits[r], recv_splits[r]
+            )));
+        }
+        let bytes = std::mem::size_of_val(send);
+        self.blocking("all_to_all", bytes, |_, t, seq| {
+            Ok(((), t.all_to_all(seq, send, send_splits, recv, recv_splits)?))
+        })
+    }
+
+    /// Starts an [`all_to_all`](Self::all_to_all) of `send`; the received blocks come back
+    /// from [`Work::wait`].
+    pub fn all_to_all_async<T: Element>(&self, send: Vec<T>) -> Work<Vec<T>> {
+        let n = self.world_size();
+        if let Err(e) = self.require_native("all_to_all") {
+            return Work::ready(Err(e));
+        }
+        if !send.len().is_multiple_of(n) {
+            return Work::ready(Err(self.usage(format!(
+                "all_to_all: send holds {} elements, not a multiple of world_size {n}",
+                send.len()
+            ))));
+        }
+        let counts = vec![send.len() / n; n];
+        let mut recv = vec![T::zeroed(); send.len()];
+        let bytes = std::mem::size_of_val(&send[..]);
+        self.enqueue("all_to_all", bytes, move |_, t, seq| {
+            let algo = t.all_to_all(seq, &send, &counts, &mut recv, &counts)?;
+            Ok((recv, algo))
+        })
+    }
+
+    /// Gathers blocks of different sizes: rank `p` contributes `counts[p]` elements, placed
+    /// at `counts[..p].sum()` in every rank's `recv` (MPI's Allgatherv; PyTorch's
+    /// `all_gather` with tensors of different sizes). Every rank passes the same `counts`.
+    /// Native backend only.
+    pub fn allgather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<()> {
+        self.require_native("allgather_v")?;
+        self.check_splits("allgather_v", "recv", recv.len(), counts)?;
+        if send.len() != counts[self.rank()] {
+            return Err(self.usage(format!(
+                "allgather_v: send holds {} elements but counts[{}] is {}",
+                send.len(),
+                self.rank(),
+                counts[self.rank()]
+            )));
+        }
+        let bytes = std::mem::size_of_val(recv);
+        self.blocking("allgather_v", bytes, |s, t, seq| {
+            Ok(((), t.allgather_v(seq, send, recv, counts, &s.opts)?))
+        })
+    }
+
+    /// PyTorch's `all_gather_object`: every rank's bytes (its object, serialised as the
+    /// caller likes), in rank order, on every rank. Native backend only.
+    pub fn all_gather_object(&self, obj: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut lens = vec![0i64; self.world_size()];
+        self.allgather(&[obj.len() as i64], &mut lens)?;
+        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+        let mut all = vec![0u8; counts.iter().sum()];
+        self.allgather_v(obj, &mut all, &counts)?;
+        let mut out = Vec::with_capacity(counts.len());
+        let mut rest = &all[..];
+        for c in counts {
+            let (o, tail) = rest.split_at(c);
+            out.push(o.to_vec());
+            rest = tail;
+        }
+        Ok(out)
+    }
+
+    /// PyTorch's `broadcast_object_list` for one object: `root`'s bytes on every rank
+    /// (`obj` is only read on the root).
+    pub fn broadcast_object(&self, obj: &[u8], root: usize) -> Result<Vec<u8>> {
+        self.check_rank(root, "broadcast_object root")?;
+        let mut len = [obj.len() as i64];
+        self.broadcast(&mut len, root)?;
+        let mut buf = if self.rank() == root {
+            obj.to_vec()
+        } else {
+            vec![0u8; len[0] as usize]
+        };
+        self.broadcast(&mut buf, root)?;
+        Ok(buf)
+    }
+
+    /// PyTorch's `gather_object`: every rank's bytes, in rank order, on `root` (`None`
+    /// elsewhere). Native backend only.
+    pub fn gather_object(&self, obj: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>> {
+        self.check_rank(root, "gather_object root")?;
+        let all = self.all_gather_object(obj)?;
+        Ok((self.rank() == root).then_some(all))
+    }
+
+    /// PyTorch's `scatter_object_list`: object `p` of `root`'s `objs` (one per rank; only
+    /// read on the root) to rank `p`. Native backend only.
+    pub fn scatter_object_list(&self, objs: &[Vec<u8>], root: usize) -> Result<Vec<u8>> {
+        self.check_rank(root, "scatter_object_list root")?;
+        let n = self.world_size();
+        let is_root = self.rank() == root;
+        if is_root && objs.len() != n {
+            return Err(self.usage(format!(
+                "scatter_object_list: the root has {} objects for world_size {n}",
+                objs.len()
+            )));
+        }
+        let lens: Vec<i64> = if is_root {
+            objs.iter().map(|o| o.len() as i64).collect()
+        } else {
+            Vec::new()
+        };
+        let mut len = [0i64];
+        self.scatter(&lens, &mut len, root)?;
+        if is_root {
+            let ops = (0..n)
+                .filter(|&p| p != root)
+                .map(|p| P2POp::Send {
+                    buf: objs[p].clone(),
+                    peer: p,
+                    tag: 0,
+                })
+                .collect();
+            self.batch_isend_irecv(ops).wait()?;
+            Ok(objs[root].clone())
+        } else {
+            let mut buf = vec![0u8; len[0] as usize];
+            self.recv(&mut buf, root, 0)?;
+            Ok(buf)
+        }
+    }
+
+    /// Sends `buf` to `peer`, blocking until it is on its way; matched by the `recv` of the
+    /// same `tag`, element type and count there. Each pair of ranks numbers its messages
+    /// itself, so send/recv among some ranks interleave freely with collectives of all; only
+    /// the messages of one pair must be received in the order they were sent.
+    pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
+        self.check_peer(peer, "send")?;
+        let bytes = std::mem::size_of_val(buf);
+        self.pending.wait_idle();
+        self.shared
+            .run_p2p("send", bytes, |t| Ok(((), t.send(buf, peer, tag)?)))
+    }
+
+    /// Receives into `buf` from `peer` the message [`send`](Self::send) sent with `tag`.
+    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
+        self.check_peer(peer, "recv")?;
+        let bytes = std::mem::size_of_val(buf);
+        self.pending.wait_idle();
+        self.shared
+            .run_p2p("recv", bytes, |t| Ok(((), t.recv(buf, peer, tag)?)))
+    }
+
+    /// Starts sending `buf` to `peer`; the buffer comes back from [`Work::wait`]. Runs in issue
+    /// order with the group's other asynchronous operations; two ranks that send each other
+    /// large messages should use [`batch_isend_irecv`](Self::batch_isend_irecv), which moves
+    /// both directions at once.
+    pub fn isend<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
+        if let Err(e) = self.check_peer(peer, "isend") {
+            return Work::ready(Err(e));
+        }
+        let bytes = std::mem::size_of_val(&buf[..]);
+        self.enqueue_p2p("isend", bytes, move |t| {
+            let algo = t.send(&buf, peer, tag)?;
+            Ok((buf, algo))
+        })
+    }
+
+    /// Starts receiving into `buf` from `peer`; the filled buffer comes back from
+    /// [`Work::wait`].
+    pub fn irecv<T: Element>(&self, mut buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
+        if let Err(e) = self.check_peer(peer, "irecv") {
+            return Work::ready(Err(e));
+        }
+        let bytes = std::mem::size_of_val(&buf[..]);
+        self.enqueue_p2p("irecv", bytes, move |t| {
+            let algo = t.recv(&mut buf, peer, tag)?;
+            Ok((buf, algo))
+        })
+    }
+
+    /// Starts every send and receive of `ops` at once (PyTorch's `batch_isend_irecv`, the
+    /// building block of pipeline parallelism): all directions move concurrently, so two ranks
+    /// exchanging large messages never wait on each other. The operations come back from
+    /// [`Work::wait`], each `Recv` holding what arrived. The MPI backend refuses it (its
+    /// point-to-point runs one blocking call at a time).
+    ///
+    /// ```
+    /// use phalanx_pg::P2POp;
+    /// let got = phalanx_testing::spawn_ranks(2, |pg| {
+    ///     let other = 1 - pg.rank();
+    ///     let ops = vec![
+    ///         P2POp::Send { buf: vec![pg.rank() as f32; 3], peer: other, tag: 0 },
+    ///         P2POp::Recv { buf: vec![0f32; 3], peer: other, tag: 0 },
+    ///     ];
+    ///     let done = pg.batch_isend_irecv(ops).wait().unwrap();
+    ///     done[1].buf()[0]
+    /// });
+    /// assert_eq!(got, vec![1.0, 0.0]);
+    /// ```
+    pub fn batch_isend_irecv<T: Element>(&self, mut ops: Vec<P2POp<T>>) -> Work<Vec<P2POp<T>>> {
+        for op in &ops {
+            if let Err(e) = self.check_peer(op.peer(), "batch_isend_irecv") {
+                return Work::ready(Err(e));
+            }
+        }
+        #[cfg(feature = "mpi")]
+        if self.shared.mpi {
+            return Work::ready(Err(Error::Backend {
+                backend: "mpi",
+                reason: format!(
+                    "rank {}: batch_isend_irecv is not offered by the MPI backend, whose \
+                     point-to-point runs one blocking MPI call at a time; use send/recv, or \
+                     the native backend",
+                    self.rank()
+                ),
+            }));
+        }
+        let bytes = ops.iter().map(|op| std::mem::size_of_val(op.buf())).sum();
+        self.enqueue_p2p("batch_isend_irecv", bytes, move |t| {
+            let algo = t.send_recv_batch(&mut ops)?;
+            Ok((ops, algo))
         })
     }
 
@@ -285,6 +703,50 @@ impl ProcessGroup {
         }
     }
 
+    /// Refuses `op` on a backend that does not run it, at the call, naming both.
+    fn require_native(&self, op: &str) -> Result<()> {
+        match self.shared.backend {
+            "native" => Ok(()),
+            backend => Err(Error::Backend {
+                backend,
+                reason: format!(
+                    "rank {}: {op} is not offered by the {backend} backend yet; the native \
+                     backend runs it",
+                    self.rank()
+                ),
+            }),
+        }
+    }
+
+    /// `splits` has one entry per rank and adds up to `len`.
+    fn check_splits(&self, op: &str, what: &str, len: usize, splits: &[usize]) -> Result<()> {
+        let n = self.world_size();
+        if splits.len() != n {
+            return Err(self.usage(format!(
+                "{op}: {} {what} sizes given for world_size {n}",
+                splits.len()
+            )));
+        }
+        let total: usize = splits.iter().sum();
+        if total != len {
+            return Err(self.usage(format!(
+                "{op}: the {what} sizes add up to {total} but the {what} buffer holds {len}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A point-to-point peer: another rank of the group.
+    fn check_peer(&self, peer: usize, what: &str) -> Result<()> {
+        self.check_rank(peer, &format!("{what} peer"))?;
+        if peer == self.rank() {
+            return Err(self.usage(format!(
+                "{what} peer {peer} is this rank; point-to-point needs another rank"
+            )));
+        }
+        Ok(())
+    }
+
     fn usage(&self, cause: String) -> Error {
         Error::Collective {
             rank: self.rank(),
@@ -313,6 +775,19 @@ impl ProcessGroup {
         let (work, slot) = Work::new();
         self.submit(Box::new(move |s: &Shared| {
             slot.complete(s.run(name, bytes, f))
+        }));
+        work
+    }
+
+    fn enqueue_p2p<T: Send + 'static>(
+        &self,
+        name: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&mut Exec) -> Step<T> + Send + 'static,
+    ) -> Work<T> {
+        let (work, slot) = Work::new();
+        self.submit(Box::new(move |s: &Shared| {
+            slot.complete(s.run_p2p(name, bytes, f))
         }));
         work
     }

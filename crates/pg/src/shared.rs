@@ -17,6 +17,15 @@ use crate::{
     Error, Result,
 };
 
+/// Which sequence an operation belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// The group's collectives, numbered in issue order on every rank.
+    Group,
+    /// Point-to-point messages, numbered per pair of ranks.
+    PointToPoint,
+}
+
 /// What a collective closure returns: its result and the algorithm it used.
 pub(crate) type Step<R> = phalanx_transport::Result<(R, Algorithm)>;
 
@@ -35,6 +44,11 @@ pub(crate) struct Shared {
     pub(crate) opts: Options,
     /// (collective, algorithm) pairs already reported at INFO level.
     pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
+    /// The backend's name (`native`, `mpi`, `nccl`), fixed for the group's lifetime.
+    pub(crate) backend: &'static str,
+    /// Which subgroup this is, for errors (`subgroup of job ranks [0, 2]`); unset for the
+    /// world.
+    pub(crate) label: std::sync::OnceLock<String>,
     /// Whether the backend is MPI (aborting then ends the whole MPI job).
     #[cfg(feature = "mpi")]
     pub(crate) mpi: bool,
@@ -49,6 +63,27 @@ impl Shared {
         bytes: usize,
         f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
     ) -> Result<R> {
+        self.run_in(name, bytes, Stream::Group, f)
+    }
+
+    /// Runs point-to-point operation `name` like [`run`](Self::run), but without taking a
+    /// group sequence number: `Exec` numbers each pair's messages itself.
+    pub(crate) fn run_p2p<R>(
+        &self,
+        name: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&mut Exec) -> Step<R>,
+    ) -> Result<R> {
+        self.run_in(name, bytes, Stream::PointToPoint, |_, exec, _| f(exec))
+    }
+
+    fn run_in<R>(
+        &self,
+        name: &'static str,
+        bytes: usize,
+        stream: Stream,
+        f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
+    ) -> Result<R> {
         if let Some(cause) = self.failed.lock().unwrap().clone() {
             return Err(Error::Failed {
                 rank: self.rank,
@@ -57,13 +92,19 @@ impl Shared {
         }
         let mut exec = self.exec.lock().unwrap();
         let seq = exec.seq;
-        exec.seq += 1;
-        let span = trace::span(name, "collective")
-            .arg("seq", seq)
-            .arg("bytes", bytes);
+        if stream == Stream::Group {
+            exec.seq += 1;
+        }
+        let span = trace::span(name, "collective").arg("bytes", bytes);
+        let span = match stream {
+            Stream::Group => span.arg("seq", seq),
+            Stream::PointToPoint => span,
+        };
         match f(self, &mut exec, seq) {
             Ok((r, algo)) => {
-                self.progress.complete(seq);
+                if stream == Stream::Group {
+                    self.progress.complete(seq);
+                }
                 drop(span.arg("algorithm", exec.describe(algo)));
                 if matches!(exec.links, Links::Native { .. }) {
                     // MPI picks its algorithms inside the library; init says so once.
@@ -74,7 +115,11 @@ impl Shared {
             Err(e) => {
                 let (cause, origin) = self.root_cause(&e);
                 drop(exec);
-                let op = describe_op(&e, name, seq);
+                let mut op = describe_op(&e, name, (stream == Stream::Group).then_some(seq));
+                if let Some(label) = self.label.get() {
+                    // Ranks in the message are this subgroup's; the label maps them.
+                    op = format!("{op} in the {label}");
+                }
                 self.progress.publish(&*self.store, self.rank, &e, &op);
                 self.fail(&cause, origin);
                 Err(Error::Collective {
@@ -171,13 +216,16 @@ impl Shared {
 
 /// The failed collective as the error names it (its fingerprint or what it was doing), else
 /// `name #seq`.
-fn describe_op(e: &phalanx_transport::Error, name: &str, seq: u64) -> String {
+fn describe_op(e: &phalanx_transport::Error, name: &str, seq: Option<u64>) -> String {
     use phalanx_transport::Error as T;
     match e {
         T::Mismatch { ours, .. } => ours.to_string(),
         T::Length { fp, .. } => fp.to_string(),
         T::PeerClosed { during, .. } => during.clone(),
         T::Timeout { during, .. } => during.clone(),
-        _ => format!("{name} #{seq}"),
+        _ => match seq {
+            Some(seq) => format!("{name} #{seq}"),
+            None => name.to_string(),
+        },
     }
 }

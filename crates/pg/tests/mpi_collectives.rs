@@ -1,7 +1,8 @@
 //! Every collective of the MPI backend on real MPI processes: this test runs itself under
 //! `mpirun -np 3` (the child ranks see `MPI_COLLECTIVES_CHILD`), and each rank checks
 //! allreduce (every dtype, Avg on integers and bf16), broadcast, allgather, reduce_scatter,
-//! send/recv around a ring, async Work in issue order, and barrier. Without Open MPI's
+//! send/recv around a ring, async Work in issue order, barrier, and the refusal of what the
+//! backend does not offer (reduce, all_to_all, batches, subgroups). Without Open MPI's
 //! `mpirun` it prints why it skips. Built only with the `mpi` feature.
 #![cfg(feature = "mpi")]
 
@@ -176,6 +177,36 @@ fn rank_checks() {
         let want = (0..n).map(|q| (k * 10 + q) as f32).sum::<f32>();
         assert!(v.iter().all(|x| *x == want), "work {k}: {v:?}");
     }
+    pg.barrier().unwrap();
+
+    // What the MPI backend does not offer is refused at the call, naming it and the backend,
+    // and the group goes on.
+    let mut b = [1f32; 3];
+    let e = pg.reduce(&mut b, ReduceOp::Sum, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("reduce is not offered by the mpi backend"),
+        "{e}"
+    );
+    let e = pg.all_to_all(&[1f32; 3], &mut b).unwrap_err().to_string();
+    assert!(
+        e.contains("all_to_all is not offered by the mpi backend"),
+        "{e}"
+    );
+    let ops = vec![phalanx_pg::P2POp::Send {
+        buf: vec![1u8],
+        peer: next,
+        tag: 0,
+    }];
+    let e = pg.batch_isend_irecv(ops).wait().unwrap_err().to_string();
+    assert!(
+        e.contains("batch_isend_irecv is not offered by the MPI backend"),
+        "{e}"
+    );
+    let e = phalanx_pg::new_group(&pg, &[0, 1]).unwrap_err().to_string();
+    assert!(
+        e.contains("new_group is not offered by the mpi backend"),
+        "{e}"
+    );
     pg.barrier().unwrap();
     println!("rank {r}/{n}: every collective ok");
     // Dropping the group finalises MPI.

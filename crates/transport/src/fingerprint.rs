@@ -30,6 +30,16 @@ pub enum CollectiveKind {
     SendRecv = 6,
     /// mesh bootstrap and other internal traffic
     Internal = 7,
+    /// reduce to a root
+    Reduce = 8,
+    /// gather to a root
+    Gather = 9,
+    /// scatter from a root
+    Scatter = 10,
+    /// all_to_all (equal or unequal splits)
+    AllToAll = 11,
+    /// allgather of unequal blocks (MPI's Allgatherv)
+    AllgatherV = 12,
 }
 
 impl CollectiveKind {
@@ -43,6 +53,11 @@ impl CollectiveKind {
             CollectiveKind::Barrier => "barrier",
             CollectiveKind::SendRecv => "send/recv",
             CollectiveKind::Internal => "internal",
+            CollectiveKind::Reduce => "reduce",
+            CollectiveKind::Gather => "gather",
+            CollectiveKind::Scatter => "scatter",
+            CollectiveKind::AllToAll => "all_to_all",
+            CollectiveKind::AllgatherV => "allgather_v",
         }
     }
 
@@ -57,6 +72,11 @@ impl CollectiveKind {
             Barrier,
             SendRecv,
             Internal,
+            Reduce,
+            Gather,
+            Scatter,
+            AllToAll,
+            AllgatherV,
         ]
         .into_iter()
         .find(|k| *k as u8 == c)
@@ -76,7 +96,7 @@ pub struct Fingerprint {
     pub dtype: DType,
     /// Element count as the caller passed it (the full buffer, not this frame's share).
     pub count: u64,
-    /// Root rank (broadcast) or tag (send/recv); 0 otherwise.
+    /// Root rank (broadcast, reduce, gather, scatter) or tag (send/recv); 0 otherwise.
     pub root: u32,
 }
 
@@ -88,7 +108,10 @@ impl fmt::Display for Fingerprint {
         }
         write!(f, "{} count={}", self.dtype, self.count)?;
         match self.kind {
-            CollectiveKind::Broadcast => write!(f, " root={}", self.root),
+            CollectiveKind::Broadcast
+            | CollectiveKind::Reduce
+            | CollectiveKind::Gather
+            | CollectiveKind::Scatter => write!(f, " root={}", self.root),
             CollectiveKind::SendRecv => write!(f, " tag={}", self.root),
             _ => Ok(()),
         }

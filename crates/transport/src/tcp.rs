@@ -168,20 +168,13 @@ impl TcpTransport {
     }
 }
 
-impl Transport for TcpTransport {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn world_size(&self) -> usize {
-        self.world_size
-    }
-
-    fn exchange(
+impl TcpTransport {
+    /// One step of sends and receives, each with its fingerprint.
+    fn run<'s, 'a: 's, 'r, 'b: 'r>(
         &mut self,
-        fp: &Fingerprint,
-        sends: &[SendReq<'_>],
-        recvs: &mut [RecvReq<'_>],
+        during: &Fingerprint,
+        sends: impl Iterator<Item = (Fingerprint, &'s SendReq<'a>)>,
+        recvs: impl Iterator<Item = (Fingerprint, &'r mut RecvReq<'b>)>,
     ) -> Result<()> {
         if let Some(reason) = self.abort.reason() {
             return Err(Error::Aborted { reason });
@@ -190,7 +183,7 @@ impl Transport for TcpTransport {
         let res = tcp_exchange::exchange(
             self.rank,
             &mut self.conns,
-            fp,
+            during,
             sends,
             recvs,
             self.timeout,
@@ -208,6 +201,44 @@ impl Transport for TcpTransport {
             }
             other => other,
         }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn exchange(
+        &mut self,
+        fp: &Fingerprint,
+        sends: &[SendReq<'_>],
+        recvs: &mut [RecvReq<'_>],
+    ) -> Result<()> {
+        self.run(
+            fp,
+            sends.iter().map(|s| (*fp, s)),
+            recvs.iter_mut().map(|r| (*fp, r)),
+        )
+    }
+
+    fn exchange_p2p(
+        &mut self,
+        sends: &[(Fingerprint, SendReq<'_>)],
+        recvs: &mut [(Fingerprint, RecvReq<'_>)],
+    ) -> Result<()> {
+        let Some(during) = sends.first().map(|s| s.0).or(recvs.first().map(|r| r.0)) else {
+            return Ok(());
+        };
+        self.run(
+            &during,
+            sends.iter().map(|(fp, s)| (*fp, s)),
+            recvs.iter_mut().map(|(fp, r)| (*fp, r)),
+        )
     }
 
     fn abort(&mut self, reason: &str) {
@@ -233,10 +264,7 @@ fn prepare(stream: TcpStream) -> Result<Conn> {
     stream.set_read_timeout(None).map_err(io)?;
     stream.set_write_timeout(None).map_err(io)?;
     stream.set_nonblocking(true).map_err(io)?;
-    Ok(Conn {
-        stream,
-        at_frame_boundary: true,
-    })
+    Ok(Conn::new(stream))
 }
 
 fn connect_retry(addr: SocketAddr, peer: usize, timeout: Duration) -> Result<TcpStream> {

@@ -5,8 +5,17 @@
 //! more than a whole 4 KiB exchange. The engine therefore retries non-blocking reads and
 //! writes for a short spin window before it sleeps in `poll(2)`; the window is short enough
 //! that a rank never burns a core its peer needs for compute for long.
+//!
+//! Note [Early frames]: collectives (one group-wide sequence) and point-to-point messages (a
+//! sequence per pair of ranks) share each connection, and a peer may be one step ahead in the
+//! other stream: rank 0 sends to rank 1 and enters an allreduce while rank 1 enters the
+//! allreduce first and receives afterwards. A receive that finds a complete frame of the
+//! other stream keeps it in the connection's `early` queue and reads on; a later receive of
+//! that stream takes its frames from the queue first, in order. Within one stream frames must
+//! still match exactly, so a real mismatch fails as before, naming both calls.
 
 use std::{
+    collections::VecDeque,
     io::{self, IoSlice, IoSliceMut, Read, Write},
     net::TcpStream,
     os::fd::AsRawFd,
@@ -17,7 +26,7 @@ use phalanx_core::Timeout;
 
 use crate::{
     frame::{self, Header, HEADER_LEN},
-    Error, Fingerprint, RecvReq, Result, SendReq,
+    CollectiveKind, Error, Fingerprint, RecvReq, Result, SendReq,
 };
 
 /// How long to spin on non-blocking calls before sleeping in poll.
@@ -31,10 +40,30 @@ pub(crate) struct Conn {
     pub(crate) stream: TcpStream,
     /// False while a frame is half written: an abort frame may then not be sent.
     pub(crate) at_frame_boundary: bool,
+    /// Complete frames of the other stream that arrived before their receive (Note [Early
+    /// frames]), oldest first.
+    pub(crate) early: VecDeque<(Fingerprint, Vec<u8>)>,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            at_frame_boundary: true,
+            early: VecDeque::new(),
+        }
+    }
+}
+
+/// Whether a frame belongs to the point-to-point stream of its pair of ranks rather than to
+/// the group's collective stream.
+fn point_to_point(fp: &Fingerprint) -> bool {
+    fp.kind == CollectiveKind::SendRecv
 }
 
 struct SendState<'a> {
     peer: usize,
+    fp: Fingerprint,
     header: [u8; HEADER_LEN],
     done: usize,
     data: &'a [u8],
@@ -42,6 +71,7 @@ struct SendState<'a> {
 
 struct RecvState<'r, 'a> {
     peer: usize,
+    fp: Fingerprint,
     header: [u8; HEADER_LEN],
     done: usize,
     buf: &'r mut [u8],
@@ -60,29 +90,32 @@ impl RecvState<'_, '_> {
     }
 }
 
-/// Performs one exchange; see [`crate::Transport::exchange`].
-pub(crate) fn exchange(
+/// Performs one exchange; see [`crate::Transport::exchange`]. Each send and receive carries
+/// its own fingerprint (point-to-point batches use one sequence per pair); `during` names the
+/// step in a timeout.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     me: usize,
     conns: &mut [Option<Conn>],
-    fp: &Fingerprint,
-    sends: &[SendReq<'_>],
-    recvs: &mut [RecvReq<'_>],
+    during: &Fingerprint,
+    sends: impl Iterator<Item = (Fingerprint, &'s SendReq<'a>)>,
+    recvs: impl Iterator<Item = (Fingerprint, &'r mut RecvReq<'b>)>,
     timeout: Duration,
     aborted: &dyn Fn() -> Option<String>,
 ) -> Result<()> {
     let mut ss: Vec<SendState<'_>> = sends
-        .iter()
-        .map(|s| SendState {
+        .map(|(fp, s)| SendState {
             peer: s.peer,
-            header: frame::encode_data(fp, s.data.len()),
+            fp,
+            header: frame::encode_data(&fp, s.data.len()),
             done: 0,
             data: s.data,
         })
         .collect();
     let mut rs: Vec<RecvState<'_, '_>> = recvs
-        .iter_mut()
-        .map(|r| RecvState {
+        .map(|(fp, r)| RecvState {
             peer: r.peer,
+            fp,
             header: [0; HEADER_LEN],
             done: 0,
             buf: &mut *r.buf,
@@ -90,14 +123,29 @@ pub(crate) fn exchange(
         })
         .collect();
     for s in &ss {
-        conn(conns, s.peer, fp)?.at_frame_boundary = false;
+        conn(conns, s.peer, &s.fp)?.at_frame_boundary = false;
+    }
+    // Frames that arrived early (Note [Early frames]) complete their receives at once.
+    for r in rs.iter_mut() {
+        let c = conn(conns, r.peer, &r.fp)?;
+        let stream = point_to_point(&r.fp);
+        if let Some(i) = c
+            .early
+            .iter()
+            .position(|(fp, _)| point_to_point(fp) == stream)
+        {
+            let (theirs, data) = c.early.remove(i).expect("position is in range");
+            accept(me, r.peer, &r.fp, &theirs, data.len(), r.buf.len())?;
+            r.buf.copy_from_slice(&data);
+            r.done = r.total();
+        }
     }
     let mut deadline = Timeout::new(timeout);
     let mut idle_since: Option<Instant> = None;
     loop {
         let mut progressed = false;
         for s in ss.iter_mut().filter(|s| s.done < s.total()) {
-            let c = conn(conns, s.peer, fp)?;
+            let c = conn(conns, s.peer, &s.fp)?;
             loop {
                 let res = if s.done < HEADER_LEN {
                     c.stream
@@ -106,7 +154,7 @@ pub(crate) fn exchange(
                     c.stream.write(&s.data[s.done - HEADER_LEN..])
                 };
                 match res {
-                    Ok(0) => return Err(closed(s.peer, fp)),
+                    Ok(0) => return Err(closed(s.peer, &s.fp)),
                     Ok(n) => {
                         s.done += n;
                         progressed = true;
@@ -117,12 +165,12 @@ pub(crate) fn exchange(
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(io_err(s.peer, "send", e, fp)),
+                    Err(e) => return Err(io_err(s.peer, "send", e, &s.fp)),
                 }
             }
         }
         for r in rs.iter_mut().filter(|r| r.done < r.total()) {
-            let c = conn(conns, r.peer, fp)?;
+            let c = conn(conns, r.peer, &r.fp)?;
             loop {
                 let res = if r.done < HEADER_LEN {
                     let (h, b) = (&mut r.header[r.done..], &mut *r.buf);
@@ -132,13 +180,14 @@ pub(crate) fn exchange(
                     c.stream.read(&mut r.buf[r.done - HEADER_LEN..])
                 };
                 match res {
-                    Ok(0) => return Err(closed(r.peer, fp)),
+                    Ok(0) => return Err(closed(r.peer, &r.fp)),
                     Ok(n) => {
                         let was = r.done;
                         r.done += n;
                         progressed = true;
                         if was < HEADER_LEN && r.done >= HEADER_LEN {
-                            check_header(me, c, r.peer, &r.header, fp, r.buf, r.done - HEADER_LEN)?;
+                            let mut rest = Timeout::new(timeout);
+                            take_header(me, c, r, &mut rest, aborted)?;
                         }
                         if r.done == r.total() {
                             break;
@@ -146,7 +195,7 @@ pub(crate) fn exchange(
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(io_err(r.peer, "recv", e, fp)),
+                    Err(e) => return Err(io_err(r.peer, "recv", e, &r.fp)),
                 }
             }
         }
@@ -182,7 +231,7 @@ pub(crate) fn exchange(
             waiting_for.sort_unstable();
             waiting_for.dedup();
             return Err(Error::Timeout {
-                during: fp.to_string(),
+                during: during.to_string(),
                 waiting_for,
                 after: timeout,
             });
@@ -198,52 +247,136 @@ fn conn<'c>(conns: &'c mut [Option<Conn>], peer: usize, fp: &Fingerprint) -> Res
         .ok_or_else(|| closed(peer, fp))
 }
 
-/// Validates a freshly completed header. `prefix` payload bytes were already read into `buf`
-/// by the vectored read; for an abort frame they are the start of the reason.
-fn check_header(
+/// Checks that a frame of `theirs` with `len` payload bytes is the one this receive of `ours`
+/// into `cap` bytes expects.
+fn accept(
+    me: usize,
+    peer: usize,
+    ours: &Fingerprint,
+    theirs: &Fingerprint,
+    len: usize,
+    cap: usize,
+) -> Result<()> {
+    if theirs != ours {
+        return Err(Error::Mismatch {
+            me,
+            peer,
+            ours: *ours,
+            theirs: *theirs,
+        });
+    }
+    if len != cap {
+        return Err(Error::Length {
+            me,
+            peer,
+            fp: *ours,
+            expected: cap,
+            got: len,
+        });
+    }
+    Ok(())
+}
+
+/// Handles a freshly completed header of receive `r`, whose vectored read may already have
+/// put payload bytes (`r.done - HEADER_LEN`) into `r.buf`. A frame of the other stream is read
+/// whole into the connection's `early` queue and the bytes read past it become the start of
+/// the next frame (Note [Early frames]); an abort frame ends the exchange with its reason.
+fn take_header(
     me: usize,
     c: &mut Conn,
-    peer: usize,
-    header: &[u8; HEADER_LEN],
-    fp: &Fingerprint,
-    buf: &[u8],
-    prefix: usize,
+    r: &mut RecvState<'_, '_>,
+    deadline: &mut Timeout,
+    aborted: &dyn Fn() -> Option<String>,
 ) -> Result<()> {
-    match frame::decode(header).map_err(|source| Error::Frame { peer, source })? {
-        Header::Data { fp: theirs, len } => {
-            if theirs != *fp {
-                return Err(Error::Mismatch {
-                    me,
-                    peer,
-                    ours: *fp,
-                    theirs,
+    loop {
+        let read = r.done - HEADER_LEN;
+        match frame::decode(&r.header).map_err(|source| Error::Frame {
+            peer: r.peer,
+            source,
+        })? {
+            Header::Data { fp: theirs, len }
+                if point_to_point(&theirs) != point_to_point(&r.fp) =>
+            {
+                let mut data = r.buf[..read.min(len)].to_vec();
+                let past: Vec<u8> = r.buf[len.min(read)..read].to_vec();
+                if data.len() < len {
+                    let have = data.len();
+                    data.resize(len, 0);
+                    read_fully(c, r.peer, &r.fp, &mut data[have..], deadline, aborted)?;
+                }
+                c.early.push_back((theirs, data));
+                // What was read past that frame starts the next one.
+                let h = past.len().min(HEADER_LEN);
+                r.header[..h].copy_from_slice(&past[..h]);
+                r.buf[..past.len() - h].copy_from_slice(&past[h..]);
+                r.done = past.len();
+                if r.done < HEADER_LEN {
+                    return Ok(());
+                }
+            }
+            Header::Data { fp: theirs, len } => {
+                return accept(me, r.peer, &r.fp, &theirs, len, r.buf.len());
+            }
+            Header::Abort { len } => {
+                let mut reason = r.buf[..read.min(len)].to_vec();
+                let mut rest = vec![0u8; len - reason.len()];
+                let _ = c.stream.set_nonblocking(false);
+                let _ = c.stream.set_read_timeout(Some(Duration::from_secs(1)));
+                if c.stream.read_exact(&mut rest).is_ok() {
+                    reason.extend_from_slice(&rest);
+                }
+                return Err(Error::PeerAborted {
+                    peer: r.peer,
+                    reason: String::from_utf8_lossy(&reason).into_owned(),
                 });
             }
-            if len != buf.len() {
-                return Err(Error::Length {
-                    me,
-                    peer,
-                    fp: *fp,
-                    expected: buf.len(),
-                    got: len,
-                });
-            }
-            Ok(())
-        }
-        Header::Abort { len } => {
-            let mut reason = buf[..prefix.min(len)].to_vec();
-            let mut rest = vec![0u8; len - reason.len()];
-            let _ = c.stream.set_nonblocking(false);
-            let _ = c.stream.set_read_timeout(Some(Duration::from_secs(1)));
-            if c.stream.read_exact(&mut rest).is_ok() {
-                reason.extend_from_slice(&rest);
-            }
-            Err(Error::PeerAborted {
-                peer,
-                reason: String::from_utf8_lossy(&reason).into_owned(),
-            })
         }
     }
+}
+
+/// Reads exactly `buf.len()` bytes from a non-blocking connection, waiting in `poll(2)`, within
+/// the exchange's progress timeout.
+fn read_fully(
+    c: &mut Conn,
+    peer: usize,
+    fp: &Fingerprint,
+    buf: &mut [u8],
+    deadline: &mut Timeout,
+    aborted: &dyn Fn() -> Option<String>,
+) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match c.stream.read(&mut buf[done..]) {
+            Ok(0) => return Err(closed(peer, fp)),
+            Ok(n) => {
+                done += n;
+                deadline.progress();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(reason) = aborted() {
+                    return Err(Error::Aborted { reason });
+                }
+                let Some(left) = deadline.remaining() else {
+                    return Err(Error::Timeout {
+                        during: fp.to_string(),
+                        waiting_for: vec![peer],
+                        after: deadline.limit(),
+                    });
+                };
+                let mut fd = libc::pollfd {
+                    fd: c.stream.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = (left.as_millis() as i32).clamp(1, POLL_SLICE_MS);
+                // SAFETY: one valid pollfd for the duration of the call.
+                unsafe { libc::poll(&mut fd, 1, ms) };
+            }
+            Err(e) => return Err(io_err(peer, "recv", e, fp)),
+        }
+    }
+    Ok(())
 }
 
 fn poll(conns: &[Option<Conn>], sends: &[usize], recvs: &[usize], left: Duration) -> Result<()> {

@@ -39,6 +39,15 @@ pub trait Transport: Send {
         sends: &[SendReq<'_>],
         recvs: &mut [RecvReq<'_>],
     ) -> Result<()>;
+    /// Point-to-point messages, each with its own fingerprint (a sequence per pair of ranks),
+    /// moved concurrently like one step: `batch_isend_irecv`'s building block. At most one send
+    /// and one receive per peer. Frames of this stream and of the collectives may arrive in
+    /// either order on a connection; each stream keeps its own order.
+    fn exchange_p2p(
+        &mut self,
+        sends: &[(Fingerprint, SendReq<'_>)],
+        recvs: &mut [(Fingerprint, RecvReq<'_>)],
+    ) -> Result<()>;
     /// Tells every peer that this rank gives up, and why, then closes the connections.
     /// Later calls fail with [`crate::Error::Aborted`].
     fn abort(&mut self, reason: &str);

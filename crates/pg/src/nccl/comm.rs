@@ -412,6 +412,28 @@ impl NcclComm {
             .map_err(|e| self.fail("recv", e.to_string()))
     }
 
+    /// A point-to-point batch, over the native mesh like send/recv.
+    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [crate::P2POp<T>]) -> Ran {
+        let empty = || crate::P2POp::Send {
+            buf: Vec::new(),
+            peer: 0,
+            tag: 0,
+        };
+        let taken: Vec<_> = ops
+            .iter_mut()
+            .map(|op| std::mem::replace(op, empty()))
+            .collect();
+        let done = self
+            .native
+            .batch_isend_irecv(taken)
+            .wait()
+            .map_err(|e| self.fail("batch_isend_irecv", e.to_string()))?;
+        for (op, d) in ops.iter_mut().zip(done) {
+            *op = d;
+        }
+        Ok(Algorithm::Direct)
+    }
+
     /// Aborts the communicator and the native group (whose store publishes the cause).
     pub(crate) fn abort(&mut self, cause: &str) {
         self.abort.abort(cause);

@@ -1,0 +1,62 @@
+//! allreduce: direct exchange for small buffers, the pipelined ring (or the two-level
+//! [`Hierarchy`](crate::Hierarchy)) for large ones.
+
+use phalanx_core::{Element, ReduceOp};
+use phalanx_transport::{CollectiveKind, Result, Transport};
+
+use crate::{chunk_elems, direct, fp, hierarchical, kernels, ring, segments, Algorithm, Options};
+
+/// Reduces `buf` across ranks in place; every rank ends with the same bits.
+pub fn allreduce<T: Element>(
+    t: &mut dyn Transport,
+    seq: u64,
+    buf: &mut [T],
+    op: ReduceOp,
+    opts: &Options,
+) -> Result<Algorithm> {
+    let n = t.world_size();
+    let fp = fp::<T>(seq, CollectiveKind::Allreduce, Some(op), buf.len(), 0);
+    let algo = if n == 1 || buf.is_empty() {
+        Algorithm::Local
+    } else if std::mem::size_of_val(buf) <= opts.direct_max_bytes {
+        direct::allreduce(t, &fp, buf, op)?;
+        Algorithm::Direct
+    } else if let Some(h) = opts.hierarchy.as_ref().filter(|h| h.world_size() == n) {
+        hierarchical::allreduce(t, &fp, h, buf, op, chunk_elems::<T>(opts))?;
+        return Ok(Algorithm::Hierarchical);
+    } else {
+        let count = buf.len();
+        let segs = move |s| segments::segment(count, n, s);
+        let all = ring::everyone(n);
+        ring::reduce_scatter(t, &fp, &all, buf, &segs, op, chunk_elems::<T>(opts))?;
+        let mine = segs(t.rank());
+        kernels::finish(op, &mut buf[mine], n);
+        ring::allgather(t, &fp, &all, buf, &segs, chunk_elems::<T>(opts))?;
+        return Ok(Algorithm::Ring);
+    };
+    kernels::finish(op, buf, n);
+    Ok(algo)
+}
+
+/// [`allreduce`] for a job spread over several hosts whose ranks share memory with their
+/// host's other ranks (`g`, ordered as [`Hierarchy::host_of`]): above `direct_max_bytes` and
+/// with `opts.hierarchy` set, the two-level algorithm with shared memory inside the host;
+/// otherwise exactly [`allreduce`] over `t`.
+#[cfg(target_os = "linux")]
+pub fn allreduce_hierarchical_shm<T: Element>(
+    t: &mut dyn Transport,
+    g: &mut phalanx_transport::shm::ShmGroup,
+    seq: u64,
+    buf: &mut [T],
+    op: ReduceOp,
+    opts: &Options,
+) -> Result<Algorithm> {
+    let n = t.world_size();
+    match opts.hierarchy.as_ref() {
+        Some(h) if h.world_size() == n && std::mem::size_of_val(buf) > opts.direct_max_bytes => {
+            hierarchical::allreduce_shm(t, g, seq, h, buf, op, chunk_elems::<T>(opts))?;
+            Ok(Algorithm::Hierarchical)
+        }
+        _ => allreduce(t, seq, buf, op, opts),
+    }
+}

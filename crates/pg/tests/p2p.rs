@@ -1,0 +1,215 @@
+//! Point-to-point that composes with collectives: each pair of ranks numbers its own messages
+//! (so send/recv among some ranks leaves the others' collective sequence alone), frames of
+//! either stream may arrive first on a connection (Note [Early frames]), and
+//! `batch_isend_irecv` moves both directions at once.
+
+use phalanx_core::ReduceOp;
+use phalanx_pg::{P2POp, ProcessGroup};
+use phalanx_testing::{spawn_ranks, spawn_ranks_tcp};
+
+/// Ranks 0 and 1 exchange a message, then all three reduce: the pair's messages must not move
+/// rank 2 one step behind (it used to fail as a "collective mismatch").
+fn pair_then_all(pg: ProcessGroup) -> Vec<f32> {
+    let mut sums = Vec::new();
+    for round in 0..50u32 {
+        match pg.rank() {
+            0 => pg.send(&[round as f32; 5], 1, round).unwrap(),
+            1 => {
+                let mut b = [0f32; 5];
+                pg.recv(&mut b, 0, round).unwrap();
+                assert_eq!(b, [round as f32; 5]);
+            }
+            _ => {}
+        }
+        let mut x = [pg.rank() as f32 + round as f32];
+        pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+        sums.push(x[0]);
+    }
+    sums
+}
+
+#[test]
+fn a_pairs_messages_leave_the_third_ranks_collectives_alone() {
+    let expected: Vec<f32> = (0..50).map(|r| 3.0 + 3.0 * r as f32).collect();
+    for sums in spawn_ranks(3, pair_then_all) {
+        assert_eq!(sums, expected);
+    }
+    for sums in spawn_ranks_tcp(3, pair_then_all) {
+        assert_eq!(sums, expected);
+    }
+}
+
+/// A ring of send/recv interleaved with allreduces of all four ranks, 1,000 rounds.
+fn ring(pg: ProcessGroup) -> i64 {
+    let (r, n) = (pg.rank(), pg.world_size());
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let mut checked = 0;
+    for round in 0..1000i64 {
+        let tag = (round % 7) as u32;
+        pg.send(&[round, r as i64], next, tag).unwrap();
+        let mut got = [0i64; 2];
+        pg.recv(&mut got, prev, tag).unwrap();
+        assert_eq!(got, [round, prev as i64], "rank {r} round {round}");
+        let mut x = [round + r as i64];
+        pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+        assert_eq!(x[0], 4 * round + 6, "rank {r} round {round}");
+        checked += 1;
+    }
+    checked
+}
+
+#[test]
+fn four_ranks_ring_of_send_recv_with_allreduces_of_all_1000_rounds() {
+    assert_eq!(spawn_ranks_tcp(4, ring), vec![1000; 4]);
+    assert_eq!(spawn_ranks(4, ring), vec![1000; 4]);
+}
+
+/// Rank 0 sends, then enters an allreduce; rank 1 enters the allreduce first and receives
+/// after it. Rank 1's allreduce finds the message first on the connection and keeps it.
+fn send_runs_ahead(pg: ProcessGroup, len: usize) -> f64 {
+    let mut x = [pg.rank() as f64 + 1.0];
+    if pg.rank() == 0 {
+        pg.send(&vec![7u8; len], 1, 3).unwrap();
+        pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+    } else {
+        pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+        let mut b = vec![0u8; len];
+        pg.recv(&mut b, 0, 3).unwrap();
+        assert!(b.iter().all(|&v| v == 7));
+    }
+    x[0]
+}
+
+#[test]
+fn a_message_may_arrive_before_the_collective_the_receiver_is_in() {
+    // Shorter and longer than the allreduce's frame: the bytes read past an early message
+    // start the next frame.
+    for len in [0, 1, 5, 4096, 3 << 20] {
+        assert_eq!(
+            spawn_ranks_tcp(2, move |pg| send_runs_ahead(pg, len)),
+            vec![3.0, 3.0],
+            "len {len}"
+        );
+    }
+}
+
+#[test]
+fn batch_isend_irecv_moves_both_directions_at_once() {
+    // 8 MiB each way: blocking sends in the same order on both ranks would wait on each
+    // other's full socket buffers.
+    let n = 2 << 20;
+    let out = spawn_ranks_tcp(2, move |pg| {
+        let other = 1 - pg.rank();
+        let ops = vec![
+            P2POp::Send {
+                buf: vec![pg.rank() as f32 + 1.0; n],
+                peer: other,
+                tag: 1,
+            },
+            P2POp::Recv {
+                buf: vec![0f32; n],
+                peer: other,
+                tag: 1,
+            },
+            // A second message to the same peer travels in order, one step later.
+            P2POp::Send {
+                buf: vec![10.0 * (pg.rank() as f32 + 1.0); 3],
+                peer: other,
+                tag: 2,
+            },
+            P2POp::Recv {
+                buf: vec![0f32; 3],
+                peer: other,
+                tag: 2,
+            },
+        ];
+        let done = pg.batch_isend_irecv(ops).wait().unwrap();
+        let first = done[1].buf().iter().all(|&v| v == other as f32 + 1.0);
+        (first, done[3].buf().to_vec())
+    });
+    assert!(out[0].0 && out[1].0);
+    assert_eq!(out[0].1, vec![20.0; 3]);
+    assert_eq!(out[1].1, vec![10.0; 3]);
+}
+
+#[test]
+fn batch_isend_irecv_exchanges_with_every_peer() {
+    // An all-to-all of four ranks as one batch, then an allreduce of all.
+    let out = spawn_ranks_tcp(4, |pg| {
+        let (r, n) = (pg.rank(), pg.world_size());
+        let mut ops = Vec::new();
+        for p in (0..n).filter(|&p| p != r) {
+            ops.push(P2POp::Send {
+                buf: vec![(10 * r + p) as i64; 100],
+                peer: p,
+                tag: 0,
+            });
+            ops.push(P2POp::Recv {
+                buf: vec![0i64; 100],
+                peer: p,
+                tag: 0,
+            });
+        }
+        let done = pg.batch_isend_irecv(ops).wait().unwrap();
+        for op in &done {
+            if let P2POp::Recv { buf, peer, .. } = op {
+                assert!(buf.iter().all(|&v| v == (10 * peer + r) as i64));
+            }
+        }
+        let mut x = [1i64];
+        pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+        x[0]
+    });
+    assert_eq!(out, vec![4; 4]);
+}
+
+#[test]
+fn isend_and_irecv_complete_through_work() {
+    let out = spawn_ranks_tcp(2, |pg| {
+        if pg.rank() == 0 {
+            let w = pg.isend(vec![1.5f64, 2.5], 1, 9);
+            let mut x = [1.0f64];
+            // A blocking collective after the queued send runs after it.
+            pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+            assert_eq!(w.wait().unwrap(), vec![1.5, 2.5]);
+            x[0]
+        } else {
+            let w = pg.irecv(vec![0f64; 2], 0, 9);
+            let got = w.wait().unwrap();
+            assert_eq!(got, vec![1.5, 2.5]);
+            let mut x = [1.0f64];
+            pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+            x[0]
+        }
+    });
+    assert_eq!(out, vec![2.0, 2.0]);
+}
+
+#[test]
+fn a_tag_mismatch_names_both_messages() {
+    let out = spawn_ranks_tcp(2, |pg| {
+        if pg.rank() == 0 {
+            let _ = pg.send(&[1f32; 4], 1, 5);
+            None
+        } else {
+            let mut b = [0f32; 4];
+            Some(pg.recv(&mut b, 0, 6).unwrap_err().to_string())
+        }
+    });
+    let e = out[1].as_deref().unwrap();
+    assert!(e.contains("tag=6") && e.contains("tag=5"), "{e}");
+}
+
+#[test]
+fn point_to_point_with_itself_or_a_missing_rank_is_refused() {
+    let out = spawn_ranks(2, |pg| {
+        let me = pg.rank();
+        let a = pg.send(&[1u8], me, 0).unwrap_err().to_string();
+        let b = pg.irecv(vec![0u8], 5, 0).wait().unwrap_err().to_string();
+        (a, b)
+    });
+    for (a, b) in out {
+        assert!(a.contains("is this rank"), "{a}");
+        assert!(b.contains("irecv peer 5 is not below world_size 2"), "{b}");
+    }
+}
