@@ -1,5 +1,6 @@
-//! `phalanx bench allreduce` through the real binary: self-launch, --check over sizes from
-//! 0 bytes to 64 MiB on 3 ranks, JSON output, and launch of a one-barrier job.
+//! `phalanx bench allreduce` (and broadcast, reduce, allgather, reduce_scatter, all_to_all)
+//! through the real binary: self-launch, --check over sizes from 0 bytes to 64 MiB on 3
+//! ranks, JSON output, and launch of a one-barrier job.
 
 mod launch_util;
 
@@ -119,4 +120,45 @@ fn bad_flags_name_the_culprit() {
     let f = run(cmd, Duration::from_secs(10));
     assert_ne!(f.code(), Some(0));
     assert!(f.stderr.contains("f8"), "{}", f.stderr);
+}
+
+#[test]
+fn every_collective_bench_checks_its_results_on_three_ranks() {
+    for op in [
+        "broadcast",
+        "reduce",
+        "allgather",
+        "reduce_scatter",
+        "all_to_all",
+    ] {
+        let mut cmd = phalanx();
+        cmd.args([
+            "bench",
+            op,
+            "--nproc-per-node",
+            "3",
+            "--standalone",
+            "--check",
+            "--json",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--sizes",
+            "0,12,4K,100000,1M",
+        ]);
+        let f = run(cmd, Duration::from_secs(120));
+        assert_eq!(f.code(), Some(0), "{op}\n{}\n{}", f.stdout, f.stderr);
+        let rows: Vec<serde_json::Value> = f
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert_eq!(rows.len(), 5, "{op}: {}", f.stdout);
+        for row in rows {
+            assert_eq!(row["op"], op, "{row}");
+            assert_eq!(row["check"], "ok", "{row}");
+            assert_eq!(row["world"], 3, "{row}");
+        }
+    }
 }
