@@ -62,6 +62,8 @@ pub mod segments;
 #[cfg(target_os = "linux")]
 mod shm_allgather;
 #[cfg(target_os = "linux")]
+pub use shm_allgather::{all_to_all_shm, allgather_shm};
+#[cfg(target_os = "linux")]
 pub mod shm_allreduce;
 #[cfg(target_os = "linux")]
 pub use shm_allreduce::{

@@ -1,14 +1,15 @@
-//! Allgather of per-rank slices of one buffer over a [`ShmGroup`]: the last phase of the
-//! hierarchical allreduce inside a host. Rank `r` owns `slice(r)`; per chunk, every rank copies
+//! Allgather of per-rank slices of one buffer over a [`ShmGroup`] (the last phase of the
+//! hierarchical allreduce inside a host, and allgather/allgather_v among the ranks of one
+//! host), and all_to_all of equal blocks. Rank `r` owns `slice(r)`; per chunk, every rank copies
 //! its slice's chunk into its own shared buffer, one step publishes them all, and every rank
 //! copies the peers' chunks out.
 
 use std::ops::Range;
 
 use phalanx_core::Element;
-use phalanx_transport::{shm::ShmGroup, Fingerprint, Result};
+use phalanx_transport::{shm::ShmGroup, CollectiveKind, Fingerprint, Result};
 
-use crate::segments;
+use crate::{segments, Algorithm};
 
 /// After this, every rank's `buf` holds every rank's `slice(p)`.
 pub(crate) fn allgather_slices<T: Element>(
@@ -41,4 +42,75 @@ pub(crate) fn allgather_slices<T: Element>(
         }
     }
     Ok(())
+}
+
+/// Gathers every rank's `send` into every rank's `recv` through shared memory (rank `p`'s
+/// block at `offsets[p]..offsets[p + 1]`; equal blocks for allgather, any sizes for
+/// allgather_v). `kind` and `count` name the collective in the step fingerprints.
+pub fn allgather_shm<T: Element>(
+    g: &mut ShmGroup,
+    seq: u64,
+    send: &[T],
+    recv: &mut [T],
+    offsets: &[usize],
+    kind: CollectiveKind,
+) -> Result<Algorithm> {
+    let (n, r) = (g.world_size(), g.rank());
+    assert_eq!(offsets.len(), n + 1, "allgather_shm: one block per rank");
+    recv[offsets[r]..offsets[r + 1]].copy_from_slice(send);
+    if n == 1 || offsets[n] == 0 {
+        return Ok(Algorithm::Local);
+    }
+    let fp = crate::fp::<T>(seq, kind, None, offsets[n], 0);
+    allgather_slices(g, &fp, recv, &|p| offsets[p]..offsets[p + 1])?;
+    Ok(Algorithm::Shm)
+}
+
+/// all_to_all of equal blocks through shared memory: per step every rank writes chunk `k` of
+/// each of its `n` blocks into its own buffer (block `p` at slot `p`), and reads chunk `k` of
+/// block `rank` from every peer's buffer.
+pub fn all_to_all_shm<T: Element>(
+    g: &mut ShmGroup,
+    seq: u64,
+    send: &[T],
+    recv: &mut [T],
+) -> Result<Algorithm> {
+    let (n, r) = (g.world_size(), g.rank());
+    assert_eq!(
+        send.len(),
+        recv.len(),
+        "all_to_all_shm: equal send and recv"
+    );
+    assert_eq!(send.len() % n, 0, "all_to_all_shm: equal blocks");
+    let per = send.len() / n;
+    recv[r * per..(r + 1) * per].copy_from_slice(&send[r * per..(r + 1) * per]);
+    if n == 1 || per == 0 {
+        return Ok(Algorithm::Local);
+    }
+    // The same fingerprint as over TCP (counts per pair are checked by the frame there).
+    let fp = crate::fp::<T>(seq, CollectiveKind::AllToAll, None, 0, 0);
+    let size = std::mem::size_of::<T>();
+    let slot = (g.buffer_bytes() / size / n).max(1);
+    let block = |p: usize| p * per..(p + 1) * per;
+    for k in 0..segments::num_chunks(per, slot) {
+        let b = g.next_buffer();
+        for p in (0..n).filter(|&p| p != r) {
+            let c = segments::chunk(&block(p), slot, k);
+            let at = p * slot * size;
+            // SAFETY: as in `allgather_slices`: peers finished reading buffer `b` before the
+            // step this rank has passed (Note [Shared-memory protocol]).
+            unsafe { g.own_buffer_mut(b, at..at + c.len() * size) }
+                .copy_from_slice(bytemuck::cast_slice(&send[c]));
+        }
+        g.step_all(&fp)?;
+        for q in (0..n).filter(|&q| q != r) {
+            let c = segments::chunk(&block(q), slot, k);
+            let at = r * slot * size;
+            // SAFETY: `q` wrote these bytes before the step just waited for and rewrites
+            // buffer `b` only after this rank publishes its next step.
+            let src = unsafe { g.buffer(q, b, at..at + c.len() * size) };
+            recv[c].copy_from_slice(bytemuck::cast_slice(src));
+        }
+    }
+    Ok(Algorithm::Shm)
 }

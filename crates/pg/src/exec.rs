@@ -10,7 +10,7 @@
 
 use phalanx_collectives::{self as coll, Algorithm, Options, P2pRecv, P2pSend};
 use phalanx_core::{Element, ReduceOp};
-use phalanx_transport::{shm::ShmGroup, Transport};
+use phalanx_transport::{shm::ShmGroup, CollectiveKind, Transport};
 
 use crate::P2POp;
 
@@ -159,6 +159,13 @@ impl Exec {
         opts: &Options,
     ) -> Ran {
         match &mut self.links {
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if g.world_size() == transport.world_size() => {
+                let offsets: Vec<usize> = (0..=g.world_size()).map(|p| p * send.len()).collect();
+                coll::allgather_shm(g, seq, send, recv, &offsets, CollectiveKind::Allgather)
+            }
             Links::Native { transport, .. } => {
                 coll::allgather(transport.as_mut(), seq, send, recv, opts)
             }
@@ -258,6 +265,8 @@ impl Exec {
         coll::scatter(self.native(), seq, send, recv, root)
     }
 
+    /// `equal`: the caller asked for equal blocks (every rank did: the same API), which shared
+    /// memory runs; unequal splits go over TCP.
     pub(crate) fn all_to_all<T: Element>(
         &mut self,
         seq: u64,
@@ -265,8 +274,17 @@ impl Exec {
         send_counts: &[usize],
         recv: &mut [T],
         recv_counts: &[usize],
+        equal: bool,
     ) -> Ran {
-        coll::all_to_all(self.native(), seq, send, send_counts, recv, recv_counts)
+        match &mut self.links {
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if equal && g.world_size() == transport.world_size() => {
+                coll::all_to_all_shm(g, seq, send, recv)
+            }
+            _ => coll::all_to_all(self.native(), seq, send, send_counts, recv, recv_counts),
+        }
     }
 
     pub(crate) fn allgather_v<T: Element>(
@@ -277,7 +295,21 @@ impl Exec {
         counts: &[usize],
         opts: &Options,
     ) -> Ran {
-        coll::allgather_v(self.native(), seq, send, recv, counts, opts)
+        match &mut self.links {
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if g.world_size() == transport.world_size() => {
+                let offsets: Vec<usize> = std::iter::once(0)
+                    .chain(counts.iter().scan(0, |at, &c| {
+                        *at += c;
+                        Some(*at)
+                    }))
+                    .collect();
+                coll::allgather_shm(g, seq, send, recv, &offsets, CollectiveKind::AllgatherV)
+            }
+            _ => coll::allgather_v(self.native(), seq, send, recv, counts, opts),
+        }
     }
 
     /// Every send and receive of `ops` at once (`batch_isend_irecv`). The MPI backend is

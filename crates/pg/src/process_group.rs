@@ -404,7 +404,7 @@ impl ProcessGroup {
             )));
         }
         let counts = vec![send.len() / n; n];
-        self.all_to_all_single(send, &counts, recv, &counts)
+        self.all_to_all_splits(send, &counts, recv, &counts, true)
     }
 
     /// PyTorch's `all_to_all_single` with split sizes: `send_splits[p]` elements of `send`
@@ -417,6 +417,17 @@ impl ProcessGroup {
         send_splits: &[usize],
         recv: &mut [T],
         recv_splits: &[usize],
+    ) -> Result<()> {
+        self.all_to_all_splits(send, send_splits, recv, recv_splits, false)
+    }
+
+    fn all_to_all_splits<T: Element>(
+        &self,
+        send: &[T],
+        send_splits: &[usize],
+        recv: &mut [T],
+        recv_splits: &[usize],
+        equal: bool,
     ) -> Result<()> {
         self.require_native("all_to_all")?;
         self.check_splits("all_to_all", "send", send.len(), send_splits)?;
@@ -431,7 +442,10 @@ impl ProcessGroup {
         }
         let bytes = std::mem::size_of_val(send);
         self.blocking("all_to_all", bytes, |_, t, seq| {
-            Ok(((), t.all_to_all(seq, send, send_splits, recv, recv_splits)?))
+            Ok((
+                (),
+                t.all_to_all(seq, send, send_splits, recv, recv_splits, equal)?,
+            ))
         })
     }
 
@@ -452,7 +466,7 @@ impl ProcessGroup {
         let mut recv = vec![T::zeroed(); send.len()];
         let bytes = std::mem::size_of_val(&send[..]);
         self.enqueue("all_to_all", bytes, move |_, t, seq| {
-            let algo = t.all_to_all(seq, &send, &counts, &mut recv, &counts)?;
+            let algo = t.all_to_all(seq, &send, &counts, &mut recv, &counts, true)?;
             Ok((recv, algo))
         })
     }

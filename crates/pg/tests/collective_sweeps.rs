@@ -187,6 +187,30 @@ fn gather_scatter_all_to_all_and_allgather_v_move_every_block() {
 }
 
 #[test]
+fn shared_memory_moves_blocks_larger_than_its_buffers_in_chunks() {
+    // 3 MiB per block: several chunks of the shared buffers for allgather and all_to_all.
+    // Values unique per (block, element), exact in f32, so a misplaced chunk shows.
+    let per = 3 << 18;
+    let block = |b: usize| -> Vec<f32> { (0..per).map(|i| (b * 1_000_003 + i) as f32).collect() };
+    for n in [2, 3] {
+        let out = spawn_ranks(n, move |pg| {
+            assert!(pg.uses_shared_memory());
+            let r = pg.rank();
+            let mut all = vec![0f32; per * n];
+            pg.allgather(&block(r), &mut all).unwrap();
+            let want: Vec<f32> = (0..n).flat_map(block).collect();
+            let gathered = all == want;
+            let send: Vec<f32> = (0..n).flat_map(|p| block(r * n + p)).collect();
+            let mut recv = vec![0f32; per * n];
+            pg.all_to_all(&send, &mut recv).unwrap();
+            let want: Vec<f32> = (0..n).flat_map(|q| block(q * n + r)).collect();
+            gathered && recv == want
+        });
+        assert!(out.into_iter().all(|ok| ok), "world {n}");
+    }
+}
+
+#[test]
 fn asynchronous_forms_give_the_blocking_results_in_issue_order() {
     for n in [1, 2, 3, 4] {
         let out = spawn_ranks_tcp(n, |pg| {
