@@ -20,6 +20,9 @@ pub fn reduce_into<T: Element>(op: ReduceOp, acc: &mut [T], incoming: &[T]) {
         ReduceOp::Min => fold!(ReduceOp::Min),
         ReduceOp::Max => fold!(ReduceOp::Max),
         ReduceOp::Product => fold!(ReduceOp::Product),
+        ReduceOp::BAnd => fold!(ReduceOp::BAnd),
+        ReduceOp::BOr => fold!(ReduceOp::BOr),
+        ReduceOp::BXor => fold!(ReduceOp::BXor),
     }
 }
 

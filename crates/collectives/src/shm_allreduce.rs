@@ -224,6 +224,9 @@ fn reduce2<T: Element>(op: ReduceOp, dst: &mut [T], first: &[T], second: &[T]) {
         ReduceOp::Min => fold!(ReduceOp::Min),
         ReduceOp::Max => fold!(ReduceOp::Max),
         ReduceOp::Product => fold!(ReduceOp::Product),
+        ReduceOp::BAnd => fold!(ReduceOp::BAnd),
+        ReduceOp::BOr => fold!(ReduceOp::BOr),
+        ReduceOp::BXor => fold!(ReduceOp::BXor),
     }
 }
 
@@ -242,6 +245,9 @@ fn reduce_last<T: Element>(op: ReduceOp, dst: &mut [T], acc: &[T]) {
         ReduceOp::Min => fold!(ReduceOp::Min),
         ReduceOp::Max => fold!(ReduceOp::Max),
         ReduceOp::Product => fold!(ReduceOp::Product),
+        ReduceOp::BAnd => fold!(ReduceOp::BAnd),
+        ReduceOp::BOr => fold!(ReduceOp::BOr),
+        ReduceOp::BXor => fold!(ReduceOp::BXor),
     }
 }
 

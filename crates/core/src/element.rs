@@ -33,6 +33,11 @@ macro_rules! float_element {
                     ReduceOp::Min => a.min(b),
                     ReduceOp::Max => a.max(b),
                     ReduceOp::Product => a * b,
+                    // Refused by the process group for float dtypes; defined on the bits so
+                    // that the kernels stay total.
+                    ReduceOp::BAnd => <$t>::from_bits(a.to_bits() & b.to_bits()),
+                    ReduceOp::BOr => <$t>::from_bits(a.to_bits() | b.to_bits()),
+                    ReduceOp::BXor => <$t>::from_bits(a.to_bits() ^ b.to_bits()),
                 }
             }
             #[inline]
@@ -63,6 +68,9 @@ macro_rules! int_element {
                     ReduceOp::Min => a.min(b),
                     ReduceOp::Max => a.max(b),
                     ReduceOp::Product => a.wrapping_mul(b),
+                    ReduceOp::BAnd => a & b,
+                    ReduceOp::BOr => a | b,
+                    ReduceOp::BXor => a ^ b,
                 }
             }
             #[inline]
@@ -90,6 +98,9 @@ impl Element for u8 {
             ReduceOp::Min => a.min(b),
             ReduceOp::Max => a.max(b),
             ReduceOp::Product => a.wrapping_mul(b),
+            ReduceOp::BAnd => a & b,
+            ReduceOp::BOr => a | b,
+            ReduceOp::BXor => a ^ b,
         }
     }
     fn div_world(self, world_size: usize) -> Self {
@@ -109,6 +120,15 @@ macro_rules! half_element {
             const DTYPE: DType = $d;
             #[inline]
             fn reduce(op: ReduceOp, a: Self, b: Self) -> Self {
+                if op.is_bitwise() {
+                    // As for f32: refused by the process group, defined on the bits.
+                    let f = |x: u16, y: u16| match op {
+                        ReduceOp::BAnd => x & y,
+                        ReduceOp::BOr => x | y,
+                        _ => x ^ y,
+                    };
+                    return <$t>::from_bits(f(a.to_bits(), b.to_bits()));
+                }
                 let (x, y) = (a.to_f32(), b.to_f32());
                 <$t>::from_f32(f32::reduce(op, x, y))
             }

@@ -21,16 +21,25 @@ pub enum ReduceOp {
     Max = 3,
     /// Element-wise product.
     Product = 4,
+    /// Bitwise and (integer dtypes only).
+    BAnd = 5,
+    /// Bitwise or (integer dtypes only).
+    BOr = 6,
+    /// Bitwise exclusive or (integer dtypes only).
+    BXor = 7,
 }
 
 impl ReduceOp {
     /// Every op, in wire-code order.
-    pub const ALL: [ReduceOp; 5] = [
+    pub const ALL: [ReduceOp; 8] = [
         ReduceOp::Sum,
         ReduceOp::Avg,
         ReduceOp::Min,
         ReduceOp::Max,
         ReduceOp::Product,
+        ReduceOp::BAnd,
+        ReduceOp::BOr,
+        ReduceOp::BXor,
     ];
 
     /// Lower-case name (`sum`, `avg`, …).
@@ -41,7 +50,15 @@ impl ReduceOp {
             ReduceOp::Min => "min",
             ReduceOp::Max => "max",
             ReduceOp::Product => "product",
+            ReduceOp::BAnd => "band",
+            ReduceOp::BOr => "bor",
+            ReduceOp::BXor => "bxor",
         }
+    }
+
+    /// Whether it is a bitwise op, defined on integer dtypes only (PyTorch's BAND, BOR, BXOR).
+    pub const fn is_bitwise(self) -> bool {
+        matches!(self, ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor)
     }
 
     /// Decodes the wire code written by `self as u8`.
@@ -66,7 +83,7 @@ impl FromStr for ReduceOp {
             .ok_or_else(|| Error::Parse {
                 what: "reduce op",
                 value: s.to_string(),
-                reason: "expected one of sum, avg, min, max, product".into(),
+                reason: "expected one of sum, avg, min, max, product, band, bor, bxor".into(),
             })
     }
 }

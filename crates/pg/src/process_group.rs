@@ -17,7 +17,7 @@ use std::{
 };
 
 use phalanx_collectives::Options;
-use phalanx_core::{trace, Element, ReduceOp};
+use phalanx_core::{trace, DType, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
 use phalanx_transport::{
     shm::{ShmAbortHandle, ShmGroup},
@@ -212,6 +212,7 @@ impl ProcessGroup {
 
     /// Reduces `buf` across ranks in place.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.check_op::<T>("allreduce", op)?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("allreduce", bytes, |s, t, seq| {
             Ok(((), t.allreduce(seq, buf, op, &s.opts)?))
@@ -220,6 +221,9 @@ impl ProcessGroup {
 
     /// Starts an allreduce of `buf`; the reduced buffer comes back from [`Work::wait`].
     pub fn allreduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        if let Err(e) = self.check_op::<T>("allreduce", op) {
+            return Work::ready(Err(e));
+        }
         let bytes = std::mem::size_of_val(&buf[..]);
         self.enqueue("allreduce", bytes, move |s, t, seq| {
             let algo = t.allreduce(seq, &mut buf, op, &s.opts)?;
@@ -258,6 +262,7 @@ impl ProcessGroup {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
+        self.check_op::<T>("reduce_scatter", op)?;
         if send.len() != recv.len() * self.world_size() {
             return Err(self.usage(format!(
                 "reduce_scatter: send holds {} elements, expected recv.len() × world_size = {}",
@@ -303,6 +308,9 @@ impl ProcessGroup {
     /// Starts a reduce_scatter of `send` (`world_size` equal blocks); this rank's reduced
     /// block comes back from [`Work::wait`].
     pub fn reduce_scatter_async<T: Element>(&self, mut send: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        if let Err(e) = self.check_op::<T>("reduce_scatter", op) {
+            return Work::ready(Err(e));
+        }
         let n = self.world_size();
         if !send.len().is_multiple_of(n) {
             return Work::ready(Err(self.usage(format!(
@@ -327,6 +335,7 @@ impl ProcessGroup {
     /// other ranks' buffers are left unspecified, as in PyTorch. Native backend only.
     pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
         self.require_native("reduce")?;
+        self.check_op::<T>("reduce", op)?;
         self.check_rank(root, "reduce root")?;
         let bytes = std::mem::size_of_val(buf);
         self.blocking("reduce", bytes, |s, t, seq| {
@@ -343,6 +352,7 @@ impl ProcessGroup {
     ) -> Work<Vec<T>> {
         if let Err(e) = self
             .require_native("reduce")
+            .and_then(|()| self.check_op::<T>("reduce", op))
             .and_then(|()| self.check_rank(root, "reduce root"))
         {
             return Work::ready(Err(e));
@@ -717,6 +727,29 @@ impl ProcessGroup {
         }
     }
 
+    /// A bitwise op needs an integer dtype, and a backend that has it.
+    fn check_op<T: Element>(&self, what: &str, op: ReduceOp) -> Result<()> {
+        if !op.is_bitwise() {
+            return Ok(());
+        }
+        if !matches!(T::DTYPE, DType::I32 | DType::I64 | DType::U8) {
+            return Err(self.usage(format!(
+                "{what}: {op} is a bitwise op, defined on integer dtypes (i32, i64, u8), not {}",
+                T::DTYPE
+            )));
+        }
+        if self.shared.backend == "nccl" {
+            return Err(Error::Backend {
+                backend: "nccl",
+                reason: format!(
+                    "rank {}: {what} with {op}: NCCL has no bitwise reductions",
+                    self.rank()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Refuses `op` on a backend that does not run it, at the call, naming both.
     fn require_native(&self, op: &str) -> Result<()> {
         match self.shared.backend {
@@ -846,6 +879,12 @@ impl ProcessGroup {
     #[cfg(feature = "nccl")]
     pub unsafe fn allreduce_device(&self, buf: DeviceSlice, op: ReduceOp) -> Result<()> {
         self.require_device_buffers("allreduce_device")?;
+        if op.is_bitwise() {
+            return Err(Error::Backend {
+                backend: "nccl",
+                reason: format!("allreduce_device with {op}: NCCL has no bitwise reductions"),
+            });
+        }
         // SAFETY: the caller's contract.
         self.blocking("allreduce", buf.bytes(), |_, t, _| unsafe {
             t.allreduce_device(buf, op).map(|algo| ((), algo))

@@ -85,6 +85,55 @@ fn reduce_matches_a_serial_fold_for_every_world_count_dtype_and_op() {
     }
 }
 
+fn bitwise_all<T: Element + std::fmt::Debug>(pg: &ProcessGroup) {
+    let (n, r) = (pg.world_size(), pg.rank());
+    for count in COUNTS {
+        for op in [ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor] {
+            let want = reference::<T>(n, count, op);
+            let mut buf = input::<T>(r, count);
+            pg.allreduce(&mut buf, op).unwrap();
+            assert_eq!(buf, want, "allreduce {op} n={n} count={count}");
+            let mut buf = input::<T>(r, count);
+            pg.reduce(&mut buf, op, 0).unwrap();
+            if r == 0 {
+                assert_eq!(buf, want, "reduce {op} n={n} count={count}");
+            }
+            let mut send: Vec<T> = (0..n).flat_map(|_| input::<T>(r, count)).collect();
+            let mut recv = vec![T::from_f64(0.0); count];
+            pg.reduce_scatter(&mut send, &mut recv, op).unwrap();
+            assert_eq!(recv, want, "reduce_scatter {op} n={n} count={count}");
+        }
+    }
+}
+
+#[test]
+fn bitwise_ops_reduce_integers_and_refuse_floats() {
+    for n in [1, 2, 3, 5] {
+        let check = |pg: ProcessGroup| {
+            bitwise_all::<i32>(&pg);
+            bitwise_all::<i64>(&pg);
+            bitwise_all::<u8>(&pg);
+            let e = pg
+                .allreduce(&mut [1f32; 3], ReduceOp::BXor)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(
+                    "bxor is a bitwise op, defined on integer dtypes (i32, i64, u8), not f32"
+                ),
+                "{e}"
+            );
+            // The refusal broke nothing: the group goes on.
+            let mut x = [1i32 << pg.rank()];
+            pg.allreduce(&mut x, ReduceOp::BOr).unwrap();
+            x[0]
+        };
+        let full = (1i32 << n) - 1;
+        assert_eq!(spawn_ranks(n, check), vec![full; n]);
+        assert_eq!(spawn_ranks_tcp(n, check), vec![full; n]);
+    }
+}
+
 #[test]
 fn reduce_is_bitwise_the_allreduce_on_the_root() {
     // Non-integer values, where the fold order shows in the last bits.

@@ -124,6 +124,12 @@ fn rank_checks() {
     assert!(h.iter().all(|v| f64::from(v.to_f32()) == tri), "{h:?}");
     let mut p = [2i32];
     pg.allreduce(&mut p, ReduceOp::Product).unwrap();
+    // Bitwise ops map onto MPI_BAND/BOR/BXOR.
+    let mut bits = [1i32 << r, 0b1000 | (1 << r)];
+    pg.allreduce(&mut bits, ReduceOp::BOr).unwrap();
+    assert_eq!(bits, [(1 << n) - 1, 0b1000 | ((1 << n) - 1)]);
+    pg.allreduce(&mut bits[1..], ReduceOp::BAnd).unwrap();
+    assert_eq!(bits[1], 0b1000 | ((1 << n) - 1));
     assert_eq!(p, [1 << n]);
     let mut empty: [f32; 0] = [];
     pg.allreduce(&mut empty, ReduceOp::Sum).unwrap();

@@ -37,6 +37,9 @@ pub(super) fn reduce_op(op: ReduceOp) -> ffi::MPI_Op {
             ReduceOp::Min => ffi::RSMPI_MIN,
             ReduceOp::Max => ffi::RSMPI_MAX,
             ReduceOp::Product => ffi::RSMPI_PROD,
+            ReduceOp::BAnd => ffi::RSMPI_BAND,
+            ReduceOp::BOr => ffi::RSMPI_BOR,
+            ReduceOp::BXor => ffi::RSMPI_BXOR,
         }
     }
 }

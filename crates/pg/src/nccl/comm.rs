@@ -64,6 +64,10 @@ pub(crate) fn nccl_op(op: ReduceOp) -> c_int {
         ReduceOp::Product => 1,
         ReduceOp::Max => 2,
         ReduceOp::Min => 3,
+        // NCCL has no bitwise reductions: the process group refuses them before NCCL runs.
+        ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => {
+            unreachable!("ProcessGroup::check_op refuses bitwise ops on NCCL")
+        }
     }
 }
 

@@ -345,6 +345,9 @@ fn reduced<T: Element>(buf: &[T], offset: usize, world: usize, op: ReduceOp) -> 
             ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
             ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
             ReduceOp::Product => T::from_f64(vals.product::<f64>()).to_f64(),
+            ReduceOp::BAnd => vals.map(|v| v as i64).fold(-1, |a, b| a & b) as f64,
+            ReduceOp::BOr => vals.map(|v| v as i64).fold(0, |a, b| a | b) as f64,
+            ReduceOp::BXor => vals.map(|v| v as i64).fold(0, |a, b| a ^ b) as f64,
         };
         v.to_f64() == T::from_f64(want).to_f64()
     })
