@@ -17,6 +17,9 @@ pub enum Error {
     /// Nothing to run.
     #[error("no program given: use `phalanx launch [flags] -- PROGRAM ARGS...`")]
     NoProgram,
+    /// The program flags contradict each other (`-m` with `--no-python`).
+    #[error("{0}")]
+    ProgramRules(String),
     /// A multi-node job without a shared secret.
     #[error(
         "--nnodes {nnodes} needs a shared job secret: set the same PHALANX_TOKEN on every node \

@@ -28,6 +28,7 @@ mod coordinate;
 mod diagnosis;
 mod error;
 mod output;
+mod program;
 pub mod progress;
 mod rendezvous;
 mod report;
@@ -40,6 +41,7 @@ mod worker_env;
 
 pub use args::LaunchArgs;
 pub use error::Error;
+pub use program::{program_argv, python};
 pub use signals::signal_name;
 pub use tee::{Streams, Tee};
 

@@ -12,6 +12,19 @@ pub(crate) struct Args {
     #[command(flatten)]
     launch: phalanx_launch::LaunchArgs,
 
+    /// Run PROGRAM as a Python module: `python3 -m PROGRAM ARGS` (torchrun's `-m`).
+    #[arg(short = 'm', long, env = "PET_MODULE",
+          value_parser = clap::builder::BoolishValueParser::new(), num_args = 0,
+          default_missing_value = "true", default_value = "false")]
+    module: bool,
+
+    /// Run PROGRAM as it is, even a `.py` file (torchrun's `--no-python`). Without it, a
+    /// `.py` PROGRAM runs under `python3` (or `$PHALANX_PYTHON`).
+    #[arg(long = "no-python", alias = "no_python", env = "PET_NO_PYTHON",
+          value_parser = clap::builder::BoolishValueParser::new(), num_args = 0,
+          default_missing_value = "true", default_value = "false")]
+    no_python: bool,
+
     /// The program to run and its arguments (`${local_rank}` is replaced in each).
     #[arg(
         required = true,
@@ -25,6 +38,8 @@ pub(crate) struct Args {
 const EXAMPLES: &str = "\
 Examples:
   phalanx launch --standalone --nproc-per-node 2 -- phalanx bench allreduce --sizes 4K
+  phalanx launch --standalone --nproc_per_node=4 train.py --epochs 3   (runs python3 train.py)
+  phalanx launch --standalone --nproc-per-node 2 -m mypkg.train        (python3 -m mypkg.train)
   PHALANX_TOKEN=$SECRET phalanx launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 \\
       --nproc-per-node 4 -- ./train --epochs 3        (and --node-rank 1 on the other host)
 
@@ -33,5 +48,11 @@ a signal ended it); 125 when --max-restarts K > 0 ran out; 128 + signal when the
 signalled. Full manual: docs/launch.md.";
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    phalanx_launch::launch(&args.launch, &args.program)
+    let argv = phalanx_launch::program_argv(
+        &args.program,
+        args.module,
+        args.no_python,
+        &phalanx_launch::python(),
+    )?;
+    phalanx_launch::launch(&args.launch, &argv)
 }
