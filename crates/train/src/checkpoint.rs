@@ -242,25 +242,65 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
     })
 }
 
-/// Loads the newest committed checkpoint in `dir`, `None` when there is none. A damaged
-/// newest checkpoint is an error (naming the file and the newest intact older one), not a
-/// silent fallback that would quietly lose training progress.
-pub fn load_latest(dir: &Path) -> Result<Option<Checkpoint>> {
-    let all = list(dir)?;
-    let Some(newest) = all.first() else {
-        return Ok(None);
-    };
-    match load(newest) {
-        Ok(ck) => Ok(Some(ck)),
-        Err(e) => {
-            let older = all[1..].iter().find(|p| load(p).is_ok());
-            let hint = match older {
-                Some(p) => format!("; the newest intact checkpoint is {} (remove the damaged one to resume from it)", p.display()),
-                None => "; no intact older checkpoint exists".into(),
-            };
-            Err(bad(newest, format!("{e}{hint}")))
+/// A committed checkpoint that does not verify, and why.
+#[derive(Debug)]
+pub struct Damaged {
+    /// Its metadata path.
+    pub path: PathBuf,
+    /// What fails: the file and the check, named.
+    pub error: Error,
+}
+
+/// What [`load_newest_intact`] found.
+#[derive(Debug)]
+pub struct Newest {
+    /// The newest checkpoint that verifies; `None` when `dir` holds no checkpoint at all.
+    pub checkpoint: Option<Checkpoint>,
+    /// The newer ones that did not verify, newest first: skipped.
+    pub damaged: Vec<Damaged>,
+}
+
+/// The newest committed checkpoint in `dir` that verifies, skipping newer damaged ones (their
+/// bytes flipped or truncated after the commit, their metadata missing or malformed) so that
+/// a resume loses only the steps since the intact one. A directory whose checkpoints are all
+/// damaged is an error naming each, not a silent fresh start.
+pub fn load_newest_intact(dir: &Path) -> Result<Newest> {
+    let mut damaged = Vec::new();
+    for path in list(dir)? {
+        match load(&path) {
+            Ok(ck) => {
+                return Ok(Newest {
+                    checkpoint: Some(ck),
+                    damaged,
+                })
+            }
+            Err(error) => damaged.push(Damaged { path, error }),
         }
     }
+    if damaged.is_empty() {
+        return Ok(Newest {
+            checkpoint: None,
+            damaged,
+        });
+    }
+    let each: Vec<String> = damaged.iter().map(|d| d.error.to_string()).collect();
+    Err(bad(
+        dir,
+        format!(
+            "no checkpoint verifies ({} damaged: {}); nothing was resumed or overwritten",
+            damaged.len(),
+            each.join("; ")
+        ),
+    ))
+}
+
+/// [`load_newest_intact`]'s checkpoint; each skipped damaged one is logged as a warning.
+pub fn load_latest(dir: &Path) -> Result<Option<Checkpoint>> {
+    let newest = load_newest_intact(dir)?;
+    for d in &newest.damaged {
+        tracing::warn!("skipping a damaged checkpoint: {}", d.error);
+    }
+    Ok(newest.checkpoint)
 }
 
 #[cfg(test)]
@@ -336,34 +376,56 @@ mod tests {
     }
 
     #[test]
-    fn torn_and_corrupt_files_are_refused_with_the_file_named() {
+    fn a_damaged_newest_checkpoint_is_skipped_naming_the_file_and_the_check() {
         let d = tmpdir("torn");
         save(&d, &mut ck(1), 3).unwrap();
         save(&d, &mut ck(2), 3).unwrap();
         let t = d.join("step-000000000002.safetensors");
         let bytes = fs::read(&t).unwrap();
         fs::write(&t, &bytes[..bytes.len() - 5]).unwrap();
-        let e = load_latest(&d).unwrap_err().to_string();
+        let n = load_newest_intact(&d).unwrap();
+        assert_eq!(n.checkpoint.unwrap().meta.global_step, 1);
+        assert_eq!(n.damaged.len(), 1);
+        let e = n.damaged[0].error.to_string();
         assert!(
             e.contains("step-000000000002.safetensors") && e.contains("checksum mismatch"),
             "{e}"
         );
-        assert!(
-            e.contains("step-000000000001.json"),
-            "names the intact older one: {e}"
-        );
-        // A leftover temporary file (a kill mid-write) is ignored.
-        fs::remove_file(&t).unwrap();
-        fs::remove_file(d.join("step-000000000002.json")).unwrap();
-        fs::write(d.join("step-000000000003.tmp-99"), b"partial").unwrap();
-        assert_eq!(load_latest(&d).unwrap().unwrap().meta.global_step, 1);
-        // Malformed metadata names the file.
+        // Flipped bytes of the same length, and malformed metadata, are skipped alike.
+        let mut flipped = bytes.clone();
+        flipped[bytes.len() / 2] ^= 0xFF;
+        fs::write(&t, &flipped).unwrap();
         fs::write(d.join("step-000000000004.json"), b"{not json").unwrap();
-        let e = load_latest(&d).unwrap_err().to_string();
+        let n = load_newest_intact(&d).unwrap();
+        assert_eq!(n.checkpoint.unwrap().meta.global_step, 1);
+        let names: Vec<String> = n.damaged.iter().map(|x| x.error.to_string()).collect();
         assert!(
-            e.contains("step-000000000004.json") && e.contains("malformed"),
+            names[0].contains("step-000000000004.json") && names[0].contains("malformed"),
+            "{names:?}"
+        );
+        assert!(names[1].contains("checksum mismatch"), "{names:?}");
+        // A leftover temporary file (a kill mid-write) is ignored.
+        fs::write(d.join("step-000000000005.tmp-99"), b"partial").unwrap();
+        assert_eq!(load_latest(&d).unwrap().unwrap().meta.global_step, 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn every_checkpoint_damaged_is_an_error_naming_each() {
+        let d = tmpdir("all-damaged");
+        save(&d, &mut ck(1), 3).unwrap();
+        save(&d, &mut ck(2), 3).unwrap();
+        fs::remove_file(d.join("step-000000000001.safetensors")).unwrap();
+        fs::write(d.join("step-000000000002.safetensors"), b"").unwrap();
+        let e = load_latest(&d).unwrap_err().to_string();
+        assert!(e.contains("no checkpoint verifies (2 damaged"), "{e}");
+        assert!(
+            e.contains("step-000000000001.safetensors")
+                && e.contains("step-000000000002.safetensors"),
             "{e}"
         );
+        // Nothing was touched.
+        assert!(d.join("step-000000000002.json").exists());
         fs::remove_dir_all(&d).unwrap();
     }
 

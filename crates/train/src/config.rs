@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 use phalanx_ddp::BucketMemory;
 
-use crate::{checkpoint::Meta, metrics::EpochRecord, ModelKind, OptimOptions};
+use crate::{
+    checkpoint::{Damaged, Meta},
+    metrics::EpochRecord,
+    ModelKind, OptimOptions,
+};
 
 /// Everything `phalanx train` needs to know.
 #[derive(Debug, Clone)]
@@ -56,4 +60,15 @@ pub trait Reporter {
     fn checkpoint(&mut self, _path: &std::path::Path) {}
     /// Training resumed from a checkpoint.
     fn resumed(&mut self, _meta: &Meta) {}
+    /// `--resume` skipped a damaged checkpoint newer than the one it resumes from (rank 0).
+    fn checkpoint_skipped(&mut self, damaged: &Damaged) {
+        tracing::warn!("skipping a damaged checkpoint: {}", damaged.error);
+    }
+    /// `--resume` found no checkpoint in `dir`: training starts from the beginning (rank 0).
+    fn nothing_to_resume(&mut self, dir: &std::path::Path) {
+        tracing::warn!(
+            "--resume: no checkpoint in {}; starting from the beginning",
+            dir.display()
+        );
+    }
 }

@@ -133,7 +133,14 @@ pub fn train_model<M: Classifier>(
             .checkpoint_dir
             .as_ref()
             .ok_or_else(|| Error::Config("--resume needs --checkpoint-dir".into()))?;
-        if let Some(ck) = checkpoint::load_latest(dir)? {
+        let newest = checkpoint::load_newest_intact(dir)?;
+        for d in &newest.damaged {
+            reporter.checkpoint_skipped(d);
+        }
+        if newest.checkpoint.is_none() {
+            reporter.nothing_to_resume(dir);
+        }
+        if let Some(ck) = newest.checkpoint {
             snapshot::check_compatible(&ck.meta, &facts, cfg)?;
             model = snapshot::load_params(model, &ck)?;
             pos = [

@@ -383,6 +383,20 @@ impl Reporter for Console {
         tracing::info!(path = %path.display(), "checkpoint saved");
     }
 
+    fn checkpoint_skipped(&mut self, d: &phalanx_train::checkpoint::Damaged) {
+        eprintln!(
+            "phalanx train: warning: skipping a damaged checkpoint (resuming from an older one): {}",
+            d.error
+        );
+    }
+
+    fn nothing_to_resume(&mut self, dir: &std::path::Path) {
+        eprintln!(
+            "phalanx train: --resume: no checkpoint in {}; starting from the beginning",
+            dir.display()
+        );
+    }
+
     fn resumed(&mut self, m: &Meta) {
         if !self.json {
             println!(
