@@ -288,6 +288,10 @@ fn connect_retry(addr: SocketAddr, peer: usize, timeout: Duration) -> Result<Tcp
     }
 }
 
+/// Note [Parallel handshakes]: every accepted connection runs its handshake on a thread of its
+/// own, bounded by the per-connection deadline, while the acceptor goes on accepting. A silent
+/// or slow stranger (or a thousand of them) then costs mesh setup nothing; before, each held
+/// the acceptor for up to min(timeout, 10 s) in turn.
 fn accept_higher(
     cfg: &MeshConfig,
     listener: &TcpListener,
@@ -301,46 +305,67 @@ fn accept_higher(
         source,
     };
     listener.set_nonblocking(true).map_err(io)?;
+    let (tx, rx) = std::sync::mpsc::channel::<(Result<usize>, TcpStream, String)>();
     let start = Instant::now();
     while got.len() < expected {
+        let mut idle = true;
         match listener.accept() {
             Ok((stream, addr)) => {
+                idle = false;
                 let _ = stream.set_nonblocking(false);
-                match run_handshake(&stream, cfg, hello) {
-                    Ok(peer) if peer > cfg.rank && peer < cfg.world_size => {
-                        if let Some((_, _, first)) = got.iter().find(|(p, _, _)| *p == peer) {
-                            return Err(Error::DuplicateRank {
-                                rank: peer,
-                                first: first.clone(),
-                                second: addr.to_string(),
-                            });
-                        }
-                        got.push((peer, stream, addr.to_string()));
-                    }
-                    Ok(peer) => {
-                        tracing::warn!(%addr, peer, "dropping connection from unexpected rank")
-                    }
-                    // A stranger or a peer without the token: drop it, keep accepting.
-                    Err(e) => tracing::warn!(%addr, error = %e, "dropping connection"),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if give_up.load(Ordering::Relaxed) {
-                    return Ok(Vec::new());
-                }
-                if start.elapsed() > cfg.timeout {
-                    let missing = (cfg.rank + 1..cfg.world_size)
-                        .filter(|r| !got.iter().any(|(p, _, _)| p == r))
-                        .collect();
-                    return Err(Error::MeshTimeout {
-                        missing,
-                        after: cfg.timeout,
+                let (tx, cfg, hello) = (tx.clone(), cfg.clone(), hello.clone());
+                // Small stacks: a flood of strangers costs threads, not memory.
+                let spawned = thread::Builder::new()
+                    .name("phalanx-handshake".into())
+                    .stack_size(128 * 1024)
+                    .spawn(move || {
+                        let peer = run_handshake(&stream, &cfg, &hello);
+                        // The acceptor may be gone (setup done or failed): nothing to tell.
+                        let _ = tx.send((peer, stream, addr.to_string()));
                     });
+                if let Err(e) = spawned {
+                    tracing::warn!(%addr, error = %e, "dropping connection: no thread for its handshake");
                 }
-                thread::sleep(Duration::from_micros(200));
             }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(io(e)),
         }
+        while let Ok((peer, stream, addr)) = rx.try_recv() {
+            idle = false;
+            match peer {
+                Ok(peer) if peer > cfg.rank && peer < cfg.world_size => {
+                    if let Some((_, _, first)) = got.iter().find(|(p, _, _)| *p == peer) {
+                        return Err(Error::DuplicateRank {
+                            rank: peer,
+                            first: first.clone(),
+                            second: addr,
+                        });
+                    }
+                    got.push((peer, stream, addr));
+                }
+                Ok(peer) => {
+                    tracing::warn!(%addr, peer, "dropping connection from unexpected rank")
+                }
+                // A stranger or a peer without the token: drop it, keep accepting.
+                Err(e) => tracing::warn!(%addr, error = %e, "dropping connection"),
+            }
+        }
+        if got.len() >= expected || !idle {
+            continue;
+        }
+        if give_up.load(Ordering::Relaxed) {
+            return Ok(Vec::new());
+        }
+        if start.elapsed() > cfg.timeout {
+            let missing = (cfg.rank + 1..cfg.world_size)
+                .filter(|r| !got.iter().any(|(p, _, _)| p == r))
+                .collect();
+            return Err(Error::MeshTimeout {
+                missing,
+                after: cfg.timeout,
+            });
+        }
+        thread::sleep(Duration::from_micros(200));
     }
     Ok(got.into_iter().map(|(p, s, _)| (p, s)).collect())
 }
