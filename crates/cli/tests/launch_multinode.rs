@@ -205,3 +205,31 @@ fn a_wrong_token_cannot_join() {
     );
     drop(n0);
 }
+
+#[test]
+fn a_killed_agent_is_named_by_the_other_node_within_its_heartbeat_timeout() {
+    // Node 1's agent is SIGKILLed while every worker sleeps: no collective would ever fail,
+    // only the heartbeat tells node 0 (Note [Agent heartbeats]: 5 s).
+    let port = free_port();
+    let n0 = start(node(port, 0, 1, "sleep 60"));
+    let n1 = start(node(port, 1, 1, "sleep 60"));
+    let agent1 = n1.pid();
+    wait_for_workers(agent1, 1);
+    let killed = std::time::Instant::now();
+    signal(agent1, "KILL");
+    let f0 = n0.wait(Duration::from_secs(30));
+    let noticed = killed.elapsed();
+    assert_ne!(f0.code(), Some(0), "{f0:?}");
+    assert!(
+        f0.stderr.contains("root cause: node 1 (host ")
+            && f0.stderr.contains("its agent stopped its heartbeat"),
+        "{}",
+        f0.stderr
+    );
+    // The timeout (5 s), one read interval, and the stop of node 0's own worker.
+    assert!(
+        noticed < Duration::from_secs(20),
+        "noticed after {noticed:?}"
+    );
+    drop(n1);
+}

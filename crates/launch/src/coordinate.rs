@@ -1,16 +1,27 @@
 //! Multi-node coordination through the store: publishing a round's root cause (first writer
-//! wins), polling for the other nodes' failures, the exit barrier that keeps node 0's store up
-//! until every node is done, and the reads and row exchange of the failure report.
+//! wins), polling for the other nodes' failures and heartbeats, the exit barrier that keeps
+//! node 0's store up until every node is done, and the reads and row exchange of the failure
+//! report.
+//!
+//! Note [Agent heartbeats]: during a round every agent adds 1 to its store counter
+//! `agent/<round>/heartbeat/<node>` every [`HEARTBEAT_INTERVAL`], and every agent reads the
+//! others' counters at that pace. A counter that has not moved for [`HEARTBEAT_TIMEOUT`] (by
+//! the reader's own clock, so clocks need not agree) means that node's agent is gone (SIGKILLed,
+//! stopped, its host off the network) even when its workers were idle and no collective would
+//! have failed: the round ends naming the node and when it was last heard of. Counters, not
+//! timestamps, so skewed clocks between hosts do not matter.
 //!
 //! [`Coordinator`] owns the agent's control handle on the store and whether the store is lost,
 //! so that once node 0 is gone no caller retries it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
+use crate::rendezvous::Claim;
 use crate::signals;
 use crate::summary::{RootCause, Row};
 
@@ -24,6 +35,10 @@ pub(crate) enum BarrierEnd {
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
 /// How long an agent waits for the other nodes' report rows before printing without them.
 const ROWS_WAIT: Duration = Duration::from_secs(1);
+/// How often an agent beats and reads the others' beats (Note [Agent heartbeats]).
+pub(crate) const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a silent agent is given before its node is declared gone.
+pub(crate) const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// This node's side of the conversation between agents.
 pub(crate) struct Coordinator {
@@ -44,6 +59,32 @@ pub(crate) struct Coordinator {
     timeout: Duration,
     /// `--monitor-interval`: how often the exit barrier polls.
     poll: Duration,
+    /// The other nodes' heartbeat counters: (round, per node: last value and when it moved),
+    /// and when they were last read.
+    beats: RefCell<Beats>,
+}
+
+/// What this agent knows of the others' heartbeats in one round.
+#[derive(Default)]
+struct Beats {
+    round: Option<u32>,
+    seen: Vec<(i64, Option<Instant>)>,
+    read_at: Option<Instant>,
+}
+
+/// This agent's heartbeat for one round; dropping it stops the beating.
+pub(crate) struct Heartbeat {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Coordinator {
@@ -63,7 +104,89 @@ impl Coordinator {
             host,
             timeout,
             poll,
+            beats: RefCell::new(Beats::default()),
         }
+    }
+
+    /// Starts this node's heartbeat for round `round` (nothing with one node).
+    pub(crate) fn heartbeat(&self, round: u32) -> Heartbeat {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = self.has_peers().then(|| {
+            let (stop, ctl) = (stop.clone(), self.ctl.clone());
+            let key = keys::agent(round, &format!("heartbeat/{}", self.node_rank));
+            std::thread::Builder::new()
+                .name("phalanx-heartbeat".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        // A store that stopped answering is the monitor's to report.
+                        if ctl.add(&key, 1).is_err() {
+                            return;
+                        }
+                        let until = Instant::now() + HEARTBEAT_INTERVAL;
+                        while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                })
+                .expect("spawning the heartbeat thread")
+        });
+        Heartbeat { stop, thread }
+    }
+
+    /// A node whose heartbeat stopped (Note [Agent heartbeats]); read at most every
+    /// [`HEARTBEAT_INTERVAL`].
+    fn silent_node(&self, round: u32) -> Option<RootCause> {
+        let now = Instant::now();
+        let mut b = self.beats.borrow_mut();
+        if b.round != Some(round) {
+            *b = Beats {
+                round: Some(round),
+                seen: vec![(0, None); self.nnodes as usize],
+                read_at: None,
+            };
+        }
+        if b.read_at
+            .is_some_and(|t| now.duration_since(t) < HEARTBEAT_INTERVAL)
+        {
+            return None;
+        }
+        b.read_at = Some(now);
+        for g in (0..self.nnodes).filter(|&g| g != self.node_rank) {
+            let key = keys::agent(round, &format!("heartbeat/{g}"));
+            let Ok(count) = self.ctl.add(&key, 0) else {
+                return None;
+            };
+            let (last, moved) = &mut b.seen[g as usize];
+            if count != *last || moved.is_none() {
+                // The first reading starts the clock: a node still starting gets its full
+                // timeout from then.
+                *last = count;
+                *moved = Some(now);
+                continue;
+            }
+            let silent = now.duration_since(moved.expect("set above"));
+            if silent > HEARTBEAT_TIMEOUT {
+                // Its host, from the claim it made in this round's rendezvous.
+                let claim = keys::agent(round, &format!("node/{g}"));
+                let host = self
+                    .ctl
+                    .get(&claim)
+                    .ok()
+                    .and_then(|c| serde_json::from_slice::<Claim>(&c).ok())
+                    .map_or_else(|| "?".to_string(), |c| c.host);
+                return Some(RootCause {
+                    group_rank: g,
+                    host,
+                    what: format!(
+                        "its agent stopped its heartbeat: last heard of {:.1} s ago (the agent \
+                         was killed or stopped, or the host left the network)",
+                        silent.as_secs_f64()
+                    ),
+                    ..self.agent_cause(1, true)
+                });
+            }
+        }
+        None
     }
 
     /// Whether there are other nodes to tell and hear from (more than one node, store alive).
@@ -105,7 +228,7 @@ impl Coordinator {
             }
         });
         match got {
-            Ok(None) => None,
+            Ok(None) => self.silent_node(round),
             Ok(Some(v)) => Some(serde_json::from_slice(&v).unwrap_or_else(|e| RootCause {
                 what: format!("another node reported a failure this agent cannot read: {e}"),
                 ..self.agent_cause(1, false)

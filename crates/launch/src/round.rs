@@ -77,6 +77,8 @@ impl Job<'_> {
         let Some(layout) = self.layout(round)? else {
             return Ok(End::Signal(signals::take().unwrap_or(libc::SIGTERM)));
         };
+        // Beats until this round ends (Note [Agent heartbeats]).
+        let _heartbeat = coord.heartbeat(round);
         let attempt_dir = self
             .args
             .log_dir
