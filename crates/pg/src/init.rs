@@ -12,8 +12,8 @@ use std::{
 };
 
 use phalanx_collectives::Options;
-use phalanx_core::{env, Timeout};
-use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore};
+use phalanx_core::{env, Launcher, Timeout};
+use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore};
 use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
 
 use crate::{
@@ -37,6 +37,9 @@ pub struct InitOptions {
     pub store_prefix: String,
     /// Whether the launcher's agent hosts the store (`TORCHELASTIC_USE_AGENT_STORE`).
     pub agent_store: bool,
+    /// Whether that store is PyTorch's (torchrun's agent store) rather than phalanx's: see
+    /// Note [torchrun's store].
+    pub torch_store: bool,
     /// Algorithm tuning.
     pub collectives: Options,
 }
@@ -50,17 +53,40 @@ impl InitOptions {
                 None => tracing::warn!("unknown variable {name} (see `phalanx env`)"),
             }
         }
+        let agent_store = std::env::var("TORCHELASTIC_USE_AGENT_STORE")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+        let torch_store = agent_store && Launcher::detect() == Some(Launcher::Torchrun);
+        let mut store_prefix = env::get(env::PHALANX_STORE_PREFIX).unwrap_or_default();
+        if torch_store && store_prefix.is_empty() {
+            store_prefix =
+                torch_agent_store_prefix(std::env::var("TORCHELASTIC_RESTART_COUNT").ok());
+        }
         Ok(InitOptions {
             env: DistEnv::from_env()?,
             auth: Auth::from_env(),
             timeout: Timeout::from_env()?,
             socket_ifname: env::get(env::PHALANX_SOCKET_IFNAME),
-            store_prefix: env::get(env::PHALANX_STORE_PREFIX).unwrap_or_default(),
-            agent_store: std::env::var("TORCHELASTIC_USE_AGENT_STORE")
-                .is_ok_and(|v| v.eq_ignore_ascii_case("true")),
+            store_prefix,
+            agent_store,
+            torch_store,
             collectives: collective_options()?,
         })
     }
+}
+
+/// The key namespace of phalanx's ranks in torchrun's store: torchrun's own workers use
+/// `/worker/attempt_<n>`, so ours sit beside them, one per restart like theirs.
+///
+/// Note [torchrun's store]: under torchrun (`TORCHELASTIC_USE_AGENT_STORE=True` without
+/// `PHALANX_LAUNCHED`), `MASTER_ADDR:MASTER_PORT` is the agent's PyTorch TCPStore, which
+/// speaks PyTorch's unauthenticated protocol; the ranks rendezvous through it with
+/// [`TorchStore`] and the mesh handshakes use the default job credentials unless
+/// `PHALANX_TOKEN` is set for every rank.
+fn torch_agent_store_prefix(restart_count: Option<String>) -> String {
+    format!(
+        "phalanx/attempt_{}",
+        restart_count.as_deref().unwrap_or("0")
+    )
 }
 
 /// Algorithm thresholds and choice from `PHALANX_DIRECT_MAX_BYTES`, `PHALANX_CHUNK_BYTES` and
@@ -128,8 +154,12 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
                 None
             };
             let addr = format!("{}:{}", e.master_addr, e.master_port);
-            let client = TcpStore::connect(&addr, &o.auth, o.timeout).map_err(store_err)?;
-            (server, Arc::new(client))
+            let client: Arc<dyn Store> = if o.torch_store {
+                Arc::new(TorchStore::connect(&addr, o.timeout).map_err(store_err)?)
+            } else {
+                Arc::new(TcpStore::connect(&addr, &o.auth, o.timeout).map_err(store_err)?)
+            };
+            (server, client)
         };
     let store: Arc<dyn Store> = if o.store_prefix.is_empty() {
         client

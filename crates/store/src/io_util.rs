@@ -1,10 +1,15 @@
 //! Blocking socket helpers: reads bounded by a deadline, and whole-frame reads.
 
 use std::io::{self, Read};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::wire::{self, DecodeError};
+use crate::{Error, Result};
+
+/// First and largest pause between connection attempts.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Socket options for every store connection: `TCP_NODELAY` (requests are small and latency
 /// bound) and TCP keepalive, so that a peer whose host vanished without a FIN or RST (power
@@ -82,4 +87,57 @@ pub(crate) fn read_frame(stream: &mut TcpStream) -> io::Result<FrameRead> {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     Ok(FrameRead::Frame(body))
+}
+
+fn retryable(e: &io::Error) -> bool {
+    // Refused: the server is not up yet. Resolution and routing errors: a cluster whose DNS or
+    // network comes up after the workers (Kubernetes). Bad input (InvalidInput) never heals.
+    e.kind() != io::ErrorKind::InvalidInput
+}
+
+fn connect_once(addr: &str, left: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{addr} resolves to no address"),
+    );
+    for sa in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(
+            &sa,
+            left.clamp(Duration::from_millis(1), Duration::from_secs(5)),
+        ) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Connects to `addr` (`host:port`), retrying a refused or unreachable address with backoff
+/// (10 ms doubling to 1 s) until `timeout`; the socket is [`tune`]d.
+pub(crate) fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let stream = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match connect_once(addr, left) {
+            Ok(s) => break s,
+            Err(e) if retryable(&e) && Instant::now() + backoff < deadline => {
+                tracing::debug!(addr, error = %e, "store not reachable yet; retrying");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(e) => {
+                return Err(Error::Connect {
+                    addr: addr.to_string(),
+                    source: e,
+                })
+            }
+        }
+    };
+    tune(&stream).map_err(|source| Error::Io {
+        addr: addr.to_string(),
+        op: "handshake",
+        source,
+    })?;
+    Ok(stream)
 }

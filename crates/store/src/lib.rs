@@ -28,6 +28,10 @@
 //! Every connection opens with a mutual HMAC-SHA256 challenge over the job token; every length
 //! is bounded before allocation; bad input closes that connection only. The protocol is in
 //! `docs/store.md` and in the sans-IO [`wire`] module.
+//!
+//! The server also serves PyTorch's TCPStore clients on the same port (from this host only,
+//! unless [`TorchClients::Anyone`]), in a table of their own, and [`TorchStore`] is a client of
+//! PyTorch's store (torchrun's): see [`wire::torch`].
 #![warn(missing_docs, unreachable_pub)]
 
 mod auth;
@@ -41,12 +45,14 @@ mod server;
 mod store;
 mod table;
 mod tcp_store;
+mod torch_store;
 pub mod wire;
 
 pub use auth::{Auth, DEFAULT_JOB_ID};
 pub use error::{Error, Result};
 pub use hash_store::HashStore;
 pub use prefix_store::PrefixStore;
-pub use server::{ServerConfig, StoreServer, StoreStats};
+pub use server::{ServerConfig, StoreServer, StoreStats, TorchClients};
 pub use store::Store;
 pub use tcp_store::TcpStore;
+pub use torch_store::TorchStore;

@@ -5,7 +5,7 @@
 //! Waiters sleep on one condvar; a mutation notifies only when some waiter watches that key,
 //! so the counter churn of a rendezvous (`add` by every rank) wakes nobody.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,15 @@ struct State {
     map: HashMap<String, Vec<u8>>,
     /// Number of sleeping waiters per watched key.
     watched: HashMap<String, usize>,
+    /// PyTorch's queues (`queue_push`/`queue_pop`), kept apart from the keys as PyTorch does.
+    queues: HashMap<String, VecDeque<Vec<u8>>>,
+}
+
+impl State {
+    /// PyTorch's readiness for `check`/`wait`: the key exists or names a non-empty queue.
+    fn present_or_queued(&self, key: &str) -> bool {
+        self.map.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
+    }
 }
 
 /// The shared table.
@@ -135,6 +144,45 @@ impl Table {
         keys.iter().all(|k| st.map.contains_key(*k))
     }
 
+    /// [`Table::check`] with PyTorch's queues counted ([`State::present_or_queued`]).
+    pub(crate) fn check_or_queued(&self, keys: &[&str]) -> bool {
+        let st = self.lock();
+        keys.iter().all(|k| st.present_or_queued(k))
+    }
+
+    /// The value of `key` now, without waiting.
+    pub(crate) fn get_now(&self, key: &str) -> Option<Vec<u8>> {
+        self.lock().map.get(key).cloned()
+    }
+
+    /// Every key (not the queues), in no particular order.
+    pub(crate) fn list_keys(&self) -> Vec<String> {
+        self.lock().map.keys().cloned().collect()
+    }
+
+    /// Appends to queue `key` and wakes its waiters.
+    pub(crate) fn queue_push(&self, key: &str, value: &[u8]) {
+        let mut st = self.lock();
+        st.queues
+            .entry(key.to_string())
+            .or_default()
+            .push_back(value.to_vec());
+        self.notify_if_watched(&st, key);
+    }
+
+    /// The queue's length before the pop, and its head if it had one.
+    pub(crate) fn queue_pop(&self, key: &str) -> (i64, Option<Vec<u8>>) {
+        let mut st = self.lock();
+        match st.queues.get_mut(key) {
+            Some(q) => (q.len() as i64, q.pop_front()),
+            None => (0, None),
+        }
+    }
+
+    pub(crate) fn queue_len(&self, key: &str) -> i64 {
+        self.lock().queues.get(key).map_or(0, |q| q.len() as i64)
+    }
+
     pub(crate) fn delete(&self, key: &str) -> bool {
         self.lock().map.remove(key).is_some()
     }
@@ -155,11 +203,71 @@ impl Table {
         check_every: Option<Duration>,
         cancel: &mut dyn FnMut() -> bool,
     ) -> Result<Vec<Vec<u8>>, WaitError> {
+        let ready = |st: &State, k: &str| st.map.contains_key(k);
+        self.wait_until(keys, timeout, check_every, cancel, &ready, |st| {
+            keys.iter().map(|k| st.map[*k].clone()).collect()
+        })
+    }
+
+    /// PyTorch's `wait`: until every key exists or names a non-empty queue.
+    pub(crate) fn wait_present_or_queued(
+        &self,
+        keys: &[&str],
+        check_every: Duration,
+        cancel: &mut dyn FnMut() -> bool,
+    ) -> Result<(), WaitError> {
+        let ready = |st: &State, k: &str| st.present_or_queued(k);
+        self.wait_until(
+            keys,
+            Duration::MAX,
+            Some(check_every),
+            cancel,
+            &ready,
+            |_| (),
+        )
+    }
+
+    /// Until the decimal counter `key` (see [`Table::add`]) reaches `target`.
+    pub(crate) fn wait_count(
+        &self,
+        key: &str,
+        target: i64,
+        check_every: Duration,
+        cancel: &mut dyn FnMut() -> bool,
+    ) -> Result<(), WaitError> {
+        let ready = |st: &State, k: &str| {
+            st.map
+                .get(k)
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok())
+                .is_some_and(|n| n >= target)
+        };
+        self.wait_until(
+            &[key],
+            Duration::MAX,
+            Some(check_every),
+            cancel,
+            &ready,
+            |_| (),
+        )
+    }
+
+    /// The one wait loop: sleeps on the condvar, watching `keys`, until `ready` holds for all
+    /// of them, the timeout passes or `cancel` fires; then `then` reads the state under the
+    /// same lock.
+    fn wait_until<T>(
+        &self,
+        keys: &[&str],
+        timeout: Duration,
+        check_every: Option<Duration>,
+        cancel: &mut dyn FnMut() -> bool,
+        ready: &dyn Fn(&State, &str) -> bool,
+        then: impl FnOnce(&State) -> T,
+    ) -> Result<T, WaitError> {
         let start = Instant::now();
         let mut st = self.lock();
         let mut registered = false;
         let result = loop {
-            if let Some(missing) = keys.iter().find(|k| !st.map.contains_key(**k)) {
+            if let Some(missing) = keys.iter().find(|k| !ready(&st, k)) {
                 let left = match timeout.checked_sub(start.elapsed()) {
                     Some(d) if !d.is_zero() => d,
                     _ => break Err(WaitError::Timeout((*missing).to_string())),
@@ -180,7 +288,7 @@ impl Table {
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             } else {
-                break Ok(keys.iter().map(|k| st.map[*k].clone()).collect());
+                break Ok(then(&st));
             }
         };
         if registered {

@@ -1,7 +1,7 @@
 //! `TcpStore`: the client of [`crate::StoreServer`].
 
 use std::io::{self, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -17,9 +17,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Extra time a client waits past a blocking request's own timeout before deciding the server
 /// is gone (the server answers `Timeout` itself when the wait runs out).
 const REPLY_GRACE: Duration = Duration::from_secs(5);
-/// First and largest pause between connection attempts.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A connection to a [`crate::StoreServer`]. Thread-safe: calls are serialised on an internal
 /// mutex, so a thread blocked in `get` holds the connection; give watcher threads their own
@@ -52,29 +49,6 @@ impl std::fmt::Debug for TcpStore {
             .field("auth", &self.auth)
             .finish()
     }
-}
-
-fn retryable(e: &io::Error) -> bool {
-    // Refused: the server is not up yet. Resolution and routing errors: a cluster whose DNS or
-    // network comes up after the workers (Kubernetes). Bad input (InvalidInput) never heals.
-    e.kind() != io::ErrorKind::InvalidInput
-}
-
-fn connect_once(addr: &str, left: Duration) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{addr} resolves to no address"),
-    );
-    for sa in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(
-            &sa,
-            left.clamp(Duration::from_millis(1), Duration::from_secs(5)),
-        ) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
 }
 
 fn rejection(addr: &str, r: Rejection) -> Error {
@@ -119,31 +93,7 @@ impl TcpStore {
     }
 
     fn open(addr: &str, auth: &Auth, timeout: Duration) -> Result<TcpStream> {
-        let deadline = Instant::now() + timeout;
-        let mut backoff = FIRST_BACKOFF;
-        let mut stream = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match connect_once(addr, left) {
-                Ok(s) => break s,
-                Err(e) if retryable(&e) && Instant::now() + backoff < deadline => {
-                    tracing::debug!(addr, error = %e, "store not reachable yet; retrying");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                Err(e) => {
-                    return Err(Error::Connect {
-                        addr: addr.to_string(),
-                        source: e,
-                    })
-                }
-            }
-        };
-        let io_err = |source| Error::Io {
-            addr: addr.to_string(),
-            op: "handshake",
-            source,
-        };
-        crate::io_util::tune(&stream).map_err(io_err)?;
+        let mut stream = crate::io_util::connect(addr, timeout)?;
         Self::handshake(&mut stream, addr, auth)?;
         Ok(stream)
     }

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::Shared;
+use super::{Shared, TorchClients};
 use crate::io_util::{read_exact_by, read_frame, FrameRead};
 use crate::table::WaitError;
 use crate::wire::{
@@ -21,6 +21,21 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Serves one connection to completion. Every failure ends this connection only.
 pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
     let _ = crate::io_util::tune(&stream);
+    // Note [Two protocols on one port]: a PyTorch client's first byte is VALIDATE (0), a
+    // phalanx client's is the first byte of MAGIC ('P').
+    match first_byte(&stream, shared.config.handshake_timeout) {
+        None => return,
+        Some(wire::torch::VALIDATE) => {
+            match torch_refusal(shared.config.torch_clients, peer) {
+                None => super::torch::serve(shared, stream, peer),
+                Some(why) => {
+                    tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}")
+                }
+            }
+            return;
+        }
+        Some(_) => {}
+    }
     if let Err(reason) = handshake(shared, &mut stream) {
         // Peers that connect and leave without a byte (port probes, our own shutdown wake-up)
         // are not worth a warning; everything else is, with the peer named and never the token.
@@ -70,6 +85,35 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
             tracing::debug!(peer = %peer, error = %e, op = req.op(), "store: cannot send reply");
             return;
         }
+    }
+}
+
+/// The connection's first byte, left unread; `None` when the peer leaves or stays silent for
+/// `timeout`.
+fn first_byte(stream: &TcpStream, timeout: Duration) -> Option<u8> {
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    let mut b = [0u8; 1];
+    loop {
+        return match stream.peek(&mut b) {
+            Ok(1) => Some(b[0]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            _ => None,
+        };
+    }
+}
+
+/// Why a PyTorch client from `peer` is not served under `policy`, `None` when it is.
+fn torch_refusal(policy: TorchClients, peer: SocketAddr) -> Option<String> {
+    let open = "PyTorch's store protocol has no authentication";
+    match policy {
+        TorchClients::Anyone => None,
+        TorchClients::Loopback if peer.ip().is_loopback() => None,
+        TorchClients::Loopback => Some(format!(
+            "{open}, so this store serves it only to clients on its own host and {peer} is not \
+             one; to serve PyTorch workers on other hosts, pass --torch-store to `phalanx \
+             launch` (or set PHALANX_TORCH_STORE=1) on a network you trust"
+        )),
+        TorchClients::Refuse => Some(format!("{open}; this store does not serve it")),
     }
 }
 

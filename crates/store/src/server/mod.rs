@@ -7,8 +7,19 @@
 //! client per rank plus the agents, and 1,024 clients cost 256 MiB of *virtual* memory and a
 //! few MiB resident. Unauthenticated connections cannot pile up: each gets `handshake_timeout`
 //! to prove the token (slowloris), and `max_connections` caps the total.
+//!
+//! // Note [Two protocols on one port]
+//! The store also speaks PyTorch's TCPStore protocol (`wire::torch`), so that a PyTorch script
+//! under `phalanx launch` finds its `MASTER_ADDR:MASTER_PORT` store (torchrun's agent store,
+//! `TORCHELASTIC_USE_AGENT_STORE=True`) where phalanx's workers find theirs. The first byte
+//! tells the two apart without reading it: PyTorch's clients open with `VALIDATE` (0), ours
+//! with `PHXS`. PyTorch's protocol cannot authenticate, so its clients get a table of their
+//! own (they can never forge phalanx's control keys), and are served only from loopback unless
+//! the launcher was told otherwise (`TorchClients`); a refused one is logged with the flag
+//! that allows it. Both paths share the connection cap and the handshake deadline.
 
 mod connection;
+mod torch;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -28,6 +39,21 @@ const CONN_STACK: usize = 256 * 1024;
 pub struct ServerConfig {
     handshake_timeout: Duration,
     max_connections: usize,
+    torch_clients: TorchClients,
+}
+
+/// Which PyTorch TCPStore clients a [`StoreServer`] serves. PyTorch's protocol has no
+/// authentication: whoever reaches the port may read and write the PyTorch keys (never
+/// phalanx's own, which live apart). See Note [Two protocols on one port].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TorchClients {
+    /// None: the connection is closed and the refusal logged with how to allow it.
+    Refuse,
+    /// Clients connecting from a loopback address, i.e. from this host (the default).
+    #[default]
+    Loopback,
+    /// Any client that reaches the port (`phalanx launch --torch-store`).
+    Anyone,
 }
 
 impl Default for ServerConfig {
@@ -35,6 +61,7 @@ impl Default for ServerConfig {
         ServerConfig {
             handshake_timeout: Duration::from_secs(5),
             max_connections: 8192,
+            torch_clients: TorchClients::default(),
         }
     }
 }
@@ -43,6 +70,11 @@ impl ServerConfig {
     /// Time a new connection has to complete the handshake before it is dropped (default 5 s).
     pub fn with_handshake_timeout(mut self, t: Duration) -> Self {
         self.handshake_timeout = t;
+        self
+    }
+    /// Which PyTorch TCPStore clients to serve (default [`TorchClients::Loopback`]).
+    pub fn with_torch_clients(mut self, t: TorchClients) -> Self {
+        self.torch_clients = t;
         self
     }
     /// Most simultaneous connections; later ones are closed at once (default 8,192).
@@ -62,6 +94,8 @@ struct Conns {
 
 pub(crate) struct Shared {
     pub(crate) table: Arc<Table>,
+    /// The keys of PyTorch's clients, apart from phalanx's (see `torch.rs`).
+    pub(crate) torch_table: Arc<Table>,
     pub(crate) auth: Auth,
     pub(crate) config: ServerConfig,
     pub(crate) stopping: AtomicBool,
@@ -176,6 +210,7 @@ impl StoreServer {
             })?;
         let shared = Arc::new(Shared {
             table: Arc::new(Table::default()),
+            torch_table: Arc::new(Table::default()),
             auth,
             config,
             stopping: AtomicBool::new(false),
@@ -207,6 +242,11 @@ impl StoreServer {
     /// An in-process handle on the same keys, without a socket (for the process hosting it).
     pub fn local_store(&self) -> HashStore {
         HashStore::from_table(self.shared.table.clone())
+    }
+
+    /// An in-process handle on the keys of PyTorch's clients (`torch.distributed.TCPStore`).
+    pub fn torch_store(&self) -> HashStore {
+        HashStore::from_table(self.shared.torch_table.clone())
     }
 
     /// Connections currently open (authenticated or still in the handshake).

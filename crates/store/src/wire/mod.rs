@@ -14,6 +14,7 @@ mod codec;
 mod frame;
 mod handshake;
 mod message;
+pub mod torch;
 
 pub use frame::{
     decode_request, decode_response, encode_request, encode_response, frame_len, split_frame,

@@ -1,0 +1,277 @@
+//! One PyTorch TCPStore client: `torch.distributed.TCPStore` (and so `init_process_group`'s
+//! `env://` rendezvous, Gloo's and NCCL's bootstrap) served from the same port as phalanx's
+//! own protocol. See Note [Two protocols on one port].
+//!
+//! PyTorch's clients live in their own table: they cannot authenticate, so they never see or
+//! touch the keys of phalanx's control plane (agents' heartbeats, failure reports).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use crate::table::WaitError;
+use crate::wire::torch::{self, Reply, Request};
+use crate::wire::MAX_FRAME_LEN;
+
+/// How often a pending `wait`/`barrier` checks for `CANCEL_WAIT`, a vanished client and a
+/// stopping server (it also wakes on every change to a key it waits for).
+const CANCEL_CHECK: Duration = Duration::from_millis(50);
+/// A client that stops reading replies for this long is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Serves one torch client to completion; every failure ends this connection only.
+pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    // The first query must be VALIDATE, within the handshake timeout like phalanx's clients.
+    let deadline = Instant::now() + shared.config.handshake_timeout;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut validated = false;
+    loop {
+        let (used, outcome) = match torch::decode_request(&buf) {
+            Ok(Some((req, used))) => {
+                let pending = buf.len() > used;
+                let outcome = if validated {
+                    execute(shared, &req, &mut stream, pending)
+                } else {
+                    match req {
+                        Request::Validate { magic } if magic == torch::VALIDATION_MAGIC => {
+                            validated = true;
+                            let _ = stream.set_read_timeout(None);
+                            Outcome::Next
+                        }
+                        other => Outcome::Drop(format!(
+                            "first query was {} instead of validate with magic {:#x}",
+                            other.name(),
+                            torch::VALIDATION_MAGIC
+                        )),
+                    }
+                };
+                (used, outcome)
+            }
+            Ok(None) => {
+                if !fill(
+                    &mut buf,
+                    &mut stream,
+                    (!validated).then_some(deadline),
+                    shared,
+                    peer,
+                ) {
+                    return;
+                }
+                continue;
+            }
+            Err(e) => (0, Outcome::Drop(format!("malformed query: {e}"))),
+        };
+        match outcome {
+            Outcome::Next => {
+                buf.drain(..used);
+            }
+            Outcome::Gone => return,
+            Outcome::Drop(why) => {
+                tracing::warn!(peer = %peer, "store: PyTorch client dropped: {why}");
+                return;
+            }
+        }
+    }
+}
+
+/// Reads more bytes into `buf`; `false` when the connection is over.
+fn fill(
+    buf: &mut Vec<u8>,
+    stream: &mut TcpStream,
+    deadline: Option<Instant>,
+    shared: &Shared,
+    peer: SocketAddr,
+) -> bool {
+    // A query is at most the frame limit of phalanx's own protocol: a client announcing more
+    // (many 64 MiB values in one multi_set) is dropped before its bytes pile up.
+    if buf.len() > MAX_FRAME_LEN {
+        tracing::warn!(peer = %peer, "store: PyTorch client dropped: a query over {MAX_FRAME_LEN} bytes");
+        return false;
+    }
+    if let Some(d) = deadline {
+        let left = d.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            tracing::warn!(peer = %peer, "store: PyTorch client did not validate within {:?}", shared.config.handshake_timeout);
+            return false;
+        }
+    }
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        return match stream.read(&mut chunk) {
+            Ok(0) => false,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if !shared.stopping.load(Ordering::SeqCst) {
+                    tracing::debug!(peer = %peer, error = %e, "store: PyTorch client lost");
+                }
+                false
+            }
+        };
+    }
+}
+
+enum Outcome {
+    /// Answered (or nothing to answer); read the next query.
+    Next,
+    /// The client left, or the server is stopping.
+    Gone,
+    /// A protocol violation; the reason is logged.
+    Drop(String),
+}
+
+/// What a pending wait found when it looked at the socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Interrupt {
+    None,
+    /// The client sent its next query (`CANCEL_WAIT`): the wait ends without a reply.
+    Input,
+    Gone,
+}
+
+fn look(stream: &TcpStream, shared: &Shared) -> Interrupt {
+    if shared.stopping.load(Ordering::SeqCst) || stream.set_nonblocking(true).is_err() {
+        return Interrupt::Gone;
+    }
+    let r = stream.peek(&mut [0u8; 1]);
+    let _ = stream.set_nonblocking(false);
+    match r {
+        Ok(0) => Interrupt::Gone,
+        Ok(_) => Interrupt::Input,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Interrupt::None,
+        Err(_) => Interrupt::Gone,
+    }
+}
+
+/// Runs one query against the PyTorch table and sends its reply. `pending`: more bytes of the
+/// client already sit in the buffer (a wait then ends at once unless already satisfied).
+fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: bool) -> Outcome {
+    let t = &shared.torch_table;
+    shared.traffic.requests.fetch_add(1, Ordering::Relaxed);
+    let mut seen = Interrupt::None;
+    let mut cancel = || {
+        seen = if pending {
+            Interrupt::Input
+        } else {
+            look(stream, shared)
+        };
+        seen != Interrupt::None
+    };
+    let value;
+    let values: Vec<Vec<u8>>;
+    let keys: Vec<String>;
+    let reply = match req {
+        Request::Validate { .. } => {
+            return Outcome::Drop("validate sent twice".into());
+        }
+        Request::Ping { nonce } => Some(Reply::Nonce(*nonce)),
+        Request::Set { key, value } => {
+            t.set(key, value);
+            None
+        }
+        Request::CompareSet {
+            key,
+            expected,
+            desired,
+        } => {
+            value = t.compare_set(key, expected, desired);
+            Some(Reply::Value(&value))
+        }
+        Request::Get { key } => {
+            value = t.get_now(key).unwrap_or_default();
+            Some(Reply::Value(&value))
+        }
+        Request::Add { key, delta } => match t.add(key, *delta) {
+            Ok(n) => Some(Reply::Int(n)),
+            Err(e) => return Outcome::Drop(e.to_string()),
+        },
+        Request::Check { keys } => Some(Reply::Status(if t.check_or_queued(keys) {
+            torch::STOP_WAITING
+        } else {
+            torch::WAIT_CANCELED
+        })),
+        Request::Wait { keys } => {
+            let r = t.wait_present_or_queued(keys, CANCEL_CHECK, &mut cancel);
+            match after_wait(r, seen) {
+                Ok(reply) => reply,
+                Err(o) => return o,
+            }
+        }
+        Request::NumKeys => Some(Reply::Int(t.num_keys())),
+        Request::DeleteKey { key } => Some(Reply::Int(i64::from(t.delete(key)))),
+        Request::Append { key, value } => match t.append(key, value) {
+            Ok(()) => None,
+            Err(e) => return Outcome::Drop(e.to_string()),
+        },
+        Request::MultiGet { keys } => {
+            values = keys
+                .iter()
+                .map(|k| t.get_now(k).unwrap_or_default())
+                .collect();
+            Some(Reply::Values(values.iter().map(Vec::as_slice).collect()))
+        }
+        Request::MultiSet { pairs } => {
+            t.multi_set(pairs);
+            None
+        }
+        Request::CancelWait => Some(Reply::Status(torch::WAIT_CANCELED)),
+        Request::QueuePush { key, value } => {
+            t.queue_push(key, value);
+            None
+        }
+        Request::QueuePop { key } => {
+            let (len, head) = t.queue_pop(key);
+            value = head.unwrap_or_default();
+            Some(Reply::Popped {
+                len,
+                head: (len > 0).then_some(value.as_slice()),
+            })
+        }
+        Request::QueueLen { key } => Some(Reply::Int(t.queue_len(key))),
+        Request::ListKeys => {
+            keys = t.list_keys();
+            Some(Reply::Keys(keys.iter().map(String::as_str).collect()))
+        }
+        Request::Barrier { key, world_size } => {
+            if let Err(e) = t.add(key, 1) {
+                return Outcome::Drop(e.to_string());
+            }
+            let r = t.wait_count(key, *world_size, CANCEL_CHECK, &mut cancel);
+            match after_wait(r, seen) {
+                Ok(reply) => reply,
+                Err(o) => return o,
+            }
+        }
+    };
+    let Some(reply) = reply else {
+        return Outcome::Next;
+    };
+    let bytes = torch::encode_reply(&reply);
+    shared
+        .traffic
+        .bytes_out
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    match stream.write_all(&bytes) {
+        Ok(()) => Outcome::Next,
+        Err(_) => Outcome::Gone,
+    }
+}
+
+/// The reply to a finished `wait`/`barrier`: `STOP_WAITING`, or none when the client sent its
+/// next query (`CANCEL_WAIT`, which gets the reply), or the end of the connection.
+fn after_wait(
+    r: Result<(), WaitError>,
+    seen: Interrupt,
+) -> Result<Option<Reply<'static>>, Outcome> {
+    match (r, seen) {
+        (Ok(()), _) => Ok(Some(Reply::Status(torch::STOP_WAITING))),
+        (Err(_), Interrupt::Input) => Ok(None),
+        (Err(_), _) => Err(Outcome::Gone),
+    }
+}
