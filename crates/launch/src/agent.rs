@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use phalanx_core::{env, Timeout};
-use phalanx_store::{Auth, Store, StoreServer, TcpStore};
+use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore, TorchClients};
 use sha2::{Digest, Sha256};
 
 use crate::coordinate::Coordinator;
@@ -70,10 +70,27 @@ impl<'a> Agent<'a> {
             u16,
         ) = if args.node_rank == 0 {
             let addr = resolve(&master_addr, requested)?;
-            let server = StoreServer::bind(addr, auth.clone()).map_err(|e| Error::Bind {
-                addr: addr.to_string(),
-                reason: e.to_string(),
-            })?;
+            // Note [Two protocols on one port] (phalanx-store): PyTorch workers reach this
+            // store too; from other hosts only when asked, since their protocol cannot
+            // authenticate.
+            let torch = if args.torch_store {
+                if !addr.ip().is_loopback() {
+                    eprintln!(
+                        "phalanx launch: --torch-store: the store at {addr} serves PyTorch's \
+                         TCPStore protocol, which has no authentication, to every host that \
+                         reaches the port: they can read and write the PyTorch workers' keys"
+                    );
+                }
+                TorchClients::Anyone
+            } else {
+                TorchClients::Loopback
+            };
+            let config = ServerConfig::default().with_torch_clients(torch);
+            let server =
+                StoreServer::bind_with(addr, auth.clone(), config).map_err(|e| Error::Bind {
+                    addr: addr.to_string(),
+                    reason: e.to_string(),
+                })?;
             let port = server.local_addr().port();
             let store: Arc<dyn Store> = Arc::new(server.local_store());
             (Some(server), store.clone(), store, port)

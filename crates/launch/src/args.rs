@@ -138,6 +138,14 @@ pub struct LaunchArgs {
     )]
     pub log_line_prefix_template: Option<String>,
 
+    /// Serve PyTorch's TCPStore protocol (PyTorch workers' `init_process_group`) to workers on
+    /// every node, not only to this host's. PyTorch's protocol has no authentication: anyone
+    /// who reaches the store's port can then read and write the PyTorch workers' keys (never
+    /// phalanx's own). Use on a network you trust.
+    #[arg(long = "torch-store", alias = "torch_store", env = "PET_TORCH_STORE",
+          value_parser = clap::builder::BoolishValueParser::new(), help_heading = "Launch")]
+    pub torch_store: bool,
+
     /// Identifier of the job (PHALANX_JOB_ID, TORCHELASTIC_RUN_ID, log folder).
     /// Default: random; for multi-node jobs, derived from PHALANX_TOKEN so every node agrees.
     #[arg(
@@ -167,6 +175,7 @@ impl Default for LaunchArgs {
             tee: None,
             local_ranks_filter: None,
             log_line_prefix_template: None,
+            torch_store: false,
             run_id: None,
         }
     }

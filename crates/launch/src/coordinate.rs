@@ -243,6 +243,26 @@ impl Coordinator {
         }
     }
 
+    /// Node 0's agent (which hosts the store): the PyTorch client its store refused, as the
+    /// job's root cause (Note [Two protocols on one port] in phalanx-store). Not restartable:
+    /// a restart would be refused the same way.
+    pub(crate) fn torch_refused(&self) -> Option<RootCause> {
+        if self.node_rank != 0 {
+            return None;
+        }
+        let why = match self.ctl.check(&[keys::TORCH_REFUSED]) {
+            Ok(true) => self.ctl.get(keys::TORCH_REFUSED).ok()?,
+            _ => return None,
+        };
+        Some(RootCause {
+            what: format!(
+                "its store refused a PyTorch worker's connection: {}",
+                String::from_utf8_lossy(&why)
+            ),
+            ..self.agent_cause(1, false)
+        })
+    }
+
     /// A root cause that names this agent rather than a worker.
     pub(crate) fn agent_cause(&self, code: u8, restartable: bool) -> RootCause {
         RootCause {

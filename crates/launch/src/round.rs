@@ -283,6 +283,9 @@ impl Job<'_> {
                 if let Some(cause) = coord.poll_failed(round) {
                     return Watch::Remote(cause);
                 }
+                if let Some(cause) = coord.torch_refused() {
+                    return Watch::Remote(coord.publish(round, cause));
+                }
             }
         }
     }

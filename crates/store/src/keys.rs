@@ -37,3 +37,8 @@ pub fn error(rank: impl std::fmt::Display) -> String {
 pub fn status(rank: impl std::fmt::Display) -> String {
     format!("status/{rank}")
 }
+
+/// Set by the store server (its first refusal wins) when it refused a PyTorch TCPStore client:
+/// why, and who. The launcher ends the job with it at once, rather than letting PyTorch retry
+/// until its 30-minute timeout. See Note [Two protocols on one port].
+pub const TORCH_REFUSED: &str = "torch_refused";

@@ -29,7 +29,14 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
             match torch_refusal(shared.config.torch_clients, peer) {
                 None => super::torch::serve(shared, stream, peer),
                 Some(why) => {
-                    tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}")
+                    // PyTorch retries a refused connection until its own timeout: say it once,
+                    // and leave it where the launcher looks (keys::TORCH_REFUSED).
+                    let key = crate::keys::TORCH_REFUSED;
+                    if shared.table.compare_set(key, b"", why.as_bytes()) == why.as_bytes() {
+                        tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}");
+                    } else {
+                        tracing::debug!(peer = %peer, "store: refused a PyTorch TCPStore client again");
+                    }
                 }
             }
             return;
@@ -109,9 +116,10 @@ fn torch_refusal(policy: TorchClients, peer: SocketAddr) -> Option<String> {
         TorchClients::Anyone => None,
         TorchClients::Loopback if peer.ip().is_loopback() => None,
         TorchClients::Loopback => Some(format!(
-            "{open}, so this store serves it only to clients on its own host and {peer} is not \
-             one; to serve PyTorch workers on other hosts, pass --torch-store to `phalanx \
-             launch` (or set PHALANX_TORCH_STORE=1) on a network you trust"
+            "{open}, so this store serves it only over loopback (a job on 127.0.0.1, as with \
+             --standalone), and a PyTorch client connected from {peer}; to serve PyTorch \
+             workers over the network, pass --torch-store to `phalanx launch` (or set \
+             PET_TORCH_STORE=1) on a network you trust"
         )),
         TorchClients::Refuse => Some(format!("{open}; this store does not serve it")),
     }
