@@ -322,3 +322,35 @@ pub fn session(sid: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// A Python interpreter that imports `torch`, for the tests of the PyTorch-facing parts:
+/// `$PHALANX_TEST_PYTHON`, else the venv `.ci/run` and `../shared/anchors/setup.sh` install
+/// (`~/.cache/phalanx-anchors`), else `python3`. `None`, after printing why the caller skips,
+/// when none of them has torch.
+pub fn torch_python(test: &str) -> Option<std::path::PathBuf> {
+    let mut candidates: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("PHALANX_TEST_PYTHON") {
+        candidates.push(p.into());
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(Path::new(&home).join(".cache/phalanx-anchors/bin/python"));
+    }
+    candidates.push("python3".into());
+    for py in candidates {
+        let ok = Command::new(&py)
+            .args([
+                "-c",
+                "import torch.distributed as d; assert d.is_available()",
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(py);
+        }
+    }
+    eprintln!(
+        "SKIPPED {test}: no Python with torch (set PHALANX_TEST_PYTHON, or run .ci/run, which \
+         installs it in ~/.cache/phalanx-anchors)"
+    );
+    None
+}
