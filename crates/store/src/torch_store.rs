@@ -83,7 +83,8 @@ impl TorchStore {
             torch::encode_request(&Request::Ping { nonce }).expect("a fixed-size query"),
         ]
         .concat();
-        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let wait = timeout.min(REPLY_TIMEOUT);
+        let deadline = Instant::now() + wait;
         let echoed = conn
             .stream
             .write_all(&hello)
@@ -106,7 +107,7 @@ impl TorchStore {
             Got::TimedOut => Err(Error::Protocol {
                 addr: addr.into(),
                 reason: format!(
-                    "no answer to PyTorch's ping within {REPLY_TIMEOUT:?}: not a PyTorch TCPStore \
+                    "no answer to PyTorch's ping within {wait:?}: not a PyTorch TCPStore \
                      (a phalanx store needs PHALANX_TOKEN, which `phalanx launch` sets)"
                 ),
             }),
