@@ -256,3 +256,123 @@ fn client_handshake_never_panics_and_refuses_rogue_servers() {
     assert!(passed >= 1);
     assert!(ALLOC.largest() < ALLOC_BOUND, "{} bytes", ALLOC.largest());
 }
+
+/// PyTorch's TCPStore queries (wire::torch), the ones torch 2.15's client sends.
+fn torch_request_seeds() -> Vec<Vec<u8>> {
+    use phalanx_store::wire::torch::{encode_request, Request as Q, VALIDATION_MAGIC};
+    [
+        Q::Validate {
+            magic: VALIDATION_MAGIC,
+        },
+        Q::Ping { nonce: 7 },
+        Q::Set {
+            key: "/worker/attempt_0/k",
+            value: b"v",
+        },
+        Q::CompareSet {
+            key: "/k",
+            expected: b"",
+            desired: b"d",
+        },
+        Q::Get { key: "/k" },
+        Q::Add {
+            key: "/n",
+            delta: -1,
+        },
+        Q::Check {
+            keys: vec!["/a", "/b"],
+        },
+        Q::Wait { keys: vec!["/a"] },
+        Q::NumKeys,
+        Q::DeleteKey { key: "/k" },
+        Q::Append {
+            key: "/k",
+            value: b"xy",
+        },
+        Q::MultiGet {
+            keys: vec!["/a", "/b"],
+        },
+        Q::MultiSet {
+            pairs: vec![("/a", b"1"), ("/b", b"22")],
+        },
+        Q::CancelWait,
+        Q::QueuePush {
+            key: "/q",
+            value: b"e",
+        },
+        Q::QueuePop { key: "/q" },
+        Q::QueueLen { key: "/q" },
+        Q::ListKeys,
+        Q::Barrier {
+            key: "/bk",
+            world_size: 4,
+        },
+    ]
+    .iter()
+    .map(|q| encode_request(q).unwrap())
+    .collect()
+}
+
+#[test]
+fn torch_requests_never_panic_and_round_trip() {
+    use phalanx_store::wire::torch::{decode_request, encode_request};
+    let mut decoded = 0usize;
+    fuzz(
+        "torch request",
+        16,
+        &torch_request_seeds(),
+        CASES,
+        256,
+        |input| {
+            if let Ok(Some((req, used))) = decode_request(input) {
+                decoded += 1;
+                let _ = (req.name(), req.reply_kind());
+                assert_eq!(encode_request(&req).unwrap(), &input[..used], "{req:?}");
+                // One byte short is an incomplete query, never a different one.
+                assert_eq!(decode_request(&input[..used - 1]), Ok(None));
+            }
+        },
+    );
+    assert!(decoded > CASES / 100, "only {decoded} inputs decoded");
+    assert!(ALLOC.largest() < ALLOC_BOUND, "{} bytes", ALLOC.largest());
+}
+
+#[test]
+fn torch_replies_never_panic_and_round_trip() {
+    use phalanx_store::wire::torch::{decode_reply, encode_reply, Reply, ReplyKind};
+    let kinds = [
+        ReplyKind::Nonce,
+        ReplyKind::Value,
+        ReplyKind::Int,
+        ReplyKind::Status,
+        ReplyKind::Values(2),
+        ReplyKind::Popped,
+        ReplyKind::Keys,
+    ];
+    let seeds: Vec<Vec<u8>> = [
+        Reply::Nonce(9),
+        Reply::Value(b"abc"),
+        Reply::Int(-5),
+        Reply::Status(1),
+        Reply::Values(vec![b"a", b""]),
+        Reply::Popped {
+            len: 2,
+            head: Some(b"e"),
+        },
+        Reply::Keys(vec!["/a", "/bb"]),
+    ]
+    .iter()
+    .map(encode_reply)
+    .collect();
+    let mut decoded = 0usize;
+    fuzz("torch reply", 17, &seeds, CASES, 256, |input| {
+        for kind in kinds {
+            if let Ok(Some((reply, used))) = decode_reply(kind, input) {
+                decoded += 1;
+                assert_eq!(encode_reply(&reply), &input[..used], "{reply:?}");
+            }
+        }
+    });
+    assert!(decoded > CASES / 100, "only {decoded} inputs decoded");
+    assert!(ALLOC.largest() < ALLOC_BOUND, "{} bytes", ALLOC.largest());
+}
