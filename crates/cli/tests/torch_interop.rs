@@ -232,3 +232,35 @@ while True:
     // Gone when the launcher returns (it waits for its workers); 2 s for the kernel's reaping.
     assert_eq!(survivors(&pids, Duration::from_secs(2)), Vec::<i32>::new());
 }
+
+#[test]
+fn a_pytorch_exception_is_the_root_cause_in_its_own_words() {
+    let test = "a_pytorch_exception_is_the_root_cause_in_its_own_words";
+    let Some(py) = torch_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("torch-raise");
+    let script = r#"
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    raise RuntimeError("rank 1 broke on purpose")
+t = torch.ones(10)
+while True:
+    dist.all_reduce(t)
+"#;
+    let script = write_script(&dir, "raise.py", script);
+    let f = run(
+        launch_python(&py, &["--standalone", "--nproc-per-node", "2"], &script),
+        DEADLINE,
+    );
+    assert_eq!(f.code(), Some(1), "{}\n{}", f.stdout, f.stderr);
+    let report = &f.stderr[f.stderr.find("root cause:").expect("a report")..];
+    let root = report.lines().next().unwrap();
+    assert!(root.contains("rank 1"), "{report}");
+    assert!(
+        report.contains("RuntimeError: rank 1 broke on purpose"),
+        "the exception, not a C++ frame, is the worker's line:\n{report}"
+    );
+}

@@ -135,15 +135,45 @@ fn emit(sink: &mut Sink, line: &[u8], last: &Mutex<Option<String>>) {
     }
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
-    if !text.is_empty() {
+    if !text.is_empty() && !is_cpp_backtrace(text) {
         let cut: String = text.chars().take(MAX_SUMMARY_LINE).collect();
         *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(cut);
     }
 }
 
+/// Whether `line` belongs to the C++ backtrace PyTorch appends to an exception's message
+/// (`Exception raised from recvBytes at …`, `frame #3: …`, `<omitting python frames>`). The
+/// failure summary skips these lines, so that a PyTorch worker's summary is its exception
+/// (`torch.distributed.DistNetworkError: Connection reset by peer`), not its 34th frame.
+fn is_cpp_backtrace(line: &str) -> bool {
+    line.starts_with("frame #")
+        || line.starts_with("Exception raised from ")
+        || line == "<omitting python frames>"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pytorch_exception_is_the_last_line_not_its_cpp_frames() {
+        let text = "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n\
+                    torch.distributed.DistNetworkError: Connection reset by peer\n\
+                    Exception raised from recvBytes at Utils.hpp:783 (most recent call first):\n\
+                    frame #0: c10::Error::Error() + 0x9d (0x7f in libc10.so)\n\
+                    <omitting python frames>\nframe #34: _start + 0x21\n\n";
+        let sink = Sink {
+            prefix: Vec::new(),
+            console: None,
+            file: None,
+        };
+        let mut p = Pump::start(text.as_bytes(), sink);
+        assert!(p.finish_by(Instant::now() + Duration::from_secs(5)));
+        assert_eq!(
+            p.last_line().as_deref(),
+            Some("torch.distributed.DistNetworkError: Connection reset by peer")
+        );
+    }
 
     #[test]
     fn keeps_last_non_empty_line_and_writes_file() {
