@@ -55,7 +55,11 @@ impl InitOptions {
         }
         let agent_store = std::env::var("TORCHELASTIC_USE_AGENT_STORE")
             .is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-        let torch_store = agent_store && Launcher::detect() == Some(Launcher::Torchrun);
+        // torchrun's agent, not a hand-made launch pointing at `phalanx store` (which also
+        // sets TORCHELASTIC_USE_AGENT_STORE): torchrun always sets its run id.
+        let torch_store = agent_store
+            && Launcher::detect() == Some(Launcher::Torchrun)
+            && std::env::var_os("TORCHELASTIC_RUN_ID").is_some_and(|v| !v.is_empty());
         let mut store_prefix = env::get(env::PHALANX_STORE_PREFIX).unwrap_or_default();
         if torch_store && store_prefix.is_empty() {
             store_prefix =
@@ -77,8 +81,10 @@ impl InitOptions {
 /// The key namespace of phalanx's ranks in torchrun's store: torchrun's own workers use
 /// `/worker/attempt_<n>`, so ours sit beside them, one per restart like theirs.
 ///
-/// Note [torchrun's store]: under torchrun (`TORCHELASTIC_USE_AGENT_STORE=True` without
-/// `PHALANX_LAUNCHED`), `MASTER_ADDR:MASTER_PORT` is the agent's PyTorch TCPStore, which
+/// Note [torchrun's store]: under torchrun (`TORCHELASTIC_USE_AGENT_STORE=True` and
+/// `TORCHELASTIC_RUN_ID` without `PHALANX_LAUNCHED`; a hand-made launch that points
+/// `MASTER_ADDR` at `phalanx store` sets no run id), `MASTER_ADDR:MASTER_PORT` is the agent's
+/// PyTorch TCPStore, which
 /// speaks PyTorch's unauthenticated protocol; the ranks rendezvous through it with
 /// [`TorchStore`] and the mesh handshakes use the default job credentials unless
 /// `PHALANX_TOKEN` is set for every rank.
