@@ -175,3 +175,36 @@ fn killing_the_launcher_kills_the_workers() {
         Vec::<i32>::new()
     );
 }
+
+/// Note [Stopped workers]: a worker stopped by SIGSTOP fails nothing by itself (programs
+/// without phalanx's collectives, PyTorch's Gloo, would wait for it for their own 30 minutes);
+/// the agent names it once it has been stopped for PHALANX_TIMEOUT (+ 1 s).
+#[test]
+fn a_stopped_worker_is_named_after_phalanx_timeout() {
+    let dir = TempDir::new("sigstop");
+    let script = format!(
+        "echo $$ > {d}/pid.$RANK; if [ $RANK = 1 ]; then echo 'stopping' >&2; kill -STOP $$; fi; \
+         exec sleep 30",
+        d = dir.str()
+    );
+    let mut cmd = launch_sh(&["--standalone", "--nproc-per-node", "2"], &script);
+    cmd.env("PHALANX_TIMEOUT", "2s");
+    let f = run(cmd, DEADLINE);
+    assert_eq!(f.code(), Some(1), "{f:?}");
+    assert!(
+        f.stderr
+            .lines()
+            .any(|l| l.starts_with("root cause: rank 1 (local_rank 1")
+                && l.contains("stopped (state T")),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        f.elapsed >= Duration::from_secs(2),
+        "named before PHALANX_TIMEOUT: {:?}",
+        f.elapsed
+    );
+    assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+    let pids = read_pids(dir.path(), "pid.");
+    assert!(survivors(&pids, Duration::from_secs(2)).is_empty());
+}

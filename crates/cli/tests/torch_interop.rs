@@ -264,3 +264,43 @@ while True:
         "the exception, not a C++ frame, is the worker's line:\n{report}"
     );
 }
+
+#[test]
+fn a_sigstopped_pytorch_rank_is_named_within_phalanx_timeout() {
+    let test = "a_sigstopped_pytorch_rank_is_named_within_phalanx_timeout";
+    let Some(py) = torch_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("torch-stop");
+    // Rank 1 stops itself; Gloo alone would wait 30 minutes for it.
+    let script = r#"
+import os, signal, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    print("stopping now", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+t = torch.ones(10)
+while True:
+    dist.all_reduce(t)
+"#;
+    let script = write_script(&dir, "stop.py", script);
+    let mut cmd = launch_python(&py, &["--standalone", "--nproc-per-node", "2"], &script);
+    cmd.env("PHALANX_TIMEOUT", "3s");
+    let start = std::time::Instant::now();
+    let f = run(cmd, DEADLINE);
+    let took = start.elapsed();
+    eprintln!("named after {took:?} (PHALANX_TIMEOUT 3 s + start-up)");
+    assert_eq!(f.code(), Some(1), "{}\n{}", f.stdout, f.stderr);
+    let root = f
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("root cause:"))
+        .unwrap_or_else(|| panic!("no root cause:\n{}", f.stderr));
+    assert!(
+        root.contains("rank 1") && root.contains("stopped (state T"),
+        "{root}\n{}",
+        f.stderr
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}

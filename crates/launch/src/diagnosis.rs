@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 use crate::worker::Worker;
 
@@ -19,6 +20,47 @@ pub(crate) struct Seen {
     /// The most telling `/proc` state among the worker's processes (`T`, `D`, `R`, `S`, …);
     /// `None` when it had already exited.
     pub(crate) state: Option<char>,
+}
+
+/// Note [Stopped workers]
+/// A worker stopped by SIGSTOP (or job control) fails nothing: its peers wait in a collective
+/// until their own timeout, and PyTorch's Gloo waits 30 minutes. The agent watches its workers'
+/// `/proc` states, and one seen stopped (state `T`) for PHALANX_TIMEOUT + [`STOPPED_MARGIN`]
+/// ends the round, named as the root cause. The margin lets phalanx's own ranks, whose
+/// collectives time out after PHALANX_TIMEOUT, report first with whom they wait for (the hang
+/// diagnosis). A worker under a debugger (state `t`) is left alone: a person is there.
+pub(crate) const STOPPED_MARGIN: Duration = Duration::from_secs(1);
+
+/// See Note [Stopped workers].
+pub(crate) struct StoppedWatch {
+    /// When each local worker was first seen stopped, in this stretch.
+    since: Vec<Option<Instant>>,
+}
+
+impl StoppedWatch {
+    pub(crate) fn new(workers: usize) -> StoppedWatch {
+        StoppedWatch {
+            since: vec![None; workers],
+        }
+    }
+
+    /// The first local rank stopped for `limit` or longer, with how long it has been stopped.
+    pub(crate) fn check(&mut self, workers: &[Worker], limit: Duration) -> Option<(u32, Duration)> {
+        let now = Instant::now();
+        for (lr, w) in workers.iter().enumerate() {
+            let stopped = w.exit.is_none() && proc_state(w.pid) == Some('T');
+            let since = &mut self.since[lr];
+            match (stopped, *since) {
+                (false, _) => *since = None,
+                (true, None) => *since = Some(now),
+                (true, Some(t)) if now.duration_since(t) >= limit => {
+                    return Some((lr as u32, now.duration_since(t)))
+                }
+                (true, Some(_)) => {}
+            }
+        }
+        None
+    }
 }
 
 /// Snapshot of the local workers' process states, by rank, taken before they are stopped.

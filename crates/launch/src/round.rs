@@ -35,6 +35,8 @@ pub(crate) enum End {
 enum Watch {
     AllSucceeded,
     Local(u32),
+    /// A local worker stopped (SIGSTOP) for this long: Note [Stopped workers].
+    Stopped(u32, Duration),
     Remote(RootCause),
     Signal(i32),
 }
@@ -144,17 +146,25 @@ impl Job<'_> {
                 let (exit, at) = w.exit.expect("a failed worker has exited");
                 let after = at.duration_since(start);
                 let cause = RootCause {
-                    group_rank: coord.node_rank,
-                    host: coord.host.clone(),
-                    rank: Some(w.rank),
-                    local_rank: Some(lr),
-                    pid: Some(w.pid),
                     what: exit.describe(),
                     code: exit.shell_code(),
                     after_s: after.as_secs_f64(),
                     startup: after < self.args.startup_window,
-                    restartable: true,
-                    last_line: w.last_line(),
+                    ..worker_cause(coord, w, lr)
+                };
+                coord.publish(round, cause)
+            }
+            Watch::Stopped(lr, stopped_for) => {
+                let cause = RootCause {
+                    what: format!(
+                        "stopped (state T: SIGSTOP or job control) for {:.1} s, past \
+                         PHALANX_TIMEOUT ({:.1} s)",
+                        stopped_for.as_secs_f64(),
+                        self.timeout.as_secs_f64()
+                    ),
+                    code: 1,
+                    after_s: start.elapsed().as_secs_f64(),
+                    ..worker_cause(coord, &workers[lr as usize], lr)
                 };
                 coord.publish(round, cause)
             }
@@ -257,6 +267,7 @@ impl Job<'_> {
     ) -> Watch {
         let interval = self.args.monitor_interval;
         let mut next_poll = Instant::now() + interval;
+        let mut stopped = crate::diagnosis::StoppedWatch::new(workers.len());
         loop {
             if let Some(sig) = signals::take() {
                 return Watch::Signal(sig);
@@ -286,6 +297,10 @@ impl Job<'_> {
                 if let Some(cause) = coord.torch_refused() {
                     return Watch::Remote(coord.publish(round, cause));
                 }
+                let limit = self.timeout + crate::diagnosis::STOPPED_MARGIN;
+                if let Some((lr, stopped_for)) = stopped.check(workers, limit) {
+                    return Watch::Stopped(lr, stopped_for);
+                }
             }
         }
     }
@@ -311,6 +326,23 @@ impl Job<'_> {
 }
 
 /// Records an exit event on its worker.
+/// A root cause naming local worker `lr`, to be completed with what happened to it.
+fn worker_cause(coord: &Coordinator, w: &Worker, lr: u32) -> RootCause {
+    RootCause {
+        group_rank: coord.node_rank,
+        host: coord.host.clone(),
+        rank: Some(w.rank),
+        local_rank: Some(lr),
+        pid: Some(w.pid),
+        what: String::new(),
+        code: 1,
+        after_s: 0.0,
+        startup: false,
+        restartable: true,
+        last_line: w.last_line(),
+    }
+}
+
 fn record(workers: &mut [Worker], ev: Exited) {
     if let Some(w) = workers.iter_mut().find(|w| w.local_rank == ev.local_rank) {
         w.exit = Some((ev.exit, ev.at));
