@@ -96,8 +96,9 @@ fn torch_agent_store_prefix(restart_count: Option<String>) -> String {
 }
 
 /// Algorithm thresholds and choice from `PHALANX_DIRECT_MAX_BYTES`, `PHALANX_CHUNK_BYTES` and
-/// `PHALANX_ALGO` (defaults: [`Options::default`], measured in docs/collectives.md).
-fn collective_options() -> Result<Options> {
+/// `PHALANX_ALGO` (defaults: [`Options::default`], measured in docs/collectives.md). Public for
+/// front ends that connect with [`connect`] (the PyTorch backend, `phalanx_torch`).
+pub fn collective_options() -> Result<Options> {
     let mut o = Options {
         prefer_hierarchical: prefer_hierarchical()?,
         ..Options::default()

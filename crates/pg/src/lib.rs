@@ -55,7 +55,7 @@ pub use error::{Error, Result};
 pub use init::init_mpi;
 #[cfg(feature = "nccl")]
 pub use init::init_nccl;
-pub use init::{connect, init_with, InitOptions};
+pub use init::{collective_options, connect, init_with, InitOptions};
 #[cfg(feature = "nccl")]
 pub use nccl::nccl_probe;
 pub use p2p_op::P2POp;

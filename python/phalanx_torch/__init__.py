@@ -1,0 +1,342 @@
+"""phalanx's collectives as a ``torch.distributed`` backend.
+
+Importing this package registers the backend ``"phalanx"`` for CPU tensors::
+
+    import torch, torch.distributed as dist
+    import phalanx_torch                      # registers "phalanx"
+    dist.init_process_group("phalanx")        # under `phalanx launch` or torchrun
+    t = torch.ones(1024)
+    dist.all_reduce(t)                        # shared memory on a host, TCP between hosts
+
+The group rendezvouses through the store PyTorch hands the backend factory (the launcher's
+store), then moves data on phalanx's own transport. Contiguous tensors are used in place; the
+GIL is released while a collective runs; a failure raises ``PhalanxError`` naming the rank at
+fault (a peer that died, a mismatched collective, a timeout). See docs/pytorch.md.
+"""
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+
+from ._native import Group, PhalanxError
+
+__all__ = ["ProcessGroupPhalanx", "PhalanxError"]
+
+# torch dtypes phalanx reduces; any other dtype is moved (broadcast, gather, …) as bytes.
+_REDUCIBLE = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+}
+
+_OPS = {
+    "SUM": "sum",
+    "AVG": "avg",
+    "PRODUCT": "product",
+    "MIN": "min",
+    "MAX": "max",
+    "BAND": "band",
+    "BOR": "bor",
+    "BXOR": "bxor",
+}
+
+
+def _check(t, what):
+    if t.device.type != "cpu":
+        raise PhalanxError(f"{what}: the phalanx backend takes CPU tensors, got one on {t.device}")
+    if not t.is_contiguous():
+        raise PhalanxError(f"{what}: the phalanx backend takes contiguous tensors (call .contiguous())")
+    return t
+
+
+def _reducible(t, what):
+    _check(t, what)
+    dt = _REDUCIBLE.get(t.dtype)
+    if dt is None:
+        raise PhalanxError(
+            f"{what}: phalanx does not reduce {t.dtype} (it reduces "
+            + ", ".join(str(d) for d in _REDUCIBLE)
+            + ")"
+        )
+    return t.data_ptr(), t.numel(), dt
+
+
+def _raw(t, what):
+    """Any dtype as bytes, for the collectives that only move data."""
+    _check(t, what)
+    return t.data_ptr(), t.numel() * t.element_size(), "u8"
+
+
+def _op(opts, what):
+    name = opts.reduceOp.op.name if hasattr(opts.reduceOp, "op") else str(opts.reduceOp)
+    name = name.split(".")[-1]
+    op = _OPS.get(name)
+    if op is None:
+        raise PhalanxError(f"{what}: phalanx has no reduce op {name} (it has {', '.join(_OPS)})")
+    return op
+
+
+def _single(tensors, what):
+    if len(tensors) != 1:
+        raise PhalanxError(f"{what}: the phalanx backend takes one tensor per rank, got {len(tensors)}")
+    return tensors[0]
+
+
+class _Work(dist.Work):
+    """A collective's handle: `wait()` returns when it is done (raising its failure), and
+    `get_future()` is completed with its output tensors."""
+
+    def __init__(self, result, pending=None):
+        super().__init__()
+        self._result = result
+        self._pending = pending
+        self._future = torch.futures.Future()
+        if pending is None:
+            self._future.set_result(result)
+        else:
+            pending.add_done_callback(self._finish)
+
+    def _finish(self, pending):
+        e = pending.exception()
+        if e is None:
+            self._future.set_result(self._result)
+        else:
+            self._future.set_exception(e)
+
+    def wait(self, timeout=None):
+        if self._pending is not None:
+            self._pending.result()
+        return True
+
+    def is_completed(self):
+        return self._pending is None or self._pending.done()
+
+    def is_success(self):
+        return self.is_completed() and (self._pending is None or self._pending.exception() is None)
+
+    def exception(self):
+        return None if self._pending is None or not self._pending.done() else self._pending.exception()
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        self.wait()
+        return self._result
+
+
+class ProcessGroupPhalanx(dist.ProcessGroup):
+    """The ``"phalanx"`` backend: one phalanx process group for CPU tensors.
+
+    Collectives run in the order they are called, one at a time, on one thread of this group:
+    ``async_op=True`` returns at once and the work completes there; a blocking call on an idle
+    group runs on the caller's thread (no hand-off).
+    """
+
+    def __init__(self, store, rank, world_size, timeout):
+        super().__init__(rank, world_size)
+        seconds = timeout.total_seconds() if timeout is not None else 1800.0
+        self._group = Group(store, rank, world_size, seconds)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx")
+        self._lock = threading.Lock()
+        self._queued = 0
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def _run(self, opts, result, fn, *args):
+        blocking = opts is not None and getattr(opts, "asyncOp", True) is False
+        with self._lock:
+            idle = self._queued == 0
+            if not (blocking and idle):
+                self._queued += 1
+        if blocking and idle:
+            fn(*args)
+            return _Work(result)
+
+        def job():
+            try:
+                fn(*args)
+            finally:
+                with self._lock:
+                    self._queued -= 1
+
+        return _Work(result, self._executor.submit(job))
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def getBackendName(self):
+        return "phalanx"
+
+    def abort(self):
+        self._group.abort("the process group was aborted")
+
+    def shutdown(self):
+        self._executor.shutdown(wait=True)
+
+    # -- collectives -------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        t = _single(tensors, "allreduce")
+        ptr, n, dt = _reducible(t, "allreduce")
+        op = _op(opts, "allreduce") if opts is not None else "sum"
+        return self._run(opts, tensors, self._group.allreduce, ptr, n, dt, op)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op(opts, "allreduce_coalesced") if opts is not None else "sum"
+        calls = [_reducible(t, "allreduce_coalesced") + (op,) for t in tensors]
+
+        def each():
+            for c in calls:
+                self._group.allreduce(*c)
+
+        return self._run(opts, tensors, each)
+
+    def broadcast(self, tensors, opts):
+        t = _single(tensors, "broadcast")
+        ptr, n, dt = _raw(t, "broadcast")
+        return self._run(opts, tensors, self._group.broadcast, ptr, n, dt, opts.rootRank)
+
+    def allgather(self, output_lists, input_list, opts=None):
+        t = _single(input_list, "allgather")
+        outs = _single(output_lists, "allgather")
+        if len(outs) != self.size():
+            raise PhalanxError(f"allgather: {len(outs)} output tensors for a group of {self.size()}")
+        ptr, n, dt = _raw(t, "allgather")
+        flat = torch.empty(self.size() * t.numel(), dtype=t.dtype)
+        fptr = flat.data_ptr()
+
+        def run():
+            self._group.allgather(ptr, fptr, n, dt)
+            for r, o in enumerate(outs):
+                o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
+
+        return self._run(opts, output_lists, run)
+
+    def all_gather_single(self, output, input, opts=None):
+        ptr, n, dt = _raw(input, "all_gather_into_tensor")
+        _check(output, "all_gather_into_tensor")
+        if output.numel() != input.numel() * self.size():
+            raise PhalanxError(
+                f"all_gather_into_tensor: output has {output.numel()} elements, expected "
+                f"{input.numel()} x {self.size()}"
+            )
+        return self._run(opts, [output], self._group.allgather, ptr, output.data_ptr(), n, dt)
+
+    _allgather_base = all_gather_single
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        out = _single(output_tensors, "reduce_scatter")
+        ins = _single(input_lists, "reduce_scatter")
+        flat = torch.cat([i.reshape(-1) for i in ins])
+        return self.reduce_scatter_single(out, flat, opts, result=output_tensors, keep=flat)
+
+    def reduce_scatter_single(self, output, input, opts=None, result=None, keep=None):
+        optr, n, dt = _reducible(output, "reduce_scatter_tensor")
+        iptr, m, idt = _reducible(input, "reduce_scatter_tensor")
+        if idt != dt or m != n * self.size():
+            raise PhalanxError(
+                f"reduce_scatter_tensor: input {input.dtype} x {m}, expected {output.dtype} x "
+                f"{n} x {self.size()}"
+            )
+        op = _op(opts, "reduce_scatter") if opts is not None else "sum"
+        return self._run(opts, result if result is not None else [output],
+                         self._group.reduce_scatter, iptr, optr, n, dt, op)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce(self, tensors, opts):
+        t = _single(tensors, "reduce")
+        ptr, n, dt = _reducible(t, "reduce")
+        return self._run(opts, tensors, self._group.reduce, ptr, n, dt, _op(opts, "reduce"), opts.rootRank)
+
+    def gather(self, output_lists, input_list, opts):
+        t = _single(input_list, "gather")
+        ptr, n, dt = _raw(t, "gather")
+        root = opts.rootRank
+        if self.rank() == root:
+            outs = _single(output_lists, "gather")
+            flat = torch.empty(self.size() * t.numel(), dtype=t.dtype)
+        else:
+            outs, flat = [], torch.empty(0, dtype=t.dtype)
+        fptr = flat.data_ptr()
+
+        def run():
+            self._group.gather(ptr, fptr, n, dt, root)
+            for r, o in enumerate(outs):
+                o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
+
+        return self._run(opts, output_lists, run)
+
+    def scatter(self, output_tensors, input_lists, opts):
+        out = _single(output_tensors, "scatter")
+        optr, n, dt = _raw(out, "scatter")
+        root = opts.rootRank
+        if self.rank() == root:
+            flat = torch.cat([i.reshape(-1) for i in _single(input_lists, "scatter")])
+        else:
+            flat = torch.empty(0, dtype=out.dtype)
+        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n, dt, root)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        if len(output_tensors) != self.size() or len(input_tensors) != self.size():
+            raise PhalanxError(f"alltoall: needs {self.size()} input and output tensors")
+        send = torch.cat([i.reshape(-1) for i in input_tensors])
+        recv = torch.empty(sum(o.numel() for o in output_tensors), dtype=send.dtype)
+        size = send.element_size()
+        send_splits = [i.numel() * size for i in input_tensors]
+        recv_splits = [o.numel() * size for o in output_tensors]
+        sptr, _, dt = _raw(send, "alltoall")
+        rptr = recv.data_ptr()
+
+        def run():
+            self._group.all_to_all_single(sptr, send_splits, rptr, recv_splits, dt)
+            at = 0
+            for o in output_tensors:
+                o.copy_(recv[at : at + o.numel()].view_as(o))
+                at += o.numel()
+
+        return self._run(opts, output_tensors, run)
+
+    def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
+        _check(input, "all_to_all_single")
+        _check(output, "all_to_all_single")
+        w = self.size()
+        row_in = input.numel() // max(input.shape[0], 1) if input.dim() else 1
+        row_out = output.numel() // max(output.shape[0], 1) if output.dim() else 1
+        ins = list(input_splits) or [input.shape[0] // w] * w
+        outs = list(output_splits) or [output.shape[0] // w] * w
+        size = input.element_size()
+        send_splits = [s * row_in * size for s in ins]
+        recv_splits = [s * row_out * size for s in outs]
+        return self._run(opts, [output], self._group.all_to_all_single, input.data_ptr(),
+                         send_splits, output.data_ptr(), recv_splits, "u8")
+
+    alltoall_base = all_to_all_single
+
+    def barrier(self, opts=None):
+        return self._run(opts, [], self._group.barrier)
+
+    def send(self, tensors, dst, tag):
+        t = _single(tensors, "send")
+        ptr, n, dt = _raw(t, "send")
+        return self._run(None, tensors, self._group.send, ptr, n, dt, dst, tag)
+
+    def recv(self, tensors, src, tag):
+        t = _single(tensors, "recv")
+        ptr, n, dt = _raw(t, "recv")
+        return self._run(None, tensors, self._group.recv, ptr, n, dt, src, tag)
+
+
+def _create(store, rank, world_size, timeout):
+    return ProcessGroupPhalanx(store, rank, world_size, timeout)
+
+
+if "phalanx" not in dist.Backend.backend_list:
+    dist.Backend.register_backend("phalanx", _create, devices=["cpu"])

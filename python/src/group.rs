@@ -1,0 +1,387 @@
+//! `Group`: one phalanx process group, driven from Python on tensors' memory in place.
+//!
+//! Python (`phalanx_torch/__init__.py`) checks every tensor (CPU, contiguous, a dtype phalanx
+//! has) and passes its data pointer, element count and dtype name; here the pointer becomes a
+//! slice for the length of the call, with the GIL released, so other Python threads run while
+//! the collective does. A failure (a peer that died, a mismatched collective, a timeout) is a
+//! `PhalanxError` carrying phalanx's sentence, which names the culprit rank.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use half::{bf16, f16};
+use phalanx_core::{DType, ReduceOp};
+use phalanx_pg::{Placement, ProcessGroup};
+use phalanx_store::Auth;
+use pyo3::prelude::*;
+
+use crate::py_store::PyStore;
+use crate::PhalanxError;
+
+/// Runs `$body` with `$T` the Rust element type of `$dtype`.
+macro_rules! typed {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::BF16 => {
+                type $T = bf16;
+                $body
+            }
+            DType::F16 => {
+                type $T = f16;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+        }
+    };
+}
+
+/// The elements at `ptr` as a slice.
+///
+/// # Safety
+/// `ptr` is the data pointer of a live, contiguous CPU tensor of `n` elements of `T` that
+/// nothing else writes during the call (phalanx_torch checks all of it and holds the tensor).
+unsafe fn slice<'a, T>(ptr: usize, n: usize) -> &'a [T] {
+    if n == 0 {
+        return &[];
+    }
+    std::slice::from_raw_parts(ptr as *const T, n)
+}
+
+/// [`slice`], writable.
+///
+/// # Safety
+/// As for [`slice`], and no other slice of these elements is alive during the call.
+unsafe fn slice_mut<'a, T>(ptr: usize, n: usize) -> &'a mut [T] {
+    if n == 0 {
+        return &mut [];
+    }
+    std::slice::from_raw_parts_mut(ptr as *mut T, n)
+}
+
+fn dtype(name: &str) -> PyResult<DType> {
+    name.parse()
+        .map_err(|e: phalanx_core::Error| PhalanxError::new_err(e.to_string()))
+}
+
+fn reduce_op(name: &str) -> PyResult<ReduceOp> {
+    name.parse()
+        .map_err(|e: phalanx_core::Error| PhalanxError::new_err(e.to_string()))
+}
+
+fn err(e: phalanx_pg::Error) -> PyErr {
+    PhalanxError::new_err(e.to_string())
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A phalanx process group (the native side of `phalanx_torch.ProcessGroupPhalanx`).
+#[pyclass(frozen, module = "phalanx_torch._native")]
+pub(crate) struct Group {
+    pg: Arc<ProcessGroup>,
+}
+
+#[pymethods]
+impl Group {
+    /// Connects rank `rank` of `world_size` through `store` (PyTorch's, as handed to the
+    /// backend factory). `timeout_s` bounds every collective (`PHALANX_TIMEOUT` wins when set).
+    #[new]
+    fn new(
+        py: Python<'_>,
+        store: Py<PyAny>,
+        rank: usize,
+        world_size: usize,
+        timeout_s: f64,
+    ) -> PyResult<Group> {
+        let timeout = match var("PHALANX_TIMEOUT") {
+            Some(_) => phalanx_core::Timeout::from_env()
+                .map_err(|e| PhalanxError::new_err(e.to_string()))?,
+            None => Duration::from_secs_f64(timeout_s.max(0.001)),
+        };
+        let num = |k: &str, default: usize| var(k).and_then(|v| v.parse().ok()).unwrap_or(default);
+        // A subgroup (a group smaller than the job) has no launcher variables of its own.
+        let whole_job = num("WORLD_SIZE", world_size) == world_size;
+        let placement = Placement {
+            rank,
+            world_size,
+            local_rank: if whole_job {
+                num("LOCAL_RANK", rank)
+            } else {
+                rank
+            },
+            local_world_size: if whole_job {
+                num("LOCAL_WORLD_SIZE", world_size)
+            } else {
+                world_size
+            },
+            node_rank: num("GROUP_RANK", 0),
+        };
+        // The interface: phalanx's variable, else the ones PyTorch users already set.
+        let ifname = var("PHALANX_SOCKET_IFNAME")
+            .or_else(|| var("GLOO_SOCKET_IFNAME"))
+            .or_else(|| var("NCCL_SOCKET_IFNAME"));
+        let master = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
+        let sel = phalanx_transport::ifname::select(ifname.as_deref(), &master)
+            .map_err(|e| PhalanxError::new_err(format!("rank {rank}: {e}")))?;
+        let opts = phalanx_pg::collective_options().map_err(err)?;
+        let auth = Auth::from_env();
+        let store = Arc::new(PyStore::new(store, timeout));
+        let pg = py
+            .detach(|| phalanx_pg::connect(placement, store, None, &auth, timeout, sel.ip, opts))
+            .map_err(err)?;
+        Ok(Group { pg: Arc::new(pg) })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.pg.rank()
+    }
+
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.pg.world_size()
+    }
+
+    /// Whether ranks on this host exchange through shared memory.
+    #[getter]
+    fn uses_shared_memory(&self) -> bool {
+        self.pg.uses_shared_memory()
+    }
+
+    fn allreduce(&self, py: Python<'_>, ptr: usize, n: usize, dt: &str, op: &str) -> PyResult<()> {
+        let (dt, op) = (dtype(dt)?, reduce_op(op)?);
+        let pg = &self.pg;
+        // SAFETY: see `slice`; Python holds the tensor for the call.
+        py.detach(|| typed!(dt, T => pg.allreduce(unsafe { slice_mut::<T>(ptr, n) }, op)))
+            .map_err(err)
+    }
+
+    fn broadcast(
+        &self,
+        py: Python<'_>,
+        ptr: usize,
+        n: usize,
+        dt: &str,
+        root: usize,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let pg = &self.pg;
+        // SAFETY: see `slice`.
+        py.detach(|| typed!(dt, T => pg.broadcast(unsafe { slice_mut::<T>(ptr, n) }, root)))
+            .map_err(err)
+    }
+
+    /// `recv` holds `world_size × n` elements, rank r's `send` at block r.
+    fn allgather(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        n: usize,
+        dt: &str,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let (pg, world) = (&self.pg, self.pg.world_size());
+        // SAFETY: see `slice`; send and recv are different tensors (Python checks).
+        py.detach(|| {
+            typed!(dt, T => pg.allgather(unsafe { slice::<T>(send, n) }, unsafe {
+                slice_mut::<T>(recv, n * world)
+            }))
+        })
+        .map_err(err)
+    }
+
+    /// `send` holds `world_size × n` elements; block `rank` of their reduction lands in `recv`.
+    /// phalanx reduces in place, so `send` is copied first: the caller's input is left as it was.
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        n: usize,
+        dt: &str,
+        op: &str,
+    ) -> PyResult<()> {
+        let (dt, op) = (dtype(dt)?, reduce_op(op)?);
+        let (pg, world) = (&self.pg, self.pg.world_size());
+        // SAFETY: see `slice`.
+        py.detach(|| {
+            typed!(dt, T => {
+                let mut scratch = unsafe { slice::<T>(send, n * world) }.to_vec();
+                pg.reduce_scatter(&mut scratch, unsafe { slice_mut::<T>(recv, n) }, op)
+            })
+        })
+        .map_err(err)
+    }
+
+    fn reduce(
+        &self,
+        py: Python<'_>,
+        ptr: usize,
+        n: usize,
+        dt: &str,
+        op: &str,
+        root: usize,
+    ) -> PyResult<()> {
+        let (dt, op) = (dtype(dt)?, reduce_op(op)?);
+        let pg = &self.pg;
+        // SAFETY: see `slice`.
+        py.detach(|| typed!(dt, T => pg.reduce(unsafe { slice_mut::<T>(ptr, n) }, op, root)))
+            .map_err(err)
+    }
+
+    /// On the root, `recv` holds `world_size × n` elements (0 elsewhere).
+    fn gather(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        n: usize,
+        dt: &str,
+        root: usize,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let pg = &self.pg;
+        let m = if pg.rank() == root {
+            n * pg.world_size()
+        } else {
+            0
+        };
+        // SAFETY: see `slice`.
+        py.detach(|| {
+            typed!(dt, T => pg.gather(unsafe { slice::<T>(send, n) }, unsafe { slice_mut::<T>(recv, m) }, root))
+        })
+        .map_err(err)
+    }
+
+    /// On the root, `send` holds `world_size × n` elements (0 elsewhere).
+    fn scatter(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        n: usize,
+        dt: &str,
+        root: usize,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let pg = &self.pg;
+        let m = if pg.rank() == root {
+            n * pg.world_size()
+        } else {
+            0
+        };
+        // SAFETY: see `slice`.
+        py.detach(|| {
+            typed!(dt, T => pg.scatter(unsafe { slice::<T>(send, m) }, unsafe { slice_mut::<T>(recv, n) }, root))
+        })
+        .map_err(err)
+    }
+
+    /// `send` and `recv` hold `world_size × n` elements each.
+    fn all_to_all(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        n: usize,
+        dt: &str,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let (pg, world) = (&self.pg, self.pg.world_size());
+        // SAFETY: see `slice`.
+        py.detach(|| {
+            typed!(dt, T => pg.all_to_all(unsafe { slice::<T>(send, n * world) }, unsafe {
+                slice_mut::<T>(recv, n * world)
+            }))
+        })
+        .map_err(err)
+    }
+
+    /// Unequal splits: `send_splits[p]` elements to rank p, `recv_splits[p]` from it.
+    fn all_to_all_single(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        send_splits: Vec<usize>,
+        recv: usize,
+        recv_splits: Vec<usize>,
+        dt: &str,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let pg = &self.pg;
+        let (ns, nr) = (send_splits.iter().sum(), recv_splits.iter().sum());
+        // SAFETY: see `slice`.
+        py.detach(|| {
+            typed!(dt, T => pg.all_to_all_single(
+                unsafe { slice::<T>(send, ns) },
+                &send_splits,
+                unsafe { slice_mut::<T>(recv, nr) },
+                &recv_splits,
+            ))
+        })
+        .map_err(err)
+    }
+
+    fn send(
+        &self,
+        py: Python<'_>,
+        ptr: usize,
+        n: usize,
+        dt: &str,
+        peer: usize,
+        tag: u32,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let pg = &self.pg;
+        // SAFETY: see `slice`.
+        py.detach(|| typed!(dt, T => pg.send(unsafe { slice::<T>(ptr, n) }, peer, tag)))
+            .map_err(err)
+    }
+
+    fn recv(
+        &self,
+        py: Python<'_>,
+        ptr: usize,
+        n: usize,
+        dt: &str,
+        peer: usize,
+        tag: u32,
+    ) -> PyResult<()> {
+        let dt = dtype(dt)?;
+        let pg = &self.pg;
+        // SAFETY: see `slice`.
+        py.detach(|| typed!(dt, T => pg.recv(unsafe { slice_mut::<T>(ptr, n) }, peer, tag)))
+            .map_err(err)
+    }
+
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        let pg = &self.pg;
+        py.detach(|| pg.barrier()).map_err(err)
+    }
+
+    /// Fails every rank's pending and future collectives with `reason`.
+    fn abort(&self, reason: &str) {
+        self.pg.abort(reason);
+    }
+}
