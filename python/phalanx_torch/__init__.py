@@ -14,7 +14,6 @@ GIL is released while a collective runs; a failure raises ``PhalanxError`` namin
 fault (a peer that died, a mismatched collective, a timeout). See docs/pytorch.md.
 """
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,6 +23,11 @@ import torch.distributed as dist
 from ._native import Group, PhalanxError
 
 __all__ = ["ProcessGroupPhalanx", "PhalanxError"]
+
+# Collectives up to this many bytes run on the caller's thread when the group is idle, even
+# with async_op=True: they are latency-bound, and handing them to the group's thread costs
+# more (about 20 us with the GIL) than it could overlap. Larger ones overlap the caller's work.
+INLINE_BYTES = 1 << 20
 
 # torch dtypes phalanx reduces; any other dtype is moved (broadcast, gather, …) as bytes.
 _REDUCIBLE = {
@@ -81,6 +85,10 @@ def _op(opts, what):
     if op is None:
         raise PhalanxError(f"{what}: phalanx has no reduce op {name} (it has {', '.join(_OPS)})")
     return op
+
+
+def _bytes(t):
+    return t.numel() * t.element_size()
 
 
 def _single(tensors, what):
@@ -147,16 +155,22 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx")
         self._lock = threading.Lock()
         self._queued = 0
+        self._held = []  # Note [Deferred point-to-point]
 
     # -- execution ---------------------------------------------------------------------------
 
-    def _run(self, opts, result, fn, *args):
-        blocking = opts is not None and getattr(opts, "asyncOp", True) is False
+    def _run(self, opts, result, fn, *args, nbytes=0):
+        if self._held:
+            self._flush()
+        inline = (
+            nbytes <= INLINE_BYTES
+            or (opts is not None and getattr(opts, "asyncOp", True) is False)
+        )
         with self._lock:
             idle = self._queued == 0
-            if not (blocking and idle):
+            if not (inline and idle):
                 self._queued += 1
-        if blocking and idle:
+        if inline and idle:
             fn(*args)
             return _Work(result)
 
@@ -174,6 +188,10 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
     def getBackendName(self):
         return "phalanx"
 
+    def _get_backend(self, device):
+        # This group is its own backend for CPU tensors (torch asks, e.g. batch_isend_irecv).
+        return self
+
     def abort(self):
         self._group.abort("the process group was aborted")
 
@@ -186,7 +204,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         t = _single(tensors, "allreduce")
         ptr, n, dt = _reducible(t, "allreduce")
         op = _op(opts, "allreduce") if opts is not None else "sum"
-        return self._run(opts, tensors, self._group.allreduce, ptr, n, dt, op)
+        return self._run(opts, tensors, self._group.allreduce, ptr, n, dt, op, nbytes=_bytes(t))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op(opts, "allreduce_coalesced") if opts is not None else "sum"
@@ -196,12 +214,12 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             for c in calls:
                 self._group.allreduce(*c)
 
-        return self._run(opts, tensors, each)
+        return self._run(opts, tensors, each, nbytes=sum(_bytes(t) for t in tensors))
 
     def broadcast(self, tensors, opts):
         t = _single(tensors, "broadcast")
         ptr, n, dt = _raw(t, "broadcast")
-        return self._run(opts, tensors, self._group.broadcast, ptr, n, dt, opts.rootRank)
+        return self._run(opts, tensors, self._group.broadcast, ptr, n, dt, opts.rootRank, nbytes=n)
 
     def allgather(self, output_lists, input_list, opts=None):
         t = _single(input_list, "allgather")
@@ -217,7 +235,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
 
-        return self._run(opts, output_lists, run)
+        return self._run(opts, output_lists, run, nbytes=_bytes(flat))
 
     def all_gather_single(self, output, input, opts=None):
         ptr, n, dt = _raw(input, "all_gather_into_tensor")
@@ -227,7 +245,8 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
                 f"all_gather_into_tensor: output has {output.numel()} elements, expected "
                 f"{input.numel()} x {self.size()}"
             )
-        return self._run(opts, [output], self._group.allgather, ptr, output.data_ptr(), n, dt)
+        return self._run(opts, [output], self._group.allgather, ptr, output.data_ptr(), n, dt,
+                         nbytes=_bytes(output))
 
     _allgather_base = all_gather_single
 
@@ -247,14 +266,15 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             )
         op = _op(opts, "reduce_scatter") if opts is not None else "sum"
         return self._run(opts, result if result is not None else [output],
-                         self._group.reduce_scatter, iptr, optr, n, dt, op)
+                         self._group.reduce_scatter, iptr, optr, n, dt, op, nbytes=_bytes(input))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce(self, tensors, opts):
         t = _single(tensors, "reduce")
         ptr, n, dt = _reducible(t, "reduce")
-        return self._run(opts, tensors, self._group.reduce, ptr, n, dt, _op(opts, "reduce"), opts.rootRank)
+        return self._run(opts, tensors, self._group.reduce, ptr, n, dt, _op(opts, "reduce"), opts.rootRank,
+                         nbytes=_bytes(t))
 
     def gather(self, output_lists, input_list, opts):
         t = _single(input_list, "gather")
@@ -272,7 +292,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
 
-        return self._run(opts, output_lists, run)
+        return self._run(opts, output_lists, run, nbytes=_bytes(t) * self.size())
 
     def scatter(self, output_tensors, input_lists, opts):
         out = _single(output_tensors, "scatter")
@@ -282,7 +302,8 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             flat = torch.cat([i.reshape(-1) for i in _single(input_lists, "scatter")])
         else:
             flat = torch.empty(0, dtype=out.dtype)
-        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n, dt, root)
+        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n, dt, root,
+                         nbytes=n * self.size())
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != self.size() or len(input_tensors) != self.size():
@@ -302,7 +323,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
                 o.copy_(recv[at : at + o.numel()].view_as(o))
                 at += o.numel()
 
-        return self._run(opts, output_tensors, run)
+        return self._run(opts, output_tensors, run, nbytes=_bytes(send))
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
         _check(input, "all_to_all_single")
@@ -316,22 +337,84 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         send_splits = [s * row_in * size for s in ins]
         recv_splits = [s * row_out * size for s in outs]
         return self._run(opts, [output], self._group.all_to_all_single, input.data_ptr(),
-                         send_splits, output.data_ptr(), recv_splits, "u8")
+                         send_splits, output.data_ptr(), recv_splits, "u8", nbytes=_bytes(input))
 
     alltoall_base = all_to_all_single
 
     def barrier(self, opts=None):
         return self._run(opts, [], self._group.barrier)
 
+    # -- point to point -------------------------------------------------------------------
+    # Note [Deferred point-to-point]: phalanx runs a group's operations one at a time, so an
+    # irecv run at once would block before the matching isend of the same rank is even
+    # posted (a ring of `irecv; isend; wait` would hang). Sends and receives are therefore
+    # held until something needs them: waiting on any of them, or the next collective. Then
+    # all held ones move together (phalanx's batch_isend_irecv, every direction at once), in
+    # order with the collectives around them.
+
     def send(self, tensors, dst, tag):
-        t = _single(tensors, "send")
-        ptr, n, dt = _raw(t, "send")
-        return self._run(None, tensors, self._group.send, ptr, n, dt, dst, tag)
+        return self._post(True, _single(tensors, "send"), dst, tag)
 
     def recv(self, tensors, src, tag):
-        t = _single(tensors, "recv")
-        ptr, n, dt = _raw(t, "recv")
-        return self._run(None, tensors, self._group.recv, ptr, n, dt, src, tag)
+        return self._post(False, _single(tensors, "recv"), src, tag)
+
+    def _post(self, is_send, t, peer, tag):
+        ptr, n, _ = _raw(t, "send" if is_send else "recv")
+        work = _P2PWork(self, [t])
+        with self._lock:
+            self._held.append(((is_send, ptr, n, peer, tag), t, work))
+        return work
+
+    def _flush(self):
+        with self._lock:
+            held, self._held = self._held, []
+        if not held:
+            return
+        ops = [op for op, _, _ in held]
+        keep = [t for _, t, _ in held]
+        inner = self._run(None, keep, self._group.p2p_batch, ops)
+        for _, _, work in held:
+            work._started(inner)
+
+
+class _P2PWork(_Work):
+    """A held send or receive (Note [Deferred point-to-point]): waiting on it moves it."""
+
+    def __init__(self, group, result):
+        self._group_ref = group
+        self._inner = None
+        super().__init__(result, pending=_Held())
+
+    def _started(self, inner):
+        self._inner = inner
+
+    def _move(self):
+        if self._inner is None:
+            self._group_ref._flush()
+
+    def wait(self, timeout=None):
+        self._move()
+        return self._inner.wait(timeout)
+
+    def is_completed(self):
+        return self._inner is not None and self._inner.is_completed()
+
+    def is_success(self):
+        return self._inner is not None and self._inner.is_success()
+
+    def exception(self):
+        return None if self._inner is None else self._inner.exception()
+
+    def get_future(self):
+        self._move()
+        return self._inner.get_future()
+
+
+class _Held:
+    """The pending side of a held point-to-point work: done when its batch is."""
+
+    def add_done_callback(self, _):
+        pass
 
 
 def _create(store, rank, world_size, timeout):

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use half::{bf16, f16};
 use phalanx_core::{DType, ReduceOp};
-use phalanx_pg::{Placement, ProcessGroup};
+use phalanx_pg::{P2POp, Placement, ProcessGroup};
 use phalanx_store::Auth;
 use pyo3::prelude::*;
 
@@ -339,6 +339,44 @@ impl Group {
                 unsafe { slice_mut::<T>(recv, nr) },
                 &recv_splits,
             ))
+        })
+        .map_err(err)
+    }
+
+    /// Point-to-point operations moved together, every direction at once (phalanx's
+    /// `batch_isend_irecv`), so that crossing sends and receives never wait on each other.
+    /// Each op is `(is_send, ptr, nbytes, peer, tag)`; bytes are copied in and out.
+    fn p2p_batch(
+        &self,
+        py: Python<'_>,
+        ops: Vec<(bool, usize, usize, usize, u32)>,
+    ) -> PyResult<()> {
+        let pg = &self.pg;
+        py.detach(|| {
+            let batch: Vec<P2POp<u8>> = ops
+                .iter()
+                .map(|&(is_send, ptr, n, peer, tag)| {
+                    if is_send {
+                        // SAFETY: see `slice`.
+                        let buf = unsafe { slice::<u8>(ptr, n) }.to_vec();
+                        P2POp::Send { buf, peer, tag }
+                    } else {
+                        P2POp::Recv {
+                            buf: vec![0; n],
+                            peer,
+                            tag,
+                        }
+                    }
+                })
+                .collect();
+            let done = pg.batch_isend_irecv(batch).wait()?;
+            for (op, &(is_send, ptr, n, _, _)) in done.iter().zip(&ops) {
+                if !is_send {
+                    // SAFETY: see `slice_mut`.
+                    unsafe { slice_mut::<u8>(ptr, n) }.copy_from_slice(op.buf());
+                }
+            }
+            Ok(())
         })
         .map_err(err)
     }

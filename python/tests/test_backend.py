@@ -160,6 +160,25 @@ if world > 1:
             assert z.eq(world).all()
     checked += 200
 
+# receives posted before sends (a ring of irecv; isend; wait), and large messages crossing
+if world > 1:
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    for n in [3, 1 << 22]:
+        y = torch.empty(n)
+        r_ = dist.irecv(y, prv)
+        s_ = dist.isend(torch.full((n,), float(rank)), nxt)
+        r_.wait()
+        s_.wait()
+        assert y.eq(float(prv)).all(), (n, y[:4])
+    # batch_isend_irecv, PyTorch's pipeline building block
+    y = torch.empty(4)
+    ops = [dist.P2POp(dist.isend, torch.full((4,), float(rank)), nxt),
+           dist.P2POp(dist.irecv, y, prv)]
+    for q in dist.batch_isend_irecv(ops):
+        q.wait()
+    assert y.eq(float(prv)).all(), y
+    checked += 3
+
 # async ops complete in order, futures carry the output
 works = [dist.all_reduce(torch.full((100,), float(i)), async_op=True) for i in range(20)]
 for i, w in enumerate(works):
