@@ -5,8 +5,6 @@ Run under a launcher, e.g. `phalanx launch --standalone --nproc-per-node 3 pytho
 its rank, so every rank computes the expected result itself. Prints one "ok" line per rank.
 """
 
-import os
-import sys
 
 import torch
 import torch.distributed as dist

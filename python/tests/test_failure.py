@@ -6,7 +6,6 @@
 Every rank prints what it caught and exits 0.
 """
 
-import time
 
 import torch
 import torch.distributed as dist
