@@ -22,8 +22,29 @@ pyo3::create_exception!(
     "A phalanx collective failed; the message names the rank at fault."
 );
 
+/// phalanx's log level: `PHALANX_DEBUG`, else PyTorch's `TORCH_DISTRIBUTED_DEBUG` (`INFO`, or
+/// `DETAIL` for debug), else warnings only; to stderr, as PyTorch's own logs.
+fn init_logging() {
+    let level = match (
+        std::env::var("PHALANX_DEBUG").ok(),
+        std::env::var("TORCH_DISTRIBUTED_DEBUG").ok(),
+    ) {
+        (Some(l), _) => l.to_ascii_lowercase(),
+        (None, Some(t)) if t.eq_ignore_ascii_case("detail") => "debug".into(),
+        (None, Some(t)) if t.eq_ignore_ascii_case("info") => "info".into(),
+        _ => "warn".into(),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .try_init();
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
     m.add_class::<group::Group>()?;
     m.add("PhalanxError", m.py().get_type::<PhalanxError>())?;
     Ok(())
