@@ -91,6 +91,24 @@ def _bytes(t):
     return t.numel() * t.element_size()
 
 
+def _same(tensors, count, like, what):
+    """`count` tensors, each of `like`'s dtype and element count."""
+    if len(tensors) != count:
+        raise PhalanxError(f"{what}: {len(tensors)} tensors for a group of {count}")
+    for t in tensors:
+        if t.dtype != like.dtype or t.numel() != like.numel():
+            raise PhalanxError(
+                f"{what}: every tensor must be {like.dtype} x {like.numel()}, got {t.dtype} x "
+                f"{t.numel()}"
+            )
+
+
+def _overlap(a, b):
+    """Whether two tensors' memory overlaps."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + _bytes(b) and b0 < a0 + _bytes(a) and _bytes(a) and _bytes(b)
+
+
 def _single(tensors, what):
     if len(tensors) != 1:
         raise PhalanxError(f"{what}: the phalanx backend takes one tensor per rank, got {len(tensors)}")
@@ -99,20 +117,26 @@ def _single(tensors, what):
 
 class _Work(dist.Work):
     """A collective's handle: `wait()` returns when it is done (raising its failure), and
-    `get_future()` is completed with its output tensors."""
+    `get_future()` is completed with its output tensors. It holds every tensor whose memory
+    the operation uses until the operation is over (`keep`)."""
 
-    def __init__(self, result, pending=None):
+    def __init__(self, result, pending=None, error=None, keep=()):
         super().__init__()
         self._result = result
         self._pending = pending
+        self._error = error
+        self._keep = keep
         self._future = torch.futures.Future()
-        if pending is None:
-            self._future.set_result(result)
-        else:
+        if pending is not None:
             pending.add_done_callback(self._finish)
+        elif error is not None:
+            self._future.set_exception(error)
+        else:
+            self._future.set_result(result)
 
     def _finish(self, pending):
         e = pending.exception()
+        self._keep = ()
         if e is None:
             self._future.set_result(self._result)
         else:
@@ -120,17 +144,24 @@ class _Work(dist.Work):
 
     def wait(self, timeout=None):
         if self._pending is not None:
-            self._pending.result()
+            try:
+                self._pending.result(None if timeout is None else timeout.total_seconds())
+            except TimeoutError:
+                raise PhalanxError(f"Work.wait: not done after {timeout}") from None
+        elif self._error is not None:
+            raise self._error
         return True
 
     def is_completed(self):
         return self._pending is None or self._pending.done()
 
     def is_success(self):
-        return self.is_completed() and (self._pending is None or self._pending.exception() is None)
+        return self.is_completed() and self.exception() is None
 
     def exception(self):
-        return None if self._pending is None or not self._pending.done() else self._pending.exception()
+        if self._pending is None:
+            return self._error
+        return self._pending.exception() if self._pending.done() else None
 
     def get_future(self):
         return self._future
@@ -159,19 +190,28 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
 
     # -- execution ---------------------------------------------------------------------------
 
-    def _run(self, opts, result, fn, *args, nbytes=0):
+    def _run(self, opts, result, fn, *args, nbytes=0, keep=()):
+        """Runs `fn(*args)` in call order: on the caller's thread when the group is idle and
+        the operation is small or blocking, else on the group's thread. `keep`: tensors whose
+        memory `fn` uses beyond `result`, held until it is done."""
         if self._held:
             self._flush()
-        inline = (
-            nbytes <= INLINE_BYTES
-            or (opts is not None and getattr(opts, "asyncOp", True) is False)
-        )
+        blocking = opts is not None and getattr(opts, "asyncOp", True) is False
+        inline = nbytes <= INLINE_BYTES or blocking
         with self._lock:
             idle = self._queued == 0
-            if not (inline and idle):
-                self._queued += 1
+            # Counted either way: another thread must not start an operation meanwhile.
+            self._queued += 1
         if inline and idle:
-            fn(*args)
+            try:
+                fn(*args)
+            except PhalanxError as e:
+                if blocking:
+                    raise
+                return _Work(result, error=e)  # async_op: the failure comes from wait()
+            finally:
+                with self._lock:
+                    self._queued -= 1
             return _Work(result)
 
         def job():
@@ -181,7 +221,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
                 with self._lock:
                     self._queued -= 1
 
-        return _Work(result, self._executor.submit(job))
+        return _Work(result, self._executor.submit(job), keep=(result, keep))
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -224,8 +264,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
     def allgather(self, output_lists, input_list, opts=None):
         t = _single(input_list, "allgather")
         outs = _single(output_lists, "allgather")
-        if len(outs) != self.size():
-            raise PhalanxError(f"allgather: {len(outs)} output tensors for a group of {self.size()}")
+        _same(outs, self.size(), t, "all_gather")
         ptr, n, dt = _raw(t, "allgather")
         flat = torch.empty(self.size() * t.numel(), dtype=t.dtype)
         fptr = flat.data_ptr()
@@ -235,28 +274,31 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
 
-        return self._run(opts, output_lists, run, nbytes=_bytes(flat))
+        return self._run(opts, output_lists, run, nbytes=_bytes(flat), keep=(t, flat))
 
     def all_gather_single(self, output, input, opts=None):
-        ptr, n, dt = _raw(input, "all_gather_into_tensor")
         _check(output, "all_gather_into_tensor")
-        if output.numel() != input.numel() * self.size():
+        if output.dtype != input.dtype or output.numel() != input.numel() * self.size():
             raise PhalanxError(
-                f"all_gather_into_tensor: output has {output.numel()} elements, expected "
-                f"{input.numel()} x {self.size()}"
+                f"all_gather_into_tensor: output {output.dtype} x {output.numel()}, expected "
+                f"{input.dtype} x {input.numel()} x {self.size()}"
             )
+        if _overlap(input, output):
+            input = input.clone()  # in place (FSDP's pattern): phalanx reads and writes apart
+        ptr, n, dt = _raw(input, "all_gather_into_tensor")
         return self._run(opts, [output], self._group.allgather, ptr, output.data_ptr(), n, dt,
-                         nbytes=_bytes(output))
+                         nbytes=_bytes(output), keep=(input,))
 
     _allgather_base = all_gather_single
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         out = _single(output_tensors, "reduce_scatter")
         ins = _single(input_lists, "reduce_scatter")
+        _same(ins, self.size(), out, "reduce_scatter")
         flat = torch.cat([i.reshape(-1) for i in ins])
-        return self.reduce_scatter_single(out, flat, opts, result=output_tensors, keep=flat)
+        return self.reduce_scatter_single(out, flat, opts, result=output_tensors)
 
-    def reduce_scatter_single(self, output, input, opts=None, result=None, keep=None):
+    def reduce_scatter_single(self, output, input, opts=None, result=None):
         optr, n, dt = _reducible(output, "reduce_scatter_tensor")
         iptr, m, idt = _reducible(input, "reduce_scatter_tensor")
         if idt != dt or m != n * self.size():
@@ -266,15 +308,16 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             )
         op = _op(opts, "reduce_scatter") if opts is not None else "sum"
         return self._run(opts, result if result is not None else [output],
-                         self._group.reduce_scatter, iptr, optr, n, dt, op, nbytes=_bytes(input))
+                         self._group.reduce_scatter, iptr, optr, n, dt, op, nbytes=_bytes(input),
+                         keep=(input,))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce(self, tensors, opts):
         t = _single(tensors, "reduce")
         ptr, n, dt = _reducible(t, "reduce")
-        return self._run(opts, tensors, self._group.reduce, ptr, n, dt, _op(opts, "reduce"), opts.rootRank,
-                         nbytes=_bytes(t))
+        return self._run(opts, tensors, self._group.reduce, ptr, n, dt, _op(opts, "reduce"),
+                         opts.rootRank, nbytes=_bytes(t))
 
     def gather(self, output_lists, input_list, opts):
         t = _single(input_list, "gather")
@@ -282,6 +325,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         root = opts.rootRank
         if self.rank() == root:
             outs = _single(output_lists, "gather")
+            _same(outs, self.size(), t, "gather")
             flat = torch.empty(self.size() * t.numel(), dtype=t.dtype)
         else:
             outs, flat = [], torch.empty(0, dtype=t.dtype)
@@ -292,22 +336,28 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
 
-        return self._run(opts, output_lists, run, nbytes=_bytes(t) * self.size())
+        return self._run(opts, output_lists, run, nbytes=_bytes(t) * self.size(), keep=(t, flat))
 
     def scatter(self, output_tensors, input_lists, opts):
         out = _single(output_tensors, "scatter")
         optr, n, dt = _raw(out, "scatter")
         root = opts.rootRank
         if self.rank() == root:
-            flat = torch.cat([i.reshape(-1) for i in _single(input_lists, "scatter")])
+            ins = _single(input_lists, "scatter")
+            _same(ins, self.size(), out, "scatter")
+            flat = torch.cat([i.reshape(-1) for i in ins])
         else:
             flat = torch.empty(0, dtype=out.dtype)
-        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n, dt, root,
-                         nbytes=n * self.size())
+        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n, dt,
+                         root, nbytes=n * self.size(), keep=(flat,))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        if len(output_tensors) != self.size() or len(input_tensors) != self.size():
-            raise PhalanxError(f"alltoall: needs {self.size()} input and output tensors")
+        w = self.size()
+        if len(output_tensors) != w or len(input_tensors) != w:
+            raise PhalanxError(f"alltoall: needs {w} input and output tensors")
+        dtypes = {t.dtype for t in list(output_tensors) + list(input_tensors)}
+        if len(dtypes) != 1:
+            raise PhalanxError(f"alltoall: tensors of one dtype, got {sorted(map(str, dtypes))}")
         send = torch.cat([i.reshape(-1) for i in input_tensors])
         recv = torch.empty(sum(o.numel() for o in output_tensors), dtype=send.dtype)
         size = send.element_size()
@@ -323,21 +373,31 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
                 o.copy_(recv[at : at + o.numel()].view_as(o))
                 at += o.numel()
 
-        return self._run(opts, output_tensors, run, nbytes=_bytes(send))
+        return self._run(opts, output_tensors, run, nbytes=_bytes(send), keep=(send, recv))
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
         _check(input, "all_to_all_single")
         _check(output, "all_to_all_single")
+        if input.dtype != output.dtype:
+            raise PhalanxError(f"all_to_all_single: input {input.dtype}, output {output.dtype}")
         w = self.size()
-        row_in = input.numel() // max(input.shape[0], 1) if input.dim() else 1
-        row_out = output.numel() // max(output.shape[0], 1) if output.dim() else 1
-        ins = list(input_splits) or [input.shape[0] // w] * w
-        outs = list(output_splits) or [output.shape[0] // w] * w
+        rows_in = input.shape[0] if input.dim() else 1
+        rows_out = output.shape[0] if output.dim() else 1
+        row_in = input.numel() // max(rows_in, 1)
+        row_out = output.numel() // max(rows_out, 1)
+        ins = list(input_splits) or [rows_in // w] * w
+        outs = list(output_splits) or [rows_out // w] * w
+        if len(ins) != w or len(outs) != w or sum(ins) != rows_in or sum(outs) != rows_out:
+            raise PhalanxError(
+                f"all_to_all_single: splits {ins} (input, {rows_in} rows) and {outs} (output, "
+                f"{rows_out} rows) must have {w} entries summing to the rows"
+            )
         size = input.element_size()
         send_splits = [s * row_in * size for s in ins]
         recv_splits = [s * row_out * size for s in outs]
         return self._run(opts, [output], self._group.all_to_all_single, input.data_ptr(),
-                         send_splits, output.data_ptr(), recv_splits, "u8", nbytes=_bytes(input))
+                         send_splits, output.data_ptr(), recv_splits, "u8", nbytes=_bytes(input),
+                         keep=(input,))
 
     alltoall_base = all_to_all_single
 
@@ -350,7 +410,9 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
     # posted (a ring of `irecv; isend; wait` would hang). Sends and receives are therefore
     # held until something needs them: waiting on any of them, or the next collective. Then
     # all held ones move together (phalanx's batch_isend_irecv, every direction at once), in
-    # order with the collectives around them.
+    # order with the collectives around them. What this cannot do, where Gloo can: a receive
+    # still held when the next collective starts completes before it, so a peer that sends
+    # only after that collective makes both wait until the timeout (which names the peer).
 
     def send(self, tensors, dst, tag):
         return self._post(True, _single(tensors, "send"), dst, tag)
@@ -383,27 +445,33 @@ class _P2PWork(_Work):
     def __init__(self, group, result):
         self._group_ref = group
         self._inner = None
+        self._moved = threading.Event()
         super().__init__(result, pending=_Held())
 
     def _started(self, inner):
         self._inner = inner
+        self._moved.set()
 
     def _move(self):
         if self._inner is None:
             self._group_ref._flush()
+            self._moved.wait()  # another thread's flush may be handing it over
 
     def wait(self, timeout=None):
         self._move()
         return self._inner.wait(timeout)
 
     def is_completed(self):
-        return self._inner is not None and self._inner.is_completed()
+        self._move()
+        return self._inner.is_completed()
 
     def is_success(self):
-        return self._inner is not None and self._inner.is_success()
+        self._move()
+        return self._inner.is_success()
 
     def exception(self):
-        return None if self._inner is None else self._inner.exception()
+        self._move()
+        return self._inner.exception()
 
     def get_future(self):
         self._move()

@@ -177,6 +177,38 @@ if world > 1:
     assert y.eq(float(prv)).all(), y
     checked += 3
 
+# large operations go to the group's thread: queued in order, every temporary kept alive
+big = 1 << 19  # 2 MiB of float32
+works = [dist.all_reduce(torch.full((big,), float(i)), async_op=True) for i in range(6)]
+root = world - 1
+sc_out = torch.empty(big)
+sc = dist.scatter(sc_out, [torch.full((big,), float(r)) for r in range(world)] if rank == root else None,
+                  src=root, async_op=True)
+a2a_out = [torch.empty(big // world) for _ in range(world)]
+a2a = dist.all_to_all(a2a_out, [torch.full((big // world,), float(rank * 10 + p)) for p in range(world)],
+                      async_op=True)
+rs_out = torch.empty(big)
+rs = dist.reduce_scatter(rs_out, [torch.full((big,), float(p)) for p in range(world)], async_op=True)
+import gc
+gc.collect()  # the temporaries above are unreachable from here: the works must hold them
+for i, w in enumerate(works):
+    w.wait()
+    assert w.get_future().wait()[0].eq(i * world).all(), i
+sc.wait()
+assert sc_out.eq(float(rank)).all()
+a2a.wait()
+for q in range(world):
+    assert a2a_out[q].eq(float(q * 10 + rank)).all(), q
+rs.wait()
+assert rs_out.eq(float(rank * world)).all(), rs_out[:4]
+checked += 9
+
+# all_gather_into_tensor in place (FSDP's pattern: the input is this rank's chunk of the output)
+out = torch.zeros(world * 5)
+out.chunk(world)[rank].fill_(float(rank + 1))
+dist.all_gather_into_tensor(out, out.chunk(world)[rank])
+assert out.tolist() == sum([[float(r + 1)] * 5 for r in range(world)], []), out
+
 # async ops complete in order, futures carry the output
 works = [dist.all_reduce(torch.full((100,), float(i)), async_op=True) for i in range(20)]
 for i, w in enumerate(works):

@@ -6,7 +6,7 @@ mod launch_util;
 
 use std::time::Duration;
 
-use launch_util::{phalanx, rank_lines, run, TempDir};
+use launch_util::{phalanx, rank_lines, run, say, TempDir};
 
 const SCRIPT: &str = "import os, sys\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], 'args', ' '.join(sys.argv[1:]))\n";
 
@@ -16,7 +16,7 @@ fn have_python() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: no python3 on PATH");
+        say("SKIPPED launch_python: no python3 on PATH");
     }
     ok
 }

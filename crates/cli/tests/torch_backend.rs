@@ -22,11 +22,11 @@ fn backend_python(test: &str) -> Option<PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
+        say(&format!(
             "SKIPPED {test}: phalanx_torch is not installed in {} (`pip install ./python`; \
              .ci/run does it)",
             py.display()
-        );
+        ));
         return None;
     }
     Some(py)

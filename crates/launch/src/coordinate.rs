@@ -5,7 +5,8 @@
 //!
 //! Note [Agent heartbeats]: during a round every agent adds 1 to its store counter
 //! `agent/<round>/heartbeat/<node>` every [`HEARTBEAT_INTERVAL`], and every agent reads the
-//! others' counters at that pace. A counter that has not moved for [`HEARTBEAT_TIMEOUT`] (by
+//! others' counters at that pace, all in one `multi_get` (so a job of N nodes costs the store
+//! O(N) requests a beat, not O(N²)). A counter that has not moved for [`HEARTBEAT_TIMEOUT`] (by
 //! the reader's own clock, so clocks need not agree) means that node's agent is gone (SIGKILLed,
 //! stopped, its host off the network) even when its workers were idle and no collective would
 //! have failed: the round ends naming the node and when it was last heard of. Counters, not
@@ -151,11 +152,9 @@ impl Coordinator {
             return None;
         }
         b.read_at = Some(now);
-        for g in (0..self.nnodes).filter(|&g| g != self.node_rank) {
-            let key = keys::agent(round, &format!("heartbeat/{g}"));
-            let Ok(count) = self.ctl.add(&key, 0) else {
-                return None;
-            };
+        let others: Vec<u32> = (0..self.nnodes).filter(|&g| g != self.node_rank).collect();
+        let counts = self.heartbeat_counts(round, &others)?;
+        for (&g, count) in others.iter().zip(counts) {
             let (last, moved) = &mut b.seen[g as usize];
             if count != *last || moved.is_none() {
                 // The first reading starts the clock: a node still starting gets its full
@@ -187,6 +186,32 @@ impl Coordinator {
             }
         }
         None
+    }
+
+    /// The heartbeat counters of nodes `nodes` in round `round`: one `multi_get` once every
+    /// node has beaten (two requests per read, not one per node), a counter per node before
+    /// that (a missing one reads 0). `None` when the store does not answer.
+    fn heartbeat_counts(&self, round: u32, nodes: &[u32]) -> Option<Vec<i64>> {
+        let keys: Vec<String> = nodes
+            .iter()
+            .map(|g| keys::agent(round, &format!("heartbeat/{g}")))
+            .collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if self.ctl.check(&refs).ok()? {
+            let values = self.ctl.multi_get(&refs).ok()?;
+            return Some(
+                values
+                    .iter()
+                    .map(|v| {
+                        std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0)
+                    })
+                    .collect(),
+            );
+        }
+        refs.iter().map(|k| self.ctl.add(k, 0).ok()).collect()
     }
 
     /// Whether there are other nodes to tell and hear from (more than one node, store alive).

@@ -35,18 +35,29 @@ pub(crate) const STOPPED_MARGIN: Duration = Duration::from_secs(1);
 pub(crate) struct StoppedWatch {
     /// When each local worker was first seen stopped, in this stretch.
     since: Vec<Option<Instant>>,
+    /// The previous check.
+    last: Option<Instant>,
 }
+
+/// A gap this long between two checks means the agent itself was stopped (a Slurm suspend,
+/// job control): its workers' stops during that time are not theirs to answer for.
+const AGENT_GAP: Duration = Duration::from_secs(2);
 
 impl StoppedWatch {
     pub(crate) fn new(workers: usize) -> StoppedWatch {
         StoppedWatch {
             since: vec![None; workers],
+            last: None,
         }
     }
 
     /// The first local rank stopped for `limit` or longer, with how long it has been stopped.
     pub(crate) fn check(&mut self, workers: &[Worker], limit: Duration) -> Option<(u32, Duration)> {
         let now = Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) > AGENT_GAP) {
+            self.since.iter_mut().for_each(|s| *s = None);
+        }
+        self.last = Some(now);
         for (lr, w) in workers.iter().enumerate() {
             let stopped = w.exit.is_none() && proc_state(w.pid) == Some('T');
             let since = &mut self.since[lr];

@@ -185,6 +185,15 @@ impl Job<'_> {
         Ok(End::Failed(cause))
     }
 
+    /// Whether the program is a Python interpreter (`train.py` and `-m` run under one).
+    fn runs_python(&self) -> bool {
+        self.program.first().is_some_and(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+        })
+    }
+
     /// This node's place in round `round`; `None` when a signal interrupted the rendezvous.
     fn layout(&self, round: u32) -> Result<Option<Layout>, Error> {
         if self.args.nnodes == 1 {
@@ -294,7 +303,11 @@ impl Job<'_> {
                 if let Some(cause) = coord.poll_failed(round) {
                     return Watch::Remote(cause);
                 }
-                if let Some(cause) = coord.torch_refused() {
+                // Only a Python program can be a PyTorch worker; for anything else a refused
+                // PyTorch client is a stranger, logged by the store and not the job's end
+                // (else five bytes from anywhere would end any job).
+                let refused = self.runs_python().then(|| coord.torch_refused()).flatten();
+                if let Some(cause) = refused {
                     return Watch::Remote(coord.publish(round, cause));
                 }
                 let limit = self.timeout + crate::diagnosis::STOPPED_MARGIN;

@@ -266,14 +266,29 @@ impl Table {
         let start = Instant::now();
         let mut st = self.lock();
         let mut registered = false;
+        // When `cancel` last ran: it may make system calls, so it runs outside the lock and at
+        // most every `check_every`, however often the table wakes this waiter.
+        let mut checked: Option<Instant> = None;
         let result = loop {
             if let Some(missing) = keys.iter().find(|k| !ready(&st, k)) {
                 let left = match timeout.checked_sub(start.elapsed()) {
                     Some(d) if !d.is_zero() => d,
                     _ => break Err(WaitError::Timeout((*missing).to_string())),
                 };
-                if cancel() {
-                    break Err(WaitError::Cancelled);
+                let due = match (checked, check_every) {
+                    (None, _) => true,
+                    (Some(t), Some(every)) => t.elapsed() >= every,
+                    (Some(_), None) => false,
+                };
+                if due {
+                    checked = Some(Instant::now());
+                    drop(st);
+                    let stop = cancel();
+                    st = self.lock();
+                    if stop {
+                        break Err(WaitError::Cancelled);
+                    }
+                    continue; // the table may have changed meanwhile
                 }
                 if !registered {
                     for k in keys {

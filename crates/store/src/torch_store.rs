@@ -314,11 +314,13 @@ impl Store for TorchStore {
                 .map_err(|source| io_error(addr, "wait", source))?;
             let by = Some(Instant::now() + REPLY_TIMEOUT);
             let mut s = c.receive(addr, "wait", ReplyKind::Status, by, status)?;
-            if matches!(s, Got::Reply(Some(torch::STOP_WAITING))) {
+            // The keys arrived just as we gave up: the wait succeeded after all.
+            let crossed = matches!(s, Got::Reply(Some(torch::STOP_WAITING)));
+            if crossed {
                 s = c.receive(addr, "wait", ReplyKind::Status, by, status)?;
             }
             match s {
-                Got::Reply(Some(torch::WAIT_CANCELED)) => Ok(false),
+                Got::Reply(Some(torch::WAIT_CANCELED)) => Ok(crossed),
                 _ => Err(Error::Protocol {
                     addr: addr.into(),
                     reason: "no WAIT_CANCELED after CANCEL_WAIT".into(),

@@ -87,6 +87,11 @@ fn a_refused_torch_client_is_recorded_for_the_launcher() {
         let config = ServerConfig::default().with_torch_clients(TorchClients::Refuse);
         let server = StoreServer::bind_with(localhost(), auth.clone(), config).unwrap();
         let addr = server.local_addr().to_string();
+        // A stray zero byte is not a PyTorch client: closed, nothing recorded.
+        let mut stray = TcpStream::connect(server.local_addr()).unwrap();
+        stray.write_all(&[0, 1, 2, 3, 4]).unwrap();
+        assert_closed_by_server(&mut stray);
+        assert!(!server.local_store().check(&[keys::TORCH_REFUSED]).unwrap());
         assert!(TorchStore::connect(&addr, Duration::from_secs(2)).is_err());
         let why = server.local_store().get(keys::TORCH_REFUSED).unwrap();
         let why = String::from_utf8(why).unwrap();
@@ -186,5 +191,72 @@ fn torch_store_at_a_port_that_is_not_pytorch_says_so() {
         }
         assert!(start.elapsed() < Duration::from_secs(5));
         silent.join().unwrap();
+    });
+}
+
+fn send(s: &mut TcpStream, req: &Request<'_>) {
+    s.write_all(&torch::encode_request(req).unwrap()).unwrap();
+}
+
+#[test]
+fn waits_cancel_cleanly_and_replies_stay_bounded() {
+    with_deadline(60, || {
+        let (server, auth) = server();
+        let addr = server.local_addr().to_string();
+        let good = TorchStore::connect(&addr, T).unwrap();
+
+        // A barrier left by CANCEL_WAIT takes its arrival back (a retry must not count twice).
+        let mut s = torch_conn(&server);
+        send(
+            &mut s,
+            &Request::Barrier {
+                key: "/b",
+                world_size: 2,
+            },
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(server.torch_store().get("/b").unwrap(), b"1");
+        send(&mut s, &Request::CancelWait);
+        let mut status = [0u8; 1];
+        s.read_exact(&mut status).unwrap();
+        assert_eq!(status[0], torch::WAIT_CANCELED);
+        assert!(common::eventually(5, || server
+            .torch_store()
+            .get("/b")
+            .unwrap()
+            == b"0"));
+
+        // After a wait ended by the client's next bytes, only CANCEL_WAIT may follow.
+        let mut s = torch_conn(&server);
+        send(
+            &mut s,
+            &Request::Wait {
+                keys: vec!["/never"],
+            },
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        send(
+            &mut s,
+            &Request::Set {
+                key: "/x",
+                value: b"1",
+            },
+        );
+        assert_closed_by_server(&mut s);
+        assert!(!good.check(&["/x"]).unwrap());
+
+        // One 1 MiB value named 300 times: a 6 KiB query for a 300 MiB reply is refused.
+        good.set("/big", &vec![7u8; 1 << 20]).unwrap();
+        assert!(good.check(&["/big"]).unwrap()); // a set has no reply: make sure it landed
+        let mut s = torch_conn(&server);
+        send(
+            &mut s,
+            &Request::MultiGet {
+                keys: vec!["/big"; 300],
+            },
+        );
+        assert_closed_by_server(&mut s);
+        assert_eq!(good.get("/big").unwrap().len(), 1 << 20);
+        still_serves(&server, &auth);
     });
 }

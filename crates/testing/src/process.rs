@@ -348,9 +348,24 @@ pub fn torch_python(test: &str) -> Option<std::path::PathBuf> {
             return Some(py);
         }
     }
-    eprintln!(
+    say(&format!(
         "SKIPPED {test}: no Python with torch (set PHALANX_TEST_PYTHON, or run .ci/run, which \
          installs it in ~/.cache/phalanx-anchors)"
-    );
+    ));
     None
+}
+
+/// A line on the process's real stderr: the test harness captures `eprintln!` (and
+/// `io::stderr()`) and shows it only for failing tests, and a skip must be visible in a passing
+/// run's log. A duplicate of fd 2 goes around the capture.
+pub fn say(line: &str) {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let direct = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| writeln!(std::fs::File::from(fd), "{line}"));
+    if direct.is_err() {
+        eprintln!("{line}");
+    }
 }

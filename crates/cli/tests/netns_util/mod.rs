@@ -57,20 +57,7 @@ fn skip(test: &str, reason: &str) {
     ));
 }
 
-/// A line on the process's real stderr: the test harness captures `eprintln!` (and
-/// `io::stderr()`) and shows it only for failing tests, and a skip must be visible in a passing
-/// run's log. A duplicate of fd 2 goes around the capture.
-pub fn say(line: &str) {
-    use std::io::Write;
-    use std::os::fd::AsFd;
-    let direct = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .and_then(|fd| writeln!(std::fs::File::from(fd), "{line}"));
-    if direct.is_err() {
-        eprintln!("{line}");
-    }
-}
+pub use phalanx_testing::process::say;
 
 fn draw_id() -> u32 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -26,18 +26,10 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
     match first_byte(&stream, shared.config.handshake_timeout) {
         None => return,
         Some(wire::torch::VALIDATE) => {
-            match torch_refusal(shared.config.torch_clients, peer) {
+            let local = stream.local_addr().ok();
+            match torch_refusal(shared.config.torch_clients, peer, local) {
                 None => super::torch::serve(shared, stream, peer),
-                Some(why) => {
-                    // PyTorch retries a refused connection until its own timeout: say it once,
-                    // and leave it where the launcher looks (keys::TORCH_REFUSED).
-                    let key = crate::keys::TORCH_REFUSED;
-                    if shared.table.compare_set(key, b"", why.as_bytes()) == why.as_bytes() {
-                        tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}");
-                    } else {
-                        tracing::debug!(peer = %peer, "store: refused a PyTorch TCPStore client again");
-                    }
-                }
+                Some(why) => refuse_torch(shared, &mut stream, peer, &why),
             }
             return;
         }
@@ -109,19 +101,50 @@ fn first_byte(stream: &TcpStream, timeout: Duration) -> Option<u8> {
     }
 }
 
-/// Why a PyTorch client from `peer` is not served under `policy`, `None` when it is.
-fn torch_refusal(policy: TorchClients, peer: SocketAddr) -> Option<String> {
+/// Why a PyTorch client from `peer` (connected to our address `local`) is not served under
+/// `policy`, `None` when it is. "This host" is loopback or the address it connected to (a
+/// worker of node 0 that dials node 0's own interface address).
+fn torch_refusal(
+    policy: TorchClients,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) -> Option<String> {
     let open = "PyTorch's store protocol has no authentication";
+    let ip = peer.ip().to_canonical();
+    let same_host = ip.is_loopback() || local.is_some_and(|l| l.ip().to_canonical() == ip);
     match policy {
         TorchClients::Anyone => None,
-        TorchClients::Loopback if peer.ip().is_loopback() => None,
+        TorchClients::Loopback if same_host => None,
         TorchClients::Loopback => Some(format!(
-            "{open}, so this store serves it only over loopback (a job on 127.0.0.1, as with \
-             --standalone), and a PyTorch client connected from {peer}; to serve PyTorch \
-             workers over the network, pass --torch-store to `phalanx launch` (or set \
-             PET_TORCH_STORE=1) on a network you trust"
+            "{open}, so this store serves it only to clients on its own host, and a PyTorch \
+             client connected from {peer}; to serve PyTorch workers on other hosts, pass \
+             --torch-store to `phalanx launch` (or set PET_TORCH_STORE=1) on a network you trust"
         )),
         TorchClients::Refuse => Some(format!("{open}; this store does not serve it")),
+    }
+}
+
+/// Refuses a PyTorch client, once it has proved to be one (VALIDATE and its magic, so a stray
+/// zero byte is not taken for one). PyTorch retries a refused connection until its own
+/// timeout: the first refusal is logged and left where the launcher looks
+/// (`keys::TORCH_REFUSED`), later ones only at debug level.
+fn refuse_torch(shared: &Shared, stream: &mut TcpStream, peer: SocketAddr, why: &str) {
+    let deadline = Instant::now() + shared.config.handshake_timeout;
+    let mut hello = [0u8; 5];
+    if read_exact_by(stream, &mut hello, deadline).is_err()
+        || !matches!(
+            wire::torch::decode_request(&hello),
+            Ok(Some((wire::torch::Request::Validate { magic }, 5))) if magic == wire::torch::VALIDATION_MAGIC
+        )
+    {
+        tracing::debug!(peer = %peer, "store: closed a connection that began with a zero byte");
+        return;
+    }
+    let key = crate::keys::TORCH_REFUSED;
+    if shared.table.compare_set(key, b"", why.as_bytes()) == why.as_bytes() {
+        tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}");
+    } else {
+        tracing::debug!(peer = %peer, "store: refused a PyTorch TCPStore client again");
     }
 }
 

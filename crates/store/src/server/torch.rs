@@ -20,6 +20,8 @@ use crate::wire::MAX_FRAME_LEN;
 const CANCEL_CHECK: Duration = Duration::from_millis(50);
 /// A client that stops reading replies for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Receive buffer capacity kept between queries.
+const KEEP_CAPACITY: usize = 1 << 20;
 
 /// Serves one torch client to completion; every failure ends this connection only.
 pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
@@ -28,11 +30,19 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
     let deadline = Instant::now() + shared.config.handshake_timeout;
     let mut buf: Vec<u8> = Vec::new();
     let mut validated = false;
+    // A wait ended by the client's next bytes: they must be its CANCEL_WAIT.
+    let mut cancelling = false;
     loop {
         let (used, outcome) = match torch::decode_request(&buf) {
             Ok(Some((req, used))) => {
                 let pending = buf.len() > used;
-                let outcome = if validated {
+                let outcome = if cancelling && req != Request::CancelWait {
+                    Outcome::Drop(format!(
+                        "sent {} while a wait was pending (only cancel_wait may follow)",
+                        req.name()
+                    ))
+                } else if validated {
+                    cancelling = false;
                     execute(shared, &req, &mut stream, pending)
                 } else {
                     match req {
@@ -67,6 +77,14 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
         match outcome {
             Outcome::Next => {
                 buf.drain(..used);
+                // A large query's buffer is not kept for the connection's lifetime.
+                if buf.capacity() > KEEP_CAPACITY && buf.len() <= KEEP_CAPACITY {
+                    buf.shrink_to(KEEP_CAPACITY);
+                }
+            }
+            Outcome::Cancelling => {
+                buf.drain(..used);
+                cancelling = true;
             }
             Outcome::Gone => return,
             Outcome::Drop(why) => {
@@ -120,6 +138,8 @@ fn fill(
 enum Outcome {
     /// Answered (or nothing to answer); read the next query.
     Next,
+    /// A wait ended without a reply because the client sent more: its CANCEL_WAIT, next.
+    Cancelling,
     /// The client left, or the server is stopping.
     Gone,
     /// A protocol violation; the reason is logged.
@@ -199,7 +219,7 @@ fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: 
         Request::Wait { keys } => {
             let r = t.wait_present_or_queued(keys, CANCEL_CHECK, &mut cancel);
             match after_wait(r, seen) {
-                Ok(reply) => reply,
+                Ok(reply) => Some(reply),
                 Err(o) => return o,
             }
         }
@@ -210,10 +230,21 @@ fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: 
             Err(e) => return Outcome::Drop(e.to_string()),
         },
         Request::MultiGet { keys } => {
-            values = keys
-                .iter()
-                .map(|k| t.get_now(k).unwrap_or_default())
-                .collect();
+            // A small query naming one large value many times must not make a huge reply.
+            let mut total = 0usize;
+            let mut got = Vec::with_capacity(keys.len().min(1024));
+            for k in keys {
+                let v = t.get_now(k).unwrap_or_default();
+                total += v.len();
+                if total > MAX_FRAME_LEN {
+                    return Outcome::Drop(format!(
+                        "multi_get of {} keys would answer more than {MAX_FRAME_LEN} bytes",
+                        keys.len()
+                    ));
+                }
+                got.push(v);
+            }
+            values = got;
             Some(Reply::Values(values.iter().map(Vec::as_slice).collect()))
         }
         Request::MultiSet { pairs } => {
@@ -244,8 +275,12 @@ fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: 
             }
             let r = t.wait_count(key, *world_size, CANCEL_CHECK, &mut cancel);
             match after_wait(r, seen) {
-                Ok(reply) => reply,
-                Err(o) => return o,
+                Ok(reply) => Some(reply),
+                Err(o) => {
+                    // This client no longer waits there: a retry must not count twice.
+                    let _ = t.add(key, -1);
+                    return o;
+                }
             }
         }
     };
@@ -263,15 +298,13 @@ fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: 
     }
 }
 
-/// The reply to a finished `wait`/`barrier`: `STOP_WAITING`, or none when the client sent its
-/// next query (`CANCEL_WAIT`, which gets the reply), or the end of the connection.
-fn after_wait(
-    r: Result<(), WaitError>,
-    seen: Interrupt,
-) -> Result<Option<Reply<'static>>, Outcome> {
+/// The reply to a finished `wait`/`barrier`: `STOP_WAITING`; or, when the client sent more
+/// (its `CANCEL_WAIT`, which gets the reply), nothing and [`Outcome::Cancelling`]; or the end
+/// of the connection.
+fn after_wait(r: Result<(), WaitError>, seen: Interrupt) -> Result<Reply<'static>, Outcome> {
     match (r, seen) {
-        (Ok(()), _) => Ok(Some(Reply::Status(torch::STOP_WAITING))),
-        (Err(_), Interrupt::Input) => Ok(None),
+        (Ok(()), _) => Ok(Reply::Status(torch::STOP_WAITING)),
+        (Err(_), Interrupt::Input) => Err(Outcome::Cancelling),
         (Err(_), _) => Err(Outcome::Gone),
     }
 }
