@@ -178,7 +178,7 @@ fn killing_the_launcher_kills_the_workers() {
 
 /// Note [Stopped workers]: a worker stopped by SIGSTOP fails nothing by itself (programs
 /// without phalanx's collectives, PyTorch's Gloo, would wait for it for their own 30 minutes);
-/// the agent names it once it has been stopped for PHALANX_TIMEOUT (+ 1 s).
+/// the agent names it once it has been stopped for PHALANX_TIMEOUT.
 #[test]
 fn a_stopped_worker_is_named_after_phalanx_timeout() {
     let dir = TempDir::new("sigstop");

@@ -25,13 +25,10 @@ pub(crate) struct Seen {
 /// Note [Stopped workers]
 /// A worker stopped by SIGSTOP (or job control) fails nothing: its peers wait in a collective
 /// until their own timeout, and PyTorch's Gloo waits 30 minutes. The agent watches its workers'
-/// `/proc` states, and one seen stopped (state `T`) for PHALANX_TIMEOUT + [`STOPPED_MARGIN`]
-/// ends the round, named as the root cause. The margin lets phalanx's own ranks, whose
-/// collectives time out after PHALANX_TIMEOUT, report first with whom they wait for (the hang
-/// diagnosis). A worker under a debugger (state `t`) is left alone: a person is there.
-pub(crate) const STOPPED_MARGIN: Duration = Duration::from_secs(1);
-
-/// See Note [Stopped workers].
+/// `/proc` states every `--monitor-interval`, and one seen stopped (state `T`) for
+/// PHALANX_TIMEOUT ends the round, named as the root cause. phalanx's own ranks time out in
+/// their collective at about the same moment; their statuses still feed the hang diagnosis
+/// printed under it. A worker under a debugger (state `t`) is left alone: a person is there.
 pub(crate) struct StoppedWatch {
     /// When each local worker was first seen stopped, in this stretch.
     since: Vec<Option<Instant>>,

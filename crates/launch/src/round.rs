@@ -310,8 +310,7 @@ impl Job<'_> {
                 if let Some(cause) = refused {
                     return Watch::Remote(coord.publish(round, cause));
                 }
-                let limit = self.timeout + crate::diagnosis::STOPPED_MARGIN;
-                if let Some((lr, stopped_for)) = stopped.check(workers, limit) {
+                if let Some((lr, stopped_for)) = stopped.check(workers, self.timeout) {
                     return Watch::Stopped(lr, stopped_for);
                 }
             }
