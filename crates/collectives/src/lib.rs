@@ -67,7 +67,8 @@ pub use shm_allgather::{all_to_all_shm, allgather_shm};
 pub mod shm_allreduce;
 #[cfg(target_os = "linux")]
 pub use shm_allreduce::{
-    allreduce_shm, allreduce_shm_with, auto_chunk_bytes, barrier_shm, broadcast_shm, ShmOptions,
+    allreduce_shm, allreduce_shm_with, auto_chunk_bytes, barrier_shm, broadcast_shm,
+    reduce_scatter_shm, ShmOptions,
 };
 
 pub use allgather::{allgather, allgather_v};

@@ -84,11 +84,52 @@ pub fn allreduce_shm_with<T: Element>(
     op: ReduceOp,
     opts: &ShmOptions,
 ) -> Result<Algorithm> {
+    reduce_all(g, seq, buf, op, opts, CollectiveKind::Allreduce)
+}
+
+/// reduce_scatter among ranks that all share memory: the shared-memory all-reduce of `send`
+/// (fingerprinted as a reduce_scatter, so a rank calling the other one is still named), then
+/// this rank's block into `recv` (the all-reduce has already finished `Avg`). It moves more
+/// bytes than a dedicated reduce-scatter would, but through shared memory that costs less than
+/// the TCP ring's 2(n-1) steps (measured in docs/collectives.md).
+pub fn reduce_scatter_shm<T: Element>(
+    g: &mut ShmGroup,
+    seq: u64,
+    send: &mut [T],
+    recv: &mut [T],
+    op: ReduceOp,
+) -> Result<Algorithm> {
+    let (n, r, per) = (g.world_size(), g.rank(), recv.len());
+    assert_eq!(
+        send.len(),
+        per * n,
+        "reduce_scatter: send must hold world_size × recv"
+    );
+    let algo = reduce_all(
+        g,
+        seq,
+        send,
+        op,
+        &ShmOptions::default(),
+        CollectiveKind::ReduceScatter,
+    )?;
+    recv.copy_from_slice(&send[r * per..(r + 1) * per]);
+    Ok(algo)
+}
+
+fn reduce_all<T: Element>(
+    g: &mut ShmGroup,
+    seq: u64,
+    buf: &mut [T],
+    op: ReduceOp,
+    opts: &ShmOptions,
+    kind: CollectiveKind,
+) -> Result<Algorithm> {
     let n = g.world_size();
     if n == 1 || buf.is_empty() {
         return Ok(Algorithm::Local);
     }
-    let fp = fp::<T>(seq, CollectiveKind::Allreduce, Some(op), buf.len(), 0);
+    let fp = fp::<T>(seq, kind, Some(op), buf.len(), 0);
     if std::mem::size_of_val(buf) <= opts.small_max_bytes.min(g.buffer_bytes()) {
         small(g, &fp, buf, op)?;
     } else {

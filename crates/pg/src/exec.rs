@@ -185,6 +185,12 @@ impl Exec {
         opts: &Options,
     ) -> Ran {
         match &mut self.links {
+            Links::Native {
+                shm: Some(g),
+                transport,
+            } if g.world_size() == transport.world_size() => {
+                coll::reduce_scatter_shm(g, seq, send, recv, op)
+            }
             Links::Native { transport, .. } => {
                 coll::reduce_scatter(transport.as_mut(), seq, send, recv, op, opts)
             }

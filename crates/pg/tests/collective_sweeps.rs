@@ -1,4 +1,4 @@
-//! Sweeps of the collectives beyond allreduce (reduce, gather, scatter, all_to_all with equal
+//! Sweeps of the collectives beyond allreduce (reduce, reduce_scatter, gather, scatter, all_to_all with equal
 //! and unequal splits, allgather_v, the asynchronous forms, the object collectives): worlds
 //! 1–8 × counts including 0, 1 and odd ones × dtypes × ops, over shared memory and over TCP,
 //! each result compared element by element with a reference computed here.
@@ -62,6 +62,20 @@ fn reduce_all<T: Element + std::fmt::Debug>(pg: &ProcessGroup) -> usize {
                     checked += 1;
                 }
             }
+            // reduce_scatter: rank r keeps block r of the reduction of everyone's n blocks.
+            let mut send = input::<T>(r, n * count);
+            let mut recv = vec![T::from_f64(0.0); count];
+            pg.reduce_scatter(&mut send, &mut recv, op).unwrap();
+            let want = reference::<T>(n, n * count, op);
+            for (i, (g, w)) in recv.iter().zip(&want[r * count..]).enumerate() {
+                assert_eq!(
+                    g.to_f64(),
+                    w.to_f64(),
+                    "reduce_scatter {op:?} {} n={n} count={count} at {i}",
+                    std::any::type_name::<T>()
+                );
+            }
+            checked += 1;
         }
     }
     checked
