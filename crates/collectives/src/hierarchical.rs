@@ -141,7 +141,7 @@ pub(crate) fn allreduce_shm<T: Element>(
         .expect("in its rail");
     kernels::finish(op, &mut buf[piece(pos)], h.world_size());
     ring::allgather(t, &fp, &rail, buf, &piece, chunk)?;
-    crate::shm_allgather::allgather_slices(g, &fp, buf, &slice)
+    crate::shm::allgather_slices(g, &fp, buf, &slice)
 }
 
 /// The two-level allreduce described in the module docs.

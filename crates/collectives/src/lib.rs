@@ -60,17 +60,7 @@ mod reduce_scatter;
 mod ring;
 pub mod segments;
 #[cfg(target_os = "linux")]
-mod shm_allgather;
-#[cfg(target_os = "linux")]
-pub use shm_allgather::{all_to_all_shm, allgather_shm};
-#[cfg(target_os = "linux")]
-pub mod shm_allreduce;
-#[cfg(target_os = "linux")]
-pub use shm_allreduce::{
-    allreduce_shm, allreduce_shm_with, auto_chunk_bytes, barrier_shm, broadcast_shm,
-    reduce_scatter_shm, ShmOptions,
-};
-
+pub mod shm;
 pub use allgather::{allgather, allgather_v};
 pub use allreduce::allreduce;
 #[cfg(target_os = "linux")]
@@ -85,6 +75,11 @@ use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint};
 pub use reduce::reduce;
 pub use reduce_scatter::reduce_scatter;
+#[cfg(target_os = "linux")]
+pub use shm::{
+    all_to_all_shm, allgather_shm, allreduce_shm, allreduce_shm_with, auto_chunk_bytes,
+    barrier_shm, broadcast_shm, reduce_scatter_shm, ShmOptions,
+};
 
 /// Tuning of algorithm choice; defaults measured on loopback TCP (see docs/collectives.md).
 #[derive(Debug, Clone)]
@@ -128,7 +123,7 @@ pub enum Algorithm {
     Ring,
     /// Dissemination (barrier).
     Dissemination,
-    /// Shared memory between the ranks of one host (`shm_allreduce`).
+    /// Shared memory between the ranks of one host (`shm`).
     Shm,
     /// Inside hosts, then across them (`hierarchical`).
     Hierarchical,

@@ -1,5 +1,5 @@
-//! Allreduce, broadcast and barrier over a [`ShmGroup`]: the ranks of one host read each
-//! other's buffers directly instead of sending bytes.
+//! Allreduce over a [`ShmGroup`]: the ranks of one host read each other's buffers directly
+//! instead of sending bytes.
 //!
 //! | size | algorithm | steps | bytes copied per rank |
 //! |---|---|---|---|
@@ -23,11 +23,9 @@
 //! stays in cache, so the caller's buffer crosses the memory bus once each way.
 
 use phalanx_core::{Element, ReduceOp};
-use phalanx_transport::{
-    shm::{BufferId, ShmGroup},
-    CollectiveKind, Fingerprint, Result,
-};
+use phalanx_transport::{shm::ShmGroup, CollectiveKind, Fingerprint, Result};
 
+use super::bytes::{as_bytes, byte_range};
 use crate::{
     fp,
     kernels::{finish, reduce_into},
@@ -87,37 +85,7 @@ pub fn allreduce_shm_with<T: Element>(
     reduce_all(g, seq, buf, op, opts, CollectiveKind::Allreduce)
 }
 
-/// reduce_scatter among ranks that all share memory: the shared-memory all-reduce of `send`
-/// (fingerprinted as a reduce_scatter, so a rank calling the other one is still named), then
-/// this rank's block into `recv` (the all-reduce has already finished `Avg`). It moves more
-/// bytes than a dedicated reduce-scatter would, but through shared memory that costs less than
-/// the TCP ring's 2(n-1) steps (measured in docs/collectives.md).
-pub fn reduce_scatter_shm<T: Element>(
-    g: &mut ShmGroup,
-    seq: u64,
-    send: &mut [T],
-    recv: &mut [T],
-    op: ReduceOp,
-) -> Result<Algorithm> {
-    let (n, r, per) = (g.world_size(), g.rank(), recv.len());
-    assert_eq!(
-        send.len(),
-        per * n,
-        "reduce_scatter: send must hold world_size × recv"
-    );
-    let algo = reduce_all(
-        g,
-        seq,
-        send,
-        op,
-        &ShmOptions::default(),
-        CollectiveKind::ReduceScatter,
-    )?;
-    recv.copy_from_slice(&send[r * per..(r + 1) * per]);
-    Ok(algo)
-}
-
-fn reduce_all<T: Element>(
+pub(super) fn reduce_all<T: Element>(
     g: &mut ShmGroup,
     seq: u64,
     buf: &mut [T],
@@ -137,15 +105,6 @@ fn reduce_all<T: Element>(
         pieces(g, &fp, buf, op, chunk.min(g.buffer_bytes()))?;
     }
     Ok(Algorithm::Shm)
-}
-
-fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
-    bytemuck::cast_slice(v)
-}
-
-fn byte_range<T>(start: usize, len: usize) -> std::ops::Range<usize> {
-    let sz = std::mem::size_of::<T>();
-    start * sz..(start + len) * sz
 }
 
 /// One step: everyone publishes the whole buffer, everyone reduces all of it.
@@ -313,51 +272,4 @@ fn fold_own_last<T: Element>(op: ReduceOp, dst: &mut [T], others: &[&[T]], tmp: 
         reduce_last(op, &mut dst[at..end], acc);
         at = end;
     }
-}
-
-/// Copies `root`'s `buf` to every rank of `g`, one buffer-sized chunk per step.
-pub fn broadcast_shm<T: Element>(
-    g: &mut ShmGroup,
-    seq: u64,
-    buf: &mut [T],
-    root: usize,
-) -> Result<Algorithm> {
-    let (n, r) = (g.world_size(), g.rank());
-    assert!(
-        root < n,
-        "broadcast root {root} out of range for world size {n}"
-    );
-    if n == 1 || buf.is_empty() {
-        return Ok(Algorithm::Local);
-    }
-    let fp = fp::<T>(seq, CollectiveKind::Broadcast, None, buf.len(), root);
-    let chunk = (g.buffer_bytes() / std::mem::size_of::<T>()).max(1);
-    let all = 0..buf.len();
-    for k in 0..segments::num_chunks(buf.len(), chunk) {
-        let c = segments::chunk(&all, chunk, k);
-        let bytes = byte_range::<T>(0, c.len());
-        let b: BufferId = g.next_buffer();
-        if r == root {
-            // SAFETY: as in `small`.
-            unsafe { g.own_buffer_mut(b, bytes.clone()) }
-                .copy_from_slice(as_bytes(&buf[c.clone()]));
-        }
-        g.step_all(&fp)?;
-        if r != root {
-            // SAFETY: the root wrote these bytes before the step just waited for and rewrites
-            // buffer `b` only after this rank's next step.
-            let src = unsafe { g.buffer(root, b, bytes) };
-            buf[c].copy_from_slice(bytemuck::cast_slice(src));
-        }
-    }
-    Ok(Algorithm::Shm)
-}
-
-/// Returns once every rank of `g` has entered the barrier (one step).
-pub fn barrier_shm(g: &mut ShmGroup, seq: u64) -> Result<Algorithm> {
-    if g.world_size() == 1 {
-        return Ok(Algorithm::Local);
-    }
-    g.step_all(&fp::<u8>(seq, CollectiveKind::Barrier, None, 0, 0))?;
-    Ok(Algorithm::Shm)
 }
