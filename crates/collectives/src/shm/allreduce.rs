@@ -28,7 +28,7 @@ use phalanx_transport::{shm::ShmGroup, CollectiveKind, Fingerprint, Result};
 use super::bytes::{as_bytes, byte_range};
 use crate::{
     fp,
-    kernels::{finish, reduce_into},
+    kernels::{finish, reduce2, reduce_into, reduce_last},
     segments, Algorithm,
 };
 
@@ -207,48 +207,6 @@ fn pieces<T: Element>(
         }
     }
     Ok(())
-}
-
-/// `dst[i] = second[i] ⊕ first[i]`: the first two steps of a canonical fold in one pass
-/// (the same operations, in the same order, as copying `first` then [`reduce_into`]).
-fn reduce2<T: Element>(op: ReduceOp, dst: &mut [T], first: &[T], second: &[T]) {
-    macro_rules! fold {
-        ($op:expr) => {
-            for ((d, a), b) in dst.iter_mut().zip(first).zip(second) {
-                *d = T::reduce($op, *b, *a);
-            }
-        };
-    }
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => fold!(ReduceOp::Sum),
-        ReduceOp::Min => fold!(ReduceOp::Min),
-        ReduceOp::Max => fold!(ReduceOp::Max),
-        ReduceOp::Product => fold!(ReduceOp::Product),
-        ReduceOp::BAnd => fold!(ReduceOp::BAnd),
-        ReduceOp::BOr => fold!(ReduceOp::BOr),
-        ReduceOp::BXor => fold!(ReduceOp::BXor),
-    }
-}
-
-/// `dst[i] = dst[i] ⊕ acc[i]`: the last step of a canonical fold whose last rank's values
-/// are in `dst`.
-fn reduce_last<T: Element>(op: ReduceOp, dst: &mut [T], acc: &[T]) {
-    macro_rules! fold {
-        ($op:expr) => {
-            for (d, a) in dst.iter_mut().zip(acc) {
-                *d = T::reduce($op, *d, *a);
-            }
-        };
-    }
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => fold!(ReduceOp::Sum),
-        ReduceOp::Min => fold!(ReduceOp::Min),
-        ReduceOp::Max => fold!(ReduceOp::Max),
-        ReduceOp::Product => fold!(ReduceOp::Product),
-        ReduceOp::BAnd => fold!(ReduceOp::BAnd),
-        ReduceOp::BOr => fold!(ReduceOp::BOr),
-        ReduceOp::BXor => fold!(ReduceOp::BXor),
-    }
 }
 
 /// Folds `others` (in canonical order) then this rank's values, already in `dst`, into
