@@ -1,4 +1,5 @@
-//! `phalanx store` through the real binary: serves authenticated clients, refuses others,
+//! `phalanx store` through the real binary: serves authenticated clients (and PyTorch's with
+//! `--torch-store`), refuses others,
 //! stops cleanly on SIGTERM, and names the port (and its owner) when the port is taken.
 
 use std::io::{BufRead, BufReader, Read};
@@ -7,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use phalanx_store::{Auth, Store, TcpStore};
+use phalanx_store::{Auth, Store, TcpStore, TorchStore};
 
 /// Kills the child on drop, so a failing test leaves no process behind.
 struct Guard(Child);
@@ -45,7 +46,14 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
 fn serves_until_sigterm() {
     let auth = Auth::random("cli-job");
     let child = phalanx()
-        .args(["store", "--port", "0", "--host", "127.0.0.1"])
+        .args([
+            "store",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            "--torch-store",
+        ])
         .env("PHALANX_TOKEN", auth.token_hex())
         .env("PHALANX_JOB_ID", &auth.job_id)
         .stdout(Stdio::piped())
@@ -75,6 +83,11 @@ fn serves_until_sigterm() {
     assert_eq!(store.add("n", 2).unwrap(), 2);
     let intruder = Auth::new("cli-job", b"wrong".to_vec());
     assert!(TcpStore::connect(&addr, &intruder, Duration::from_secs(5)).is_err());
+    // PyTorch's protocol on the same port, its keys apart from phalanx's.
+    let torch = TorchStore::connect(&addr, Duration::from_secs(10)).unwrap();
+    torch.set("/k", b"torch").unwrap();
+    assert_eq!(torch.get("/k").unwrap(), b"torch");
+    assert!(!torch.check(&["k"]).unwrap());
     drop(store);
 
     let pid = guard.0.id().to_string();
@@ -94,6 +107,10 @@ fn serves_until_sigterm() {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(stderr.contains("shutting down"), "{stderr}");
+    assert!(
+        stderr.contains("--torch-store") && stderr.contains("no authentication"),
+        "{stderr}"
+    );
     assert!(
         !stderr.contains(&auth.token_hex()),
         "the token leaked into the log"

@@ -266,6 +266,11 @@ pub(crate) fn parse_nnodes(text: &str) -> Result<u32, String> {
         None => num(text),
         Some((lo, hi)) => {
             let (lo, hi) = (num(lo)?, num(hi)?);
+            if lo > hi {
+                return Err(format!(
+                    "{lo}:{hi} has MIN larger than MAX (MIN:MAX, e.g. 2:4)"
+                ));
+            }
             if lo != hi {
                 return Err(format!(
                     "elastic node ranges ({lo}:{hi}) are not supported; use a fixed count N or N:N"
@@ -319,6 +324,11 @@ mod tests {
         assert!(parse_nnodes("0").is_err());
         assert!(parse_nnodes("x").is_err());
         assert!(parse(&["--nnodes", "2:3"]).is_err());
+        let e = parse_nnodes("3:2").unwrap_err();
+        assert!(e.contains("MIN larger than MAX"), "{e}");
+        assert!(parse_nnodes("0:2")
+            .unwrap_err()
+            .contains("positive integer"));
         assert_eq!(parse(&["--nnodes", "3:3"]).unwrap().nnodes, 3);
     }
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use phalanx_core::env;
-use phalanx_store::{Auth, StoreServer};
+use phalanx_store::{Auth, ServerConfig, StoreServer, TorchClients};
 
 /// Flags of `phalanx store`.
 #[derive(clap::Args)]
@@ -21,6 +21,13 @@ pub(crate) struct Args {
     /// selects, else every interface.
     #[arg(long)]
     host: Option<String>,
+    /// Also serve PyTorch's TCPStore protocol to clients on other hosts (PyTorch workers
+    /// whose MASTER_ADDR is this store). It has no authentication: anyone who reaches the port
+    /// can read and write the PyTorch keys (never phalanx's). Without it, PyTorch clients are
+    /// served only from this host.
+    #[arg(long = "torch-store", env = "PET_TORCH_STORE",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    torch_store: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -52,7 +59,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Block the stop signals before the server starts its threads (they inherit the mask), so
     // that only `sigwait` below receives them.
     let signals = StopSignals::block();
-    let server = match StoreServer::bind(addr, auth.clone()) {
+    let torch = if args.torch_store {
+        eprintln!(
+            "phalanx store: --torch-store: serving PyTorch's TCPStore protocol, which has no \
+             authentication, to every host that reaches {addr}"
+        );
+        TorchClients::Anyone
+    } else {
+        TorchClients::Loopback
+    };
+    let config = ServerConfig::default().with_torch_clients(torch);
+    let server = match StoreServer::bind_with(addr, auth.clone(), config) {
         Ok(s) => s,
         Err(phalanx_store::Error::Bind { source, owner, .. })
             if source.kind() == std::io::ErrorKind::AddrInUse =>
