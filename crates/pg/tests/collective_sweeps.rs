@@ -255,7 +255,7 @@ fn shared_memory_moves_blocks_larger_than_its_buffers_in_chunks() {
     // Values unique per (block, element), exact in f32, so a misplaced chunk shows.
     let per = 3 << 18;
     let block = |b: usize| -> Vec<f32> { (0..per).map(|i| (b * 1_000_003 + i) as f32).collect() };
-    for n in [2, 3] {
+    for n in [2, 3, 4] {
         let out = spawn_ranks(n, move |pg| {
             assert!(pg.uses_shared_memory());
             let r = pg.rank();

@@ -67,8 +67,9 @@ pub fn allgather_shm<T: Element>(
 }
 
 /// all_to_all of equal blocks through shared memory: per step every rank writes chunk `k` of
-/// each of its `n` blocks into its own buffer (block `p` at slot `p`), and reads chunk `k` of
-/// block `rank` from every peer's buffer.
+/// each of its blocks for the other `n - 1` ranks into its own buffer (the block for `p` at
+/// slot [`slot_of`]`(self, p)`: no slot for itself, so each step moves `n/(n-1)` times more),
+/// and reads chunk `k` of its own block from every peer's buffer.
 pub fn all_to_all_shm<T: Element>(
     g: &mut ShmGroup,
     seq: u64,
@@ -90,13 +91,13 @@ pub fn all_to_all_shm<T: Element>(
     // The same fingerprint as over TCP (counts per pair are checked by the frame there).
     let fp = crate::fp::<T>(seq, CollectiveKind::AllToAll, None, 0, 0);
     let size = std::mem::size_of::<T>();
-    let slot = (g.buffer_bytes() / size / n).max(1);
+    let slot = (g.buffer_bytes() / size / (n - 1)).max(1);
     let block = |p: usize| p * per..(p + 1) * per;
     for k in 0..segments::num_chunks(per, slot) {
         let b = g.next_buffer();
         for p in (0..n).filter(|&p| p != r) {
             let c = segments::chunk(&block(p), slot, k);
-            let at = p * slot * size;
+            let at = slot_of(r, p) * slot * size;
             // SAFETY: as in `allgather_slices`: peers finished reading buffer `b` before the
             // step this rank has passed (Note [Shared-memory protocol]).
             unsafe { g.own_buffer_mut(b, at..at + c.len() * size) }
@@ -105,7 +106,7 @@ pub fn all_to_all_shm<T: Element>(
         g.step_all(&fp)?;
         for q in (0..n).filter(|&q| q != r) {
             let c = segments::chunk(&block(q), slot, k);
-            let at = r * slot * size;
+            let at = slot_of(q, r) * slot * size;
             // SAFETY: `q` wrote these bytes before the step just waited for and rewrites
             // buffer `b` only after this rank publishes its next step.
             let src = unsafe { g.buffer(q, b, at..at + c.len() * size) };
@@ -113,4 +114,14 @@ pub fn all_to_all_shm<T: Element>(
         }
     }
     Ok(Algorithm::Shm)
+}
+
+/// Where rank `from` puts its block for rank `to` (`to != from`) in its shared buffer: the
+/// ranks other than `from`, in order.
+fn slot_of(from: usize, to: usize) -> usize {
+    if to < from {
+        to
+    } else {
+        to - 1
+    }
 }
