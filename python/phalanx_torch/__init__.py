@@ -73,9 +73,9 @@ def _reducible(t, what):
 
 
 def _raw(t, what):
-    """Any dtype as bytes, for the collectives that only move data."""
+    """Any dtype as bytes (pointer and length), for the collectives that only move data."""
     _check(t, what)
-    return t.data_ptr(), t.numel() * t.element_size(), "u8"
+    return t.data_ptr(), t.numel() * t.element_size()
 
 
 def _op(opts, what):
@@ -258,19 +258,19 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts):
         t = _single(tensors, "broadcast")
-        ptr, n, dt = _raw(t, "broadcast")
-        return self._run(opts, tensors, self._group.broadcast, ptr, n, dt, opts.rootRank, nbytes=n)
+        ptr, n = _raw(t, "broadcast")
+        return self._run(opts, tensors, self._group.broadcast, ptr, n, opts.rootRank, nbytes=n)
 
     def allgather(self, output_lists, input_list, opts=None):
         t = _single(input_list, "allgather")
         outs = _single(output_lists, "allgather")
         _same(outs, self.size(), t, "all_gather")
-        ptr, n, dt = _raw(t, "allgather")
+        ptr, n = _raw(t, "allgather")
         flat = torch.empty(self.size() * t.numel(), dtype=t.dtype)
         fptr = flat.data_ptr()
 
         def run():
-            self._group.allgather(ptr, fptr, n, dt)
+            self._group.allgather(ptr, fptr, n)
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
 
@@ -285,8 +285,8 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             )
         if _overlap(input, output):
             input = input.clone()  # in place (FSDP's pattern): phalanx reads and writes apart
-        ptr, n, dt = _raw(input, "all_gather_into_tensor")
-        return self._run(opts, [output], self._group.allgather, ptr, output.data_ptr(), n, dt,
+        ptr, n = _raw(input, "all_gather_into_tensor")
+        return self._run(opts, [output], self._group.allgather, ptr, output.data_ptr(), n,
                          nbytes=_bytes(output), keep=(input,))
 
     _allgather_base = all_gather_single
@@ -321,7 +321,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
 
     def gather(self, output_lists, input_list, opts):
         t = _single(input_list, "gather")
-        ptr, n, dt = _raw(t, "gather")
+        ptr, n = _raw(t, "gather")
         root = opts.rootRank
         if self.rank() == root:
             outs = _single(output_lists, "gather")
@@ -332,7 +332,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         fptr = flat.data_ptr()
 
         def run():
-            self._group.gather(ptr, fptr, n, dt, root)
+            self._group.gather(ptr, fptr, n, root)
             for r, o in enumerate(outs):
                 o.copy_(flat[r * t.numel() : (r + 1) * t.numel()].view_as(o))
 
@@ -340,7 +340,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
 
     def scatter(self, output_tensors, input_lists, opts):
         out = _single(output_tensors, "scatter")
-        optr, n, dt = _raw(out, "scatter")
+        optr, n = _raw(out, "scatter")
         root = opts.rootRank
         if self.rank() == root:
             ins = _single(input_lists, "scatter")
@@ -348,7 +348,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
             flat = torch.cat([i.reshape(-1) for i in ins])
         else:
             flat = torch.empty(0, dtype=out.dtype)
-        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n, dt,
+        return self._run(opts, output_tensors, self._group.scatter, flat.data_ptr(), optr, n,
                          root, nbytes=n * self.size(), keep=(flat,))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
@@ -363,11 +363,11 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         size = send.element_size()
         send_splits = [i.numel() * size for i in input_tensors]
         recv_splits = [o.numel() * size for o in output_tensors]
-        sptr, _, dt = _raw(send, "alltoall")
+        sptr, _ = _raw(send, "alltoall")
         rptr = recv.data_ptr()
 
         def run():
-            self._group.all_to_all_single(sptr, send_splits, rptr, recv_splits, dt)
+            self._group.all_to_all_single(sptr, send_splits, rptr, recv_splits)
             at = 0
             for o in output_tensors:
                 o.copy_(recv[at : at + o.numel()].view_as(o))
@@ -396,7 +396,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         send_splits = [s * row_in * size for s in ins]
         recv_splits = [s * row_out * size for s in outs]
         return self._run(opts, [output], self._group.all_to_all_single, input.data_ptr(),
-                         send_splits, output.data_ptr(), recv_splits, "u8", nbytes=_bytes(input),
+                         send_splits, output.data_ptr(), recv_splits, nbytes=_bytes(input),
                          keep=(input,))
 
     alltoall_base = all_to_all_single
@@ -421,7 +421,7 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
         return self._post(False, _single(tensors, "recv"), src, tag)
 
     def _post(self, is_send, t, peer, tag):
-        ptr, n, _ = _raw(t, "send" if is_send else "recv")
+        ptr, n = _raw(t, "send" if is_send else "recv")
         work = _P2PWork(self, [t])
         with self._lock:
             self._held.append(((is_send, ptr, n, peer, tag), t, work))

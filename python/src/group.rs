@@ -101,6 +101,27 @@ pub(crate) struct Group {
     pg: Arc<ProcessGroup>,
 }
 
+impl Group {
+    /// Runs `f` on the group with the GIL released, so other Python threads run meanwhile; a
+    /// failure becomes a `PhalanxError` carrying phalanx's sentence.
+    fn detached<F>(&self, py: Python<'_>, f: F) -> PyResult<()>
+    where
+        F: FnOnce(&ProcessGroup) -> phalanx_pg::Result<()> + Send,
+    {
+        let pg = &self.pg;
+        py.detach(|| f(pg)).map_err(err)
+    }
+
+    /// Elements of a root-only buffer on this rank: `world_size × n` on the root, else none.
+    fn at_root(&self, root: usize, n: usize) -> usize {
+        if self.pg.rank() == root {
+            n * self.pg.world_size()
+        } else {
+            0
+        }
+    }
+}
+
 #[pymethods]
 impl Group {
     /// Connects rank `rank` of `world_size` through `store` (PyTorch's, as handed to the
@@ -170,45 +191,30 @@ impl Group {
 
     fn allreduce(&self, py: Python<'_>, ptr: usize, n: usize, dt: &str, op: &str) -> PyResult<()> {
         let (dt, op) = (dtype(dt)?, reduce_op(op)?);
-        let pg = &self.pg;
         // SAFETY: see `slice`; Python holds the tensor for the call.
-        py.detach(|| typed!(dt, T => pg.allreduce(unsafe { slice_mut::<T>(ptr, n) }, op)))
-            .map_err(err)
+        self.detached(
+            py,
+            |pg| typed!(dt, T => pg.allreduce(unsafe { slice_mut::<T>(ptr, n) }, op)),
+        )
     }
 
-    fn broadcast(
-        &self,
-        py: Python<'_>,
-        ptr: usize,
-        n: usize,
-        dt: &str,
-        root: usize,
-    ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let pg = &self.pg;
+    /// The data-movement collectives take bytes: PyTorch's tensors of any dtype, as raw memory.
+    fn broadcast(&self, py: Python<'_>, ptr: usize, nbytes: usize, root: usize) -> PyResult<()> {
         // SAFETY: see `slice`.
-        py.detach(|| typed!(dt, T => pg.broadcast(unsafe { slice_mut::<T>(ptr, n) }, root)))
-            .map_err(err)
+        self.detached(py, |pg| {
+            pg.broadcast(unsafe { slice_mut::<u8>(ptr, nbytes) }, root)
+        })
     }
 
-    /// `recv` holds `world_size × n` elements, rank r's `send` at block r.
-    fn allgather(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        n: usize,
-        dt: &str,
-    ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let (pg, world) = (&self.pg, self.pg.world_size());
-        // SAFETY: see `slice`; send and recv are different tensors (Python checks).
-        py.detach(|| {
-            typed!(dt, T => pg.allgather(unsafe { slice::<T>(send, n) }, unsafe {
-                slice_mut::<T>(recv, n * world)
-            }))
+    /// `recv` holds `world_size × nbytes`, rank r's `send` at block r.
+    fn allgather(&self, py: Python<'_>, send: usize, recv: usize, nbytes: usize) -> PyResult<()> {
+        let world = self.pg.world_size();
+        // SAFETY: see `slice`; send and recv do not overlap (Python copies an overlapping input).
+        self.detached(py, |pg| {
+            pg.allgather(unsafe { slice::<u8>(send, nbytes) }, unsafe {
+                slice_mut::<u8>(recv, nbytes * world)
+            })
         })
-        .map_err(err)
     }
 
     /// `send` holds `world_size × n` elements; block `rank` of their reduction lands in `recv`.
@@ -223,15 +229,14 @@ impl Group {
         op: &str,
     ) -> PyResult<()> {
         let (dt, op) = (dtype(dt)?, reduce_op(op)?);
-        let (pg, world) = (&self.pg, self.pg.world_size());
+        let world = self.pg.world_size();
         // SAFETY: see `slice`.
-        py.detach(|| {
+        self.detached(py, |pg| {
             typed!(dt, T => {
                 let mut scratch = unsafe { slice::<T>(send, n * world) }.to_vec();
                 pg.reduce_scatter(&mut scratch, unsafe { slice_mut::<T>(recv, n) }, op)
             })
         })
-        .map_err(err)
     }
 
     fn reduce(
@@ -244,81 +249,54 @@ impl Group {
         root: usize,
     ) -> PyResult<()> {
         let (dt, op) = (dtype(dt)?, reduce_op(op)?);
-        let pg = &self.pg;
         // SAFETY: see `slice`.
-        py.detach(|| typed!(dt, T => pg.reduce(unsafe { slice_mut::<T>(ptr, n) }, op, root)))
-            .map_err(err)
+        self.detached(
+            py,
+            |pg| typed!(dt, T => pg.reduce(unsafe { slice_mut::<T>(ptr, n) }, op, root)),
+        )
     }
 
-    /// On the root, `recv` holds `world_size × n` elements (0 elsewhere).
+    /// On the root, `recv` holds `world_size × nbytes` (nothing elsewhere).
     fn gather(
         &self,
         py: Python<'_>,
         send: usize,
         recv: usize,
-        n: usize,
-        dt: &str,
+        nbytes: usize,
         root: usize,
     ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let pg = &self.pg;
-        let m = if pg.rank() == root {
-            n * pg.world_size()
-        } else {
-            0
-        };
+        let m = self.at_root(root, nbytes);
         // SAFETY: see `slice`.
-        py.detach(|| {
-            typed!(dt, T => pg.gather(unsafe { slice::<T>(send, n) }, unsafe { slice_mut::<T>(recv, m) }, root))
+        self.detached(py, |pg| {
+            pg.gather(
+                unsafe { slice::<u8>(send, nbytes) },
+                unsafe { slice_mut::<u8>(recv, m) },
+                root,
+            )
         })
-        .map_err(err)
     }
 
-    /// On the root, `send` holds `world_size × n` elements (0 elsewhere).
+    /// On the root, `send` holds `world_size × nbytes` (nothing elsewhere).
     fn scatter(
         &self,
         py: Python<'_>,
         send: usize,
         recv: usize,
-        n: usize,
-        dt: &str,
+        nbytes: usize,
         root: usize,
     ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let pg = &self.pg;
-        let m = if pg.rank() == root {
-            n * pg.world_size()
-        } else {
-            0
-        };
+        let m = self.at_root(root, nbytes);
         // SAFETY: see `slice`.
-        py.detach(|| {
-            typed!(dt, T => pg.scatter(unsafe { slice::<T>(send, m) }, unsafe { slice_mut::<T>(recv, n) }, root))
+        self.detached(py, |pg| {
+            pg.scatter(
+                unsafe { slice::<u8>(send, m) },
+                unsafe { slice_mut::<u8>(recv, nbytes) },
+                root,
+            )
         })
-        .map_err(err)
     }
 
-    /// `send` and `recv` hold `world_size × n` elements each.
-    fn all_to_all(
-        &self,
-        py: Python<'_>,
-        send: usize,
-        recv: usize,
-        n: usize,
-        dt: &str,
-    ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let (pg, world) = (&self.pg, self.pg.world_size());
-        // SAFETY: see `slice`.
-        py.detach(|| {
-            typed!(dt, T => pg.all_to_all(unsafe { slice::<T>(send, n * world) }, unsafe {
-                slice_mut::<T>(recv, n * world)
-            }))
-        })
-        .map_err(err)
-    }
-
-    /// Unequal splits: `send_splits[p]` elements to rank p, `recv_splits[p]` from it.
+    /// Unequal splits, in bytes: `send_splits[p]` to rank p, `recv_splits[p]` from it.
     fn all_to_all_single(
         &self,
         py: Python<'_>,
@@ -326,21 +304,17 @@ impl Group {
         send_splits: Vec<usize>,
         recv: usize,
         recv_splits: Vec<usize>,
-        dt: &str,
     ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let pg = &self.pg;
         let (ns, nr) = (send_splits.iter().sum(), recv_splits.iter().sum());
         // SAFETY: see `slice`.
-        py.detach(|| {
-            typed!(dt, T => pg.all_to_all_single(
-                unsafe { slice::<T>(send, ns) },
+        self.detached(py, |pg| {
+            pg.all_to_all_single(
+                unsafe { slice::<u8>(send, ns) },
                 &send_splits,
-                unsafe { slice_mut::<T>(recv, nr) },
+                unsafe { slice_mut::<u8>(recv, nr) },
                 &recv_splits,
-            ))
+            )
         })
-        .map_err(err)
     }
 
     /// Point-to-point operations moved together, every direction at once (phalanx's
@@ -351,8 +325,7 @@ impl Group {
         py: Python<'_>,
         ops: Vec<(bool, usize, usize, usize, u32)>,
     ) -> PyResult<()> {
-        let pg = &self.pg;
-        py.detach(|| {
+        self.detached(py, |pg| {
             let batch: Vec<P2POp<u8>> = ops
                 .iter()
                 .map(|&(is_send, ptr, n, peer, tag)| {
@@ -378,44 +351,10 @@ impl Group {
             }
             Ok(())
         })
-        .map_err(err)
-    }
-
-    fn send(
-        &self,
-        py: Python<'_>,
-        ptr: usize,
-        n: usize,
-        dt: &str,
-        peer: usize,
-        tag: u32,
-    ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let pg = &self.pg;
-        // SAFETY: see `slice`.
-        py.detach(|| typed!(dt, T => pg.send(unsafe { slice::<T>(ptr, n) }, peer, tag)))
-            .map_err(err)
-    }
-
-    fn recv(
-        &self,
-        py: Python<'_>,
-        ptr: usize,
-        n: usize,
-        dt: &str,
-        peer: usize,
-        tag: u32,
-    ) -> PyResult<()> {
-        let dt = dtype(dt)?;
-        let pg = &self.pg;
-        // SAFETY: see `slice`.
-        py.detach(|| typed!(dt, T => pg.recv(unsafe { slice_mut::<T>(ptr, n) }, peer, tag)))
-            .map_err(err)
     }
 
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        let pg = &self.pg;
-        py.detach(|| pg.barrier()).map_err(err)
+        self.detached(py, |pg| pg.barrier())
     }
 
     /// Fails every rank's pending and future collectives with `reason`.

@@ -53,6 +53,32 @@ pub(crate) fn read_exact_by(
     Ok(())
 }
 
+/// What a client waiting in a blocking request is doing, seen without reading its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// Nothing to read: still waiting.
+    Quiet,
+    /// It sent more bytes (PyTorch's CANCEL_WAIT).
+    Sent,
+    /// It hung up, or the socket failed.
+    Gone,
+}
+
+/// Peeks at `stream` without blocking (checked while a client waits in `get`/`wait`).
+pub(crate) fn peek_peer(stream: &TcpStream) -> Peer {
+    if stream.set_nonblocking(true).is_err() {
+        return Peer::Gone;
+    }
+    let r = stream.peek(&mut [0u8; 1]);
+    let _ = stream.set_nonblocking(false);
+    match r {
+        Ok(0) => Peer::Gone,
+        Ok(_) => Peer::Sent,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Peer::Quiet,
+        Err(_) => Peer::Gone,
+    }
+}
+
 /// Outcome of reading one frame.
 pub(crate) enum FrameRead {
     /// A whole frame body.

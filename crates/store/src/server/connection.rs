@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Shared, TorchClients};
-use crate::io_util::{read_exact_by, read_frame, FrameRead};
+use crate::io_util::{peek_peer, read_exact_by, read_frame, FrameRead, Peer};
 use crate::table::WaitError;
 use crate::wire::{
     self, Rejection, Request, Response, ServerHandshake, CLIENT_HELLO_HEADER_LEN, CLIENT_PROOF_LEN,
@@ -193,20 +193,6 @@ fn refuse(stream: &mut TcpStream, r: Rejection) -> HandshakeFailure {
     HandshakeFailure::Refused(r.reason)
 }
 
-/// Whether the client hung up (checked while it waits in a blocking request).
-fn peer_gone(stream: &TcpStream) -> bool {
-    if stream.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let r = stream.peek(&mut [0u8; 1]);
-    let _ = stream.set_nonblocking(false);
-    match r {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-    }
-}
-
 /// What a request produced, owning its data until encoded.
 enum Reply {
     Unit,
@@ -221,7 +207,7 @@ enum Reply {
 /// Runs one request against the table; `None` when a wait was cancelled.
 fn execute(shared: &Shared, req: &Request<'_>, stream: &TcpStream) -> Option<Vec<u8>> {
     let table = &shared.table;
-    let mut cancel = || shared.stopping.load(Ordering::SeqCst) || peer_gone(stream);
+    let mut cancel = || shared.stopping.load(Ordering::SeqCst) || peek_peer(stream) == Peer::Gone;
     let mut wait = |keys: &[&str], timeout_ms: u64| {
         table.wait_get(
             keys,

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use crate::io_util::{peek_peer, Peer};
 use crate::table::WaitError;
 use crate::wire::torch::{self, Reply, Request};
 use crate::wire::MAX_FRAME_LEN;
@@ -146,42 +147,23 @@ enum Outcome {
     Drop(String),
 }
 
-/// What a pending wait found when it looked at the socket.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Interrupt {
-    None,
-    /// The client sent its next query (`CANCEL_WAIT`): the wait ends without a reply.
-    Input,
-    Gone,
-}
-
-fn look(stream: &TcpStream, shared: &Shared) -> Interrupt {
-    if shared.stopping.load(Ordering::SeqCst) || stream.set_nonblocking(true).is_err() {
-        return Interrupt::Gone;
-    }
-    let r = stream.peek(&mut [0u8; 1]);
-    let _ = stream.set_nonblocking(false);
-    match r {
-        Ok(0) => Interrupt::Gone,
-        Ok(_) => Interrupt::Input,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Interrupt::None,
-        Err(_) => Interrupt::Gone,
-    }
-}
-
 /// Runs one query against the PyTorch table and sends its reply. `pending`: more bytes of the
 /// client already sit in the buffer (a wait then ends at once unless already satisfied).
 fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: bool) -> Outcome {
     let t = &shared.torch_table;
     shared.traffic.requests.fetch_add(1, Ordering::Relaxed);
-    let mut seen = Interrupt::None;
+    let mut seen = Peer::Quiet;
     let mut cancel = || {
         seen = if pending {
-            Interrupt::Input
+            Peer::Sent
         } else {
-            look(stream, shared)
+            if shared.stopping.load(Ordering::SeqCst) {
+                Peer::Gone
+            } else {
+                peek_peer(stream)
+            }
         };
-        seen != Interrupt::None
+        seen != Peer::Quiet
     };
     let value;
     let values: Vec<Vec<u8>>;
@@ -301,10 +283,10 @@ fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: 
 /// The reply to a finished `wait`/`barrier`: `STOP_WAITING`; or, when the client sent more
 /// (its `CANCEL_WAIT`, which gets the reply), nothing and [`Outcome::Cancelling`]; or the end
 /// of the connection.
-fn after_wait(r: Result<(), WaitError>, seen: Interrupt) -> Result<Reply<'static>, Outcome> {
+fn after_wait(r: Result<(), WaitError>, seen: Peer) -> Result<Reply<'static>, Outcome> {
     match (r, seen) {
         (Ok(()), _) => Ok(Reply::Status(torch::STOP_WAITING)),
-        (Err(_), Interrupt::Input) => Err(Outcome::Cancelling),
+        (Err(_), Peer::Sent) => Err(Outcome::Cancelling),
         (Err(_), _) => Err(Outcome::Gone),
     }
 }
