@@ -40,14 +40,23 @@ pub fn train_ok(args: &[&str], deadline: Duration) -> Finished {
     f
 }
 
-/// The `{"event":"summary",…}` lines of `phalanx train --json`: (rank, accuracy, digest).
+/// The `{"event":"summary",…}` objects of `phalanx train --json`: (rank, accuracy, digest).
+///
+/// Found as objects, not lines: `mpirun` forwards each rank's output in chunks, so another
+/// rank's summary can land in the middle of rank 0's epoch line (seen in CI). A summary is
+/// one flat object written with one `write`, so it arrives whole.
 pub fn train_summaries(stdout: &str) -> Vec<(u64, f64, String)> {
     let mut v: Vec<_> = stdout
-        .lines()
-        .filter(|l| l.contains("\"event\":\"summary\""))
-        .map(|j| {
+        .match_indices("{\"event\":\"summary\"")
+        .map(|(at, _)| {
+            let j = &stdout[at..];
+            let j = &j[..j.find('}').map_or(j.len(), |end| end + 1)];
             let field = |k: &str| {
-                let at = j.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
+                let at = j
+                    .find(&format!("\"{k}\":"))
+                    .unwrap_or_else(|| panic!("no {k:?} in summary {j}"))
+                    + k.len()
+                    + 3;
                 j[at..]
                     .split([',', '}'])
                     .next()
