@@ -21,14 +21,14 @@ use crate::adapter::burn::{
     set_params_from_flat, state_infos, GradTable, Gradients, GradientsParams,
 };
 use crate::adapter::{ParamInfo, StateInfo};
-use crate::bucket::compute_bucket_assignment_by_size;
+use crate::bucket::{compute_bucket_assignment_by_size, isolate_large, DEFAULT_VIEW_MIN_BYTES};
 use crate::buffers::{split, Buffers};
 use crate::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::reducer::{BucketLayout, GradientSource, Reducer};
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};
 use crate::verify::check_same_model;
-use crate::{BucketMemory, DdpOptions, Error, Result};
+use crate::{BucketBuffer, BucketMemory, DdpOptions, Error, Result};
 
 /// PyTorch broadcasts module state at construction in buckets of 250 MiB.
 const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
@@ -89,9 +89,14 @@ impl<M: Module> DistributedDataParallel<M> {
             options.first_bucket_bytes.min(options.bucket_cap_bytes),
             options.bucket_cap_bytes,
         ];
-        let assignment = compute_bucket_assignment_by_size(&sizes, &caps);
+        let mut assignment = compute_bucket_assignment_by_size(&sizes, &caps);
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
         let device = device_reducer(&pg, &module, &options, assignment.len())?;
+        // Device buckets keep their gradients on the device already; views are a host saving.
+        let views = options.gradient_as_bucket_view && device.is_none();
+        if views {
+            assignment = isolate_large(assignment, &sizes, DEFAULT_VIEW_MIN_BYTES);
+        }
         tracing::info!(
             rank = pg.rank(),
             params = infos.len(),
@@ -114,7 +119,7 @@ impl<M: Module> DistributedDataParallel<M> {
             states,
             buffers,
             accumulated_used: None,
-            reducer: Reducer::new(assignment, &numels),
+            reducer: Reducer::new(assignment, &numels, views),
             device,
         })
     }
@@ -219,7 +224,7 @@ impl<M: Module> DistributedDataParallel<M> {
         let mut held = Vec::new();
         let agreement = self.synchronize_inner(&table, Some(grads), |bucket, _| {
             held.push(match bucket {
-                AveragedBucket::Host(_, buf) => Held::Host(buf.to_vec()),
+                AveragedBucket::Host(_, buf) => Held::Host(std::mem::take(buf)),
                 AveragedBucket::Device(_, flat) => Held::Device(flat),
             })
         })?;
@@ -234,7 +239,7 @@ impl<M: Module> DistributedDataParallel<M> {
                     if coef < 1.0 {
                         buf.iter_mut().for_each(|g| *g *= coef);
                     }
-                    AveragedBucket::Host(layout, &buf).register(&table, &agreement, &mut out);
+                    AveragedBucket::Host(layout, &mut buf).register(&table, &agreement, &mut out);
                     continue;
                 }
                 Held::Device(flat) if coef < 1.0 => flat.mul_scalar(coef),
@@ -432,13 +437,21 @@ impl GradientSource for StepGradients<'_> {
             }
         }
     }
+
+    fn lend(&mut self, p: usize) -> Result<Option<BucketBuffer>> {
+        match self.grads.as_deref_mut() {
+            Some(grads) => self.table.lend_grad(p, grads),
+            None => Ok(None),
+        }
+    }
 }
 
 /// One averaged bucket, in host memory or on the parameters' device.
 // Built and consumed once per bucket, never stored: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
 enum AveragedBucket<'a> {
-    Host(&'a BucketLayout, &'a [f32]),
+    /// A view bucket's buffer is taken (Note [Gradient as bucket view]); a packed one's copied.
+    Host(&'a BucketLayout, &'a mut BucketBuffer),
     Device(&'a BucketLayout, burn::tensor::Tensor<1>),
 }
 
@@ -452,6 +465,13 @@ impl AveragedBucket<'_> {
     ) -> usize {
         let mut registered = 0;
         match self {
+            AveragedBucket::Host(layout, buf) if layout.view => {
+                let p = layout.params[0];
+                if agreed.is_used(p) {
+                    table.register_bucket(p, std::mem::take(buf), params);
+                    registered += 1;
+                }
+            }
             AveragedBucket::Host(layout, buf) => {
                 let _copy = phalanx_core::trace::span("copy-out", "optimizer");
                 for (p, range) in layout.slots().filter(|(p, _)| agreed.is_used(*p)) {
@@ -476,7 +496,7 @@ impl AveragedBucket<'_> {
 // One per bucket, for one step: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Held {
-    Host(Vec<f32>),
+    Host(BucketBuffer),
     Device(burn::tensor::Tensor<1>),
 }
 

@@ -7,6 +7,8 @@
 //! so that the reducer can pack the next bucket while this one is on the wire. Every rank must use
 //! the same hook, and a hook must give bitwise identical results on every rank.
 
+use std::any::Any;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use half::bf16;
@@ -21,32 +23,124 @@ pub struct GradBucket {
     /// Position in launch order (0 is launched first).
     pub index: usize,
     /// The flat gradients of the bucket's parameters, this rank's values.
-    pub buffer: Vec<f32>,
+    pub buffer: BucketBuffer,
     /// Whether this is the last bucket of the step.
     pub is_last: bool,
+}
+
+/// A bucket's flat `f32` gradients: a buffer the reducer packed, or one parameter's gradient in
+/// the tensor library's own memory (Note [Gradient as bucket view] in `bucket.rs`). Either way
+/// a hook reads and writes it as a slice; it goes back to the reducer from [`BucketWork::wait`].
+#[derive(Debug)]
+pub struct BucketBuffer(Storage);
+
+#[derive(Debug)]
+enum Storage {
+    Packed(Vec<f32>),
+    Lent(Box<dyn LentGradient>),
+}
+
+/// A gradient lent by the tensor library for one step: read and averaged in place, then handed
+/// back to the library as the averaged gradient, with no copy either way.
+pub trait LentGradient: Send + std::fmt::Debug {
+    /// The values.
+    fn as_slice(&self) -> &[f32];
+    /// The values, to be overwritten in place.
+    fn as_mut_slice(&mut self) -> &mut [f32];
+    /// Back to the concrete type the library lent.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+impl BucketBuffer {
+    /// A gradient in the tensor library's memory.
+    pub fn lent(gradient: impl LentGradient + 'static) -> Self {
+        BucketBuffer(Storage::Lent(Box::new(gradient)))
+    }
+
+    /// The packed buffer, or the lent gradient copied into one.
+    pub fn into_vec(self) -> Vec<f32> {
+        match self.0 {
+            Storage::Packed(v) => v,
+            Storage::Lent(g) => g.as_slice().to_vec(),
+        }
+    }
+
+    /// The packed buffer, or the lent gradient as the library lent it.
+    pub fn into_inner(self) -> std::result::Result<Vec<f32>, Box<dyn Any>> {
+        match self.0 {
+            Storage::Packed(v) => Ok(v),
+            Storage::Lent(g) => Err(g.into_any()),
+        }
+    }
+
+    /// The packed buffer, to append to; `None` for a lent gradient.
+    pub fn packed_mut(&mut self) -> Option<&mut Vec<f32>> {
+        match &mut self.0 {
+            Storage::Packed(v) => Some(v),
+            Storage::Lent(_) => None,
+        }
+    }
+}
+
+impl From<Vec<f32>> for BucketBuffer {
+    fn from(v: Vec<f32>) -> Self {
+        BucketBuffer(Storage::Packed(v))
+    }
+}
+
+impl Default for BucketBuffer {
+    fn default() -> Self {
+        Vec::new().into()
+    }
+}
+
+impl Deref for BucketBuffer {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match &self.0 {
+            Storage::Packed(v) => v,
+            Storage::Lent(g) => g.as_slice(),
+        }
+    }
+}
+
+impl DerefMut for BucketBuffer {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        match &mut self.0 {
+            Storage::Packed(v) => v,
+            Storage::Lent(g) => g.as_mut_slice(),
+        }
+    }
+}
+
+impl AsMut<[f32]> for BucketBuffer {
+    fn as_mut(&mut self) -> &mut [f32] {
+        self
+    }
 }
 
 /// The pending result of a hook: `wait` returns the averaged bucket.
 #[must_use = "a bucket's communication must be waited for"]
 pub struct BucketWork {
-    wait: Box<dyn FnOnce() -> Result<Vec<f32>> + Send>,
+    wait: Box<dyn FnOnce() -> Result<BucketBuffer> + Send>,
 }
 
 impl BucketWork {
     /// Wraps the completion of an asynchronous operation.
-    pub fn new(wait: impl FnOnce() -> Result<Vec<f32>> + Send + 'static) -> Self {
+    pub fn new(wait: impl FnOnce() -> Result<BucketBuffer> + Send + 'static) -> Self {
         BucketWork {
             wait: Box::new(wait),
         }
     }
 
     /// An already computed result (hooks that reduce synchronously).
-    pub fn ready(buffer: Vec<f32>) -> Self {
+    pub fn ready(buffer: BucketBuffer) -> Self {
         BucketWork::new(move || Ok(buffer))
     }
 
     /// Blocks until the bucket is averaged and returns it.
-    pub fn wait(self) -> Result<Vec<f32>> {
+    pub fn wait(self) -> Result<BucketBuffer> {
         (self.wait)()
     }
 }
@@ -99,7 +193,7 @@ impl CommHook for AllreduceHook {
                     .map_err(err)
             });
         }
-        let work = pg.allreduce_async(bucket.buffer, ReduceOp::Avg);
+        let work = pg.allreduce_async_buffer(bucket.buffer, ReduceOp::Avg);
         BucketWork::new(move || work.wait().map_err(err))
     }
 

@@ -50,6 +50,8 @@ mod verify;
 
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};
-pub use hook::{AllreduceHook, Bf16CompressHook, BucketWork, CommHook, GradBucket};
+pub use hook::{
+    AllreduceHook, Bf16CompressHook, BucketBuffer, BucketWork, CommHook, GradBucket, LentGradient,
+};
 pub use options::{BucketMemory, BufferSync, DdpOptions};
 pub use stats::CommStats;

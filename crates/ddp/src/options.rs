@@ -21,6 +21,11 @@ pub struct DdpOptions {
     /// How buffers (BatchNorm's running statistics) are made equal after every step
     /// ([`BufferSync::Broadcast`] by default, PyTorch's `broadcast_buffers=True`).
     pub buffer_sync: BufferSync,
+    /// Whether a gradient of at least
+    /// [`DEFAULT_VIEW_MIN_BYTES`](crate::bucket::DEFAULT_VIEW_MIN_BYTES) travels alone in its own memory
+    /// instead of being copied into and out of a bucket (PyTorch's `gradient_as_bucket_view`;
+    /// Note [Gradient as bucket view] in `bucket.rs`). True by default; host buckets only.
+    pub gradient_as_bucket_view: bool,
 }
 
 /// How buffers are synchronised after every step (Note [Parameters, buffers and frozen] in
@@ -97,6 +102,7 @@ impl Default for DdpOptions {
             comm_hook: Arc::new(AllreduceHook),
             bucket_memory: BucketMemory::Auto,
             buffer_sync: BufferSync::Broadcast,
+            gradient_as_bucket_view: true,
         }
     }
 }
@@ -129,6 +135,12 @@ impl DdpOptions {
     /// Sets how buffers are synchronised after every step.
     pub fn with_buffer_sync(mut self, sync: BufferSync) -> Self {
         self.buffer_sync = sync;
+        self
+    }
+
+    /// Sets whether large gradients travel in their own memory (Note [Gradient as bucket view]).
+    pub fn with_gradient_as_bucket_view(mut self, yes: bool) -> Self {
+        self.gradient_as_bucket_view = yes;
         self
     }
 

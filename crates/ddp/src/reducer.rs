@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use phalanx_core::{trace, ReduceOp};
 use phalanx_pg::ProcessGroup;
 
-use crate::hook::{BucketWork, CommHook, GradBucket};
+use crate::hook::{BucketBuffer, BucketWork, CommHook, GradBucket};
 use crate::stats::CommStats;
 use crate::step_header::Agreement;
 use crate::{Error, Result};
@@ -20,6 +20,10 @@ pub(crate) trait GradientSource {
     /// Writes trainable parameter `p`'s gradient into `out` (`out += grad` when `accumulate`);
     /// a parameter without a gradient counts as zeros.
     fn fill(&mut self, p: usize, out: &mut [f32], accumulate: bool) -> Result<()>;
+
+    /// Lends trainable parameter `p`'s gradient in the library's own memory (Note [Gradient as
+    /// bucket view] in `bucket.rs`); `None` when it has none.
+    fn lend(&mut self, p: usize) -> Result<Option<BucketBuffer>>;
 }
 
 /// Layout of the buckets over the parameters, and the buffers that carry them.
@@ -49,12 +53,14 @@ pub(crate) struct BucketLayout {
     pub(crate) offsets: Vec<usize>,
     pub(crate) numels: Vec<usize>,
     pub(crate) len: usize,
+    /// One parameter whose gradient's own buffer is the bucket (Note [Gradient as bucket view]).
+    pub(crate) view: bool,
 }
 
 impl Reducer {
     /// `assignment` lists, per bucket in launch order, parameter indices; `numels` is indexed by
-    /// parameter.
-    pub(crate) fn new(assignment: Vec<Vec<usize>>, numels: &[usize]) -> Self {
+    /// parameter. With `views`, a bucket of one parameter is that gradient's own buffer.
+    pub(crate) fn new(assignment: Vec<Vec<usize>>, numels: &[usize], views: bool) -> Self {
         let buckets: Vec<BucketLayout> = assignment
             .into_iter()
             .map(|params| {
@@ -67,6 +73,7 @@ impl Reducer {
                     len += numels[p];
                 }
                 BucketLayout {
+                    view: views && params.len() == 1,
                     params,
                     offsets,
                     numels: sizes,
@@ -113,7 +120,7 @@ impl Reducer {
     /// A synchronising step: packs this step's gradients (plus any accumulated ones) bucket by
     /// bucket, launches `hook` on each bucket right after packing it, then waits for the buckets in
     /// launch order and hands each averaged bucket to `drain(layout, buffer, agreement)` as soon
-    /// as it arrives, while later buckets are still on the wire. `header` is this rank's step
+    /// as it arrives, while later buckets are still on the wire; `drain` may take the buffer. `header` is this rank's step
     /// header over `params` trainable parameters (Note [Step header]): it rides at the end of the
     /// first bucket under a plain-average hook, in its own allreduce otherwise. Returns what the
     /// ranks agreed on.
@@ -124,11 +131,12 @@ impl Reducer {
         header: Vec<f32>,
         params: usize,
         source: &mut impl GradientSource,
-        mut drain: impl FnMut(&BucketLayout, &mut [f32], &Agreement),
+        mut drain: impl FnMut(&BucketLayout, &mut BucketBuffer, &Agreement),
     ) -> Result<Agreement> {
         let started = Instant::now();
         let last = self.buckets.len().saturating_sub(1);
-        let in_bucket = hook.is_plain_average() && !self.buckets.is_empty();
+        // Not in a view bucket: appending to a gradient's own buffer would copy it.
+        let in_bucket = hook.is_plain_average() && self.buckets.first().is_some_and(|b| !b.view);
         let mut header = Some(header);
         let header_work = match in_bucket {
             true => None,
@@ -137,26 +145,36 @@ impl Reducer {
         let mut pending: Vec<BucketWork> = Vec::with_capacity(self.buckets.len());
         let mut bytes = 0u64;
         for (k, bucket) in self.buckets.iter().enumerate() {
-            let (mut buf, add) = match self.accumulated[k].take() {
-                Some(buf) => (buf, true),
-                None => (take_buffer(&mut self.spare[k], bucket.len), false),
-            };
             let packing = trace::span("pack", "pack")
                 .arg("bucket", k)
                 .arg("bytes", bucket.len * 4);
-            let packed = pack(bucket, &mut buf, add, source);
-            drop(packing);
-            if let Err(e) = packed {
-                // Already launched work must still complete before the error is returned, or
-                // its collectives would be left half-issued on this rank.
-                drain_pending(pending);
-                if let Some(work) = header_work {
-                    let _ = work.wait();
+            let packed = match self.accumulated[k].take() {
+                Some(mut buf) => pack(bucket, &mut buf, true, source).map(|()| buf.into()),
+                None if bucket.view => source
+                    .lend(bucket.params[0])
+                    .map(|g| g.unwrap_or_else(|| vec![0.0; bucket.len].into())),
+                None => {
+                    let mut buf = take_buffer(&mut self.spare[k], bucket.len);
+                    pack(bucket, &mut buf, false, source).map(|()| buf.into())
                 }
-                return Err(e);
-            }
+            };
+            drop(packing);
+            let mut buf = match packed {
+                Ok(buf) => buf,
+                Err(e) => {
+                    // Already launched work must still complete before the error is returned, or
+                    // its collectives would be left half-issued on this rank.
+                    drain_pending(pending);
+                    if let Some(work) = header_work {
+                        let _ = work.wait();
+                    }
+                    return Err(e);
+                }
+            };
             if let Some(header) = header.take() {
-                buf.extend_from_slice(&header);
+                buf.packed_mut()
+                    .expect("the header rides in a packed bucket")
+                    .extend_from_slice(&header);
             }
             bytes += (buf.len() * hook.bytes_per_element()) as u64;
             pending.push(hook.launch(
@@ -204,14 +222,21 @@ impl Reducer {
             let len = self.buckets[k].len;
             if agreement.is_none() {
                 agreement = Some(Agreement::from_reduced(&buf[len..], params));
-                buf.truncate(len);
+                buf.packed_mut()
+                    .expect("the header rides in a packed bucket")
+                    .truncate(len);
             }
             let agreed = agreement
                 .as_ref()
                 .expect("the header arrives with bucket 0");
             let _unpack = trace::span("unpack", "optimizer").arg("bucket", k);
             drain(&self.buckets[k], &mut buf, agreed);
-            self.spare[k] = Some(buf);
+            // A packed buffer the drain left is reused; a lent one goes back with the step.
+            if let Ok(buf) = buf.into_inner() {
+                if !buf.is_empty() {
+                    self.spare[k] = Some(buf);
+                }
+            }
         }
         self.stats
             .record(waited, started.elapsed(), self.buckets.len(), bytes);

@@ -106,15 +106,25 @@ fn train_ddp(world: usize, b: usize, steps: usize, options: DdpOptions) -> Vec<(
 /// DDP over a 16-wide `Net` whose parameters are the same in every run (the broadcast value of
 /// a random init differs run to run), so that two runs can be compared bit for bit.
 fn fixed_ddp(pg: phalanx_pg::ProcessGroup, options: DdpOptions) -> DistributedDataParallel<Net> {
+    fixed_ddp_of(16, 1.0, pg, options)
+}
+
+/// [`fixed_ddp`] for a `hidden`-wide `Net`, its values in `[-scale/2, scale/2)`.
+fn fixed_ddp_of(
+    hidden: usize,
+    scale: f32,
+    pg: phalanx_pg::ProcessGroup,
+    options: DdpOptions,
+) -> DistributedDataParallel<Net> {
     let mut ddp =
-        DistributedDataParallel::new(Net::new(16, &device()), Arc::new(pg), options).unwrap();
+        DistributedDataParallel::new(Net::new(hidden, &device()), Arc::new(pg), options).unwrap();
     let fixed: Vec<Vec<f32>> = params_to_flat(ddp.module())
         .unwrap()
         .iter()
         .enumerate()
         .map(|(i, p)| {
             (0..p.len())
-                .map(|j| ((i * 7 + j * 3) % 17) as f32 / 17.0 - 0.5)
+                .map(|j| scale * (((i * 7 + j * 3) % 17) as f32 / 17.0 - 0.5))
                 .collect()
         })
         .collect();
@@ -214,6 +224,76 @@ fn sync_and_step_matches_sync_then_step_bitwise() {
     let fused = run(true);
     assert_eq!(fused[0], fused[1]);
     assert_eq!(fused[0], run(false)[0]);
+}
+
+#[test]
+fn gradient_as_bucket_view_gives_the_packed_buckets_results_bitwise() {
+    // A 600x600 weight (1.4 MiB) travels in its own gradient's memory with views, packed
+    // without. Every path that drains buckets must give the same bits: plain, fused with a
+    // momentum step, after no_sync, clipped, and with a joined rank (zeros, rescaled).
+    let run = |views: bool| {
+        with_deadline(move || {
+            spawn_ranks(2, move |pg| {
+                let rank = pg.rank();
+                let options = DdpOptions::default().with_gradient_as_bucket_view(views);
+                let mut ddp = fixed_ddp_of(600, 0.1, pg, options);
+                let buckets = ddp.bucket_assignment();
+                let mut optim = SgdConfig::new()
+                    .with_momentum(Some(burn::optim::momentum::MomentumConfig::new()))
+                    .init();
+                let mut norms = Vec::new();
+                for step in 0..4 {
+                    let grads = backward(ddp.module(), &batch(step, rank * 4, 4));
+                    match step {
+                        0 => {
+                            let g = ddp.sync_gradients(grads).unwrap();
+                            ddp.map_module(|m| optim.step(0.1, m, g));
+                        }
+                        1 => ddp
+                            .sync_and_step(grads, |m, g| optim.step(0.1, m, g))
+                            .unwrap(),
+                        2 => {
+                            ddp.no_sync(grads).unwrap();
+                            let grads = backward(ddp.module(), &batch(9, rank * 4, 4));
+                            let (g, norm) = ddp.sync_gradients_clipped(grads, 0.05).unwrap();
+                            norms.push(norm);
+                            ddp.map_module(|m| optim.step(0.1, m, g));
+                        }
+                        _ => {
+                            let (g, norm) = ddp.sync_gradients_clipped(grads, 1e6).unwrap();
+                            norms.push(norm);
+                            ddp.map_module(|m| optim.step(0.1, m, g));
+                        }
+                    }
+                }
+                // Rank 1 runs out of data: rank 0's extra step is averaged with its zeros.
+                if rank == 0 {
+                    let grads = backward(ddp.module(), &batch(5, 0, 4));
+                    ddp.sync_and_step(grads, |m, g| optim.step(0.1, m, g))
+                        .unwrap();
+                }
+                ddp.join(|m, g| optim.step(0.1, m, g)).unwrap();
+                (buckets, norms, params_to_flat(ddp.module()).unwrap())
+            })
+        })
+    };
+    let (viewed, packed) = (run(true), run(false));
+    let big = 2; // layers.1.weight, 600x600, in canonical order
+    assert!(
+        viewed[0].0.contains(&vec![big]) && !packed[0].0.contains(&vec![big]),
+        "views: {:?}, packed: {:?}",
+        viewed[0].0,
+        packed[0].0
+    );
+    assert!(viewed[0].1[0] > 0.05, "the clipped step clipped");
+    for rank in 0..2 {
+        assert_eq!(viewed[rank].1, packed[rank].1, "rank {rank}'s norms");
+        assert!(
+            viewed[rank].2 == packed[rank].2,
+            "rank {rank}'s parameters differ"
+        );
+        assert!(viewed[rank].2 == viewed[0].2, "replicas differ");
+    }
 }
 
 #[test]

@@ -220,13 +220,24 @@ impl ProcessGroup {
     }
 
     /// Starts an allreduce of `buf`; the reduced buffer comes back from [`Work::wait`].
-    pub fn allreduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+    pub fn allreduce_async<T: Element>(&self, buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        self.allreduce_async_buffer::<T, _>(buf, op)
+    }
+
+    /// [`allreduce_async`](Self::allreduce_async) of any owned buffer, reduced in place: a
+    /// tensor library's own storage travels without a copy into a `Vec` (DDP's gradient as
+    /// bucket view). The buffer comes back from [`Work::wait`].
+    pub fn allreduce_async_buffer<T: Element, B: AsMut<[T]> + Send + 'static>(
+        &self,
+        mut buf: B,
+        op: ReduceOp,
+    ) -> Work<B> {
         if let Err(e) = self.check_op::<T>("allreduce", op) {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(&buf[..]);
+        let bytes = std::mem::size_of_val(buf.as_mut());
         self.enqueue("allreduce", bytes, move |s, t, seq| {
-            let algo = t.allreduce(seq, &mut buf, op, &s.opts)?;
+            let algo = t.allreduce(seq, buf.as_mut(), op, &s.opts)?;
             Ok((buf, algo))
         })
     }

@@ -46,6 +46,7 @@ pub use burn::optim::GradientsParams;
 pub use burn::tensor::Gradients;
 
 use super::{ParamInfo, StateInfo, StateKind};
+use crate::hook::{BucketBuffer, LentGradient};
 use crate::{Error, Result};
 
 /// The float tensors of `module` (trainable and frozen parameters and buffers), in canonical
@@ -252,6 +253,57 @@ impl GradTable {
         Ok(true)
     }
 
+    /// Lends parameter `index`'s gradient to the reducer in Burn's own memory, removed from
+    /// `grads` (Note [Gradient as bucket view] in `bucket.rs`): flex moves a tensor nothing
+    /// else holds out without a copy. `None` when it has none.
+    pub fn lend_grad(&self, index: usize, grads: &mut Gradients) -> Result<Option<BucketBuffer>> {
+        let h = &self.handles[index];
+        let Some(grad) = (h.take_grad)(grads) else {
+            return Ok(None);
+        };
+        let tensor_error = |e: &dyn std::fmt::Display| Error::Tensor {
+            name: h.info.name.clone(),
+            reason: e.to_string(),
+        };
+        let mut data = grad
+            .try_into_data_as::<f32>()
+            .map_err(|e| tensor_error(&e))?;
+        // Checked once here, so that the reducer's slice accesses cannot fail.
+        let len = data
+            .as_mut_slice::<f32>()
+            .map_err(|e| tensor_error(&e))?
+            .len();
+        if len != h.info.numel() {
+            return Err(Error::ParamSize {
+                name: h.info.name.clone(),
+                expected: h.info.numel(),
+                got: len,
+            });
+        }
+        Ok(Some(BucketBuffer::lent(BurnGradient(data))))
+    }
+
+    /// Registers an averaged bucket of one parameter as parameter `index`'s gradient: a lent
+    /// gradient goes back to Burn as it is, a packed buffer is moved into a tensor.
+    pub fn register_bucket(
+        &self,
+        index: usize,
+        bucket: BucketBuffer,
+        params: &mut GradientsParams,
+    ) {
+        match bucket.into_inner() {
+            Ok(packed) => self.register_grad(index, packed, params),
+            Err(lent) => {
+                let h = &self.handles[index];
+                let data = lent
+                    .downcast::<BurnGradient>()
+                    .expect("a lent gradient comes back to the adapter that lent it")
+                    .0;
+                (h.register)(Tensor::<1>::from_data(data, (&h.device, h.dtype)), params)
+            }
+        }
+    }
+
     /// Parameter `index`'s gradient as a flat tensor on the parameter's device, removed from
     /// `grads`; zeros (on that device) when it has none. No copy to the host.
     pub fn take_flat_grad(&self, index: usize, grads: &mut Gradients) -> Tensor<1> {
@@ -275,6 +327,24 @@ impl GradTable {
     /// The device of parameter `index`.
     pub fn device(&self, index: usize) -> &Device {
         &self.handles[index].device
+    }
+}
+
+/// A gradient lent to the reducer: Burn's storage, checked to hold `f32` when lent.
+#[derive(Debug)]
+struct BurnGradient(TensorData);
+
+impl LentGradient for BurnGradient {
+    fn as_slice(&self) -> &[f32] {
+        self.0.as_slice().expect("checked to be f32 when lent")
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        self.0.as_mut_slice().expect("checked to be f32 when lent")
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
     }
 }
 
