@@ -23,7 +23,7 @@ use crate::adapter::burn::{
 use crate::adapter::{ParamInfo, StateInfo};
 use crate::bucket::{compute_bucket_assignment_by_size, isolate_large, DEFAULT_VIEW_MIN_BYTES};
 use crate::buffers::{split, Buffers};
-use crate::device_buckets::{choose_averaging, Averaging, DeviceReducer};
+use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::reducer::{BucketLayout, GradientSource, Reducer};
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};

@@ -39,7 +39,6 @@ pub mod adapter;
 pub mod bucket;
 mod buffers;
 mod ddp;
-mod device_buckets;
 mod error;
 pub mod hook;
 mod options;

@@ -60,7 +60,7 @@ impl std::str::FromStr for BufferSync {
 }
 
 /// Where gradient buckets live between backward and the optimizer step (Note [Device buckets]
-/// in `device_buckets.rs`).
+/// in `adapter/device_buckets.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BucketMemory {
     /// `Device` when the parameters are on a CUDA GPU and the hook is the default allreduce

@@ -1,6 +1,6 @@
 //! The Burn adapter: named float parameters, gradients to flat `f32` buffers and back, parameter
 //! values in and out: the only code of phalanx that walks Burn modules and reads or builds their
-//! gradients (device buckets hold Burn tensors too, `device_buckets.rs`).
+//! gradients (device buckets hold Burn tensors too, `adapter/device_buckets.rs`).
 //!
 //! Parameters are named by their module path (`layers.0.weight`), the field names Burn's
 //! [`ModuleVisitor`] reports on the way down, and listed in visiting order, which is the order the
@@ -15,7 +15,7 @@
 //! CUDA tensors. Ranks that share one GPU, or a GPU job without NCCL, need nothing else. Device
 //! buckets skip the host: [`GradTable::take_flat_grad`] and [`GradTable::register_flat_grad`]
 //! hand gradients over as flat tensors on the parameter's device (Note [Device buckets] in
-//! `device_buckets.rs`).
+//! `adapter/device_buckets.rs`).
 //!
 //! Note [Parameters, buffers and frozen]
 //! A Burn module holds three kinds of float tensors that its visitor reports alike through

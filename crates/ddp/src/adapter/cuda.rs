@@ -1,5 +1,5 @@
 //! Device addresses of Burn's CUDA tensors, so that NCCL can reduce them where they are (Note
-//! [Device buckets] in `device_buckets.rs`). Built with the `cuda` and `nccl` features.
+//! [Device buckets] in `adapter/device_buckets.rs`). Built with the `cuda` and `nccl` features.
 //!
 //! Burn 0.22 has no public "device pointer" call; the path down is Burn's own extension API:
 //! the tensor's primitive on the CubeCL backend (a fusion handle), resolved to the CubeCL

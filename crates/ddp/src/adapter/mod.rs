@@ -12,6 +12,7 @@
 //! same functions over `candle_nn::VarMap` (names are its keys, gradients come from `GradStore`).
 
 pub mod burn;
+pub(crate) mod device_buckets;
 #[cfg(all(feature = "cuda", feature = "nccl"))]
 pub(crate) mod cuda;
 

@@ -27,7 +27,7 @@ use burn::tensor::{Tensor, TensorData};
 use phalanx_core::{trace, ReduceOp};
 use phalanx_pg::ProcessGroup;
 
-use crate::adapter::burn::{GradTable, Gradients};
+use super::burn::{GradTable, Gradients};
 use crate::reducer::BucketLayout;
 use crate::stats::CommStats;
 use crate::step_header::Agreement;
