@@ -20,10 +20,10 @@ use crate::adapter::burn::{
     discrete_to_bytes, flush_running_state, params_to_flat, set_discrete_from_bytes,
     set_params_from_flat, state_infos, GradTable, Gradients, GradientsParams,
 };
+use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::adapter::{ParamInfo, StateInfo};
 use crate::bucket::{compute_bucket_assignment_by_size, isolate_large, DEFAULT_VIEW_MIN_BYTES};
 use crate::buffers::{split, Buffers};
-use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::reducer::{BucketLayout, GradientSource, Reducer};
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};

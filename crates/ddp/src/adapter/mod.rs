@@ -12,9 +12,9 @@
 //! same functions over `candle_nn::VarMap` (names are its keys, gradients come from `GradStore`).
 
 pub mod burn;
-pub(crate) mod device_buckets;
 #[cfg(all(feature = "cuda", feature = "nccl"))]
 pub(crate) mod cuda;
+pub(crate) mod device_buckets;
 
 /// Name and shape of one float parameter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
