@@ -36,11 +36,11 @@ impl<'a> Agent<'a> {
     /// Hosts the store (node 0) or connects to it (other nodes).
     pub(crate) fn start(args: &'a LaunchArgs, program: &'a [OsString]) -> anyhow::Result<Self> {
         let timeout = Timeout::from_env()?;
-        let token = if args.nnodes > 1 {
+        let token = if args.nnodes.max > 1 {
             let t = Auth::from_env().token;
             if t.is_empty() {
                 return Err(Error::MissingToken {
-                    nnodes: args.nnodes,
+                    nnodes: args.nnodes.max,
                 }
                 .into());
             }
@@ -51,7 +51,7 @@ impl<'a> Agent<'a> {
         let run_id = match &args.run_id {
             Some(id) => id.clone(),
             // Every node derives the same id from the shared secret without revealing it.
-            None if args.nnodes > 1 => {
+            None if args.nnodes.max > 1 => {
                 hex(&Sha256::digest([b"phalanx-run-id:".as_slice(), &token].concat())[..6])
             }
             None => hex(&Auth::random("").token[..6]),
@@ -118,7 +118,7 @@ impl<'a> Agent<'a> {
         let host = hostname();
         let coord = Coordinator::new(
             ctl,
-            args.nnodes,
+            args.nnodes.max,
             args.node_rank,
             host.clone(),
             timeout,
@@ -149,8 +149,13 @@ impl<'a> Agent<'a> {
         let k = self.job.args.max_restarts;
         let (mut round, mut used, mut startup_in_a_row) = (0u32, 0u32, 0u32);
         loop {
-            match self.job.run_round(&self.coord, round)? {
+            let (ran, end) = self.job.run_round(&self.coord, round)?;
+            // Elastic rounds are numbered by the store (Note [Elastic rounds]).
+            round = ran;
+            match end {
                 End::Success => return Ok(ExitCode::SUCCESS),
+                // A membership change, not a failure: torchrun does not count it either.
+                End::Rejoin => round += 1,
                 End::Signal(sig) => return Ok(ExitCode::from(128 + sig as u8)),
                 End::Failed(cause) => {
                     if !cause.restartable || k == 0 {
@@ -195,7 +200,7 @@ impl<'a> Agent<'a> {
 /// PyTorchJob sets those (and `PET_NNODES`, `PET_NODE_RANK`) but not `PET_MASTER_ADDR`.
 fn master_from_env(args: &LaunchArgs, var: &dyn Fn(&str) -> Option<String>) -> (String, u16) {
     let (mut addr, mut port) = (args.master_addr.clone(), args.master_port);
-    if args.nnodes > 1 {
+    if args.nnodes.max > 1 {
         let defaults = LaunchArgs::default();
         if addr == defaults.master_addr && var("PET_MASTER_ADDR").is_none() {
             if let Some(a) = var("MASTER_ADDR") {
@@ -253,7 +258,7 @@ mod tests {
             _ => None,
         };
         let multi = LaunchArgs {
-            nnodes: 2,
+            nnodes: crate::Nnodes::fixed(2),
             ..LaunchArgs::default()
         };
         assert_eq!(

@@ -23,7 +23,7 @@ use crate::Error;
 /// }
 /// let cli = Cli::parse_from(["x", "--nproc-per-node", "2", "--nnodes", "1:1"]);
 /// assert_eq!(cli.launch.nproc_per_node, 2);
-/// assert_eq!(cli.launch.nnodes, 1);
+/// assert_eq!(cli.launch.nnodes.max, 1);
 /// ```
 #[derive(clap::Args, Clone, Debug)]
 pub struct LaunchArgs {
@@ -33,10 +33,18 @@ pub struct LaunchArgs {
           help_heading = "Launch")]
     pub nproc_per_node: u32,
 
-    /// Number of nodes (hosts) in the job: `N` or the static form `N:N`.
+    /// Number of nodes (hosts) in the job: `N`, or `MIN:MAX` for an elastic job that starts
+    /// once MIN nodes are in, admits later ones at the next round and goes on after losing
+    /// nodes while MIN remain (docs/launch.md, "Elastic membership").
     #[arg(long, env = "PET_NNODES", default_value = "1", value_parser = parse_nnodes,
           help_heading = "Launch")]
-    pub nnodes: u32,
+    pub nnodes: Nnodes,
+
+    /// Elastic jobs: once MIN nodes are in a round, how long node 0 waits for more (up to
+    /// MAX) before the round starts (torchrun's `last_call_timeout`).
+    #[arg(long = "rdzv-last-call", alias = "rdzv_last_call", env = "PET_RDZV_LAST_CALL",
+          default_value = "3", value_parser = parse_secs, help_heading = "Launch")]
+    pub rdzv_last_call: Duration,
 
     /// Rank of this node, 0..nnodes. Node 0 hosts the rendezvous store.
     #[arg(
@@ -162,7 +170,8 @@ impl Default for LaunchArgs {
     fn default() -> Self {
         LaunchArgs {
             nproc_per_node: 1,
-            nnodes: 1,
+            nnodes: Nnodes::fixed(1),
+            rdzv_last_call: Duration::from_secs(3),
             node_rank: 0,
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
@@ -198,16 +207,16 @@ impl LaunchArgs {
     /// `--tee` only with `--log-dir`, filters naming existing local ranks.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |flag: &'static str, reason: String| Err(Error::BadFlag { flag, reason });
-        if self.nnodes == 0 {
+        if self.nnodes.min == 0 {
             return bad("--nnodes", "must be at least 1".into());
         }
-        if self.node_rank >= self.nnodes {
+        if self.node_rank >= self.nnodes.max {
             return bad(
                 "--node-rank",
                 format!("{} is not below --nnodes {}", self.node_rank, self.nnodes),
             );
         }
-        if self.standalone && self.nnodes != 1 {
+        if self.standalone && self.nnodes.max != 1 {
             return bad(
                 "--standalone",
                 format!("is single-node, but --nnodes is {}", self.nnodes),
@@ -253,8 +262,38 @@ impl LaunchArgs {
     }
 }
 
-/// `--nnodes`: `N` or `N:N`; elastic ranges (`1:4`) are refused with a sentence.
-pub(crate) fn parse_nnodes(text: &str) -> Result<u32, String> {
+/// `--nnodes`: how many nodes a round may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nnodes {
+    /// A round starts once this many nodes are in; fewer, and the job ends.
+    pub min: u32,
+    /// A round never has more; node ranks are below it.
+    pub max: u32,
+}
+
+impl Nnodes {
+    /// Exactly `n` nodes.
+    pub fn fixed(n: u32) -> Nnodes {
+        Nnodes { min: n, max: n }
+    }
+
+    /// Whether the node count may change between rounds (`MIN:MAX` with MIN < MAX).
+    pub fn is_elastic(&self) -> bool {
+        self.min != self.max
+    }
+}
+
+impl std::fmt::Display for Nnodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.is_elastic() {
+            true => write!(f, "{}:{}", self.min, self.max),
+            false => write!(f, "{}", self.max),
+        }
+    }
+}
+
+/// `--nnodes`: `N`, `N:N`, or an elastic `MIN:MAX`.
+pub(crate) fn parse_nnodes(text: &str) -> Result<Nnodes, String> {
     let num = |t: &str| {
         t.trim()
             .parse::<u32>()
@@ -263,7 +302,7 @@ pub(crate) fn parse_nnodes(text: &str) -> Result<u32, String> {
             .ok_or_else(|| format!("{t:?} is not a node count (a positive integer)"))
     };
     match text.split_once(':') {
-        None => num(text),
+        None => num(text).map(Nnodes::fixed),
         Some((lo, hi)) => {
             let (lo, hi) = (num(lo)?, num(hi)?);
             if lo > hi {
@@ -271,12 +310,7 @@ pub(crate) fn parse_nnodes(text: &str) -> Result<u32, String> {
                     "{lo}:{hi} has MIN larger than MAX (MIN:MAX, e.g. 2:4)"
                 ));
             }
-            if lo != hi {
-                return Err(format!(
-                    "elastic node ranges ({lo}:{hi}) are not supported; use a fixed count N or N:N"
-                ));
-            }
-            Ok(lo)
+            Ok(Nnodes { min: lo, max: hi })
         }
     }
 }
@@ -305,7 +339,7 @@ mod tests {
     fn defaults_match_torchrun() {
         let a = parse(&[]).unwrap();
         assert_eq!(a.nproc_per_node, 1);
-        assert_eq!(a.nnodes, 1);
+        assert_eq!(a.nnodes, Nnodes::fixed(1));
         assert_eq!(a.node_rank, 0);
         assert_eq!(a.master_addr, "127.0.0.1");
         assert_eq!(a.master_port, 29500);
@@ -317,19 +351,24 @@ mod tests {
 
     #[test]
     fn nnodes_static_form() {
-        assert_eq!(parse_nnodes("1").unwrap(), 1);
-        assert_eq!(parse_nnodes("1:1").unwrap(), 1);
-        assert_eq!(parse_nnodes("4:4").unwrap(), 4);
-        assert!(parse_nnodes("1:4").unwrap_err().contains("elastic"));
+        assert_eq!(parse_nnodes("1").unwrap(), Nnodes::fixed(1));
+        assert_eq!(parse_nnodes("1:1").unwrap(), Nnodes::fixed(1));
+        assert_eq!(parse_nnodes("4:4").unwrap(), Nnodes::fixed(4));
+        let elastic = parse_nnodes("1:4").unwrap();
+        assert_eq!(elastic, Nnodes { min: 1, max: 4 });
+        assert!(elastic.is_elastic() && elastic.to_string() == "1:4");
         assert!(parse_nnodes("0").is_err());
         assert!(parse_nnodes("x").is_err());
-        assert!(parse(&["--nnodes", "2:3"]).is_err());
+        assert_eq!(parse(&["--nnodes", "2:3"]).unwrap().nnodes.max, 3);
         let e = parse_nnodes("3:2").unwrap_err();
         assert!(e.contains("MIN larger than MAX"), "{e}");
         assert!(parse_nnodes("0:2")
             .unwrap_err()
             .contains("positive integer"));
-        assert_eq!(parse(&["--nnodes", "3:3"]).unwrap().nnodes, 3);
+        assert_eq!(
+            parse(&["--nnodes", "3:3"]).unwrap().nnodes,
+            Nnodes::fixed(3)
+        );
     }
 
     #[test]

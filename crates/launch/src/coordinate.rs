@@ -50,8 +50,11 @@ pub(crate) struct Coordinator {
     /// The store stopped answering (node 0 gone): no more store calls, which would each
     /// retry.
     lost: Cell<bool>,
-    /// `--nnodes`; with one node there is nobody to coordinate with.
+    /// `--nnodes` (MAX of an elastic range): node ranks are below it.
     nnodes: u32,
+    /// The node ranks in the current round: all of them in a static job, the round's members
+    /// in an elastic one (Note [Elastic rounds] in `elastic.rs`).
+    members: RefCell<Vec<u32>>,
     /// `--node-rank`.
     pub(crate) node_rank: u32,
     /// This machine's host name, for root causes and report rows.
@@ -101,12 +104,35 @@ impl Coordinator {
             ctl,
             lost: Cell::new(false),
             nnodes,
+            members: RefCell::new((0..nnodes).collect()),
             node_rank,
             host,
             timeout,
             poll,
             beats: RefCell::new(Beats::default()),
         }
+    }
+
+    /// Sets the node ranks of the round about to run (elastic rounds).
+    pub(crate) fn set_members(&self, members: Vec<u32>) {
+        *self.members.borrow_mut() = members;
+    }
+
+    /// The nodes of the current round other than this one.
+    fn others(&self) -> Vec<u32> {
+        let me = self.node_rank;
+        self.members
+            .borrow()
+            .iter()
+            .copied()
+            .filter(|&g| g != me)
+            .collect()
+    }
+
+    /// Elastic jobs: whether a node waits to join the round after `round` (scale up: Note
+    /// [Elastic rounds]). Checked by every agent, even one alone in its round.
+    pub(crate) fn node_waiting(&self, round: u32) -> bool {
+        !self.lost.get() && crate::elastic::someone_waiting(&*self.ctl, round + 1)
     }
 
     /// Starts this node's heartbeat for round `round` (nothing with one node).
@@ -152,7 +178,7 @@ impl Coordinator {
             return None;
         }
         b.read_at = Some(now);
-        let others: Vec<u32> = (0..self.nnodes).filter(|&g| g != self.node_rank).collect();
+        let others = self.others();
         let counts = self.heartbeat_counts(round, &others)?;
         for (&g, count) in others.iter().zip(counts) {
             let (last, moved) = &mut b.seen[g as usize];
@@ -216,7 +242,7 @@ impl Coordinator {
 
     /// Whether there are other nodes to tell and hear from (more than one node, store alive).
     pub(crate) fn has_peers(&self) -> bool {
-        self.nnodes > 1 && !self.lost.get()
+        self.members.borrow().len() > 1 && !self.lost.get()
     }
 
     /// Publishes `cause` as round `round`'s root cause unless another node was first; returns
@@ -312,7 +338,7 @@ impl Coordinator {
         if !self.has_peers() {
             return None;
         }
-        let nnodes = i64::from(self.nnodes);
+        let nnodes = self.members.borrow().len() as i64;
         let done = keys::agent(round, "done");
         let left = keys::agent(round, "left");
         if let Err(e) = self.ctl.add(&done, 1) {
@@ -385,7 +411,7 @@ impl Coordinator {
         {
             return;
         }
-        let mut pending: Vec<u32> = (0..self.nnodes).filter(|&g| g != me).collect();
+        let mut pending = self.others();
         let deadline = Instant::now() + ROWS_WAIT;
         loop {
             pending.retain(|&g| {
@@ -420,7 +446,7 @@ impl Coordinator {
         let deadline = Instant::now() + ROWS_WAIT;
         while Instant::now() < deadline {
             match self.ctl.add(&reported, 0) {
-                Ok(n) if n + 1 < i64::from(self.nnodes) => {
+                Ok(n) if n + 1 < self.members.borrow().len() as i64 => {
                     std::thread::sleep(Duration::from_millis(10))
                 }
                 _ => break,

@@ -83,11 +83,27 @@ pub enum Error {
         /// The other node.
         node_rank: u32,
         /// Its `--nnodes`.
-        theirs: u32,
+        theirs: String,
         /// This node.
         mine_rank: u32,
         /// This node's `--nnodes`.
-        mine: u32,
+        mine: String,
+    },
+    /// An elastic round did not reach `MIN` nodes in time.
+    #[error(
+        "elastic rendezvous round {round}: {joined} of at least {min} node(s) joined within          {waited_s:.0} s (PHALANX_TIMEOUT); nodes in: {members:?}. Start more nodes with the          same --master-addr/--master-port and PHALANX_TOKEN, or lower MIN in --nnodes MIN:MAX"
+    )]
+    ElasticTimeout {
+        /// The round.
+        round: u32,
+        /// How many nodes joined.
+        joined: u32,
+        /// `MIN` of `--nnodes MIN:MAX`.
+        min: u32,
+        /// Node ranks that joined.
+        members: Vec<u32>,
+        /// Seconds waited.
+        waited_s: f64,
     },
     /// Some nodes never joined the rendezvous.
     #[error(

@@ -26,6 +26,7 @@ mod agent;
 mod args;
 mod coordinate;
 mod diagnosis;
+mod elastic;
 mod error;
 mod output;
 mod program;
@@ -39,7 +40,7 @@ mod tee;
 mod worker;
 mod worker_env;
 
-pub use args::LaunchArgs;
+pub use args::{LaunchArgs, Nnodes};
 pub use error::Error;
 pub use program::{program_argv, python};
 pub use signals::signal_name;

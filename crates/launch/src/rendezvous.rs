@@ -22,6 +22,9 @@ use crate::Error;
 pub(crate) struct Claim {
     pub(crate) nproc: u32,
     pub(crate) nnodes: u32,
+    /// `MIN` of an elastic `--nnodes MIN:MAX` (`nnodes` is `MAX`); 0 in a static job.
+    #[serde(default)]
+    pub(crate) min_nnodes: u32,
     /// Random per agent process: tells two agents with the same node rank apart.
     pub(crate) nonce: String,
     pub(crate) host: String,
@@ -30,7 +33,7 @@ pub(crate) struct Claim {
 /// How long node 0 keeps the store up after finding that another node disagrees on --nnodes.
 const MISMATCH_LINGER: Duration = Duration::from_millis(600);
 
-fn store_err(op: &'static str, key: &str, e: phalanx_store::Error) -> Error {
+pub(crate) fn store_err(op: &'static str, key: &str, e: phalanx_store::Error) -> Error {
     Error::Store {
         op,
         key: key.to_string(),
@@ -54,22 +57,7 @@ pub(crate) fn rendezvous(
     timeout: Duration,
     interrupted: &mut dyn FnMut() -> bool,
 ) -> Result<Option<Layout>, Error> {
-    let mine = serde_json::to_vec(claim).expect("a claim serialises");
-    let my_key = keys::agent(round, &format!("node/{group_rank}"));
-    let got = store
-        .compare_set(&my_key, b"", &mine)
-        .map_err(|e| store_err("compare_set", &my_key, e))?;
-    if got != mine {
-        let other = serde_json::from_slice::<Claim>(&got)
-            .map(|c| c.host)
-            .unwrap_or_else(|_| "an unknown host".into());
-        return Err(Error::DuplicateNodeRank {
-            node_rank: group_rank,
-            round,
-            host: claim.host.clone(),
-            other,
-        });
-    }
+    claim_node(store, round, group_rank, claim)?;
     let keys: Vec<String> = (0..claim.nnodes)
         .map(|g| keys::agent(round, &format!("node/{g}")))
         .collect();
@@ -159,12 +147,39 @@ pub(crate) fn rendezvous(
             };
             Err(Error::InconsistentNnodes {
                 node_rank: theirs.0,
-                theirs: theirs.1,
+                theirs: theirs.1.to_string(),
                 mine_rank: mine.0,
-                mine: mine.1,
+                mine: mine.1.to_string(),
             })
         }
     }
+}
+
+/// Writes this agent's claim to node `group_rank`'s place in round `round`; a place another
+/// agent holds is a duplicate `--node-rank`, named with both hosts.
+pub(crate) fn claim_node(
+    store: &dyn Store,
+    round: u32,
+    group_rank: u32,
+    claim: &Claim,
+) -> Result<(), Error> {
+    let mine = serde_json::to_vec(claim).expect("a claim serialises");
+    let my_key = keys::agent(round, &format!("node/{group_rank}"));
+    let got = store
+        .compare_set(&my_key, b"", &mine)
+        .map_err(|e| store_err("compare_set", &my_key, e))?;
+    if got != mine {
+        let other = serde_json::from_slice::<Claim>(&got)
+            .map(|c| c.host)
+            .unwrap_or_else(|_| "an unknown host".into());
+        return Err(Error::DuplicateNodeRank {
+            node_rank: group_rank,
+            round,
+            host: claim.host.clone(),
+            other,
+        });
+    }
+    Ok(())
 }
 
 /// What the last agent to join publishes under `agent/<round>/layout`.
@@ -232,7 +247,7 @@ fn settle(store: &dyn Store, keys: &[String]) -> Result<Option<Outcome>, Error> 
     Ok(Some(Outcome::Sizes(sizes)))
 }
 
-fn read_claim(store: &dyn Store, k: &str) -> Result<Claim, Error> {
+pub(crate) fn read_claim(store: &dyn Store, k: &str) -> Result<Claim, Error> {
     parse_claim(k, &store.get(k).map_err(|e| store_err("get", k, e))?)
 }
 

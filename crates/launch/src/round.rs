@@ -29,6 +29,9 @@ pub(crate) enum End {
     Signal(i32),
     /// A worker failed (here or on another node), or another node stopped the job.
     Failed(RootCause),
+    /// Elastic jobs: a node waits to join, so the round ended for a new one (Note [Elastic
+    /// rounds] in `elastic.rs`); not a failure.
+    Rejoin,
 }
 
 /// What the monitor loop saw first.
@@ -39,6 +42,8 @@ enum Watch {
     Stopped(u32, Duration),
     Remote(RootCause),
     Signal(i32),
+    /// Elastic jobs: a node waits to join the next round.
+    Rejoin,
 }
 
 /// How long the agent waits for workers to die after SIGKILL (they cannot refuse it).
@@ -73,12 +78,26 @@ pub(crate) struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Runs round `round`: rendezvous, start this node's workers, watch them and the other
-    /// nodes, and on a failure stop them and report.
-    pub(crate) fn run_round(&self, coord: &Coordinator, round: u32) -> anyhow::Result<End> {
-        let Some(layout) = self.layout(round)? else {
-            return Ok(End::Signal(signals::take().unwrap_or(libc::SIGTERM)));
+    /// Runs round `round` (in an elastic job, the newest open round from `round` on):
+    /// rendezvous, start this node's workers, watch them and the other nodes, and on a failure
+    /// stop them and report. Returns the round it ran and how it ended.
+    pub(crate) fn run_round(&self, coord: &Coordinator, round: u32) -> anyhow::Result<(u32, End)> {
+        let Some((round, layout, members)) = self.layout(round)? else {
+            return Ok((round, End::Signal(signals::take().unwrap_or(libc::SIGTERM))));
         };
+        if self.args.nnodes.is_elastic() {
+            eprintln!(
+                "phalanx launch: round {round}: nodes {members:?} ({} workers; this node is                  group rank {})",
+                layout.world_size, layout.group_rank
+            );
+        }
+        coord.set_members(members);
+        let end = self.run_layout(coord, round, &layout)?;
+        Ok((round, end))
+    }
+
+    fn run_layout(&self, coord: &Coordinator, round: u32, layout: &Layout) -> anyhow::Result<End> {
+        let layout = layout.clone();
         // Beats until this round ends (Note [Agent heartbeats]).
         let _heartbeat = coord.heartbeat(round);
         let attempt_dir = self
@@ -169,6 +188,13 @@ impl Job<'_> {
                 coord.publish(round, cause)
             }
             Watch::Remote(cause) => cause,
+            Watch::Rejoin => {
+                eprintln!(
+                    "phalanx launch: a node waits to join: ending round {round} for a new                      rendezvous; the workers restart from the job's newest checkpoint"
+                );
+                self.stop(&mut workers, &rx, libc::SIGTERM);
+                return Ok(End::Rejoin);
+            }
         };
         // Before anything is stopped: which workers are stopped, stuck or busy.
         let seen = crate::diagnosis::snapshot(&workers);
@@ -194,25 +220,45 @@ impl Job<'_> {
         })
     }
 
-    /// This node's place in round `round`; `None` when a signal interrupted the rendezvous.
-    fn layout(&self, round: u32) -> Result<Option<Layout>, Error> {
-        if self.args.nnodes == 1 {
-            return Ok(Some(Layout::from_sizes(0, &[self.args.nproc_per_node])));
+    /// This node's place in round `round` (an elastic job: the round it joined) and the node
+    /// ranks in it; `None` when a signal interrupted the rendezvous.
+    fn layout(&self, round: u32) -> Result<Option<(u32, Layout, Vec<u32>)>, Error> {
+        let nnodes = self.args.nnodes;
+        if nnodes.max == 1 {
+            let layout = Layout::from_sizes(0, &[self.args.nproc_per_node]);
+            return Ok(Some((round, layout, vec![0])));
         }
         let claim = Claim {
             nproc: self.args.nproc_per_node,
-            nnodes: self.args.nnodes,
+            nnodes: nnodes.max,
+            min_nnodes: if nnodes.is_elastic() { nnodes.min } else { 0 },
             nonce: self.nonce.clone(),
             host: self.host.clone(),
         };
-        rendezvous(
+        if nnodes.is_elastic() {
+            let joined = crate::elastic::join(
+                &*self.store,
+                round,
+                self.args.node_rank,
+                &claim,
+                &crate::elastic::Rules {
+                    nnodes,
+                    last_call: self.args.rdzv_last_call,
+                    timeout: self.timeout,
+                },
+                &mut || signals::pending(),
+            )?;
+            return Ok(joined.map(|m| (m.round, m.layout, m.members)));
+        }
+        let layout = rendezvous(
             &*self.store,
             round,
             self.args.node_rank,
             &claim,
             self.timeout,
             &mut || signals::pending(),
-        )
+        )?;
+        Ok(layout.map(|l| (round, l, (0..nnodes.max).collect())))
     }
 
     fn spec(
@@ -312,6 +358,9 @@ impl Job<'_> {
                 }
                 if let Some((lr, stopped_for)) = stopped.check(workers, self.timeout) {
                     return Watch::Stopped(lr, stopped_for);
+                }
+                if self.args.nnodes.is_elastic() && coord.node_waiting(round) {
+                    return Watch::Rejoin;
                 }
             }
         }

@@ -6,6 +6,7 @@ fn claim(nproc: u32, nnodes: u32, nonce: &str) -> Claim {
     Claim {
         nproc,
         nnodes,
+        min_nnodes: 0,
         nonce: nonce.into(),
         host: format!("host-{nonce}"),
     }

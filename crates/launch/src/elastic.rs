@@ -1,0 +1,396 @@
+//! Elastic rendezvous (`--nnodes MIN:MAX`): each round is made of whichever nodes are there.
+//!
+//! Note [Elastic rounds]
+//! Keys, besides the static rounds' `agent/<r>/node/<g>` claims and `agent/<r>/joined` counter
+//! (`rendezvous.rs`):
+//! - `agent/elastic/round`: the newest round any agent has joined;
+//! - `agent/<r>/members`: round `r`'s outcome, `members 0:2 2:1` (node rank : workers), written
+//!   by node 0 when it closes the round.
+//!
+//! An agent joins the newest round unless that round is closed already, in which case it joins
+//! the next one. Joining the next round is also how a running job learns that a node is waiting:
+//! every agent of the running round checks the next round's `joined` counter at each monitor
+//! tick and, when it moves, stops its workers and joins too (scale up). A round that ends in a
+//! failure sends its surviving agents to the next round the same way; a node that is gone does
+//! not join it (scale down). Workers restart from the job's newest checkpoint at the new world
+//! size.
+//!
+//! Node 0 closes every round: once MIN nodes are in, it waits `--rdzv-last-call` for more (or
+//! until MAX are in) and writes the members. An agent that joined after the close is not among
+//! them and goes on to the next round. Node 0 hosts the store, so it is in every round; losing
+//! it ends the job, as losing torchrun's rendezvous host does.
+
+use std::time::{Duration, Instant};
+
+use phalanx_store::{keys, Store};
+
+use crate::args::Nnodes;
+use crate::rendezvous::{claim_node, read_claim, store_err, Claim};
+use crate::worker_env::Layout;
+use crate::Error;
+
+/// The newest round any agent has joined (Note [Elastic rounds]).
+const NEWEST_ROUND: &str = "agent/elastic/round";
+/// How often node 0 counts the agents in an open round, and others look for its outcome.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How a round is formed: `--nnodes MIN:MAX`, `--rdzv-last-call`, PHALANX_TIMEOUT.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    pub(crate) nnodes: Nnodes,
+    pub(crate) last_call: Duration,
+    pub(crate) timeout: Duration,
+}
+
+/// This node's place in an elastic round.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    /// The round joined.
+    pub(crate) round: u32,
+    /// This node's ranks in it.
+    pub(crate) layout: Layout,
+    /// The node ranks in the round, ascending.
+    pub(crate) members: Vec<u32>,
+}
+
+/// Joins the newest open round (Note [Elastic rounds]) as node `group_rank`, starting the
+/// search at round `from`; returns the round and this node's layout once node 0 has closed
+/// it with this node in. `None` when `interrupted` (the agent's signal check) says so.
+pub(crate) fn join(
+    store: &dyn Store,
+    from: u32,
+    group_rank: u32,
+    claim: &Claim,
+    rules: &Rules,
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<Option<Membership>, Error> {
+    let start = Instant::now();
+    let mut round = newest_round(store)?.max(from);
+    loop {
+        if outcome(store, round)?.is_some() {
+            round += 1;
+            continue;
+        }
+        claim_node(store, round, group_rank, claim)?;
+        advance_newest(store, round)?;
+        let joined = keys::agent(round, "joined");
+        store
+            .add(&joined, 1)
+            .map_err(|e| store_err("add", &joined, e))?;
+        let members = match group_rank {
+            0 => close(store, round, claim, rules, interrupted)?,
+            _ => wait_outcome(store, round, rules.timeout, start, interrupted)?,
+        };
+        let Some(members) = members else {
+            return Ok(None);
+        };
+        if let Some(at) = members.iter().position(|&(g, _)| g == group_rank) {
+            let sizes: Vec<u32> = members.iter().map(|&(_, n)| n).collect();
+            return Ok(Some(Membership {
+                round,
+                layout: Layout::from_sizes(at as u32, &sizes),
+                members: members.iter().map(|&(g, _)| g).collect(),
+            }));
+        }
+        // Joined after node 0 closed the round: the next one admits this node.
+        round += 1;
+    }
+}
+
+/// Whether an agent has joined round `round` (the one after a running round): then the
+/// running round ends so that everyone meets there (scale up).
+pub(crate) fn someone_waiting(store: &dyn Store, round: u32) -> bool {
+    store
+        .check(&[&keys::agent(round, "joined")])
+        .unwrap_or(false)
+}
+
+fn newest_round(store: &dyn Store) -> Result<u32, Error> {
+    let n = store
+        .add(NEWEST_ROUND, 0)
+        .map_err(|e| store_err("add", NEWEST_ROUND, e))?;
+    Ok(u32::try_from(n).unwrap_or(0))
+}
+
+/// Raises the newest round to at least `round`.
+fn advance_newest(store: &dyn Store, round: u32) -> Result<(), Error> {
+    loop {
+        let now = newest_round(store)?;
+        if now >= round {
+            return Ok(());
+        }
+        // The counter holds a decimal string (`add`); compare_set moves it only from `now`.
+        let (old, new) = (now.to_string(), round.to_string());
+        let got = store
+            .compare_set(NEWEST_ROUND, old.as_bytes(), new.as_bytes())
+            .map_err(|e| store_err("compare_set", NEWEST_ROUND, e))?;
+        if got == new.as_bytes() {
+            return Ok(());
+        }
+    }
+}
+
+/// Round `round`'s members, if node 0 has closed it.
+fn outcome(store: &dyn Store, round: u32) -> Result<Option<Vec<(u32, u32)>>, Error> {
+    let k = keys::agent(round, "members");
+    if !store.check(&[&k]).map_err(|e| store_err("check", &k, e))? {
+        return Ok(None);
+    }
+    let text = store.get(&k).map_err(|e| store_err("get", &k, e))?;
+    parse_members(&text).map(Some).ok_or_else(|| Error::Store {
+        op: "elastic rendezvous",
+        key: k,
+        reason: format!("unreadable outcome {:?}", String::from_utf8_lossy(&text)),
+    })
+}
+
+/// Node 0: waits for MIN agents, then `last_call` for more (or MAX), and publishes the members.
+/// A node started with another `--nnodes` is refused by name.
+fn close(
+    store: &dyn Store,
+    round: u32,
+    mine: &Claim,
+    rules: &Rules,
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<Option<Vec<(u32, u32)>>, Error> {
+    let Rules {
+        nnodes,
+        last_call,
+        timeout,
+    } = *rules;
+    let start = Instant::now();
+    let joined_key = keys::agent(round, "joined");
+    let mut min_reached: Option<Instant> = None;
+    loop {
+        let joined = store
+            .add(&joined_key, 0)
+            .map_err(|e| store_err("add", &joined_key, e))?;
+        let joined = u32::try_from(joined).unwrap_or(0);
+        if joined >= nnodes.max {
+            break;
+        }
+        if joined >= nnodes.min {
+            let since = *min_reached.get_or_insert_with(Instant::now);
+            if since.elapsed() >= last_call {
+                break;
+            }
+        }
+        if interrupted() {
+            return Ok(None);
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::ElasticTimeout {
+                round,
+                joined,
+                min: nnodes.min,
+                members: claims(store, round, nnodes.max)?
+                    .into_iter()
+                    .map(|(g, _)| g)
+                    .collect(),
+                waited_s: start.elapsed().as_secs_f64(),
+            });
+        }
+        std::thread::sleep(POLL);
+    }
+    let claims = claims(store, round, nnodes.max)?;
+    let k = keys::agent(round, "members");
+    if let Some((g, c)) = claims
+        .iter()
+        .find(|(_, c)| c.nnodes != mine.nnodes || c.min_nnodes != mine.min_nnodes)
+    {
+        let text = format!("mismatch {g} {}:{}", c.min_nnodes, c.nnodes);
+        store
+            .compare_set(&k, b"", text.as_bytes())
+            .map_err(|e| store_err("compare_set", &k, e))?;
+        return Err(Error::InconsistentNnodes {
+            node_rank: *g,
+            theirs: span(c),
+            mine_rank: 0,
+            mine: nnodes.to_string(),
+        });
+    }
+    let members: Vec<(u32, u32)> = claims.iter().map(|(g, c)| (*g, c.nproc)).collect();
+    let text = format!(
+        "members {}",
+        members
+            .iter()
+            .map(|(g, n)| format!("{g}:{n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    store
+        .compare_set(&k, b"", text.as_bytes())
+        .map_err(|e| store_err("compare_set", &k, e))?;
+    Ok(Some(members))
+}
+
+/// `--nnodes` as the claim's node gave it.
+fn span(c: &Claim) -> String {
+    match c.min_nnodes {
+        0 => c.nnodes.to_string(),
+        min if min == c.nnodes => min.to_string(),
+        min => format!("{min}:{}", c.nnodes),
+    }
+}
+
+/// Every claim in round `round`, by node rank.
+fn claims(store: &dyn Store, round: u32, max: u32) -> Result<Vec<(u32, Claim)>, Error> {
+    let mut out = Vec::new();
+    for g in 0..max {
+        let k = keys::agent(round, &format!("node/{g}"));
+        if store.check(&[&k]).map_err(|e| store_err("check", &k, e))? {
+            out.push((g, read_claim(store, &k)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Any node but 0: waits for node 0 to close round `round`.
+fn wait_outcome(
+    store: &dyn Store,
+    round: u32,
+    timeout: Duration,
+    start: Instant,
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<Option<Vec<(u32, u32)>>, Error> {
+    let k = keys::agent(round, "members");
+    loop {
+        match store.wait_timeout(&[&k], Duration::from_millis(200)) {
+            Ok(()) => break,
+            Err(phalanx_store::Error::Timeout { .. }) => {}
+            Err(e) => return Err(store_err("wait", &k, e)),
+        }
+        if interrupted() {
+            return Ok(None);
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::RendezvousTimeout {
+                round,
+                missing: vec![0],
+                nnodes: 1,
+                waited_s: start.elapsed().as_secs_f64(),
+            });
+        }
+    }
+    let text = store.get(&k).map_err(|e| store_err("get", &k, e))?;
+    if let Some(rest) = text.strip_prefix(b"mismatch ") {
+        let rest = String::from_utf8_lossy(rest).into_owned();
+        let (g, theirs) = rest.split_once(' ').unwrap_or(("?", "?"));
+        return Err(Error::InconsistentNnodes {
+            node_rank: g.parse().unwrap_or(u32::MAX),
+            theirs: theirs.to_string(),
+            mine_rank: 0,
+            mine: "node 0's".to_string(),
+        });
+    }
+    parse_members(&text).map(Some).ok_or_else(|| Error::Store {
+        op: "elastic rendezvous",
+        key: k,
+        reason: format!("unreadable outcome {:?}", String::from_utf8_lossy(&text)),
+    })
+}
+
+fn parse_members(text: &[u8]) -> Option<Vec<(u32, u32)>> {
+    let text = std::str::from_utf8(text).ok()?.strip_prefix("members ")?;
+    text.split(' ')
+        .map(|m| {
+            let (g, n) = m.split_once(':')?;
+            Some((g.parse().ok()?, n.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use phalanx_store::HashStore;
+
+    use super::*;
+
+    fn claim(nproc: u32, min: u32, max: u32) -> Claim {
+        Claim {
+            nproc,
+            nnodes: max,
+            min_nnodes: min,
+            nonce: format!("n{nproc}"),
+            host: "h".into(),
+        }
+    }
+
+    fn join_on(store: &Arc<HashStore>, from: u32, g: u32, c: Claim) -> Result<Membership, Error> {
+        let rules = Rules {
+            nnodes: Nnodes {
+                min: c.min_nnodes,
+                max: c.nnodes,
+            },
+            last_call: Duration::from_millis(300),
+            timeout: Duration::from_secs(10),
+        };
+        join(&**store, from, g, &c, &rules, &mut || false).map(|m| m.expect("not interrupted"))
+    }
+
+    #[test]
+    fn a_round_starts_with_min_after_the_last_call_and_a_late_node_gets_the_next() {
+        let store = Arc::new(HashStore::default());
+        let s = store.clone();
+        let n2 = std::thread::spawn(move || join_on(&s, 0, 2, claim(2, 2, 3)));
+        let m0 = join_on(&store, 0, 0, claim(1, 2, 3)).unwrap();
+        let m2 = n2.join().unwrap().unwrap();
+        assert_eq!((m0.round, m2.round), (0, 0));
+        assert_eq!(m0.members, vec![0, 2]);
+        assert_eq!((m2.layout.group_rank, m2.layout.base_rank), (1, 1));
+        assert_eq!(m2.layout.world_size, 3);
+        // Node 1 arrives while round 0 runs: it joins round 1, which the others see.
+        let s = store.clone();
+        let n1 = std::thread::spawn(move || join_on(&s, 0, 1, claim(1, 2, 3)));
+        while !someone_waiting(&*store, 1) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let s = store.clone();
+        let n2 = std::thread::spawn(move || join_on(&s, 1, 2, claim(2, 2, 3)));
+        let m0 = join_on(&store, 1, 0, claim(1, 2, 3)).unwrap();
+        let (m1, m2) = (n1.join().unwrap().unwrap(), n2.join().unwrap().unwrap());
+        assert_eq!((m0.round, m1.round, m2.round), (1, 1, 1));
+        assert_eq!(m1.members, vec![0, 1, 2]);
+        assert_eq!((m1.layout.base_rank, m2.layout.base_rank), (1, 2));
+        assert_eq!(m2.layout.world_size, 4);
+    }
+
+    #[test]
+    fn a_node_with_another_range_is_named() {
+        let store = Arc::new(HashStore::default());
+        let s = store.clone();
+        let n1 = std::thread::spawn(move || join_on(&s, 0, 1, claim(1, 1, 2)));
+        let e0 = join_on(&store, 0, 0, claim(1, 2, 3))
+            .unwrap_err()
+            .to_string();
+        let e1 = n1.join().unwrap().unwrap_err().to_string();
+        assert!(
+            e0.contains("node 1") && e0.contains("1:2") && e0.contains("2:3"),
+            "{e0}"
+        );
+        assert!(e1.contains("node 1") && e1.contains("1:2"), "{e1}");
+    }
+
+    #[test]
+    fn too_few_nodes_time_out_naming_who_is_in() {
+        let store = HashStore::default();
+        let c = claim(1, 2, 3);
+        let e = join(
+            &store,
+            0,
+            0,
+            &c,
+            &Rules {
+                nnodes: Nnodes { min: 2, max: 3 },
+                last_call: Duration::ZERO,
+                timeout: Duration::from_millis(200),
+            },
+            &mut || false,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("1 of at least 2") && e.contains("[0]"), "{e}");
+    }
+}
