@@ -91,7 +91,9 @@ pub enum Error {
     },
     /// An elastic round did not reach `MIN` nodes in time.
     #[error(
-        "elastic rendezvous round {round}: {joined} of at least {min} node(s) joined within          {waited_s:.0} s (PHALANX_TIMEOUT); nodes in: {members:?}. Start more nodes with the          same --master-addr/--master-port and PHALANX_TOKEN, or lower MIN in --nnodes MIN:MAX"
+        "elastic rendezvous round {round}: {joined} of at least {min} node(s) joined within \
+         {waited_s:.0} s (PHALANX_TIMEOUT); nodes in: {members:?}. Start more nodes with the \
+         same --master-addr/--master-port and PHALANX_TOKEN, or lower MIN in --nnodes MIN:MAX"
     )]
     ElasticTimeout {
         /// The round.

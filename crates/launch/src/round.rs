@@ -87,7 +87,8 @@ impl Job<'_> {
         };
         if self.args.nnodes.is_elastic() {
             eprintln!(
-                "phalanx launch: round {round}: nodes {members:?} ({} workers; this node is                  group rank {})",
+                "phalanx launch: round {round}: nodes {members:?} ({} workers; this node is \
+                 group rank {})",
                 layout.world_size, layout.group_rank
             );
         }
@@ -190,7 +191,8 @@ impl Job<'_> {
             Watch::Remote(cause) => cause,
             Watch::Rejoin => {
                 eprintln!(
-                    "phalanx launch: a node waits to join: ending round {round} for a new                      rendezvous; the workers restart from the job's newest checkpoint"
+                    "phalanx launch: a node waits to join: ending round {round} for a new \
+                     rendezvous; the workers restart from the job's newest checkpoint"
                 );
                 self.stop(&mut workers, &rx, libc::SIGTERM);
                 return Ok(End::Rejoin);
