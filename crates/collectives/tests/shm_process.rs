@@ -1,14 +1,20 @@
-//! Shared-memory allreduce between real processes (this test binary re-executed as rank 1),
-//! bitwise against a sequential fold in the canonical order, on the small and chunked paths.
+//! Shared-memory collectives between real processes (this test binary re-executed as rank 1):
+//! allreduce bitwise against a sequential fold in the canonical order, on the small and
+//! chunked paths; broadcast, allgather and all_to_all element by element, through the shared
+//! buffers and with single copies from the peer's memory (Note [Single copy]) where the
+//! kernel allows it.
 
 use std::{
     process::{Child, Command},
     time::{Duration, Instant},
 };
 
-use phalanx_collectives::{allreduce_shm, broadcast_shm, kernels::reduce_into, segments};
+use phalanx_collectives::{
+    all_to_all_shm, allgather_shm, allreduce_shm, broadcast_shm, kernels::reduce_into, segments,
+};
 use phalanx_core::ReduceOp;
 use phalanx_transport::shm::{ShmGroup, ShmSegment};
+use phalanx_transport::CollectiveKind;
 
 const CHILD_ENV: &str = "SHM_PROCESS_TEST_CHILD_JOB";
 const BUFFER: usize = 64 * 1024;
@@ -53,22 +59,55 @@ fn group(job: &str, rank: usize) -> ShmGroup {
     ShmGroup::new(rank, 2, own, peers, Duration::from_secs(30)).unwrap()
 }
 
-/// Both ranks run this; returns the cases whose results were wrong.
+/// Both ranks run this, through the shared buffers and then with single copies where the
+/// group can; returns the cases whose results were wrong.
 fn run(job: &str, rank: usize) -> Vec<String> {
-    let mut g = group(job, rank);
     let mut bad = Vec::new();
-    for (seq, count) in COUNTS.into_iter().enumerate() {
-        let mut buf = input(rank, count);
-        allreduce_shm(&mut g, 2 * seq as u64, &mut buf, ReduceOp::Avg).unwrap();
-        if bytemuck::cast_slice::<f32, u8>(&buf)
-            != bytemuck::cast_slice::<f32, u8>(&expected(count))
-        {
-            bad.push(format!("allreduce count {count} rank {rank}"));
+    for single in [false, true] {
+        let mut g = group(&format!("{job}-{single}"), rank).with_single_copy(single);
+        let mode = if g.single_copy() {
+            "single copy"
+        } else {
+            "shared buffers"
+        };
+        if single && !g.single_copy() {
+            eprintln!("single copies are not available here (process_vm_readv refused)");
         }
-        let mut b = input(rank, count);
-        broadcast_shm(&mut g, 2 * seq as u64 + 1, &mut b, 1).unwrap();
-        if b != input(1, count) {
-            bad.push(format!("broadcast count {count} rank {rank}"));
+        for (seq, count) in COUNTS.into_iter().enumerate() {
+            let seq = 4 * seq as u64;
+            let mut buf = input(rank, count);
+            allreduce_shm(&mut g, seq, &mut buf, ReduceOp::Avg).unwrap();
+            if bytemuck::cast_slice::<f32, u8>(&buf)
+                != bytemuck::cast_slice::<f32, u8>(&expected(count))
+            {
+                bad.push(format!("allreduce count {count} rank {rank} ({mode})"));
+            }
+            let mut b = input(rank, count);
+            broadcast_shm(&mut g, seq + 1, &mut b, 1).unwrap();
+            if b != input(1, count) {
+                bad.push(format!("broadcast count {count} rank {rank} ({mode})"));
+            }
+            let mut all = vec![0f32; 2 * count];
+            let kind = CollectiveKind::Allgather;
+            allgather_shm(
+                &mut g,
+                seq + 2,
+                &input(rank, count),
+                &mut all,
+                &[0, count, 2 * count],
+                kind,
+            )
+            .unwrap();
+            if all != [input(0, count), input(1, count)].concat() {
+                bad.push(format!("allgather count {count} rank {rank} ({mode})"));
+            }
+            // Block p of rank q's send is input(2q + p + 2).
+            let send = [input(2 * rank + 2, count), input(2 * rank + 3, count)].concat();
+            let mut recv = vec![0f32; 2 * count];
+            all_to_all_shm(&mut g, seq + 3, &send, &mut recv).unwrap();
+            if recv != [input(rank + 2, count), input(rank + 4, count)].concat() {
+                bad.push(format!("all_to_all count {count} rank {rank} ({mode})"));
+            }
         }
     }
     bad

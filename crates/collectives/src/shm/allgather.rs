@@ -9,6 +9,8 @@ use std::ops::Range;
 use phalanx_core::Element;
 use phalanx_transport::{shm::ShmGroup, CollectiveKind, Fingerprint, Result};
 
+use super::bytes::{as_bytes, as_bytes_mut};
+use super::SINGLE_COPY_MIN_BYTES;
 use crate::{segments, Algorithm};
 
 /// After this, every rank's `buf` holds every rank's `slice(p)`.
@@ -62,6 +64,17 @@ pub fn allgather_shm<T: Element>(
         return Ok(Algorithm::Local);
     }
     let fp = crate::fp::<T>(seq, kind, None, offsets[n], 0);
+    // Decided on the total, which every rank knows, so that all take the same path.
+    if g.single_copy() && offsets[n] * std::mem::size_of::<T>() / n >= SINGLE_COPY_MIN_BYTES {
+        g.expose(as_bytes(send));
+        g.step_all(&fp)?;
+        for p in (0..n).filter(|&p| p != r) {
+            g.read_exposed(p, 0, as_bytes_mut(&mut recv[offsets[p]..offsets[p + 1]]))?;
+        }
+        // Peers keep `send` alive and unchanged until every rank has read it.
+        g.step_all(&fp)?;
+        return Ok(Algorithm::Shm);
+    }
     allgather_slices(g, &fp, recv, &|p| offsets[p]..offsets[p + 1])?;
     Ok(Algorithm::Shm)
 }
@@ -91,8 +104,18 @@ pub fn all_to_all_shm<T: Element>(
     // The same fingerprint as over TCP (counts per pair are checked by the frame there).
     let fp = crate::fp::<T>(seq, CollectiveKind::AllToAll, None, 0, 0);
     let size = std::mem::size_of::<T>();
-    let slot = (g.buffer_bytes() / size / (n - 1)).max(1);
     let block = |p: usize| p * per..(p + 1) * per;
+    if g.single_copy() && per * size >= SINGLE_COPY_MIN_BYTES {
+        g.expose(as_bytes(send));
+        g.step_all(&fp)?;
+        for q in (0..n).filter(|&q| q != r) {
+            // Rank q's block for this rank, straight from q's `send`.
+            g.read_exposed(q, r * per * size, as_bytes_mut(&mut recv[block(q)]))?;
+        }
+        g.step_all(&fp)?;
+        return Ok(Algorithm::Shm);
+    }
+    let slot = (g.buffer_bytes() / size / (n - 1)).max(1);
     for k in 0..segments::num_chunks(per, slot) {
         let b = g.next_buffer();
         for p in (0..n).filter(|&p| p != r) {

@@ -7,7 +7,8 @@ use phalanx_transport::{
     CollectiveKind, Result,
 };
 
-use super::bytes::{as_bytes, byte_range};
+use super::bytes::{as_bytes, as_bytes_mut, byte_range};
+use super::SINGLE_COPY_MIN_BYTES;
 use crate::{fp, segments, Algorithm};
 
 /// Copies `root`'s `buf` to every rank of `g`, one buffer-sized chunk per step.
@@ -26,6 +27,22 @@ pub fn broadcast_shm<T: Element>(
         return Ok(Algorithm::Local);
     }
     let fp = fp::<T>(seq, CollectiveKind::Broadcast, None, buf.len(), root);
+    // Single copy only for two ranks up to 1 MiB: beyond, the pipelined chunks below keep
+    // root and receiver copying at once, and with more ranks several readers of the root's
+    // memory slow each other down (measured: docs/shm.md).
+    let bytes = std::mem::size_of_val(buf);
+    if g.single_copy() && n == 2 && (SINGLE_COPY_MIN_BYTES..=1 << 20).contains(&bytes) {
+        if r == root {
+            g.expose(as_bytes(buf));
+        }
+        g.step_all(&fp)?;
+        if r != root {
+            g.read_exposed(root, 0, as_bytes_mut(buf))?;
+        }
+        // The root keeps `buf` unchanged until every rank has read it.
+        g.step_all(&fp)?;
+        return Ok(Algorithm::Shm);
+    }
     let chunk = (g.buffer_bytes() / std::mem::size_of::<T>()).max(1);
     let all = 0..buf.len();
     for k in 0..segments::num_chunks(buf.len(), chunk) {

@@ -2,7 +2,10 @@
 //! they read each other's shared buffers instead of sending bytes (docs/shm.md; the protocol is
 //! Note [Shared-memory protocol] in `phalanx_transport::shm`). One file per collective:
 //! `allreduce` (one step or pieces), `reduce_scatter` (through the allreduce), `broadcast`,
-//! `barrier`, `allgather` (and all_to_all of equal blocks).
+//! `barrier`, `allgather` (and all_to_all of equal blocks). All_gather, all_to_all and
+//! broadcast copy once, straight from the sender's memory, where the group allows it
+//! (Note [Single copy] in `phalanx_transport::shm`) and blocks are at least
+//! [`SINGLE_COPY_MIN_BYTES`].
 
 mod allgather;
 pub mod allreduce;
@@ -19,3 +22,8 @@ pub use allreduce::{
 pub use barrier::barrier_shm;
 pub use broadcast::broadcast_shm;
 pub use reduce_scatter::reduce_scatter_shm;
+
+/// Blocks (bytes per rank) from which all_gather, all_to_all and broadcast read the sender's
+/// memory directly when the group allows it: below, two copies through the cache-resident
+/// shared buffers cost less than the system call and the second step (measured: docs/shm.md).
+pub const SINGLE_COPY_MIN_BYTES: usize = 64 * 1024;

@@ -4,9 +4,14 @@
 use std::{
     io,
     ops::Range,
-    sync::{atomic::Ordering, Arc},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
+
+use phalanx_core::env;
 
 use super::{
     layout::{Control, CONTROL_BYTES, MAGIC, VERSION},
@@ -52,7 +57,24 @@ pub struct ShmGroup {
     uses: u64,
     waiter: Waiter,
     failed: Option<String>,
+    /// Every rank of the group can read every other's memory (Note [Single copy]).
+    single_copy: bool,
+    /// The ranks' process ids, for single-copy reads.
+    pids: Vec<u32>,
 }
+
+/// Note [Single copy]
+/// Through the shared buffers every byte is copied twice: into the sender's buffer, out to
+/// the receiver. Where the kernel lets a process read another's memory (`process_vm_readv`,
+/// "cross-memory attach": same user, and ptrace rights, which containers and Yama's
+/// `ptrace_scope` may deny), a rank can instead copy straight from the sender's own buffer:
+/// the sender *exposes* a region (its address and length in its control block) before a
+/// step, receivers read from it after that step, and a second step keeps the region alive
+/// until every receiver is done. Open MPI's vader transport does the same (CMA). Every rank
+/// probes at setup whether it can read each peer (a value at an address the peer publishes)
+/// and publishes its verdict; the group uses single copies only when every verdict is yes,
+/// so all ranks choose the same algorithm. `PHALANX_SHM_SINGLE_COPY=0` votes no.
+static PROBE: AtomicU64 = AtomicU64::new(0);
 
 /// Aborts a [`ShmGroup`] from any thread: publishes the reason in this rank's segment and
 /// wakes every rank sleeping in a wait, which then fails naming this rank.
@@ -137,6 +159,23 @@ impl ShmGroup {
         me.buffer_bytes()
             .store(buffer_bytes as u64, Ordering::Relaxed);
         me.pid_ns().store(sys::pid_namespace(), Ordering::Relaxed);
+        let probe = PROBE
+            .compare_exchange(
+                0,
+                u64::from(std::process::id()) << 32 | 0x5a5a_0001,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .unwrap_or_else(|v| v);
+        let probe = if probe == 0 {
+            PROBE.load(Ordering::Relaxed)
+        } else {
+            probe
+        };
+        me.probe_addr()
+            .store(std::ptr::addr_of!(PROBE) as u64, Ordering::Relaxed);
+        me.probe_value().store(probe, Ordering::Relaxed);
+        me.single_copy().store(0, Ordering::Relaxed);
         me.magic().store(MAGIC, Ordering::Release);
 
         let mut segs = Vec::with_capacity(world);
@@ -196,6 +235,7 @@ impl ShmGroup {
             pids[p] = c.pid().load(Ordering::Relaxed);
             same_ns &= c.pid_ns().load(Ordering::Relaxed) == my_ns && my_ns != 0;
         }
+        let single_copy = agree_single_copy(&segs, rank, &pids, same_ns, deadline, timeout)?;
         Ok(ShmGroup {
             rank,
             world,
@@ -203,8 +243,10 @@ impl ShmGroup {
             buffer_bytes,
             step: 0,
             uses: 0,
-            waiter: Waiter::new(world, timeout, pids, same_ns),
+            waiter: Waiter::new(world, timeout, pids.clone(), same_ns),
             failed: None,
+            single_copy,
+            pids,
         })
     }
 
@@ -224,6 +266,64 @@ impl ShmGroup {
     /// Number of ranks in the group.
     pub fn world_size(&self) -> usize {
         self.world
+    }
+
+    /// Keeps the group off single copies when `on` is false (tests compare both paths);
+    /// every rank must call it alike, since all must take the same path.
+    pub fn with_single_copy(mut self, on: bool) -> Self {
+        self.single_copy &= on;
+        self
+    }
+
+    /// Whether every rank can read every other's exposed memory (Note [Single copy]).
+    pub fn single_copy(&self) -> bool {
+        self.single_copy
+    }
+
+    /// Lets peers read `region` of this process's memory (Note [Single copy]) from the next
+    /// step this rank publishes until the step after it.
+    pub fn expose(&mut self, region: &[u8]) {
+        let me = Control::of(&self.segs[self.rank]);
+        me.exposed_addr()
+            .store(region.as_ptr() as u64, Ordering::Relaxed);
+        me.exposed_len()
+            .store(region.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Copies bytes `offset..offset + dst.len()` of the region `peer` exposed into `dst`,
+    /// with one copy (Note [Single copy]). Call between the step after which `peer` exposed
+    /// it and the step that ends the exposure.
+    pub fn read_exposed(&mut self, peer: usize, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let c = Control::of(&self.segs[peer]);
+        let (addr, len) = (
+            c.exposed_addr().load(Ordering::Relaxed),
+            c.exposed_len().load(Ordering::Relaxed) as usize,
+        );
+        let (path, want) = (self.segs[peer].path().display().to_string(), dst.len());
+        let fail = |source: io::Error| Error::Shm {
+            path: path.clone(),
+            op: format!(
+                "read {want} bytes at offset {offset} of rank {peer}'s exposed {len} bytes \
+                 (process_vm_readv)"
+            ),
+            source,
+        };
+        if offset + dst.len() > len {
+            let e = fail(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "outside the exposed region",
+            ));
+            self.fail(&e);
+            return Err(e);
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let read = sys::read_process(self.pids[peer], addr + offset as u64, dst).map_err(fail);
+        if let Err(e) = &read {
+            self.fail(e);
+        }
+        read
     }
 
     /// Bytes in each of the two data buffers of every segment.
@@ -380,6 +480,57 @@ impl ShmGroup {
         self.publish(fp)?;
         self.wait_all(fp)
     }
+}
+
+/// Probes whether this rank can read every peer's memory, publishes the verdict, and waits
+/// for every peer's (Note [Single copy]): true when all are yes.
+fn agree_single_copy(
+    segs: &[ShmSegment],
+    rank: usize,
+    pids: &[u32],
+    same_ns: bool,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<bool> {
+    let wanted = env::get(env::PHALANX_SHM_SINGLE_COPY).is_none_or(|v| v != "0");
+    let can = wanted
+        && same_ns
+        && segs.iter().enumerate().all(|(p, seg)| {
+            if p == rank {
+                return true;
+            }
+            let c = Control::of(seg);
+            let (addr, want) = (
+                c.probe_addr().load(Ordering::Relaxed),
+                c.probe_value().load(Ordering::Relaxed),
+            );
+            let mut got = [0u8; 8];
+            sys::read_process(pids[p], addr, &mut got).is_ok() && u64::from_ne_bytes(got) == want
+        });
+    Control::of(&segs[rank])
+        .single_copy()
+        .store(if can { 1 } else { 2 }, Ordering::Release);
+    let mut all = can;
+    for (p, seg) in segs.iter().enumerate() {
+        let c = Control::of(seg);
+        loop {
+            match c.single_copy().load(Ordering::Acquire) {
+                0 if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
+                0 => {
+                    return Err(Error::Timeout {
+                        during: "shared-memory group setup (single-copy verdicts)".into(),
+                        waiting_for: vec![p],
+                        after: timeout,
+                    })
+                }
+                v => {
+                    all &= v == 1;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(all)
 }
 
 impl Drop for ShmGroup {

@@ -3,11 +3,12 @@
 //! ```text
 //! offset  line  contents (written by the segment's rank unless noted)
 //!      0     0  magic (u64, stored last at init), version, world, rank, pid, buffer_bytes,
-//!               pid-namespace id
+//!               pid-namespace id, single-copy probe address and value, single-copy verdict
 //!     64     1  step (u64): the last step this rank published
 //!    128     2  fingerprints of steps with even/odd numbers (2 × 32 bytes)
 //!    192     3  waiters (u32, incremented by *peers* about to sleep), futex word (u32)
-//!    256     4  abort state (u32: 0 none, 1 being written, 2 published), reason length
+//!    256     4  abort state (u32: 0 none, 1 being written, 2 published), reason length,
+//!               exposed region (address, length: Note [Single copy] in `group.rs`)
 //!    320        abort reason (up to MAX_REASON bytes)
 //!   4096        data: buffer 0, then buffer 1 (buffer_bytes each)
 //! ```
@@ -22,7 +23,7 @@ use super::segment::ShmSegment;
 /// "PHXSHM01" in little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"PHXSHM01");
 /// Layout version; bumped on any change to this file's offsets.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// Bytes before the data buffers.
 pub(crate) const CONTROL_BYTES: usize = 4096;
 /// Longest abort reason kept in the segment.
@@ -35,12 +36,17 @@ const OFF_RANK: usize = 16;
 const OFF_PID: usize = 20;
 const OFF_BUFFER_BYTES: usize = 24;
 const OFF_PIDNS: usize = 32;
+const OFF_PROBE_ADDR: usize = 40;
+const OFF_PROBE_VALUE: usize = 48;
+const OFF_SINGLE_COPY: usize = 56;
 const OFF_STEP: usize = 64;
 const OFF_FP: usize = 128;
 const OFF_WAITERS: usize = 192;
 const OFF_FUTEX: usize = 196;
 const OFF_ABORT: usize = 256;
 const OFF_REASON_LEN: usize = 260;
+const OFF_EXPOSED_ADDR: usize = 272;
+const OFF_EXPOSED_LEN: usize = 280;
 const OFF_REASON: usize = 320;
 
 // Abort states.
@@ -98,6 +104,24 @@ impl<'a> Control<'a> {
     }
     pub(crate) fn pid_ns(&self) -> &'a AtomicU64 {
         self.u64_at(OFF_PIDNS)
+    }
+    /// Where this process keeps its single-copy probe, and the value there.
+    pub(crate) fn probe_addr(&self) -> &'a AtomicU64 {
+        self.u64_at(OFF_PROBE_ADDR)
+    }
+    pub(crate) fn probe_value(&self) -> &'a AtomicU64 {
+        self.u64_at(OFF_PROBE_VALUE)
+    }
+    /// This rank's single-copy verdict: 0 not yet, 1 it can read every peer, 2 it cannot.
+    pub(crate) fn single_copy(&self) -> &'a AtomicU32 {
+        self.u32_at(OFF_SINGLE_COPY)
+    }
+    /// The region of its own memory this rank lets peers read in the current collective.
+    pub(crate) fn exposed_addr(&self) -> &'a AtomicU64 {
+        self.u64_at(OFF_EXPOSED_ADDR)
+    }
+    pub(crate) fn exposed_len(&self) -> &'a AtomicU64 {
+        self.u64_at(OFF_EXPOSED_LEN)
     }
     /// The last step this rank published.
     pub(crate) fn step(&self) -> &'a AtomicU64 {

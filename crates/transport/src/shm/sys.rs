@@ -71,6 +71,36 @@ pub(crate) fn process_exited(pid: u32) -> bool {
     }
 }
 
+/// Copies `dst.len()` bytes from `addr` in process `pid` into `dst` (Note [Single copy] in
+/// `group.rs`): one copy, by the kernel, with no shared buffer in between.
+pub(crate) fn read_process(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let local = libc::iovec {
+            iov_base: dst[done..].as_mut_ptr().cast(),
+            iov_len: dst.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        // SAFETY: `local` covers the rest of `dst`, which we borrow mutably; the kernel checks
+        // `remote` against the other process's mappings and fails instead of faulting.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
