@@ -75,7 +75,7 @@ vars! {
     PHALANX_DIRECT_MAX_BYTES = (Config, "64K", "Collectives up to this size (bytes; `64K`, `1M`) use direct exchange over TCP instead of the ring (latency over bandwidth). Must be equal on every rank.");
     PHALANX_CHUNK_BYTES = (Config, "512K", "Largest frame of a pipelined TCP ring step (bytes; `512K`, `2M`). Must be equal on every rank.");
     PHALANX_SHM_DISABLE = (Config, "0", "Set to 1 to carry every collective over TCP even when all ranks share a host (shared memory is used by default then).");
-    PHALANX_SHM_SINGLE_COPY = (Config, "1", "Set to 0 to keep shared-memory all_gather, all_to_all and broadcast on the shared buffers (two copies) even where the kernel lets ranks read each other's memory (`process_vm_readv`, one copy; used from 64 KiB per rank when every rank of the host can).");
+    PHALANX_SHM_SINGLE_COPY = (Config, "1", "Set to 0 to keep shared-memory all_gather, all_to_all and broadcast on the shared buffers (two copies) even where the kernel lets ranks read each other's memory (`process_vm_readv`, one copy; used from 16 KiB per rank (two ranks) or 128 KiB (more) when every rank of the host can).");
     PHALANX_DEBUG = (Debug, "WARN", "Log level: WARN, INFO (per rank: interface, addresses, transports, algorithms) or TRACE.");
     PHALANX_TRACE = (Debug, "", "Path prefix for a Chrome/Perfetto trace per rank.");
 }

@@ -8,7 +8,6 @@ use phalanx_transport::{
 };
 
 use super::bytes::{as_bytes, as_bytes_mut, byte_range};
-use super::SINGLE_COPY_MIN_BYTES;
 use crate::{fp, segments, Algorithm};
 
 /// Copies `root`'s `buf` to every rank of `g`, one buffer-sized chunk per step.
@@ -31,7 +30,7 @@ pub fn broadcast_shm<T: Element>(
     // root and receiver copying at once, and with more ranks several readers of the root's
     // memory slow each other down (measured: docs/shm.md).
     let bytes = std::mem::size_of_val(buf);
-    if g.single_copy() && n == 2 && (SINGLE_COPY_MIN_BYTES..=1 << 20).contains(&bytes) {
+    if g.single_copy() && n == 2 && (64 * 1024..=1 << 20).contains(&bytes) {
         if r == root {
             g.expose(as_bytes(buf));
         }

@@ -5,7 +5,7 @@
 //! `barrier`, `allgather` (and all_to_all of equal blocks). All_gather, all_to_all and
 //! broadcast copy once, straight from the sender's memory, where the group allows it
 //! (Note [Single copy] in `phalanx_transport::shm`) and blocks are at least
-//! [`SINGLE_COPY_MIN_BYTES`].
+//! [`single_copy_min_bytes`].
 
 mod allgather;
 pub mod allreduce;
@@ -23,7 +23,14 @@ pub use barrier::barrier_shm;
 pub use broadcast::broadcast_shm;
 pub use reduce_scatter::reduce_scatter_shm;
 
-/// Blocks (bytes per rank) from which all_gather, all_to_all and broadcast read the sender's
-/// memory directly when the group allows it: below, two copies through the cache-resident
-/// shared buffers cost less than the system call and the second step (measured: docs/shm.md).
-pub const SINGLE_COPY_MIN_BYTES: usize = 64 * 1024;
+/// Blocks (bytes per rank) from which all_gather and all_to_all read the sender's memory
+/// directly when the group allows it (Note [Single copy] in `phalanx_transport::shm`): below,
+/// two copies through the cache-resident shared buffers cost less than the system calls and
+/// the second step. With more than two ranks the extra step costs more (every rank must be
+/// scheduled for it; measured with 4 ranks on 2 cores), so the bar is higher (docs/shm.md).
+pub fn single_copy_min_bytes(world: usize) -> usize {
+    match world {
+        0..=2 => 16 * 1024,
+        _ => 128 * 1024,
+    }
+}
