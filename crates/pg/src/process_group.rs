@@ -266,6 +266,63 @@ impl ProcessGroup {
         })
     }
 
+    /// PyTorch's `ReduceOp.PREMUL_SUM` (NCCL's `ncclRedOpCreatePreMulSum`): every rank's
+    /// `buf` multiplied by `factor`, then summed across ranks, in place. Float dtypes only;
+    /// `factor` is rounded to `T` and each product to `T`, as a multiplication in `T` would.
+    /// With `factor = 1 / world_size` it is an average that divides before summing.
+    pub fn allreduce_premul_sum<T: Element>(&self, buf: &mut [T], factor: f64) -> Result<()> {
+        self.premultiply("allreduce", buf, factor)?;
+        self.allreduce(buf, ReduceOp::Sum)
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) with PREMUL_SUM (see
+    /// [`allreduce_premul_sum`](Self::allreduce_premul_sum)); `send` is scaled in place.
+    pub fn reduce_scatter_premul_sum<T: Element>(
+        &self,
+        send: &mut [T],
+        recv: &mut [T],
+        factor: f64,
+    ) -> Result<()> {
+        // Checked before `send` is touched: a refused call changes nothing.
+        self.check_reduce_scatter(send, recv)?;
+        self.premultiply("reduce_scatter", send, factor)?;
+        self.reduce_scatter(send, recv, ReduceOp::Sum)
+    }
+
+    /// The scale of PREMUL_SUM, refused for integer dtypes and a factor that is not finite.
+    fn premultiply<T: Element>(&self, what: &str, buf: &mut [T], factor: f64) -> Result<()> {
+        if !matches!(T::DTYPE, DType::F32 | DType::F64 | DType::BF16 | DType::F16) {
+            return Err(self.usage(format!(
+                "{what} with PREMUL_SUM: a scale before the sum, defined on float dtypes (f32, \
+                 f64, bf16, f16), not {}",
+                T::DTYPE
+            )));
+        }
+        if !factor.is_finite() {
+            return Err(self.usage(format!(
+                "{what} with PREMUL_SUM: the factor {factor} is not a finite number"
+            )));
+        }
+        // The product of two values of a float type narrower than f64 is exact in f64, so
+        // rounding it once to `T` gives `T`'s own product, bit for bit.
+        let f = T::from_f64(factor).to_f64();
+        for x in buf.iter_mut() {
+            *x = T::from_f64(x.to_f64() * f);
+        }
+        Ok(())
+    }
+
+    fn check_reduce_scatter<T: Element>(&self, send: &[T], recv: &[T]) -> Result<()> {
+        if send.len() != recv.len() * self.world_size() {
+            return Err(self.usage(format!(
+                "reduce_scatter: send holds {} elements, expected recv.len() × world_size = {}",
+                send.len(),
+                recv.len() * self.world_size()
+            )));
+        }
+        Ok(())
+    }
+
     /// Reduces `send` (world_size blocks of `recv.len()`) and leaves block `rank` in `recv`.
     pub fn reduce_scatter<T: Element>(
         &self,
@@ -274,13 +331,7 @@ impl ProcessGroup {
         op: ReduceOp,
     ) -> Result<()> {
         self.check_op::<T>("reduce_scatter", op)?;
-        if send.len() != recv.len() * self.world_size() {
-            return Err(self.usage(format!(
-                "reduce_scatter: send holds {} elements, expected recv.len() × world_size = {}",
-                send.len(),
-                recv.len() * self.world_size()
-            )));
-        }
+        self.check_reduce_scatter(send, recv)?;
         let bytes = std::mem::size_of_val(send);
         self.blocking("reduce_scatter", bytes, |s, t, seq| {
             Ok(((), t.reduce_scatter(seq, send, recv, op, &s.opts)?))

@@ -148,6 +148,90 @@ fn bitwise_ops_reduce_integers_and_refuse_floats() {
     }
 }
 
+fn premul<T: Element + std::fmt::Debug>(pg: &ProcessGroup) {
+    let (n, r) = (pg.world_size(), pg.rank());
+    for count in COUNTS {
+        for factor in [0.5, 1.0 / 3.0, -2.25] {
+            let ty = std::any::type_name::<T>();
+            // Bitwise: the sum of the inputs scaled in T.
+            let f = T::from_f64(factor).to_f64();
+            let scale = |v: Vec<T>| -> Vec<T> {
+                v.into_iter().map(|x| T::from_f64(x.to_f64() * f)).collect()
+            };
+            let mut want = scale(input::<T>(r, count));
+            pg.allreduce(&mut want, ReduceOp::Sum).unwrap();
+            let mut got = input::<T>(r, count);
+            pg.allreduce_premul_sum(&mut got, factor).unwrap();
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_f64().to_bits() == w.to_f64().to_bits()),
+                "premul_sum {ty} n={n} count={count} factor={factor}"
+            );
+            // And it is factor × the sum of the inputs, to the type's precision.
+            let tol = if std::mem::size_of::<T>() == 2 {
+                0.1
+            } else {
+                1e-3
+            };
+            let inputs: Vec<Vec<T>> = (0..n).map(|p| input::<T>(p, count)).collect();
+            for (i, g) in got.iter().enumerate() {
+                let exact: f64 = inputs.iter().map(|x| x[i].to_f64() * f).sum();
+                assert!(
+                    (g.to_f64() - exact).abs() <= tol * exact.abs().max(1.0),
+                    "premul_sum {ty} n={n} at {i}: {} vs {exact}",
+                    g.to_f64()
+                );
+            }
+            let mut send = input::<T>(r, n * count);
+            let mut recv = vec![T::from_f64(0.0); count];
+            pg.reduce_scatter_premul_sum(&mut send, &mut recv, factor)
+                .unwrap();
+            let mut want = scale(input::<T>(r, n * count));
+            let mut block = vec![T::from_f64(0.0); count];
+            pg.reduce_scatter(&mut want, &mut block, ReduceOp::Sum)
+                .unwrap();
+            assert!(
+                recv.iter()
+                    .zip(&block)
+                    .all(|(g, w)| g.to_f64().to_bits() == w.to_f64().to_bits()),
+                "reduce_scatter premul_sum {ty} n={n} count={count}"
+            );
+        }
+    }
+}
+
+#[test]
+fn premul_sum_scales_then_sums_and_refuses_integers() {
+    for n in [1, 2, 3, 4] {
+        let check = |pg: ProcessGroup| {
+            premul::<f32>(&pg);
+            premul::<f64>(&pg);
+            premul::<half::bf16>(&pg);
+            premul::<half::f16>(&pg);
+            let e = pg
+                .allreduce_premul_sum(&mut [1i32; 3], 0.5)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("PREMUL_SUM") && e.contains("not i32"), "{e}");
+            let mut send = [1f32; 3];
+            let e = pg
+                .reduce_scatter_premul_sum(&mut send, &mut [0f32; 5], 0.5)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("send holds 3 elements"), "{e}");
+            assert_eq!(send, [1f32; 3], "a refused call left send as it was");
+            let e = pg
+                .allreduce_premul_sum(&mut [1f32; 3], f64::NAN)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not a finite number"), "{e}");
+        };
+        spawn_ranks(n, check);
+        spawn_ranks_tcp(n, check);
+    }
+}
+
 #[test]
 fn reduce_is_bitwise_the_allreduce_on_the_root() {
     // Non-integer values, where the fold order shows in the last bits.
