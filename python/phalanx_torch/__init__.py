@@ -87,6 +87,23 @@ def _op(opts, what):
     return op
 
 
+def _op_scaled(opts, what, t):
+    """The op for a reduction of `t` that PREMUL_SUM may ask for: PyTorch's
+    `_make_nccl_premul_sum(factor)` is a SUM of every rank's values multiplied by `factor`
+    first. Returns (op, factor), factor None for any other op."""
+    if opts is None:
+        return "sum", None
+    name = opts.reduceOp.op.name if hasattr(opts.reduceOp, "op") else str(opts.reduceOp)
+    if name.split(".")[-1] != "PREMUL_SUM":
+        return _op(opts, what), None
+    factor = getattr(opts.reduceOp, "factor", None)
+    if factor is None:
+        raise PhalanxError(f"{what}: PREMUL_SUM without a factor")
+    if not t.is_floating_point():
+        raise PhalanxError(f"{what}: PREMUL_SUM scales floating-point tensors, not {t.dtype}")
+    return "sum", factor.item() if isinstance(factor, torch.Tensor) else float(factor)
+
+
 def _bytes(t):
     return t.numel() * t.element_size()
 
@@ -243,7 +260,9 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         t = _single(tensors, "allreduce")
         ptr, n, dt = _reducible(t, "allreduce")
-        op = _op(opts, "allreduce") if opts is not None else "sum"
+        op, factor = _op_scaled(opts, "allreduce", t)
+        if factor is not None:
+            t.mul_(factor)  # the output is the input: scaled in place, then summed
         return self._run(opts, tensors, self._group.allreduce, ptr, n, dt, op, nbytes=_bytes(t))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -306,7 +325,10 @@ class ProcessGroupPhalanx(dist.ProcessGroup):
                 f"reduce_scatter_tensor: input {input.dtype} x {m}, expected {output.dtype} x "
                 f"{n} x {self.size()}"
             )
-        op = _op(opts, "reduce_scatter") if opts is not None else "sum"
+        op, factor = _op_scaled(opts, "reduce_scatter", input)
+        if factor is not None:
+            input = input * factor  # a scaled copy: the caller's input stays as it was
+            iptr = input.data_ptr()
         return self._run(opts, result if result is not None else [output],
                          self._group.reduce_scatter, iptr, optr, n, dt, op, nbytes=_bytes(input),
                          keep=(input,))

@@ -121,6 +121,28 @@ for dtype in FLOATS + INTS:
         assert torch.equal(recv, torch.cat([data(p * world + rank, n, dtype) for p in range(world)]))
         checked += 6 + world
 
+# PREMUL_SUM (`_make_nccl_premul_sum`): every rank's values scaled by the factor, then summed.
+for dtype in FLOATS:
+    for factor in [0.5, torch.tensor([0.25], dtype=torch.float64)]:
+        f = float(factor)
+        t = data(rank, 1000, dtype)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+        want = sum(data(r, 1000, dtype).to(torch.float64) * f for r in range(world))
+        close(t, want, dtype, f"all_reduce PREMUL_SUM {f} {dtype}")
+        inp = torch.cat([data(rank + 10 * b, 7, dtype) for b in range(world)])
+        before = inp.clone()
+        out = torch.empty(7, dtype=dtype)
+        dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(factor))
+        want = sum(data(r + 10 * rank, 7, dtype).to(torch.float64) * f for r in range(world))
+        close(out, want, dtype, f"reduce_scatter_tensor PREMUL_SUM {f} {dtype}")
+        assert torch.equal(inp, before), "reduce_scatter_tensor PREMUL_SUM changed its input"
+        checked += 2
+try:
+    dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
+    raise AssertionError("PREMUL_SUM on int32 was not refused")
+except Exception as e:  # noqa: BLE001 - PyTorch may wrap the backend's error
+    assert "PREMUL_SUM scales floating-point tensors, not torch.int32" in str(e), e
+
 # bool and int8, moved as bytes
 for dtype in [torch.bool, torch.int8, torch.complex64]:
     t = (torch.arange(9) % 2 == rank % 2).to(dtype) if dtype == torch.bool else torch.arange(9).to(dtype) + rank
