@@ -191,6 +191,39 @@ fn nnodes_mismatch_is_named() {
 }
 
 #[test]
+fn a_node_running_another_program_is_named_by_both() {
+    // Node 1's script differs (`:` for `true`): a warning on both consoles, not a refusal
+    // (nodes may differ in a per-node argument); the job runs.
+    let port = free_port();
+    let n0 = start(node(port, 0, 1, "true"));
+    let n1 = start(node(port, 1, 1, ":"));
+    let (f0, f1) = (n0.wait(DEADLINE), n1.wait(DEADLINE));
+    assert_eq!(f0.code(), Some(0), "{f0:?}");
+    assert_eq!(f1.code(), Some(0), "{f1:?}");
+    assert!(
+        f0.stderr
+            .contains("warning: node 1 runs `sh -c :` but this node (node 0) runs `sh -c true`"),
+        "{}",
+        f0.stderr
+    );
+    assert!(
+        f1.stderr
+            .contains("warning: this node (node 1) runs `sh -c :` but node 0 runs `sh -c true`"),
+        "{}",
+        f1.stderr
+    );
+    // The same program, launch flags aside: no warning.
+    let port = free_port();
+    let n0 = start(node(port, 0, 2, "true"));
+    let n1 = start(node(port, 1, 1, "true"));
+    let (f0, f1) = (n0.wait(DEADLINE), n1.wait(DEADLINE));
+    assert!(
+        !f0.stderr.contains("warning") && !f1.stderr.contains("warning"),
+        "{f0:?}\n{f1:?}"
+    );
+}
+
+#[test]
 fn a_wrong_token_cannot_join() {
     let port = free_port();
     let n0 = start(node(port, 0, 1, "true"));

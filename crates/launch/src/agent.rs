@@ -34,7 +34,11 @@ pub(crate) struct Agent<'a> {
 
 impl<'a> Agent<'a> {
     /// Hosts the store (node 0) or connects to it (other nodes).
-    pub(crate) fn start(args: &'a LaunchArgs, program: &'a [OsString]) -> anyhow::Result<Self> {
+    pub(crate) fn start(
+        args: &'a LaunchArgs,
+        program: &'a [OsString],
+        signature: String,
+    ) -> anyhow::Result<Self> {
         let timeout = Timeout::from_env()?;
         let token = if args.nnodes.max > 1 {
             let t = Auth::from_env().token;
@@ -127,6 +131,7 @@ impl<'a> Agent<'a> {
         let job = Job {
             args,
             program,
+            signature,
             run_id,
             token_hex: auth.token_hex(),
             master_addr,

@@ -262,6 +262,44 @@ impl LaunchArgs {
     }
 }
 
+/// `argv` without the flags of [`LaunchArgs`] and their values (`--node-rank 1`,
+/// `--master-port=29500`): what stays is the same on every node of a job.
+pub(crate) fn without_launch_flags(argv: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
+    use clap::Args;
+    let cmd = LaunchArgs::augment_args(clap::Command::new("launch"));
+    let mut flags = std::collections::HashMap::new();
+    for a in cmd.get_arguments() {
+        let takes = a.get_action().takes_values();
+        let aliases = a.get_all_aliases().unwrap_or_default();
+        for long in a.get_long().into_iter().chain(aliases) {
+            flags.insert(format!("--{long}"), takes);
+        }
+    }
+    let mut out = Vec::with_capacity(argv.len());
+    let mut it = argv.iter().peekable();
+    while let Some(a) = it.next() {
+        let text = a.to_string_lossy();
+        if text == "--" {
+            out.push(a.clone());
+            out.extend(it.cloned());
+            break;
+        }
+        let name = text.split_once('=').map_or(&*text, |(n, _)| n);
+        match flags.get(name) {
+            Some(&takes) => {
+                let next_is_value = it
+                    .peek()
+                    .is_some_and(|n| !n.to_string_lossy().starts_with('-'));
+                if takes && !text.contains('=') && next_is_value {
+                    it.next();
+                }
+            }
+            None => out.push(a.clone()),
+        }
+    }
+    out
+}
+
 /// `--nnodes`: how many nodes a round may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Nnodes {
@@ -368,6 +406,37 @@ mod tests {
         assert_eq!(
             parse(&["--nnodes", "3:3"]).unwrap().nnodes,
             Nnodes::fixed(3)
+        );
+    }
+
+    #[test]
+    fn launch_flags_are_left_out_of_what_nodes_compare() {
+        let argv: Vec<std::ffi::OsString> = [
+            "phalanx",
+            "train",
+            "--nnodes",
+            "2:3",
+            "--node-rank=1",
+            "--nproc_per_node",
+            "4",
+            "--standalone",
+            "--epochs",
+            "3",
+            "--tee",
+            "--log-dir",
+            "/tmp/x",
+            "--hidden",
+            "64",
+        ]
+        .map(Into::into)
+        .to_vec();
+        let kept: Vec<String> = without_launch_flags(&argv)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            kept,
+            ["phalanx", "train", "--epochs", "3", "--hidden", "64"]
         );
     }
 

@@ -315,6 +315,7 @@ mod tests {
             min_nnodes: min,
             nonce: format!("n{nproc}"),
             host: "h".into(),
+            program: "train.py --epochs 3".into(),
         }
     }
 

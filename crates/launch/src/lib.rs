@@ -67,7 +67,10 @@ pub fn launch(args: &LaunchArgs, program: &[OsString]) -> anyhow::Result<ExitCod
         return Err(Error::NoProgram.into());
     }
     signals::install();
-    let agent = agent::Agent::start(args, program)?;
+    // What the nodes compare: a node's own launch flags (--node-rank, --nproc-per-node) differ
+    // from the others' when `phalanx train` or `bench` relaunches itself; the rest should not.
+    let signature = rendezvous::program_signature(&args::without_launch_flags(program));
+    let agent = agent::Agent::start(args, program, signature)?;
     let code = agent.run();
     progress::finish();
     code

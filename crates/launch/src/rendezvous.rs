@@ -28,6 +28,68 @@ pub(crate) struct Claim {
     /// Random per agent process: tells two agents with the same node rank apart.
     pub(crate) nonce: String,
     pub(crate) host: String,
+    /// The program and its arguments without launch flags, paths reduced to file names
+    /// ([`program_signature`]): every node should run the same one ([`warn_other_programs`]).
+    #[serde(default)]
+    pub(crate) program: String,
+}
+
+/// What a node runs, for comparing nodes: the command line with every argument that holds a
+/// path reduced to its file name, since the same program may live in other folders on other
+/// hosts.
+pub(crate) fn program_signature(program: &[std::ffi::OsString]) -> String {
+    program
+        .iter()
+        .map(|a| {
+            let a = a.to_string_lossy();
+            match a.rsplit_once('/') {
+                Some((_, name)) if !a.contains(' ') => name.to_string(),
+                _ => a.into_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Warns, on this node's console, about nodes of round `round` that run another program than
+/// node 0 (Note [Elastic rounds] and static rounds alike): node 0 names every such node, any
+/// other node names itself. A warning, not a refusal: nodes may legitimately differ in an
+/// argument (a per-node output file), and torchrun does not compare at all.
+pub(crate) fn warn_other_programs(
+    store: &dyn Store,
+    round: u32,
+    members: &[u32],
+    me: u32,
+    mine: &Claim,
+) {
+    let program_of = |g: u32| {
+        read_claim(store, &keys::agent(round, &format!("node/{g}")))
+            .map(|c| c.program)
+            .ok()
+    };
+    let differs =
+        |theirs: &str| !theirs.is_empty() && !mine.program.is_empty() && theirs != mine.program;
+    if me != 0 {
+        if let Some(theirs) = program_of(0).filter(|t| differs(t)) {
+            eprintln!(
+                "phalanx launch: warning: this node (node {me}) runs `{}` but node 0 runs \
+                 `{theirs}` (compared without launch flags, paths reduced to file names); \
+                 every node should run the same program",
+                mine.program
+            );
+        }
+        return;
+    }
+    for &g in members.iter().filter(|&&g| g != 0) {
+        if let Some(theirs) = program_of(g).filter(|t| differs(t)) {
+            eprintln!(
+                "phalanx launch: warning: node {g} runs `{theirs}` but this node (node 0) runs \
+                 `{}` (compared without launch flags, paths reduced to file names); every node \
+                 should run the same program",
+                mine.program
+            );
+        }
+    }
 }
 
 /// How long node 0 keeps the store up after finding that another node disagrees on --nnodes.

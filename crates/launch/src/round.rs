@@ -59,6 +59,8 @@ const DRAIN_WAIT: Duration = Duration::from_millis(300);
 pub(crate) struct Job<'a> {
     pub(crate) args: &'a LaunchArgs,
     pub(crate) program: &'a [OsString],
+    /// What the nodes compare to agree that they run the same program.
+    pub(crate) signature: String,
     pub(crate) run_id: String,
     /// The job's secret, hex, handed to the workers.
     pub(crate) token_hex: String,
@@ -90,6 +92,15 @@ impl Job<'_> {
                 "phalanx launch: round {round}: nodes {members:?} ({} workers; this node is \
                  group rank {})",
                 layout.world_size, layout.group_rank
+            );
+        }
+        if self.args.nnodes.max > 1 {
+            crate::rendezvous::warn_other_programs(
+                &*self.store,
+                round,
+                &members,
+                self.args.node_rank,
+                &self.claim(),
             );
         }
         coord.set_members(members);
@@ -222,6 +233,19 @@ impl Job<'_> {
         })
     }
 
+    /// This agent's claim in every round's rendezvous.
+    fn claim(&self) -> Claim {
+        let nnodes = self.args.nnodes;
+        Claim {
+            nproc: self.args.nproc_per_node,
+            nnodes: nnodes.max,
+            min_nnodes: if nnodes.is_elastic() { nnodes.min } else { 0 },
+            nonce: self.nonce.clone(),
+            host: self.host.clone(),
+            program: self.signature.clone(),
+        }
+    }
+
     /// This node's place in round `round` (an elastic job: the round it joined) and the node
     /// ranks in it; `None` when a signal interrupted the rendezvous.
     fn layout(&self, round: u32) -> Result<Option<(u32, Layout, Vec<u32>)>, Error> {
@@ -230,13 +254,7 @@ impl Job<'_> {
             let layout = Layout::from_sizes(0, &[self.args.nproc_per_node]);
             return Ok(Some((round, layout, vec![0])));
         }
-        let claim = Claim {
-            nproc: self.args.nproc_per_node,
-            nnodes: nnodes.max,
-            min_nnodes: if nnodes.is_elastic() { nnodes.min } else { 0 },
-            nonce: self.nonce.clone(),
-            host: self.host.clone(),
-        };
+        let claim = self.claim();
         if nnodes.is_elastic() {
             let joined = crate::elastic::join(
                 &*self.store,

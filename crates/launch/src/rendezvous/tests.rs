@@ -9,6 +9,7 @@ fn claim(nproc: u32, nnodes: u32, nonce: &str) -> Claim {
         min_nnodes: 0,
         nonce: nonce.into(),
         host: format!("host-{nonce}"),
+        program: String::new(),
     }
 }
 

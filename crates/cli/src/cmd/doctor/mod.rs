@@ -26,14 +26,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Launch ourselves in the hidden worker mode; local rank 0 of this node leaves the report
     // in a file that this process prints after the launcher returns (unprefixed, so that
     // `--json` is one parseable object).
-    let dir = std::env::temp_dir();
-    let file = dir.join(format!(
-        "phalanx-doctor-{}-{}.json",
+    // The unique part is the folder: nodes compare their programs with paths reduced to file
+    // names, and every node's program names `report.json`.
+    let dir = std::env::temp_dir().join(format!(
+        "phalanx-doctor-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let file = dir.join("report.json");
     let exe = std::env::current_exe().context("finding the phalanx executable")?;
     let mut program = vec![
         exe.into_os_string(),
@@ -44,7 +47,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     program.extend(std::env::args_os().skip(2));
     let code = phalanx_launch::launch(&args.launch, &program);
     let report = std::fs::read(&file);
-    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&dir);
     let code = code?;
     let report: Report = match report {
         Ok(bytes) => serde_json::from_slice(&bytes).context("parsing the workers' report")?,
