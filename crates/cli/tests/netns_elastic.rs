@@ -79,25 +79,10 @@ fn wait_for(node: &Node, text: &str, begin: Instant) {
     }
 }
 
-/// The newest checkpoint's step in `dir` (0 before the first).
-fn newest_step(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    let n = e.file_name().into_string().ok()?;
-                    n.strip_prefix("step-")?.strip_suffix(".json")?.parse().ok()
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
-}
-
 /// Waits until a checkpoint newer than `after` exists: training moves in the current round.
 fn wait_for_progress(dir: &Path, after: u64, begin: Instant) -> u64 {
     loop {
-        let step = newest_step(dir);
+        let step = launch_util::newest_step(dir);
         if step > after {
             return step;
         }
@@ -189,7 +174,7 @@ fn needs_root_netns_train_grows_from_2_to_3_hosts_and_goes_on_with_2_after_losin
     );
     assert_eq!(s[0].2, s[1].2, "replicas differ:\n{out0}\n{out2}");
     assert!(
-        newest_step(ckpt.path()) > grown,
+        launch_util::newest_step(ckpt.path()) > grown,
         "training went on after the loss"
     );
     eprintln!(

@@ -5,7 +5,7 @@ mod launch_util;
 
 use std::time::{Duration, Instant};
 
-use launch_util::{phalanx, run, start, TempDir};
+use launch_util::{newest_step, phalanx, run, start, TempDir};
 
 fn digests(stdout: &str) -> Vec<String> {
     let mut v: Vec<(String, String)> = stdout
@@ -33,20 +33,6 @@ fn worker_pid(launcher: i32, rank: u32) -> Option<i32> {
         .into_iter()
         .find(|(_, r)| *r == rank)
         .map(|(p, _)| p)
-}
-
-fn newest_step(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    let n = e.file_name().into_string().ok()?;
-                    n.strip_prefix("step-")?.strip_suffix(".json")?.parse().ok()
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
 }
 
 #[test]

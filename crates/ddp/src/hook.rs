@@ -57,14 +57,6 @@ impl BucketBuffer {
         BucketBuffer(Storage::Lent(Box::new(gradient)))
     }
 
-    /// The packed buffer, or the lent gradient copied into one.
-    pub fn into_vec(self) -> Vec<f32> {
-        match self.0 {
-            Storage::Packed(v) => v,
-            Storage::Lent(g) => g.as_slice().to_vec(),
-        }
-    }
-
     /// The packed buffer, or the lent gradient as the library lent it.
     pub fn into_inner(self) -> std::result::Result<Vec<f32>, Box<dyn Any>> {
         match self.0 {

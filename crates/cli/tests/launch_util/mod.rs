@@ -74,3 +74,18 @@ pub fn train_summaries(stdout: &str) -> Vec<(u64, f64, String)> {
     v.sort_by_key(|s| s.0);
     v
 }
+
+/// The step of the newest checkpoint (`step-<n>.json`) in `dir`, 0 before the first.
+pub fn newest_step(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().into_string().ok()?;
+                    n.strip_prefix("step-")?.strip_suffix(".json")?.parse().ok()
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}

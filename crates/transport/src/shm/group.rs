@@ -159,19 +159,14 @@ impl ShmGroup {
         me.buffer_bytes()
             .store(buffer_bytes as u64, Ordering::Relaxed);
         me.pid_ns().store(sys::pid_namespace(), Ordering::Relaxed);
-        let probe = PROBE
-            .compare_exchange(
-                0,
-                u64::from(std::process::id()) << 32 | 0x5a5a_0001,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .unwrap_or_else(|v| v);
-        let probe = if probe == 0 {
-            PROBE.load(Ordering::Relaxed)
-        } else {
-            probe
-        };
+        // One value per process, set by its first group.
+        let _ = PROBE.compare_exchange(
+            0,
+            u64::from(std::process::id()) << 32 | 0x5a5a_0001,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let probe = PROBE.load(Ordering::Relaxed);
         me.probe_addr()
             .store(std::ptr::addr_of!(PROBE) as u64, Ordering::Relaxed);
         me.probe_value().store(probe, Ordering::Relaxed);
