@@ -15,6 +15,12 @@
 //! assert_eq!(Launcher::detect_with(&|_| None), None);
 //! ```
 
+/// Exit code of a worker under `phalanx launch --fault-tolerance` whose process group failed
+/// and whom no replacement generation joined (Note [Generations] in phalanx-pg): replacing
+/// it would not help (a whole node is gone, or the restart budget is spent), so its agent
+/// ends the round instead, as without fault tolerance.
+pub const EXIT_NO_REGROUP: u8 = 76;
+
 /// A launcher or scheduler that starts one process per rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launcher {

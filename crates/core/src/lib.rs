@@ -25,6 +25,6 @@ pub use bytes::parse_bytes;
 pub use dtype::DType;
 pub use element::Element;
 pub use error::{Error, Result};
-pub use launcher::Launcher;
+pub use launcher::{Launcher, EXIT_NO_REGROUP};
 pub use reduce_op::ReduceOp;
 pub use timeout::{parse_duration, Timeout, DEFAULT_TIMEOUT};

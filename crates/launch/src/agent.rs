@@ -141,6 +141,7 @@ impl<'a> Agent<'a> {
             set_omp,
             store,
             timeout,
+            restarts_used: Default::default(),
         };
         Ok(Agent {
             job,
@@ -152,7 +153,7 @@ impl<'a> Agent<'a> {
     /// Runs rounds until the job succeeds, is stopped, or fails with no restart left.
     pub(crate) fn run(&self) -> anyhow::Result<ExitCode> {
         let k = self.job.args.max_restarts;
-        let (mut round, mut used, mut startup_in_a_row) = (0u32, 0u32, 0u32);
+        let (mut round, mut startup_in_a_row) = (0u32, 0u32);
         loop {
             let (ran, end) = self.job.run_round(&self.coord, round)?;
             // Elastic rounds are numbered by the store (Note [Elastic rounds]).
@@ -175,8 +176,9 @@ impl<'a> Agent<'a> {
                             self.job.args.startup_window,
                             round + 1
                         );
-                    } else if used < k {
-                        used += 1;
+                    } else if self.job.restarts_used.get() < k {
+                        let used = self.job.restarts_used.get() + 1;
+                        self.job.restarts_used.set(used);
                         // Only a round that got past its start-up window resets the count, so
                         // a program that never starts cannot earn free restarts forever.
                         if !cause.startup {

@@ -92,6 +92,18 @@ pub struct LaunchArgs {
     )]
     pub max_restarts: u32,
 
+    /// Per-step fault tolerance: a worker that dies is replaced alone (counted against
+    /// --max-restarts) while the others keep their state in memory, re-form the process group
+    /// with the replacement and continue from the last completed step; the replacement takes
+    /// a peer's state (docs/reliability.md). The program must support it (`phalanx train`
+    /// does; a Rust program through `phalanx_pg::FaultTolerance`).
+    #[arg(
+        long = "fault-tolerance",
+        alias = "fault_tolerance",
+        help_heading = "Launch"
+    )]
+    pub fault_tolerance: bool,
+
     /// How often the agent checks its workers and the other nodes, in seconds.
     #[arg(long = "monitor-interval", alias = "monitor_interval", env = "PET_MONITOR_INTERVAL",
           default_value = "0.1", value_parser = parse_secs, help_heading = "Launch")]
@@ -185,6 +197,7 @@ impl Default for LaunchArgs {
             local_ranks_filter: None,
             log_line_prefix_template: None,
             torch_store: false,
+            fault_tolerance: false,
             run_id: None,
         }
     }

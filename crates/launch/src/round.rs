@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use crate::rendezvous::{rendezvous, Claim};
 use crate::report::Reporter;
 use crate::signals;
 use crate::summary::RootCause;
-use crate::worker::{Exited, Spec, Worker};
+use crate::worker::{Exit, Exited, Spec, Worker};
 use crate::worker_env::{substitute_args, worker_env, JobEnv, Layout};
 use crate::{Error, LaunchArgs};
 
@@ -77,6 +78,9 @@ pub(crate) struct Job<'a> {
     pub(crate) store: Arc<dyn Store>,
     /// PHALANX_TIMEOUT.
     pub(crate) timeout: Duration,
+    /// Restarts used of `--max-restarts`: the group's restarts and, under
+    /// `--fault-tolerance`, single replacements.
+    pub(crate) restarts_used: Cell<u32>,
 }
 
 impl Job<'_> {
@@ -126,6 +130,8 @@ impl Job<'_> {
             max_restarts: self.args.max_restarts,
             set_omp: self.set_omp,
             attempt_dir: attempt_dir.clone(),
+            fault_tolerance: self.args.fault_tolerance,
+            generation: 0,
         };
         // The sender stays alive here so that `recv_timeout` never reports disconnection.
         let (tx, rx) = mpsc::channel::<Exited>();
@@ -147,7 +153,22 @@ impl Job<'_> {
                 }
             }
         }
-        let watch = self.monitor(coord, round, &mut workers, &rx);
+        let mut retired = Vec::new();
+        let watch = loop {
+            match self.monitor(coord, round, &mut workers, &rx) {
+                Watch::Local(lr) => {
+                    match self.replace(&job, &layout, round, &workers[lr as usize], start, &tx)? {
+                        Some(new) => {
+                            retired.push(std::mem::replace(&mut workers[lr as usize], new))
+                        }
+                        None => break Watch::Local(lr),
+                    }
+                }
+                other => break other,
+            }
+        };
+        // The replaced workers' last output.
+        drain(&mut retired);
         let end = match watch {
             Watch::AllSucceeded => {
                 drain(&mut workers);
@@ -222,6 +243,59 @@ impl Job<'_> {
         let cause = reporter.refresh(end, &workers);
         reporter.report(round, &cause, &workers, &seen);
         Ok(End::Failed(cause))
+    }
+
+    /// `--fault-tolerance`: starts a replacement for local worker `lr`, which failed, in a new
+    /// generation of the round's process group (Note [Generations] in phalanx-pg), while
+    /// `--max-restarts` allows; `None` when it is not replaced and the round ends as usual.
+    fn replace(
+        &self,
+        job: &JobEnv,
+        layout: &Layout,
+        round: u32,
+        failed: &Worker,
+        start: Instant,
+        tx: &mpsc::Sender<Exited>,
+    ) -> anyhow::Result<Option<Worker>> {
+        let used = self.restarts_used.get();
+        let k = self.args.max_restarts;
+        let Some((exit, at)) = failed.exit else {
+            return Ok(None);
+        };
+        // A rank that waited for a replacement in vain: nothing would join a new one either.
+        let gave_up = exit == Exit::Code(phalanx_core::EXIT_NO_REGROUP.into());
+        if !self.args.fault_tolerance || gave_up || used >= k {
+            return Ok(None);
+        }
+        let key = phalanx_store::keys::in_round(round, phalanx_store::keys::GENERATION);
+        let generation = self.store.add(&key, 1).map_err(|e| Error::Store {
+            op: "add",
+            key: key.clone(),
+            reason: e.to_string(),
+        })? as u64;
+        self.restarts_used.set(used + 1);
+        eprintln!(
+            "phalanx launch: rank {} (local rank {}, pid {}) ended with {} after {:.1} s; \
+             --fault-tolerance: a replacement joins process-group generation {generation} \
+             (restart {} of --max-restarts {k}); the other ranks keep training",
+            failed.rank,
+            failed.local_rank,
+            failed.pid,
+            exit.describe(),
+            at.duration_since(start).as_secs_f64(),
+            used + 1,
+        );
+        let replacement = JobEnv {
+            generation,
+            attempt_dir: job
+                .attempt_dir
+                .as_ref()
+                .map(|d| d.join(format!("generation_{generation}"))),
+            ..job.clone()
+        };
+        let dir = replacement.attempt_dir.clone();
+        let spec = self.spec(&replacement, layout, failed.local_rank, dir.as_ref())?;
+        Ok(Some(Worker::spawn(spec, tx)?))
     }
 
     /// Whether the program is a Python interpreter (`train.py` and `-m` run under one).

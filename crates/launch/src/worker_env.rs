@@ -51,6 +51,10 @@ pub(crate) struct JobEnv {
     pub(crate) set_omp: bool,
     /// `<log_dir>/<run_id>/attempt_<round>` when --log-dir is given.
     pub(crate) attempt_dir: Option<PathBuf>,
+    /// `--fault-tolerance`: the workers re-form their group after a death.
+    pub(crate) fault_tolerance: bool,
+    /// The process-group generation a replacement joins (0: the round's first workers).
+    pub(crate) generation: u64,
 }
 
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
@@ -86,6 +90,12 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
     }
     if crate::progress::enabled() {
         v.push(("PHALANX_PROGRESS", "1".into()));
+    }
+    if job.fault_tolerance {
+        v.push(("PHALANX_FAULT_TOLERANCE", "1".into()));
+    }
+    if job.generation > 0 {
+        v.push(("PHALANX_FT_GENERATION", job.generation.to_string()));
     }
     if job.set_omp {
         v.push(("OMP_NUM_THREADS", "1".into()));
@@ -129,6 +139,8 @@ mod tests {
             max_restarts: 3,
             set_omp: true,
             attempt_dir: Some(PathBuf::from("/logs/r1/attempt_2")),
+            fault_tolerance: false,
+            generation: 0,
         }
     }
 

@@ -68,6 +68,19 @@ pub enum Error {
         /// Root cause of the first failure.
         cause: String,
     },
+    /// Fault tolerance: this rank's group failed and no replacement generation began within
+    /// `PHALANX_TIMEOUT` (Note [Generations]).
+    #[error("rank {rank}: the process group failed and no replacement joined within {waited_s:.1} s (generation {generation}; a whole node lost, or no restart left): {cause}")]
+    Regroup {
+        /// This rank.
+        rank: usize,
+        /// The generation it was in.
+        generation: u64,
+        /// How long it waited for a new one.
+        waited_s: f64,
+        /// The failure that broke the group.
+        cause: String,
+    },
 }
 
 /// `Result` with [`Error`].

@@ -30,6 +30,7 @@ mod device_collectives;
 mod dist_env;
 mod error;
 mod exec;
+mod fault_tolerance;
 mod init;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -51,6 +52,7 @@ pub use backend::{init_backend, init_process_group, Backend};
 pub use device_collectives::DeviceSlice;
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};
 pub use error::{Error, Result};
+pub use fault_tolerance::FaultTolerance;
 #[cfg(feature = "mpi")]
 pub use init::init_mpi;
 #[cfg(feature = "nccl")]

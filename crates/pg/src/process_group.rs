@@ -740,6 +740,12 @@ impl ProcessGroup {
         })
     }
 
+    /// Why this group failed (its first failure's root cause, here or on another rank), or
+    /// `None` while it works: after a failure every collective returns an error.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failed.lock().unwrap().clone()
+    }
+
     /// Declares this rank failed: publishes `reason` to the store (where the launcher and
     /// the other ranks read it) and aborts every connection so peers stop at once.
     pub fn abort(&self, reason: &str) {

@@ -154,24 +154,38 @@ impl Shared {
         match e {
             T::PeerAborted { reason, .. } => (reason.clone(), false),
             T::Aborted { reason } => (reason.clone(), false),
-            T::PeerClosed { peer, during } => {
-                // A dead peer may have published why; give it a moment to land.
-                let key = phalanx_store::keys::error(peer);
-                let published = self
-                    .store
-                    .wait_timeout(&[&key], Duration::from_millis(500))
-                    .ok()
-                    .and_then(|_| self.store.get(&key).ok());
-                match published {
-                    Some(reason) => (String::from_utf8_lossy(&reason).into_owned(), false),
-                    None => (
-                        format!("rank {peer} exited or lost its connection during {during}"),
-                        false,
-                    ),
-                }
-            }
+            // Its process is gone: whatever it published before exiting is in the store
+            // already, so one look, not a wait that would hold every survivor up.
+            T::PeerExited { peer, pid, during } => (
+                self.published(*peer, Duration::ZERO).unwrap_or_else(|| {
+                    format!("rank {peer} (process {pid}) exited during {during}")
+                }),
+                false,
+            ),
+            // A dead peer may have published why; give it a moment to land.
+            T::PeerClosed { peer, during } => (
+                self.published(*peer, Duration::from_millis(500))
+                    .unwrap_or_else(|| {
+                        format!("rank {peer} exited or lost its connection during {during}")
+                    }),
+                false,
+            ),
             other => (format!("rank {}: {other}", self.rank), true),
         }
+    }
+
+    /// What rank `peer` published as its failure (`error/<peer>`), waiting up to `wait` for it.
+    fn published(&self, peer: usize, wait: Duration) -> Option<String> {
+        let key = phalanx_store::keys::error(peer);
+        let there = if wait.is_zero() {
+            self.store.check(&[&key]).unwrap_or(false)
+        } else {
+            self.store.wait_timeout(&[&key], wait).is_ok()
+        };
+        there
+            .then(|| self.store.get(&key).ok())
+            .flatten()
+            .map(|r| String::from_utf8_lossy(&r).into_owned())
     }
 
     /// Marks the group failed, publishes the reason when this rank is the origin, and aborts
@@ -221,7 +235,7 @@ fn describe_op(e: &phalanx_transport::Error, name: &str, seq: Option<u64>) -> St
     match e {
         T::Mismatch { ours, .. } => ours.to_string(),
         T::Length { fp, .. } => fp.to_string(),
-        T::PeerClosed { during, .. } => during.clone(),
+        T::PeerClosed { during, .. } | T::PeerExited { during, .. } => during.clone(),
         T::Timeout { during, .. } => during.clone(),
         _ => match seq {
             Some(seq) => format!("{name} #{seq}"),

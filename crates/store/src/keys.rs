@@ -38,6 +38,17 @@ pub fn status(rank: impl std::fmt::Display) -> String {
     format!("status/{rank}")
 }
 
+/// The round's newest process-group generation (a counter, `add`): a launcher agent bumps it
+/// when it starts a replacement worker under `--fault-tolerance` (Note [Generations] in
+/// phalanx-pg).
+pub const GENERATION: &str = "ft/generation";
+
+/// The key prefix of generation `generation` inside a round: generation 0 is the round's own
+/// prefix, a later one `ft/<generation>` under it, so no generation reads another's keys.
+pub fn generation_prefix(generation: u64) -> Option<String> {
+    (generation > 0).then(|| format!("ft/{generation}"))
+}
+
 /// Set by the store server (its first refusal wins) when it refused a PyTorch TCPStore client:
 /// why, and who. The launcher ends the job with it at once, rather than letting PyTorch retry
 /// until its 30-minute timeout. See Note [Two protocols on one port].

@@ -64,6 +64,17 @@ pub trait Reporter {
     fn checkpoint_skipped(&mut self, damaged: &Damaged) {
         tracing::warn!("skipping a damaged checkpoint: {}", damaged.error);
     }
+    /// Fault tolerance: after a rank died, this rank's group was re-formed with a replacement
+    /// and the first step after it completed (Note [Regroup]).
+    fn regrouped(&mut self, r: &crate::recovery::Regrouped) {
+        tracing::warn!(
+            "generation {}: regrouped, continuing at step {} from rank {}'s state, {:.2} s after the failure",
+            r.generation,
+            r.position.global_step,
+            r.source,
+            r.seconds
+        );
+    }
     /// `--resume` found no checkpoint in `dir`: training starts from the beginning (rank 0).
     fn nothing_to_resume(&mut self, dir: &std::path::Path) {
         tracing::warn!(

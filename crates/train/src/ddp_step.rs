@@ -15,10 +15,23 @@ pub fn train_step<M: Classifier>(
     features: &[f32],
     labels: &[i64],
 ) -> Result<f32> {
-    let compute = trace::span("forward+backward", "compute");
-    let (grads, loss) = forward_backward(ddp.module(), features, labels)?;
-    drop(compute);
+    let (grads, loss) = traced_forward_backward(ddp, features, labels)?;
     ddp.sync_and_step(grads, |m, g| optimizer.step(m, g))?;
+    Ok(loss)
+}
+
+/// [`train_step`] without the fusion: every bucket is averaged before the optimizer touches
+/// any parameter, so a step whose collectives fail leaves the model and the optimizer state
+/// as they were (what fault tolerance needs, Note [Regroup]). Bitwise the same result.
+pub fn train_step_unfused<M: Classifier>(
+    ddp: &mut DistributedDataParallel<M>,
+    optimizer: &mut Optim,
+    features: &[f32],
+    labels: &[i64],
+) -> Result<f32> {
+    let (grads, loss) = traced_forward_backward(ddp, features, labels)?;
+    let grads = ddp.sync_gradients(grads)?;
+    ddp.map_module(|m| optimizer.step(m, grads));
     Ok(loss)
 }
 
@@ -45,10 +58,18 @@ pub fn train_step_clipped<M: Classifier>(
     labels: &[i64],
     max_norm: f32,
 ) -> Result<(f32, f32)> {
-    let compute = trace::span("forward+backward", "compute");
-    let (grads, loss) = forward_backward(ddp.module(), features, labels)?;
-    drop(compute);
+    let (grads, loss) = traced_forward_backward(ddp, features, labels)?;
     let (grads, norm) = ddp.sync_gradients_clipped(grads, max_norm)?;
     ddp.map_module(|m| optimizer.step(m, grads));
     Ok((loss, norm))
+}
+
+/// [`forward_backward`] of the wrapped model under a `forward+backward` trace span.
+fn traced_forward_backward<M: Classifier>(
+    ddp: &DistributedDataParallel<M>,
+    features: &[f32],
+    labels: &[i64],
+) -> Result<(phalanx_ddp::adapter::burn::Gradients, f32)> {
+    let _compute = trace::span("forward+backward", "compute");
+    forward_backward(ddp.module(), features, labels)
 }

@@ -14,13 +14,14 @@ pub mod metrics;
 mod model;
 mod optim;
 pub mod position;
+mod recovery;
 mod snapshot;
 mod step;
 pub mod throughput;
 pub mod trainer;
 
 pub use config::{Reporter, TrainConfig};
-pub use ddp_step::{accumulate_step, train_step, train_step_clipped};
+pub use ddp_step::{accumulate_step, train_step, train_step_clipped, train_step_unfused};
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
 pub use model::{
@@ -29,5 +30,6 @@ pub use model::{
 };
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::BucketMemory;
+pub use recovery::Regrouped;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
-pub use trainer::{train, train_model, Summary};
+pub use trainer::{train, train_fault_tolerant, train_model, Summary};

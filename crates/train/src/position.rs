@@ -11,6 +11,51 @@ use phalanx_data::DistributedSampler;
 
 use crate::Result;
 
+/// Where the run stands between two steps: what a checkpoint records and what a rank that
+/// joins a running job (Note [Regroup] in `recovery.rs`) takes from a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Position {
+    /// The epoch in progress (0-based).
+    pub epoch: u64,
+    /// Steps of it already taken.
+    pub step_in_epoch: u64,
+    /// Steps taken over the whole run.
+    pub global_step: u64,
+    /// Samples of the epoch consumed by all ranks together.
+    pub samples_in_epoch: u64,
+    /// The world size that consumed them (the sampler's shards depend on it).
+    pub world: u64,
+}
+
+impl Position {
+    /// As five integers, for a broadcast.
+    pub(crate) fn to_words(self) -> [i64; 5] {
+        [
+            self.epoch as i64,
+            self.step_in_epoch as i64,
+            self.global_step as i64,
+            self.samples_in_epoch as i64,
+            self.world as i64,
+        ]
+    }
+
+    /// From [`to_words`](Self::to_words).
+    pub(crate) fn from_words(w: [i64; 5]) -> Position {
+        Position {
+            epoch: w[0] as u64,
+            step_in_epoch: w[1] as u64,
+            global_step: w[2] as u64,
+            samples_in_epoch: w[3] as u64,
+            world: w[4] as u64,
+        }
+    }
+
+    /// Whether the epoch in progress has already begun (mid-epoch resume).
+    pub(crate) fn is_mid_epoch(&self) -> bool {
+        self.samples_in_epoch > 0 || self.step_in_epoch > 0
+    }
+}
+
 /// The indices rank `rank` of `world` trains on in `epoch`, after `skip_samples` samples of the
 /// epoch were already consumed by a run of `prev_world` ranks.
 pub fn epoch_indices(

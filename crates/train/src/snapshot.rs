@@ -11,6 +11,7 @@ use phalanx_pg::ProcessGroup;
 use crate::{
     checkpoint::{self, Checkpoint, Meta, NamedTensor},
     config::{Reporter, TrainConfig},
+    position::Position,
     Classifier, Error, Optim, Result,
 };
 
@@ -85,7 +86,7 @@ pub(crate) fn save<M: Classifier>(
     ddp: &DistributedDataParallel<M>,
     optim: &Optim,
     facts: &HashMap<String, String>,
-    [epoch, step_in_epoch, global_step, samples_in_epoch]: [u64; 4],
+    at: Position,
     reporter: &mut dyn Reporter,
 ) -> Result<()> {
     let Some(dir) = cfg.checkpoint_dir.as_ref() else {
@@ -116,10 +117,10 @@ pub(crate) fn save<M: Classifier>(
     let mut ck = Checkpoint {
         meta: Meta {
             format: String::new(),
-            epoch,
-            step_in_epoch,
-            global_step,
-            samples_in_epoch,
+            epoch: at.epoch,
+            step_in_epoch: at.step_in_epoch,
+            global_step: at.global_step,
+            samples_in_epoch: at.samples_in_epoch,
             seed: cfg.seed,
             world_size: pg.world_size() as u64,
             batch_size: cfg.batch_size as u64,

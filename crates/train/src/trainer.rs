@@ -15,15 +15,17 @@ use std::{
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
 use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
-use phalanx_pg::ProcessGroup;
+use phalanx_pg::{FaultTolerance, ProcessGroup};
 
 pub use crate::config::{Reporter, TrainConfig};
 use crate::{
     checkpoint, device, evaluate,
     metrics::EpochRecord,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
-    param_digest, position, snapshot, train_step, train_step_clipped, Classifier, Error, Optim,
-    Result,
+    param_digest,
+    position::{self, Position},
+    recovery::{resync, Regrouped},
+    snapshot, train_step, train_step_clipped, Classifier, Error, Optim, Result,
 };
 
 /// What a finished run reports (one per rank).
@@ -53,6 +55,23 @@ pub fn train(
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
+    train_in(Group { pg, ft: None }, cfg, reporter)
+}
+
+/// [`train`] under `phalanx launch --fault-tolerance`: when a rank dies, re-forms the group
+/// with its replacement and continues from the newest state any rank holds, in process (Note
+/// [Regroup] in `recovery.rs`). A replacement takes that state from a peer instead of
+/// starting over. `pg` is the group of `ft`'s current generation ([`FaultTolerance::join`]).
+pub fn train_fault_tolerant(
+    pg: Arc<ProcessGroup>,
+    ft: FaultTolerance,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+) -> Result<Summary> {
+    train_in(Group { pg, ft: Some(ft) }, cfg, reporter)
+}
+
+fn train_in(group: Group, cfg: &TrainConfig, reporter: &mut dyn Reporter) -> Result<Summary> {
     let full = phalanx_data::load(&cfg.dataset)?;
     cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
@@ -67,7 +86,7 @@ pub fn train(
         seed: cfg.seed,
     };
     let run = Run {
-        pg,
+        group,
         cfg,
         reporter,
         full,
@@ -75,9 +94,15 @@ pub fn train(
     with_model(&spec, &device(), run)
 }
 
+/// The process group a run trains in, and with fault tolerance the way to a new one.
+struct Group {
+    pg: Arc<ProcessGroup>,
+    ft: Option<FaultTolerance>,
+}
+
 /// The rest of [`train`], for the model it built.
 struct Run<'a> {
-    pg: Arc<ProcessGroup>,
+    group: Group,
     cfg: &'a TrainConfig,
     reporter: &'a mut dyn Reporter,
     full: Dataset,
@@ -87,7 +112,7 @@ impl WithModel for Run<'_> {
     type Output = Result<Summary>;
 
     fn run<M: Classifier>(self, model: M) -> Result<Summary> {
-        train_model(self.pg, self.cfg, self.reporter, &self.full, model)
+        train_group(self.group, self.cfg, self.reporter, &self.full, model)
     }
 }
 
@@ -100,9 +125,33 @@ pub fn train_model<M: Classifier>(
     full: &Dataset,
     model: M,
 ) -> Result<Summary> {
+    train_group(Group { pg, ft: None }, cfg, reporter, full, model)
+}
+
+/// Figures summed over the run, kept across a regroup.
+#[derive(Default)]
+struct Totals {
+    records: Vec<EpochRecord>,
+    train_time: Duration,
+    train_samples: usize,
+    comm_wait: Duration,
+    last_accuracy: f64,
+    epochs_done: u64,
+    /// The epoch in progress: its loss sum and count and samples, kept by a survivor of a
+    /// regroup (a replacement starts them at zero).
+    epoch_loss: (f64, usize, usize),
+}
+
+fn train_group<M: Classifier>(
+    group: Group,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+    full: &Dataset,
+    model: M,
+) -> Result<Summary> {
+    let Group { mut pg, mut ft } = group;
     let (rank, world) = (pg.rank(), pg.world_size());
     let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed)?;
-    let train_set = Arc::new(train_set);
     if model.input_dim() != full.dim() {
         return Err(Error::Config(format!(
             "the model takes {} features per sample, --dataset {} has {}",
@@ -119,16 +168,129 @@ pub fn train_model<M: Classifier>(
         }
         model = frozen;
     }
-    let facts = snapshot::run_facts(cfg, full);
+    let shard = exact_shard(test_set.len(), world, rank)?;
+    let ctx = Context {
+        cfg,
+        facts: snapshot::run_facts(cfg, full),
+        train_set: Arc::new(train_set),
+        test_x: test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()]
+            .to_vec(),
+        test_y: test_set.labels()[shard].to_vec(),
+        // Under fault tolerance a failed step must leave the model as it was (Note [Regroup]).
+        fused: ft.is_none(),
+    };
+    let mut optim = Optim::new(cfg.optim);
+    let mut totals = Totals::default();
+    // A replacement has no state of its own: it takes a peer's before anything else.
+    let replacement = ft.as_ref().is_some_and(FaultTolerance::is_replacement);
+    let (mut pos, mut regroup) = if replacement {
+        (None, Some(Instant::now()))
+    } else {
+        let pos = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, &mut optim, reporter)?;
+        (Some(pos), None)
+    };
+    loop {
+        let attempt = (|| -> Result<Summary> {
+            let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
+            if cfg.bf16 {
+                options = options.with_comm_hook(Bf16CompressHook);
+            }
+            let mut source = None;
+            if let Some(since) = regroup {
+                let took = pos.is_none();
+                let (synced, at, from) = resync(&pg, &model, &mut optim, pos)?;
+                model = synced;
+                pos = Some(at);
+                source = Some((since, from, took));
+                // Every rank holds the source's state already.
+                options = options.with_broadcast_params(false);
+            }
+            let mut ddp = DistributedDataParallel::new(model.clone(), pg.clone(), options)?;
+            let mut at = pos.unwrap_or_default();
+            let mut after_regroup = |at: Position, reporter: &mut dyn Reporter| {
+                if let Some((since, from, took)) = source.take() {
+                    reporter.regrouped(&Regrouped {
+                        generation: ft.as_ref().map_or(0, FaultTolerance::generation),
+                        source: from,
+                        position: at,
+                        seconds: since.elapsed().as_secs_f64(),
+                        replacement: took,
+                    });
+                }
+            };
+            let result = ctx.epochs(
+                &pg,
+                &mut ddp,
+                &mut optim,
+                &mut at,
+                &mut totals,
+                reporter,
+                &mut after_regroup,
+            );
+            // What the last completed step left, for a regroup after a failure.
+            model = ddp.into_inner();
+            pos = Some(at);
+            result
+        })();
+        match (attempt, ft.as_mut()) {
+            (Err(e), Some(ft)) if pg.failure().is_some() => {
+                let failed_at = Instant::now();
+                tracing::warn!(
+                    rank,
+                    generation = ft.generation(),
+                    "fault tolerance: the process group failed ({e}); waiting for a replacement"
+                );
+                let cause = match e {
+                    Error::Pg(e) => e,
+                    other => phalanx_pg::Error::Failed {
+                        rank,
+                        cause: other.to_string(),
+                    },
+                };
+                pg = Arc::new(ft.regroup(cause)?);
+                pg.abort_on_panic();
+                regroup = Some(failed_at);
+            }
+            (result, _) => return result,
+        }
+    }
+}
 
-    // Resume: rank 0 reads the checkpoint; its parameters reach every rank through DDP's
-    // initial broadcast, the position through one small broadcast.
-    // found, epoch, step_in_epoch, global_step, samples_in_epoch|prev_world<<40, optimizer-state
-    // bytes (-1: none).
-    let mut pos = [0i64, 0, 0, 0, 0, -1];
-    let mut resumed_meta = None;
+/// What every attempt of a run shares: the configuration and the data.
+struct Context<'a> {
+    cfg: &'a TrainConfig,
+    facts: std::collections::HashMap<String, String>,
+    train_set: Arc<Dataset>,
+    test_x: Vec<f32>,
+    test_y: Vec<i64>,
+    /// Whether the step updates each bucket as it arrives (not under fault tolerance).
+    fused: bool,
+}
+
+/// `--resume`: rank 0 reads the newest checkpoint that verifies into `model` and `optim`; the
+/// position and the optimizer state reach every rank by broadcast, the parameters through
+/// DDP's initial broadcast. Without `--resume`: the start.
+fn resume_from_disk<M: Classifier>(
+    pg: &ProcessGroup,
+    cfg: &TrainConfig,
+    facts: &std::collections::HashMap<String, String>,
+    model: &mut M,
+    optim: &mut Optim,
+    reporter: &mut dyn Reporter,
+) -> Result<Position> {
+    let rank = pg.rank();
+    let world = pg.world_size() as u64;
+    if !cfg.resume {
+        return Ok(Position {
+            world,
+            ..Position::default()
+        });
+    }
+    // found, position (5 words), optimizer-state bytes (-1: none).
+    let mut header = [0i64, 0, 0, 0, 0, 0, -1];
     let mut optim_state = Vec::new();
-    if cfg.resume && rank == 0 {
+    let mut resumed_meta = None;
+    if rank == 0 {
         let dir = cfg
             .checkpoint_dir
             .as_ref()
@@ -141,190 +303,218 @@ pub fn train_model<M: Classifier>(
             reporter.nothing_to_resume(dir);
         }
         if let Some(ck) = newest.checkpoint {
-            snapshot::check_compatible(&ck.meta, &facts, cfg)?;
-            model = snapshot::load_params(model, &ck)?;
-            pos = [
+            snapshot::check_compatible(&ck.meta, facts, cfg)?;
+            *model = snapshot::load_params(model.clone(), &ck)?;
+            let at = Position {
+                epoch: ck.meta.epoch,
+                step_in_epoch: ck.meta.step_in_epoch,
+                global_step: ck.meta.global_step,
+                samples_in_epoch: ck.meta.samples_in_epoch,
+                world: ck.meta.world_size,
+            }
+            .to_words();
+            header = [
                 1,
-                ck.meta.epoch as i64,
-                ck.meta.step_in_epoch as i64,
-                ck.meta.global_step as i64,
-                (ck.meta.samples_in_epoch as i64) | ((ck.meta.world_size as i64) << 40),
+                at[0],
+                at[1],
+                at[2],
+                at[3],
+                at[4],
                 ck.optim_state.as_ref().map_or(-1, |s| s.len() as i64),
             ];
             optim_state = ck.optim_state.unwrap_or_default();
             resumed_meta = Some(ck.meta);
         }
     }
-    if cfg.resume {
-        pg.broadcast(&mut pos, 0)?;
-        // The momentum buffers reach every rank from rank 0, like the parameters.
-        if pos[5] > 0 {
-            optim_state.resize(pos[5] as usize, 0);
-            pg.broadcast(&mut optim_state, 0)?;
+    pg.broadcast(&mut header, 0)?;
+    // The momentum buffers reach every rank from rank 0, like the parameters.
+    if header[6] > 0 {
+        optim_state.resize(header[6] as usize, 0);
+        pg.broadcast(&mut optim_state, 0)?;
+        if optim.has_state() {
+            optim
+                .load_state(optim_state)
+                .map_err(|e| Error::Config(format!("the checkpoint's optimizer state: {e}")))?;
         }
     }
     if let Some(m) = &resumed_meta {
         reporter.resumed(m);
     }
-    let mut optim = Optim::new(cfg.optim);
-    let resumed_without_state = pos[0] == 1 && pos[5] < 0;
-    if resumed_without_state && optim.has_state() && rank == 0 {
+    if header[0] == 0 {
+        return Ok(Position {
+            world,
+            ..Position::default()
+        });
+    }
+    if header[6] < 0 && optim.has_state() && rank == 0 {
         tracing::warn!(
             "--resume: the checkpoint holds no optimizer state (written before its first step, \
              or by an older phalanx); the {} state restarts from zero",
             cfg.optim.kind
         );
     }
-    let (start_epoch, start_step, mut global_step) = (pos[1] as u64, pos[2] as u64, pos[3] as u64);
-    let (skip_samples, prev_world) = ((pos[4] & ((1 << 40) - 1)) as usize, (pos[4] >> 40) as usize);
+    Ok(Position::from_words([
+        header[1], header[2], header[3], header[4], header[5],
+    ]))
+}
 
-    let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
-    if cfg.bf16 {
-        options = options.with_comm_hook(Bf16CompressHook);
-    }
-    let mut ddp = DistributedDataParallel::new(model, pg.clone(), options)?;
-    if pos[5] > 0 && optim.has_state() {
-        optim
-            .load_state(optim_state)
-            .map_err(|e| Error::Config(format!("the checkpoint's optimizer state: {e}")))?;
-    }
-    // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
-    // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
-    // follows the same schedule as the full run, so that resuming it continues that schedule.
-    let steps_per_epoch = train_set.len().div_ceil(world).div_ceil(cfg.batch_size) as u64;
-    let total_steps = steps_per_epoch * cfg.epochs;
-    let shard = exact_shard(test_set.len(), world, rank)?;
-    let test_x = &test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()];
-    let test_y = &test_set.labels()[shard.clone()];
-
-    let mut records = Vec::new();
-    let (mut train_time, mut train_samples, mut comm_wait) =
-        (Duration::ZERO, 0usize, Duration::ZERO);
-    let mut last_accuracy = 0.0;
-    let mut epochs_done = start_epoch;
-    'epochs: for epoch in start_epoch..cfg.epochs {
-        let first = epoch == start_epoch && (skip_samples > 0 || start_step > 0);
-        let indices = position::epoch_indices(
-            train_set.len(),
-            world,
-            rank,
-            cfg.seed,
-            epoch,
-            if first { skip_samples } else { 0 },
-            if first { prev_world.max(1) } else { world },
-        )?;
-        let steps_total =
-            indices.len().div_ceil(cfg.batch_size) as u64 + if first { start_step } else { 0 };
-        let mut step_in_epoch = if first { start_step } else { 0 };
-        let mut samples_in_epoch = if first { skip_samples } else { 0 };
-        let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
-        let (epoch_start, wait_start) = (Instant::now(), ddp.stats().wait);
-        let (mut loss_sum, mut loss_n, mut epoch_samples) = (0.0f64, 0usize, 0usize);
-        for batch in loader.iter() {
-            optim.schedule_step(global_step, steps_per_epoch, total_steps);
-            let loss = {
-                let _s = trace::span("step", "compute").arg("step", global_step);
-                match cfg.grad_clip {
-                    Some(max) => {
-                        train_step_clipped(
-                            &mut ddp,
-                            &mut optim,
+impl Context<'_> {
+    /// Trains from `at` to the end of the run, keeping `at` at the last completed step.
+    #[allow(clippy::too_many_arguments)]
+    fn epochs<M: Classifier>(
+        &self,
+        pg: &ProcessGroup,
+        ddp: &mut DistributedDataParallel<M>,
+        optim: &mut Optim,
+        at: &mut Position,
+        totals: &mut Totals,
+        reporter: &mut dyn Reporter,
+        after_regroup: &mut dyn FnMut(Position, &mut dyn Reporter),
+    ) -> Result<Summary> {
+        let cfg = self.cfg;
+        let (rank, world) = (pg.rank(), pg.world_size());
+        let train_set = &self.train_set;
+        // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
+        // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
+        // follows the same schedule as the full run, so that resuming it continues that schedule.
+        let steps_per_epoch = train_set.len().div_ceil(world).div_ceil(cfg.batch_size) as u64;
+        let total_steps = steps_per_epoch * cfg.epochs;
+        let (test_x, test_y) = (&self.test_x, &self.test_y);
+        totals.epochs_done = totals.epochs_done.max(at.epoch);
+        'epochs: for epoch in at.epoch..cfg.epochs {
+            let first = epoch == at.epoch && at.is_mid_epoch();
+            let (skip, step0) = if first {
+                (at.samples_in_epoch as usize, at.step_in_epoch)
+            } else {
+                totals.epoch_loss = (0.0, 0, 0);
+                (0, 0)
+            };
+            let indices = position::epoch_indices(
+                train_set.len(),
+                world,
+                rank,
+                cfg.seed,
+                epoch,
+                skip,
+                if first {
+                    (at.world as usize).max(1)
+                } else {
+                    world
+                },
+            )?;
+            let steps_total = indices.len().div_ceil(cfg.batch_size) as u64 + step0;
+            let mut step_in_epoch = step0;
+            let mut samples_in_epoch = skip;
+            let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
+            let (epoch_start, wait_start) = (Instant::now(), ddp.stats().wait);
+            for batch in loader.iter() {
+                optim.schedule_step(at.global_step, steps_per_epoch, total_steps);
+                let loss = {
+                    let _s = trace::span("step", "compute").arg("step", at.global_step);
+                    match cfg.grad_clip {
+                        Some(max) => {
+                            train_step_clipped(ddp, optim, &batch.features, &batch.labels, max)?.0
+                        }
+                        None if self.fused => {
+                            train_step(ddp, optim, &batch.features, &batch.labels)?
+                        }
+                        None => crate::ddp_step::train_step_unfused(
+                            ddp,
+                            optim,
                             &batch.features,
                             &batch.labels,
-                            max,
-                        )?
-                        .0
+                        )?,
                     }
-                    None => train_step(&mut ddp, &mut optim, &batch.features, &batch.labels)?,
+                };
+                if !loss.is_finite() {
+                    return Err(Error::Config(format!(
+                        "loss became {loss} at epoch {} step {}: lower --lr",
+                        epoch + 1,
+                        step_in_epoch + 1
+                    )));
                 }
+                step_in_epoch += 1;
+                samples_in_epoch += batch.labels.len() * world;
+                *at = Position {
+                    epoch,
+                    step_in_epoch,
+                    global_step: at.global_step + 1,
+                    samples_in_epoch: samples_in_epoch as u64,
+                    world: world as u64,
+                };
+                after_regroup(*at, reporter);
+                let (sum, n, samples) = &mut totals.epoch_loss;
+                *sum += loss as f64;
+                *n += 1;
+                *samples += batch.labels.len();
+                reporter.step(epoch, step_in_epoch, steps_total, loss);
+                if cfg.checkpoint_every > 0
+                    && at.global_step.is_multiple_of(cfg.checkpoint_every)
+                    && step_in_epoch < steps_total
+                {
+                    snapshot::save(pg, cfg, ddp, optim, &self.facts, *at, reporter)?;
+                }
+                if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
+                    totals.train_time += epoch_start.elapsed();
+                    totals.train_samples += totals.epoch_loss.2;
+                    totals.comm_wait += ddp.stats().wait - wait_start;
+                    totals.epochs_done = epoch;
+                    break 'epochs;
+                }
+            }
+            let epoch_time = epoch_start.elapsed();
+            let (loss_sum, loss_n, epoch_samples) = totals.epoch_loss;
+            let wait = ddp.stats().wait - wait_start;
+            // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
+            let correct = evaluate(ddp.module(), test_x, test_y)?;
+            let mut counts = [correct as i64, test_y.len() as i64];
+            pg.allreduce(&mut counts, ReduceOp::Sum)?;
+            let mut stats = [
+                if loss_n > 0 {
+                    loss_sum / loss_n as f64
+                } else {
+                    0.0
+                },
+                epoch_samples as f64,
+                epoch_time.as_secs_f64(),
+                wait.as_secs_f64() / epoch_time.as_secs_f64().max(1e-9),
+            ];
+            pg.allreduce(&mut stats, ReduceOp::Avg)?;
+            // Counted once the epoch's collectives are through: a regroup repeats them.
+            totals.train_time += epoch_time;
+            totals.train_samples += epoch_samples;
+            totals.comm_wait += wait;
+            totals.last_accuracy = counts[0] as f64 / counts[1].max(1) as f64;
+            let record = EpochRecord {
+                epoch: epoch + 1,
+                train_loss: stats[0],
+                test_accuracy: totals.last_accuracy,
+                samples_per_s: stats[1] * world as f64 / stats[2].max(1e-9),
+                comm_fraction: stats[3],
+                seconds: stats[2],
             };
-            if !loss.is_finite() {
-                return Err(Error::Config(format!(
-                    "loss became {loss} at epoch {} step {}: lower --lr",
-                    epoch + 1,
-                    step_in_epoch + 1
-                )));
-            }
-            loss_sum += loss as f64;
-            loss_n += 1;
-            epoch_samples += batch.labels.len();
-            step_in_epoch += 1;
-            global_step += 1;
-            samples_in_epoch += batch.labels.len() * world;
-            reporter.step(epoch, step_in_epoch, steps_total, loss);
-            if cfg.checkpoint_every > 0
-                && global_step % cfg.checkpoint_every == 0
-                && step_in_epoch < steps_total
-            {
-                snapshot::save(
-                    &pg,
-                    cfg,
-                    &ddp,
-                    &optim,
-                    &facts,
-                    [epoch, step_in_epoch, global_step, samples_in_epoch as u64],
-                    reporter,
-                )?;
-            }
-            if cfg.max_steps.is_some_and(|m| global_step >= m) {
-                train_time += epoch_start.elapsed();
-                train_samples += epoch_samples;
-                comm_wait += ddp.stats().wait - wait_start;
-                epochs_done = epoch;
-                break 'epochs;
-            }
+            reporter.epoch(&record);
+            totals.records.push(record);
+            totals.epochs_done = epoch + 1;
+            *at = Position {
+                epoch: epoch + 1,
+                step_in_epoch: 0,
+                global_step: at.global_step,
+                samples_in_epoch: 0,
+                world: world as u64,
+            };
+            snapshot::save(pg, cfg, ddp, optim, &self.facts, *at, reporter)?;
         }
-        let epoch_time = epoch_start.elapsed();
-        train_time += epoch_time;
-        train_samples += epoch_samples;
-        let wait = ddp.stats().wait - wait_start;
-        comm_wait += wait;
-        // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
-        let correct = evaluate(ddp.module(), test_x, test_y)?;
-        let mut counts = [correct as i64, test_y.len() as i64];
-        pg.allreduce(&mut counts, ReduceOp::Sum)?;
-        let mut stats = [
-            if loss_n > 0 {
-                loss_sum / loss_n as f64
-            } else {
-                0.0
-            },
-            epoch_samples as f64,
-            epoch_time.as_secs_f64(),
-            wait.as_secs_f64() / epoch_time.as_secs_f64().max(1e-9),
-        ];
-        pg.allreduce(&mut stats, ReduceOp::Avg)?;
-        last_accuracy = counts[0] as f64 / counts[1].max(1) as f64;
-        let record = EpochRecord {
-            epoch: epoch + 1,
-            train_loss: stats[0],
-            test_accuracy: last_accuracy,
-            samples_per_s: stats[1] * world as f64 / stats[2].max(1e-9),
-            comm_fraction: stats[3],
-            seconds: stats[2],
-        };
-        reporter.epoch(&record);
-        records.push(record);
-        epochs_done = epoch + 1;
-        snapshot::save(
-            &pg,
-            cfg,
-            &ddp,
-            &optim,
-            &facts,
-            [epoch + 1, 0, global_step, 0],
-            reporter,
-        )?;
+        let train_secs = totals.train_time.as_secs_f64().max(1e-9);
+        Ok(Summary {
+            rank,
+            world,
+            epochs: totals.epochs_done,
+            test_accuracy: totals.last_accuracy,
+            samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
+            comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
+            param_digest: param_digest(ddp.module())?,
+            records: totals.records.clone(),
+        })
     }
-    let digest = param_digest(ddp.module())?;
-    Ok(Summary {
-        rank,
-        world,
-        epochs: epochs_done,
-        test_accuracy: last_accuracy,
-        samples_per_s: train_samples as f64 * world as f64 / train_time.as_secs_f64().max(1e-9),
-        comm_fraction: comm_wait.as_secs_f64() / train_time.as_secs_f64().max(1e-9),
-        param_digest: digest,
-        records,
-    })
 }

@@ -16,6 +16,17 @@ pub enum Error {
         /// The collective in progress.
         during: String,
     },
+    /// A peer on this host whose process is gone (shared memory watches its pid): it exited,
+    /// crashed or was killed without a word on the wire.
+    #[error("rank {peer} (process {pid}) exited during {during}")]
+    PeerExited {
+        /// The peer.
+        peer: usize,
+        /// Its process id.
+        pid: u32,
+        /// The collective in progress.
+        during: String,
+    },
     /// The peer aborted the job and said why.
     #[error("rank {peer} aborted: {reason}")]
     PeerAborted {

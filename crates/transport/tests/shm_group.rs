@@ -300,11 +300,12 @@ fn a_dead_peer_process_is_detected_within_a_second() {
         t.elapsed()
     );
     match &e {
-        Error::PeerClosed { peer, during } => {
+        Error::PeerExited { peer, pid, .. } => {
             assert_eq!(*peer, 1);
-            assert!(during.contains("exited"), "{during}");
+            assert_ne!(*pid, 0);
+            assert!(e.to_string().contains("exited"), "{e}");
         }
-        other => panic!("expected PeerClosed, got {other}"),
+        other => panic!("expected PeerExited, got {other}"),
     }
     let _ = std::fs::remove_file(format!("/dev/shm/{job}-1"));
 }

@@ -149,7 +149,25 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             args.device
         )
     })?;
-    let pg = Arc::new(join_group(args.backend)?);
+    // `phalanx launch --fault-tolerance`: the group of this worker's generation, re-formed by
+    // the trainer when a rank dies (Note [Generations]).
+    let ft = phalanx_pg::FaultTolerance::from_env()?;
+    if ft.is_some() && args.backend != Backend::Native {
+        bail!(
+            "--backend {}: fault tolerance (phalanx launch --fault-tolerance) re-forms the \
+             native backend's group only; use --backend native",
+            args.backend
+        );
+    }
+    let pg = Arc::new(match &ft {
+        Some(ft) => ft.join().with_context(|| {
+            format!(
+                "joining generation {} of the process group",
+                ft.generation()
+            )
+        })?,
+        None => join_group(args.backend)?,
+    });
     install_failure_hook(&pg);
     let cfg = TrainConfig {
         dataset: args.dataset.clone(),
@@ -203,11 +221,23 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             if args.bf16 { ", bf16 gradients" } else { "" }
         );
     }
-    let summary = match phalanx_train::train(pg.clone(), &cfg, &mut reporter) {
+    let result = match ft {
+        Some(ft) => phalanx_train::train_fault_tolerant(pg.clone(), ft, &cfg, &mut reporter),
+        None => phalanx_train::train(pg.clone(), &cfg, &mut reporter),
+    };
+    let summary = match result {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("rank {} failed: {e}", pg.rank());
             pg.abort(&msg);
+            if matches!(
+                e,
+                phalanx_train::Error::Pg(phalanx_pg::Error::Regroup { .. })
+            ) {
+                // Its agent must not replace it: nothing would join (Note [Generations]).
+                eprintln!("{msg}");
+                return Ok(ExitCode::from(phalanx_core::EXIT_NO_REGROUP));
+            }
             bail!(msg);
         }
     };
@@ -397,6 +427,34 @@ impl Reporter for Console {
         );
     }
 
+    fn regrouped(&mut self, r: &phalanx_train::Regrouped) {
+        // Every rank says it on stderr (a survivor's view and the replacement's); rank 0 also
+        // in the run's own output.
+        eprintln!(
+            "phalanx train: rank {}: generation {}: process group re-formed, step {} completed \
+             {:.2} s after {} (state from rank {})",
+            self.rank,
+            r.generation,
+            r.position.global_step,
+            r.seconds,
+            if r.replacement {
+                "this replacement started training"
+            } else {
+                "the failure"
+            },
+            r.source
+        );
+        if self.rank == 0 && self.json {
+            print_json(&RegroupedLine {
+                event: "regrouped",
+                generation: r.generation,
+                source: r.source,
+                global_step: r.position.global_step,
+                seconds: r.seconds,
+            });
+        }
+    }
+
     fn resumed(&mut self, m: &Meta) {
         if !self.json {
             println!(
@@ -421,6 +479,16 @@ struct SummaryLine<'a> {
     samples_per_s: f64,
     comm_fraction: f64,
     param_digest: &'a str,
+}
+
+/// `--json`'s line after a regroup (rank 0): fault tolerance recovered from a dead rank.
+#[derive(serde::Serialize)]
+struct RegroupedLine {
+    event: &'static str,
+    generation: u64,
+    source: usize,
+    global_step: u64,
+    seconds: f64,
 }
 
 /// `--json`'s line per epoch (rank 0).

@@ -158,9 +158,10 @@ impl Waiter {
                 // Re-check the step after seeing the exit: a peer may publish its last step
                 // and exit normally.
                 if sys::process_exited(self.pids[peer]) && !ready() {
-                    return Err(Error::PeerClosed {
+                    return Err(Error::PeerExited {
                         peer,
-                        during: format!("{fp} (process {} exited)", self.pids[peer]),
+                        pid: self.pids[peer],
+                        during: fp.to_string(),
                     });
                 }
             }

@@ -1,0 +1,170 @@
+//! `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg, Note [Regroup] in
+//! phalanx-train): a SIGKILLed rank is replaced alone, the others keep their state in memory,
+//! and the run ends bitwise where an uninterrupted run ends.
+
+mod launch_util;
+
+use std::time::{Duration, Instant};
+
+use launch_util::{
+    newest_step, phalanx, start, train_ok, train_summaries, wait_for_workers, TempDir,
+};
+
+/// Three ranks on the vendored digits, momentum (optimizer state to hand over), a checkpoint
+/// every 100 steps (the progress the test waits for; rank 0 writes them, a replacement too).
+fn flags(dir: &TempDir) -> Vec<String> {
+    [
+        "--nproc-per-node",
+        "3",
+        "--epochs",
+        "150",
+        "--momentum",
+        "0.9",
+        "--fault-tolerance",
+        "--checkpoint-every",
+        "100",
+        "--checkpoint-dir",
+        dir.str(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Waits until a checkpoint at step `step` or later is committed: training is under way.
+fn wait_for_step(dir: &TempDir, step: u64) {
+    let begin = Instant::now();
+    while newest_step(dir.path()) < step {
+        assert!(
+            begin.elapsed() < Duration::from_secs(60),
+            "no checkpoint at step {step} after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn digests(stdout: &str) -> Vec<String> {
+    train_summaries(stdout).into_iter().map(|s| s.2).collect()
+}
+
+#[test]
+fn a_killed_rank_is_replaced_and_the_run_ends_as_if_nothing_happened() {
+    let reference_dir = TempDir::new("ft-reference");
+    let reference = train_ok(
+        &flags(&reference_dir)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        Duration::from_secs(120),
+    );
+    let want = digests(&reference.stdout);
+    assert_eq!(want.len(), 3, "{}", reference.stdout);
+    assert!(!reference.stdout.contains("regrouped"));
+
+    // Rank 1, then rank 0 (the checkpoint writer and the usual source of state).
+    for victim_rank in [1u32, 0] {
+        let dir = TempDir::new("ft-kill");
+        let mut cmd = phalanx();
+        cmd.args(["train", "--standalone", "--json", "--max-restarts", "1"])
+            .args(flags(&dir));
+        let job = start(cmd);
+        let procs = wait_for_workers(job.pid(), 3);
+        wait_for_step(&dir, 500);
+        let victim = procs.iter().find(|(_, r)| *r == victim_rank).unwrap().0;
+        unsafe { libc::kill(victim, libc::SIGKILL) };
+        let f = job.wait(Duration::from_secs(120));
+        let what = format!(
+            "victim {victim_rank}\nstdout:\n{}\nstderr:\n{}",
+            f.stdout, f.stderr
+        );
+        assert_eq!(f.code(), Some(0), "{what}");
+        assert!(
+            f.stderr.contains(&format!(
+                "rank {victim_rank} (local rank {victim_rank}, pid {victim}) ended with signal 9 (SIGKILL)"
+            )) && f.stderr.contains("a replacement joins process-group generation 1"),
+            "{what}"
+        );
+        // Every rank, survivors and the replacement, re-formed the group and went on.
+        for r in 0..3 {
+            assert!(
+                f.stderr
+                    .contains(&format!("rank {r}: generation 1: process group re-formed")),
+                "rank {r} did not regroup: {what}"
+            );
+        }
+        assert!(
+            f.stderr.contains("this replacement started training"),
+            "{what}"
+        );
+        assert!(f.stdout.contains("\"event\":\"regrouped\""), "{what}");
+        // The replacement took the survivors' parameters and momentum, and the data position:
+        // all three replicas end where the uninterrupted run ends, bit for bit.
+        assert_eq!(digests(&f.stdout), want, "{what}");
+    }
+}
+
+#[test]
+fn a_second_death_past_the_restart_budget_ends_the_job_naming_it() {
+    let dir = TempDir::new("ft-budget");
+    let mut cmd = phalanx();
+    // No start-up window: the second death must count, however soon after the round began.
+    cmd.args(["train", "--standalone", "--json", "--max-restarts", "1"])
+        .args(["--startup-window", "0.001"])
+        .args(flags(&dir));
+    let job = start(cmd);
+    let pid = job.pid();
+    wait_for_workers(pid, 3);
+    wait_for_step(&dir, 300);
+    let first = launch_util::workers(pid)
+        .into_iter()
+        .find(|(_, r)| *r == 2)
+        .unwrap()
+        .0;
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    // The replacement (a new pid for rank 2) trains; then it is killed too.
+    let begin = Instant::now();
+    let second = loop {
+        let w = launch_util::workers(pid);
+        if let Some(&(p, _)) = w.iter().find(|(p, r)| *r == 2 && *p != first) {
+            break p;
+        }
+        assert!(
+            begin.elapsed() < Duration::from_secs(30),
+            "no replacement: {w:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let step = newest_step(dir.path());
+    wait_for_step(&dir, step + 200);
+    unsafe { libc::kill(second, libc::SIGKILL) };
+    let f = job.wait(Duration::from_secs(60));
+    let what = format!("stdout:\n{}\nstderr:\n{}", f.stdout, f.stderr);
+    // The budget is spent: the round ends as without fault tolerance, naming the rank.
+    assert_eq!(
+        f.code(),
+        Some(i32::from(phalanx_launch::EXIT_RESTARTS_EXHAUSTED)),
+        "{what}"
+    );
+    assert!(f.stderr.contains("root cause: rank 2"), "{what}");
+    assert!(f.stderr.contains("failed after 1 restarts"), "{what}");
+}
+
+#[test]
+fn fault_tolerance_without_phalanx_launch_is_refused_with_a_sentence() {
+    // A worker that looks started by torchrun (RANK set) but was told to be fault tolerant.
+    let mut cmd = phalanx();
+    cmd.args(["train", "--epochs", "1"])
+        .env("PHALANX_FAULT_TOLERANCE", "1")
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("LOCAL_RANK", "0")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", launch_util::free_port().to_string());
+    let f = launch_util::run(cmd, Duration::from_secs(30));
+    assert_ne!(f.code(), Some(0));
+    assert!(
+        f.stderr
+            .contains("fault tolerance needs phalanx launch's store"),
+        "{}",
+        f.stderr
+    );
+}
