@@ -131,7 +131,7 @@ impl Job<'_> {
             set_omp: self.set_omp,
             attempt_dir: attempt_dir.clone(),
             fault_tolerance: self.args.fault_tolerance,
-            generation: 0,
+            replacement: false,
         };
         // The sender stays alive here so that `recv_timeout` never reports disconnection.
         let (tx, rx) = mpsc::channel::<Exited>();
@@ -267,17 +267,28 @@ impl Job<'_> {
         if !self.args.fault_tolerance || gave_up || used >= k {
             return Ok(None);
         }
+        // Note [Generations]: the others go on without this rank in a new generation; the
+        // replacement adds itself to a later one once it is ready.
         let key = phalanx_store::keys::in_round(round, phalanx_store::keys::GENERATION);
-        let generation = self.store.add(&key, 1).map_err(|e| Error::Store {
-            op: "add",
-            key: key.clone(),
+        let store_err = |key: &str, e: phalanx_store::Error| Error::Store {
+            op: "set",
+            key: key.to_string(),
             reason: e.to_string(),
-        })? as u64;
+        };
+        let generation = self.store.add(&key, 1).map_err(|e| store_err(&key, e))? as u64;
+        let change = phalanx_store::keys::in_round(
+            round,
+            &phalanx_store::keys::generation_change(generation),
+        );
+        self.store
+            .set(&change, format!("-{}", failed.rank).as_bytes())
+            .map_err(|e| store_err(&change, e))?;
         self.restarts_used.set(used + 1);
         eprintln!(
             "phalanx launch: rank {} (local rank {}, pid {}) ended with {} after {:.1} s; \
-             --fault-tolerance: a replacement joins process-group generation {generation} \
-             (restart {} of --max-restarts {k}); the other ranks keep training",
+             --fault-tolerance: the other ranks go on without it (process-group generation \
+             {generation}) and a replacement joins them when it is ready (restart {} of \
+             --max-restarts {k})",
             failed.rank,
             failed.local_rank,
             failed.pid,
@@ -286,11 +297,11 @@ impl Job<'_> {
             used + 1,
         );
         let replacement = JobEnv {
-            generation,
+            replacement: true,
             attempt_dir: job
                 .attempt_dir
                 .as_ref()
-                .map(|d| d.join(format!("generation_{generation}"))),
+                .map(|d| d.join(format!("replacement_{}", used + 1))),
             ..job.clone()
         };
         let dir = replacement.attempt_dir.clone();

@@ -53,8 +53,8 @@ pub(crate) struct JobEnv {
     pub(crate) attempt_dir: Option<PathBuf>,
     /// `--fault-tolerance`: the workers re-form their group after a death.
     pub(crate) fault_tolerance: bool,
-    /// The process-group generation a replacement joins (0: the round's first workers).
-    pub(crate) generation: u64,
+    /// A replacement of a dead worker (`--fault-tolerance`).
+    pub(crate) replacement: bool,
 }
 
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
@@ -94,8 +94,8 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
     if job.fault_tolerance {
         v.push(("PHALANX_FAULT_TOLERANCE", "1".into()));
     }
-    if job.generation > 0 {
-        v.push(("PHALANX_FT_GENERATION", job.generation.to_string()));
+    if job.replacement {
+        v.push(("PHALANX_FT_REPLACEMENT", "1".into()));
     }
     if job.set_omp {
         v.push(("OMP_NUM_THREADS", "1".into()));
@@ -140,7 +140,7 @@ mod tests {
             set_omp: true,
             attempt_dir: Some(PathBuf::from("/logs/r1/attempt_2")),
             fault_tolerance: false,
-            generation: 0,
+            replacement: false,
         }
     }
 

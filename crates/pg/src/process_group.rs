@@ -125,6 +125,7 @@ impl ProcessGroup {
             shared: Arc::new(Shared {
                 backend,
                 label: std::sync::OnceLock::new(),
+                peer_word_wait: Mutex::new(std::time::Duration::from_millis(500)),
                 #[cfg(feature = "mpi")]
                 mpi,
                 rank: placement.rank,
@@ -744,6 +745,13 @@ impl ProcessGroup {
     /// `None` while it works: after a failure every collective returns an error.
     pub fn failure(&self) -> Option<String> {
         self.shared.failed.lock().unwrap().clone()
+    }
+
+    /// How long a failure waits for a peer whose connection closed to publish why, before it
+    /// names that peer itself (default 500 ms: a crashing rank's own words are the better root
+    /// cause). Fault tolerance sets zero.
+    pub(crate) fn set_peer_word_wait(&self, wait: std::time::Duration) {
+        *self.shared.peer_word_wait.lock().unwrap() = wait;
     }
 
     /// Declares this rank failed: publishes `reason` to the store (where the launcher and

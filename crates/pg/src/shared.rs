@@ -46,6 +46,10 @@ pub(crate) struct Shared {
     pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
     /// The backend's name (`native`, `mpi`, `nccl`), fixed for the group's lifetime.
     pub(crate) backend: &'static str,
+    /// How long a failure waits for a peer that closed its connection to publish why (its
+    /// word names the root cause); zero under fault tolerance, where the launcher names the
+    /// dead rank and every millisecond is the survivors' (Note [Generations]).
+    pub(crate) peer_word_wait: Mutex<Duration>,
     /// Which subgroup this is, for errors (`subgroup of job ranks [0, 2]`); unset for the
     /// world.
     pub(crate) label: std::sync::OnceLock<String>,
@@ -164,7 +168,7 @@ impl Shared {
             ),
             // A dead peer may have published why; give it a moment to land.
             T::PeerClosed { peer, during } => (
-                self.published(*peer, Duration::from_millis(500))
+                self.published(*peer, *self.peer_word_wait.lock().unwrap())
                     .unwrap_or_else(|| {
                         format!("rank {peer} exited or lost its connection during {during}")
                     }),

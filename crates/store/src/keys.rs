@@ -38,10 +38,16 @@ pub fn status(rank: impl std::fmt::Display) -> String {
     format!("status/{rank}")
 }
 
-/// The round's newest process-group generation (a counter, `add`): a launcher agent bumps it
-/// when it starts a replacement worker under `--fault-tolerance` (Note [Generations] in
-/// phalanx-pg).
+/// The round's newest process-group generation under `--fault-tolerance` (a counter, `add`):
+/// whoever changes the membership bumps it and then writes [`generation_change`] (Note
+/// [Generations] in phalanx-pg).
 pub const GENERATION: &str = "ft/generation";
+
+/// How generation `generation` differs from the one before: `-<slot>` (that rank died) or
+/// `+<slot>` (its replacement is ready to join).
+pub fn generation_change(generation: u64) -> String {
+    format!("ft/{generation}/change")
+}
 
 /// The key prefix of generation `generation` inside a round: generation 0 is the round's own
 /// prefix, a later one `ft/<generation>` under it, so no generation reads another's keys.

@@ -4,7 +4,8 @@
 //! Note [Regroup]: every rank of the new generation calls [`resync`] at once. Each says which
 //! step its state belongs to (a replacement: none); the rank with the newest state (the
 //! lowest such rank on a tie) sends its position, optimizer state and every tensor of the
-//! model (parameters, buffers, int and bool tensors), and the others take them. Survivors may
+//! model (parameters, buffers, int and bool tensors), and the others take them. When every
+//! rank holds the same step (the group only shrank) nothing is sent. Survivors may
 //! disagree by one step: a rank whose collective completed just before the death updated its
 //! parameters, a rank whose collective failed did not; the newest state is a correct one,
 //! because a step's update happens only after all of that step's collectives completed
@@ -18,11 +19,13 @@ use phalanx_pg::ProcessGroup;
 use crate::{position::Position, Classifier, Error, Optim, Result};
 
 /// What [`resync`] did, for the report.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Regrouped {
     /// The process group's new generation.
     pub generation: u64,
-    /// The rank whose state every rank took.
+    /// The slots of the new group, ascending (its ranks in order).
+    pub members: Vec<usize>,
+    /// The rank (of the new group) whose state every rank took.
     pub source: usize,
     /// Where the run continues.
     pub position: Position,
@@ -56,6 +59,15 @@ pub(crate) fn resync<M: Classifier>(
             "fault tolerance: no rank of the new process group holds the training state (every \
              rank is a replacement)"
                 .into(),
+        ));
+    }
+    if all.iter().all(|&step| step == newest) {
+        // Every rank holds the same step, so the same state (replicas are bitwise equal after
+        // every step): the group shrank, nobody needs anything.
+        return Ok((
+            model.clone(),
+            held.expect("a rank with a step holds it"),
+            source,
         ));
     }
     let sending = pg.rank() == source;

@@ -122,7 +122,9 @@ pub(crate) fn save<M: Classifier>(
             global_step: at.global_step,
             samples_in_epoch: at.samples_in_epoch,
             seed: cfg.seed,
-            world_size: pg.world_size() as u64,
+            // The world whose sampler shards the position counts (under fault tolerance the
+            // round's slots, whatever ranks are alive).
+            world_size: at.world,
             batch_size: cfg.batch_size as u64,
             config: facts.clone(),
             tensors_sha256: String::new(),

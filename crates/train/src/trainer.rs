@@ -55,20 +55,20 @@ pub fn train(
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
-    train_in(Group { pg, ft: None }, cfg, reporter)
+    train_in(Group::Fixed(pg), cfg, reporter)
 }
 
-/// [`train`] under `phalanx launch --fault-tolerance`: when a rank dies, re-forms the group
-/// with its replacement and continues from the newest state any rank holds, in process (Note
-/// [Regroup] in `recovery.rs`). A replacement takes that state from a peer instead of
-/// starting over. `pg` is the group of `ft`'s current generation ([`FaultTolerance::join`]).
+/// [`train`] under `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg): when
+/// a rank dies, the others re-form their group without it and go on from their in-memory state;
+/// its replacement loads the data and builds the model first, then joins them at a step
+/// boundary and takes their state (Note [Regroup] in `recovery.rs`). The data is sharded by
+/// slot (the rank a process started as), so a replacement trains on its slot's share.
 pub fn train_fault_tolerant(
-    pg: Arc<ProcessGroup>,
     ft: FaultTolerance,
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
-    train_in(Group { pg, ft: Some(ft) }, cfg, reporter)
+    train_in(Group::Tolerant(Box::new(ft)), cfg, reporter)
 }
 
 fn train_in(group: Group, cfg: &TrainConfig, reporter: &mut dyn Reporter) -> Result<Summary> {
@@ -94,10 +94,10 @@ fn train_in(group: Group, cfg: &TrainConfig, reporter: &mut dyn Reporter) -> Res
     with_model(&spec, &device(), run)
 }
 
-/// The process group a run trains in, and with fault tolerance the way to a new one.
-struct Group {
-    pg: Arc<ProcessGroup>,
-    ft: Option<FaultTolerance>,
+/// The process group a run trains in: given, or joined (and re-joined) through fault tolerance.
+enum Group {
+    Fixed(Arc<ProcessGroup>),
+    Tolerant(Box<FaultTolerance>),
 }
 
 /// The rest of [`train`], for the model it built.
@@ -125,7 +125,7 @@ pub fn train_model<M: Classifier>(
     full: &Dataset,
     model: M,
 ) -> Result<Summary> {
-    train_group(Group { pg, ft: None }, cfg, reporter, full, model)
+    train_group(Group::Fixed(pg), cfg, reporter, full, model)
 }
 
 /// Figures summed over the run, kept across a regroup.
@@ -149,8 +149,16 @@ fn train_group<M: Classifier>(
     full: &Dataset,
     model: M,
 ) -> Result<Summary> {
-    let Group { mut pg, mut ft } = group;
-    let (rank, world) = (pg.rank(), pg.world_size());
+    let (mut pg, mut ft) = match group {
+        Group::Fixed(pg) => (Some(pg), None),
+        Group::Tolerant(ft) => (None, Some(*ft)),
+    };
+    // Slots: whose share of the data this process trains on (Note [Generations]).
+    let (slot, slots) = match (&ft, &pg) {
+        (Some(ft), _) => (ft.slot(), ft.slots()),
+        (None, Some(pg)) => (pg.rank(), pg.world_size()),
+        (None, None) => unreachable!("a run has a group or a way to one"),
+    };
     let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed)?;
     if model.input_dim() != full.dim() {
         return Err(Error::Config(format!(
@@ -163,24 +171,33 @@ fn train_group<M: Classifier>(
     let mut model = model;
     if let Some(patterns) = &cfg.freeze {
         let (frozen, paths) = freeze_matching(model, patterns)?;
-        if rank == 0 {
+        if slot == 0 {
             tracing::info!(frozen = paths.len(), "--freeze: {}", paths.join(", "));
         }
         model = frozen;
     }
-    let shard = exact_shard(test_set.len(), world, rank)?;
     let ctx = Context {
         cfg,
         facts: snapshot::run_facts(cfg, full),
         train_set: Arc::new(train_set),
-        test_x: test_set.features()[shard.start * test_set.dim()..shard.end * test_set.dim()]
-            .to_vec(),
-        test_y: test_set.labels()[shard].to_vec(),
+        test_set,
         // Under fault tolerance a failed step must leave the model as it was (Note [Regroup]).
         fused: ft.is_none(),
+        slot,
+        slots,
     };
     let mut optim = Optim::new(cfg.optim);
     let mut totals = Totals::default();
+    // Only now, with the data loaded and the model built, does a replacement ask to join.
+    let mut pg = match (pg.take(), ft.as_mut()) {
+        (Some(pg), _) => pg,
+        (None, Some(ft)) => {
+            let pg = Arc::new(ft.join()?);
+            pg.abort_on_panic();
+            pg
+        }
+        (None, None) => unreachable!("a run has a group or a way to one"),
+    };
     // A replacement has no state of its own: it takes a peer's before anything else.
     let replacement = ft.as_ref().is_some_and(FaultTolerance::is_replacement);
     let (mut pos, mut regroup) = if replacement {
@@ -190,7 +207,7 @@ fn train_group<M: Classifier>(
         (Some(pos), None)
     };
     loop {
-        let attempt = (|| -> Result<Summary> {
+        let attempt = (|| -> Result<Outcome> {
             let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
             if cfg.bf16 {
                 options = options.with_comm_hook(Bf16CompressHook);
@@ -207,16 +224,26 @@ fn train_group<M: Classifier>(
             }
             let mut ddp = DistributedDataParallel::new(model.clone(), pg.clone(), options)?;
             let mut at = pos.unwrap_or_default();
+            let ft = ft.as_ref();
             let mut after_regroup = |at: Position, reporter: &mut dyn Reporter| {
                 if let Some((since, from, took)) = source.take() {
                     reporter.regrouped(&Regrouped {
-                        generation: ft.as_ref().map_or(0, FaultTolerance::generation),
+                        generation: ft.map_or(0, FaultTolerance::generation),
+                        members: ft.map(|f| f.members().to_vec()).unwrap_or_default(),
                         source: from,
                         position: at,
                         seconds: since.elapsed().as_secs_f64(),
                         replacement: took,
                     });
                 }
+            };
+            // Under fault tolerance the ranks agree every step on the newest generation: a
+            // newer one (a replacement is ready) is connected at this boundary.
+            let mut boundary = |pg: &ProcessGroup| -> Result<Option<u64>> {
+                let Some(ft) = ft else { return Ok(None) };
+                let mut newest = [ft.newest()? as i64];
+                pg.allreduce(&mut newest, ReduceOp::Max)?;
+                Ok((newest[0] as u64 > ft.generation()).then_some(newest[0] as u64))
             };
             let result = ctx.epochs(
                 &pg,
@@ -226,6 +253,7 @@ fn train_group<M: Classifier>(
                 &mut totals,
                 reporter,
                 &mut after_regroup,
+                &mut boundary,
             );
             // What the last completed step left, for a regroup after a failure.
             model = ddp.into_inner();
@@ -233,27 +261,45 @@ fn train_group<M: Classifier>(
             result
         })();
         match (attempt, ft.as_mut()) {
+            (Ok(Outcome::Done(summary)), _) => return Ok(summary),
+            (Ok(Outcome::Advance(to)), Some(ft)) => {
+                let since = Instant::now();
+                drop(pg);
+                pg = Arc::new(ft.advance(to)?);
+                pg.abort_on_panic();
+                regroup = Some(since);
+            }
             (Err(e), Some(ft)) if pg.failure().is_some() => {
                 let failed_at = Instant::now();
                 tracing::warn!(
-                    rank,
+                    slot,
                     generation = ft.generation(),
-                    "fault tolerance: the process group failed ({e}); waiting for a replacement"
+                    "fault tolerance: the process group failed ({e}); re-forming it"
                 );
                 let cause = match e {
                     Error::Pg(e) => e,
                     other => phalanx_pg::Error::Failed {
-                        rank,
+                        rank: slot,
                         cause: other.to_string(),
                     },
                 };
+                drop(pg);
                 pg = Arc::new(ft.regroup(cause)?);
                 pg.abort_on_panic();
                 regroup = Some(failed_at);
             }
-            (result, _) => return result,
+            (Err(e), _) => return Err(e),
+            (Ok(Outcome::Advance(_)), None) => unreachable!("only fault tolerance advances"),
         }
     }
+}
+
+/// How a run of epochs ended.
+enum Outcome {
+    /// The run is complete.
+    Done(Summary),
+    /// Fault tolerance: every rank agreed at a step boundary to connect this generation.
+    Advance(u64),
 }
 
 /// What every attempt of a run shares: the configuration and the data.
@@ -261,10 +307,14 @@ struct Context<'a> {
     cfg: &'a TrainConfig,
     facts: std::collections::HashMap<String, String>,
     train_set: Arc<Dataset>,
-    test_x: Vec<f32>,
-    test_y: Vec<i64>,
+    test_set: Dataset,
     /// Whether the step updates each bucket as it arrives (not under fault tolerance).
     fused: bool,
+    /// Whose share of the training data this process takes, of how many: its rank and the
+    /// world size, or under fault tolerance its slot of the round's first world (Note
+    /// [Generations]), which a replacement inherits.
+    slot: usize,
+    slots: usize,
 }
 
 /// `--resume`: rank 0 reads the newest checkpoint that verifies into `model` and `optim`; the
@@ -370,16 +420,22 @@ impl Context<'_> {
         totals: &mut Totals,
         reporter: &mut dyn Reporter,
         after_regroup: &mut dyn FnMut(Position, &mut dyn Reporter),
-    ) -> Result<Summary> {
+        boundary: &mut dyn FnMut(&ProcessGroup) -> Result<Option<u64>>,
+    ) -> Result<Outcome> {
         let cfg = self.cfg;
         let (rank, world) = (pg.rank(), pg.world_size());
+        // The data is split among slots; the gradients and the test set among the live ranks.
+        let (slot, slots) = (self.slot, self.slots);
         let train_set = &self.train_set;
         // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
         // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
         // follows the same schedule as the full run, so that resuming it continues that schedule.
-        let steps_per_epoch = train_set.len().div_ceil(world).div_ceil(cfg.batch_size) as u64;
+        let steps_per_epoch = train_set.len().div_ceil(slots).div_ceil(cfg.batch_size) as u64;
         let total_steps = steps_per_epoch * cfg.epochs;
-        let (test_x, test_y) = (&self.test_x, &self.test_y);
+        let test = &self.test_set;
+        let shard = exact_shard(test.len(), world, rank)?;
+        let test_x = &test.features()[shard.start * test.dim()..shard.end * test.dim()];
+        let test_y = &test.labels()[shard];
         totals.epochs_done = totals.epochs_done.max(at.epoch);
         'epochs: for epoch in at.epoch..cfg.epochs {
             let first = epoch == at.epoch && at.is_mid_epoch();
@@ -391,15 +447,15 @@ impl Context<'_> {
             };
             let indices = position::epoch_indices(
                 train_set.len(),
-                world,
-                rank,
+                slots,
+                slot,
                 cfg.seed,
                 epoch,
                 skip,
                 if first {
                     (at.world as usize).max(1)
                 } else {
-                    world
+                    slots
                 },
             )?;
             let steps_total = indices.len().div_ceil(cfg.batch_size) as u64 + step0;
@@ -434,13 +490,13 @@ impl Context<'_> {
                     )));
                 }
                 step_in_epoch += 1;
-                samples_in_epoch += batch.labels.len() * world;
+                samples_in_epoch += batch.labels.len() * slots;
                 *at = Position {
                     epoch,
                     step_in_epoch,
                     global_step: at.global_step + 1,
                     samples_in_epoch: samples_in_epoch as u64,
-                    world: world as u64,
+                    world: slots as u64,
                 };
                 after_regroup(*at, reporter);
                 let (sum, n, samples) = &mut totals.epoch_loss;
@@ -460,6 +516,11 @@ impl Context<'_> {
                     totals.comm_wait += ddp.stats().wait - wait_start;
                     totals.epochs_done = epoch;
                     break 'epochs;
+                }
+                if let Some(to) = boundary(pg)? {
+                    totals.train_time += epoch_start.elapsed();
+                    totals.comm_wait += ddp.stats().wait - wait_start;
+                    return Ok(Outcome::Advance(to));
                 }
             }
             let epoch_time = epoch_start.elapsed();
@@ -501,20 +562,20 @@ impl Context<'_> {
                 step_in_epoch: 0,
                 global_step: at.global_step,
                 samples_in_epoch: 0,
-                world: world as u64,
+                world: slots as u64,
             };
             snapshot::save(pg, cfg, ddp, optim, &self.facts, *at, reporter)?;
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);
-        Ok(Summary {
-            rank,
-            world,
+        Ok(Outcome::Done(Summary {
+            rank: slot,
+            world: slots,
             epochs: totals.epochs_done,
             test_accuracy: totals.last_accuracy,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
             comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
             param_digest: param_digest(ddp.module())?,
             records: totals.records.clone(),
-        })
+        }))
     }
 }

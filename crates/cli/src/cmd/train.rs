@@ -159,16 +159,21 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             args.backend
         );
     }
-    let pg = Arc::new(match &ft {
-        Some(ft) => ft.join().with_context(|| {
-            format!(
-                "joining generation {} of the process group",
-                ft.generation()
-            )
-        })?,
-        None => join_group(args.backend)?,
-    });
-    install_failure_hook(&pg);
+    // Under fault tolerance the trainer joins (a replacement only once its model is built).
+    let pg = match &ft {
+        Some(_) => None,
+        None => {
+            let pg = Arc::new(join_group(args.backend)?);
+            install_failure_hook(&pg);
+            Some(pg)
+        }
+    };
+    let (rank, world) = match (&ft, &pg) {
+        (Some(ft), _) => (ft.slot(), ft.slots()),
+        (None, Some(pg)) => (pg.rank(), pg.world_size()),
+        (None, None) => unreachable!("joined or fault tolerant"),
+    };
+    let banner = rank == 0 && !args.json && !ft.as_ref().is_some_and(|f| f.is_replacement());
     let cfg = TrainConfig {
         dataset: args.dataset.clone(),
         test_fraction: args.test_fraction,
@@ -199,14 +204,8 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         resume: args.resume,
         max_steps: args.max_steps,
     };
-    let mut reporter = Console::new(
-        pg.rank(),
-        pg.world_size(),
-        args.json,
-        args.epochs,
-        args.batch_size,
-    );
-    if pg.rank() == 0 && !args.json {
+    let mut reporter = Console::new(rank, world, args.json, args.epochs, args.batch_size);
+    if banner {
         let model = match args.model {
             ModelKind::Mlp => format!("MLP with {} hidden layer(s) of {}", args.depth, args.hidden),
             other => other.to_string(),
@@ -214,22 +213,25 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         println!(
             "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}",
             args.dataset,
-            pg.world_size(),
+            world,
             args.batch_size,
             args.optimizer,
             args.lr,
             if args.bf16 { ", bf16 gradients" } else { "" }
         );
     }
-    let result = match ft {
-        Some(ft) => phalanx_train::train_fault_tolerant(pg.clone(), ft, &cfg, &mut reporter),
-        None => phalanx_train::train(pg.clone(), &cfg, &mut reporter),
+    let result = match (ft, &pg) {
+        (Some(ft), _) => phalanx_train::train_fault_tolerant(ft, &cfg, &mut reporter),
+        (None, Some(pg)) => phalanx_train::train(pg.clone(), &cfg, &mut reporter),
+        (None, None) => unreachable!("joined or fault tolerant"),
     };
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
-            let msg = format!("rank {} failed: {e}", pg.rank());
-            pg.abort(&msg);
+            let msg = format!("rank {rank} failed: {e}");
+            if let Some(pg) = &pg {
+                pg.abort(&msg);
+            }
             if matches!(
                 e,
                 phalanx_train::Error::Pg(phalanx_pg::Error::Regroup { .. })
@@ -431,24 +433,27 @@ impl Reporter for Console {
         // Every rank says it on stderr (a survivor's view and the replacement's); rank 0 also
         // in the run's own output.
         eprintln!(
-            "phalanx train: rank {}: generation {}: process group re-formed, step {} completed \
-             {:.2} s after {} (state from rank {})",
+            "phalanx train: rank {}: generation {}: process group re-formed with ranks {:?} of \
+             {}, step {} completed {:.2} s after {} (state from rank {})",
             self.rank,
             r.generation,
+            r.members,
+            self.world,
             r.position.global_step,
             r.seconds,
             if r.replacement {
-                "this replacement started training"
+                "this replacement joined"
             } else {
-                "the failure"
+                "the change"
             },
-            r.source
+            r.members.get(r.source).copied().unwrap_or(r.source)
         );
         if self.rank == 0 && self.json {
             print_json(&RegroupedLine {
                 event: "regrouped",
                 generation: r.generation,
-                source: r.source,
+                ranks: r.members.len(),
+                source: r.members.get(r.source).copied().unwrap_or(r.source),
                 global_step: r.position.global_step,
                 seconds: r.seconds,
             });
@@ -486,6 +491,7 @@ struct SummaryLine<'a> {
 struct RegroupedLine {
     event: &'static str,
     generation: u64,
+    ranks: usize,
     source: usize,
     global_step: u64,
     seconds: f64,
