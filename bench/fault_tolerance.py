@@ -7,14 +7,20 @@ SIGKILLed half a checkpoint interval after the checkpoint at step KILL_AT is com
 average case for a restart, which redoes the steps since the newest checkpoint). Lost time: how
 much longer the checkpoint interval with the kill took than without it, same mode, same round
 (the whole run's wall time would bury it in noise). For fault tolerance also the time from the
-kill to the first step completed after it (the survivors' "process group re-formed" line).
+kill to the first step completed after it (the survivors' "process group re-formed" line) and
+how many steps they took before the replacement joined (steps whose rank-1 share of the data
+was not trained).
 Prints every run and the medians.
 
-Usage: bench/fault_tolerance.py [--rounds 3] [--kill-at 150] [--every 50] [-- TRAIN FLAGS]
+Usage: bench/fault_tolerance.py [--rounds 3] [--kill-at 150] [--every 50] [--torchrun]
+                                [-- TRAIN FLAGS]
+--torchrun also measures torchrun's own restart of a PyTorch DDP job (../shared/anchors, its
+venv in $ANCHORS_VENV or ~/.cache/phalanx-anchors).
 Default training: 2 ranks, the big MLP (2 hidden layers of 2048), batch 64, momentum 0.9,
 one epoch of synthetic:60000 (375 steps: no epoch-end checkpoint before the kill).
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -90,9 +96,54 @@ def run(binary, flags, kill_at, every):
     if kill_at and not killed:
         sys.exit(f"no checkpoint at steps {kill_at - every} and {kill_at}: {cmd}")
     regrouped = next((at - killed for at, l in lines
-                      if killed and "process group re-formed" in l and "after the failure" in l),
+                      if killed and at > killed and "process group re-formed" in l
+                      and "after the change" in l),
                      None)
-    return seen, regrouped
+    # Steps the others took without the dead rank: from the first regroup to the one that
+    # took its replacement in (rank 0's lines).
+    steps = [int(m.group(1)) for _, l in lines
+             if "phalanx train: rank 0: generation" in l
+             and (m := re.search(r"step (\d+) completed", l))]
+    # What each regroup took, from the change to the first step after it (rank 0).
+    costs = [float(m.group(1)) for _, l in lines
+             if "phalanx train: rank 0: generation" in l
+             and (m := re.search(r"completed ([0-9.]+) s after", l))]
+    return seen, regrouped, (steps[-1] - steps[0] if len(steps) >= 2 else 0, costs)
+
+
+def torchrun_restart(venv, script, kill_after):
+    """torchrun's restart cost for a PyTorch DDP job (the anchors' torch_ddp.py, 2 ranks):
+    seconds from SIGKILLing rank 1 to the restarted job's first step (its workers' spawn plus
+    their own start-up, which torch_ddp.py reports as first_step_s)."""
+    cmd = [f"{venv}/bin/torchrun", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
+           "--monitor-interval=0.1", script, "--steps", "100000"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    begin = time.monotonic()
+    while len(workers(p.pid)) < 2:
+        time.sleep(0.01)
+    first = {pid for pid, _ in workers(p.pid)}
+    time.sleep(max(0.0, kill_after - (time.monotonic() - begin)))
+    victim = [pid for pid, r in workers(p.pid) if r == 1][0]
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    while not (new := [pid for pid, _ in workers(p.pid) if pid not in first]):
+        if p.poll() is not None:
+            sys.exit("torchrun ended instead of restarting")
+        time.sleep(0.005)
+    spawned = time.monotonic() - killed
+    # The restarted job runs its 100,000 steps: end it once its first step must be past and
+    # read first_step_s from a short second run instead (same start-up, same machine).
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    probe = subprocess.run([f"{venv}/bin/torchrun", "--standalone", "--nproc_per_node=2", script,
+                            "--steps", "1", "--warmup", "0"], capture_output=True, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = next(l for l in probe.stdout.splitlines() if l.startswith("{"))
+    return spawned, json.loads(line)["first_step_s"]
 
 
 def main():
@@ -100,6 +151,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kill-at", type=int, default=150)
     ap.add_argument("--every", type=int, default=50, help="--checkpoint-every")
+    ap.add_argument("--torchrun", action="store_true",
+                    help="also measure torchrun's restart of a PyTorch DDP job (anchors venv)")
     ap.add_argument("train", nargs="*", default=TRAIN)
     a = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "phalanx-cli", "--manifest-path",
@@ -116,16 +169,26 @@ def main():
     span = (a.kill_at, a.kill_at + a.every)
     for r in range(a.rounds):
         for mode, flags in modes.items():
-            base, _ = run(binary, flags, 0, a.every)
-            hit, regrouped = run(binary, flags, a.kill_at, a.every)
+            base, _, _ = run(binary, flags, 0, a.every)
+            hit, regrouped, (without, costs) = run(binary, flags, a.kill_at, a.every)
             b, h = base[span[1]] - base[span[0]], hit[span[1]] - hit[span[0]]
             lost[mode].append(h - b)
             if regrouped is not None:
                 back.append(regrouped)
             print(f"round {r + 1} {mode:16} steps {span[0]}-{span[1]}: undisturbed {b:6.2f} s  "
                   f"killed {h:6.2f} s  lost {h - b:5.2f} s" +
-                  (f"  kill -> next step {regrouped:.3f} s" if regrouped is not None else ""),
+                  (f"  kill -> next step {regrouped:.3f} s, regroups took "
+                   f"{' + '.join(f'{c:.2f}' for c in costs)} s, {without} steps without rank 1"
+                   if regrouped is not None else ""),
                   flush=True)
+    if a.torchrun:
+        venv = os.environ.get("ANCHORS_VENV", os.path.expanduser("~/.cache/phalanx-anchors"))
+        script = os.path.join(HERE, "..", "shared", "anchors", "ddp", "torch_ddp.py")
+        runs = [torchrun_restart(venv, script, 8.0) for _ in range(a.rounds)]
+        for spawned, first in runs:
+            print(f"torchrun (PyTorch DDP, gloo): kill -> new workers {spawned:.2f} s, their start "
+                  f"to first step {first:.2f} s: restart cost {spawned + first:.2f} s plus the "
+                  "steps since the last checkpoint", flush=True)
     ft, rs = st.median(lost["fault-tolerance"]), st.median(lost["max-restarts"])
     print(f"median lost: fault tolerance {ft:.2f} s, max-restarts {rs:.2f} s "
           f"({rs / max(ft, 1e-3):.1f}x); kill -> next step (fault tolerance) "

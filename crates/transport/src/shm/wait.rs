@@ -29,8 +29,10 @@ use crate::{Error, Fingerprint, Result};
 /// Longest single futex sleep: bounds how late an abort of a rank we are not waiting on,
 /// or a dead peer, is noticed.
 const POLL: Duration = Duration::from_millis(20);
-/// How often a slow wait checks that the awaited peer's process still exists.
-const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// How often a slow wait checks that the awaited peer's process still exists: a syscall and a
+/// small `/proc` read, nothing next to a wait this long, and what a dead peer costs the others
+/// (under fault tolerance, the time until they train on without it).
+const LIVENESS_EVERY: Duration = Duration::from_millis(20);
 
 /// Smallest adaptive spin budget: covers the lockstep skew of two running ranks.
 pub(crate) const MIN_SPIN: Duration = Duration::from_micros(4);
