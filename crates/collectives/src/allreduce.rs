@@ -1,10 +1,13 @@
 //! allreduce: direct exchange for small buffers, the pipelined ring (or the two-level
-//! [`Hierarchy`](crate::Hierarchy)) for large ones.
+//! [`Hierarchy`](crate::Hierarchy)) for large ones, as [`select`] decides.
 
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Result, Transport};
 
-use crate::{chunk_elems, direct, fp, hierarchical, kernels, ring, segments, Algorithm, Options};
+use crate::{
+    chunk_elems, direct, fp, hierarchical, kernels, ring, segments, select, Algorithm, Op, Options,
+    Placement, Plan,
+};
 
 /// Reduces `buf` across ranks in place; every rank ends with the same bits.
 pub fn allreduce<T: Element>(
@@ -16,23 +19,28 @@ pub fn allreduce<T: Element>(
 ) -> Result<Algorithm> {
     let n = t.world_size();
     let fp = fp::<T>(seq, CollectiveKind::Allreduce, Some(op), buf.len(), 0);
-    let algo = if n == 1 || buf.is_empty() {
-        Algorithm::Local
-    } else if std::mem::size_of_val(buf) <= opts.direct_max_bytes {
-        direct::allreduce(t, &fp, buf, op)?;
-        Algorithm::Direct
-    } else if let Some(h) = opts.hierarchy.as_ref().filter(|h| h.world_size() == n) {
-        hierarchical::allreduce(t, &fp, h, buf, op, chunk_elems::<T>(opts))?;
-        return Ok(Algorithm::Hierarchical);
-    } else {
-        let count = buf.len();
-        let segs = move |s| segments::segment(count, n, s);
-        let all = ring::everyone(n);
-        ring::reduce_scatter(t, &fp, &all, buf, &segs, op, chunk_elems::<T>(opts))?;
-        let mine = segs(t.rank());
-        kernels::finish(op, &mut buf[mine], n);
-        ring::allgather(t, &fp, &all, buf, &segs, chunk_elems::<T>(opts))?;
-        return Ok(Algorithm::Ring);
+    let bytes = std::mem::size_of_val(buf);
+    let algo = match select(Op::Allreduce, bytes, n, Placement::Tcp, opts) {
+        Plan::Local => Algorithm::Local,
+        Plan::Direct => {
+            direct::allreduce(t, &fp, buf, op)?;
+            Algorithm::Direct
+        }
+        Plan::Hierarchical => {
+            let h = opts.hierarchy.as_ref().expect("select saw a hierarchy");
+            hierarchical::allreduce(t, &fp, h, buf, op, chunk_elems::<T>(opts))?;
+            return Ok(Algorithm::Hierarchical);
+        }
+        _ => {
+            let count = buf.len();
+            let segs = move |s| segments::segment(count, n, s);
+            let all = ring::everyone(n);
+            ring::reduce_scatter(t, &fp, &all, buf, &segs, op, chunk_elems::<T>(opts))?;
+            let mine = segs(t.rank());
+            kernels::finish(op, &mut buf[mine], n);
+            ring::allgather(t, &fp, &all, buf, &segs, chunk_elems::<T>(opts))?;
+            return Ok(Algorithm::Ring);
+        }
     };
     kernels::finish(op, buf, n);
     Ok(algo)
@@ -52,8 +60,12 @@ pub fn allreduce_hierarchical_shm<T: Element>(
     opts: &Options,
 ) -> Result<Algorithm> {
     let n = t.world_size();
-    match opts.hierarchy.as_ref() {
-        Some(h) if h.world_size() == n && std::mem::size_of_val(buf) > opts.direct_max_bytes => {
+    let bytes = std::mem::size_of_val(buf);
+    match (
+        select(Op::Allreduce, bytes, n, Placement::HostSharedMemory, opts),
+        opts.hierarchy.as_ref(),
+    ) {
+        (Plan::HierarchicalShm, Some(h)) => {
             hierarchical::allreduce_shm(t, g, seq, h, buf, op, chunk_elems::<T>(opts))?;
             Ok(Algorithm::Hierarchical)
         }

@@ -4,7 +4,7 @@
 use phalanx_core::Element;
 use phalanx_transport::{CollectiveKind, Result, SendReq, Transport};
 
-use crate::{chunk_elems, fp, ring, segments, Algorithm, Options};
+use crate::{chunk_elems, fp, ring, segments, select, Algorithm, Op, Options, Placement, Plan};
 
 /// Copies `root`'s `buf` to every rank.
 pub fn broadcast<T: Element>(
@@ -19,7 +19,14 @@ pub fn broadcast<T: Element>(
     if n == 1 || buf.is_empty() {
         return Ok(Algorithm::Local);
     }
-    if std::mem::size_of_val(buf) <= opts.direct_max_bytes {
+    if select(
+        Op::Broadcast,
+        std::mem::size_of_val(buf),
+        n,
+        Placement::Tcp,
+        opts,
+    ) == Plan::Direct
+    {
         if r == root {
             let data: &[u8] = bytemuck::cast_slice(buf);
             let sends: Vec<_> = (0..n)

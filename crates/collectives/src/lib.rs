@@ -59,6 +59,7 @@ mod reduce;
 mod reduce_scatter;
 mod ring;
 pub mod segments;
+mod select;
 #[cfg(target_os = "linux")]
 pub mod shm;
 pub use allgather::{allgather, allgather_v};
@@ -75,6 +76,7 @@ use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint};
 pub use reduce::reduce;
 pub use reduce_scatter::reduce_scatter;
+pub use select::{select, single_copy_min_bytes, Op, Placement, Plan};
 #[cfg(target_os = "linux")]
 pub use shm::{
     all_to_all_shm, allgather_shm, allreduce_shm, allreduce_shm_with, auto_chunk_bytes,

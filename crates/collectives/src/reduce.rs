@@ -10,7 +10,10 @@
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, RecvReq, Result, SendReq, Transport};
 
-use crate::{chunk_elems, direct, fp, kernels, ring, segments, Algorithm, Options};
+use crate::{
+    chunk_elems, direct, fp, kernels, ring, segments, select, Algorithm, Op, Options, Placement,
+    Plan,
+};
 
 /// Reduces `buf` across ranks into `root`'s `buf`.
 pub fn reduce<T: Element>(
@@ -28,7 +31,14 @@ pub fn reduce<T: Element>(
         return Ok(Algorithm::Local);
     }
     let count = buf.len();
-    if std::mem::size_of_val(buf) <= opts.direct_max_bytes {
+    if select(
+        Op::Reduce,
+        std::mem::size_of_val(buf),
+        n,
+        Placement::Tcp,
+        opts,
+    ) == Plan::Direct
+    {
         if r != root {
             t.send(&fp, root, bytemuck::cast_slice(buf))?;
             return Ok(Algorithm::Direct);

@@ -1,4 +1,5 @@
-//! [`Exec`]: the links one collective runs over, and which one each collective takes.
+//! [`Exec`]: the links one collective runs over, and the dispatch of each collective to the
+//! algorithm `phalanx_collectives::select` chose (Note [Choosing an algorithm]).
 //!
 //! Note [Backends]: a process group has one backend for its lifetime. `Native` runs phalanx's
 //! own algorithms (`phalanx-collectives`) over the TCP mesh and, within one host, shared
@@ -8,7 +9,9 @@
 //! above this file (issue order, `Work`, fail-fast, traces, DDP, the trainer) is the same
 //! for both: they only see `Exec`'s methods.
 
-use phalanx_collectives::{self as coll, Algorithm, Options, P2pRecv, P2pSend};
+use phalanx_collectives::{
+    self as coll, Algorithm, Op, Options, P2pRecv, P2pSend, Placement, Plan,
+};
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{shm::ShmGroup, CollectiveKind, Transport};
 
@@ -79,6 +82,27 @@ impl Exec {
         seq
     }
 
+    /// Which algorithm the native backend runs for `op` on `bytes` (Note [Choosing an
+    /// algorithm] in phalanx-collectives): the one place that knows; this file only dispatches.
+    /// MPI and NCCL choose inside their libraries (`Plan::Local` here, unused).
+    fn plan(&self, op: Op, bytes: usize, opts: &Options) -> Plan {
+        match &self.links {
+            Links::Native { transport, shm } => {
+                let world = transport.world_size();
+                let placement = match shm {
+                    Some(g) if g.world_size() == world => Placement::SharedMemory {
+                        single_copy: g.single_copy(),
+                    },
+                    Some(_) => Placement::HostSharedMemory,
+                    None => Placement::Tcp,
+                };
+                coll::select(op, bytes, world, placement, opts)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Plan::Local,
+        }
+    }
+
     /// The name of what ran a collective, for traces and `PHALANX_DEBUG=INFO`.
     pub(crate) fn describe(&self, algo: Algorithm) -> String {
         match &self.links {
@@ -97,14 +121,17 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
+        let plan = self.plan(Op::Allreduce, std::mem::size_of_val(buf), opts);
         match &mut self.links {
             Links::Native {
                 shm: Some(g),
                 transport,
-            } if g.world_size() < transport.world_size() => {
+            } if plan == Plan::HierarchicalShm => {
                 coll::allreduce_hierarchical_shm(transport.as_mut(), g, seq, buf, op, opts)
             }
-            Links::Native { shm: Some(g), .. } => coll::allreduce_shm(g, seq, buf, op),
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
+                coll::allreduce_shm(g, seq, buf, op)
+            }
             Links::Native { transport, .. } => {
                 coll::allreduce(transport.as_mut(), seq, buf, op, opts)
             }
@@ -122,11 +149,11 @@ impl Exec {
         root: usize,
         opts: &Options,
     ) -> Ran {
+        let plan = self.plan(Op::Broadcast, std::mem::size_of_val(buf), opts);
         match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if g.world_size() == transport.world_size() => coll::broadcast_shm(g, seq, buf, root),
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
+                coll::broadcast_shm(g, seq, buf, root)
+            }
             Links::Native { transport, .. } => {
                 coll::broadcast(transport.as_mut(), seq, buf, root, opts)
             }
@@ -138,11 +165,11 @@ impl Exec {
     }
 
     pub(crate) fn barrier(&mut self, seq: u64) -> Ran {
+        let plan = self.plan(Op::Barrier, 0, &Options::default());
         match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if g.world_size() == transport.world_size() => coll::barrier_shm(g, seq),
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
+                coll::barrier_shm(g, seq)
+            }
             Links::Native { transport, .. } => coll::barrier(transport.as_mut(), seq),
             #[cfg(feature = "mpi")]
             Links::Mpi(m) => m.barrier(),
@@ -158,11 +185,9 @@ impl Exec {
         recv: &mut [T],
         opts: &Options,
     ) -> Ran {
+        let plan = self.plan(Op::Allgather, std::mem::size_of_val(recv), opts);
         match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if g.world_size() == transport.world_size() => {
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
                 let offsets: Vec<usize> = (0..=g.world_size()).map(|p| p * send.len()).collect();
                 coll::allgather_shm(g, seq, send, recv, &offsets, CollectiveKind::Allgather)
             }
@@ -184,11 +209,9 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
+        let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(send), opts);
         match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if g.world_size() == transport.world_size() => {
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
                 coll::reduce_scatter_shm(g, seq, send, recv, op)
             }
             Links::Native { transport, .. } => {
@@ -282,11 +305,10 @@ impl Exec {
         recv_counts: &[usize],
         equal: bool,
     ) -> Ran {
+        let bytes = std::mem::size_of_val(send);
+        let plan = self.plan(Op::AllToAll { equal }, bytes, &Options::default());
         match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if equal && g.world_size() == transport.world_size() => {
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
                 coll::all_to_all_shm(g, seq, send, recv)
             }
             _ => coll::all_to_all(self.native(), seq, send, send_counts, recv, recv_counts),
@@ -301,11 +323,9 @@ impl Exec {
         counts: &[usize],
         opts: &Options,
     ) -> Ran {
+        let plan = self.plan(Op::Allgather, std::mem::size_of_val(recv), opts);
         match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if g.world_size() == transport.world_size() => {
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
                 let offsets: Vec<usize> = std::iter::once(0)
                     .chain(counts.iter().scan(0, |at, &c| {
                         *at += c;

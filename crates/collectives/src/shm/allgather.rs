@@ -10,8 +10,7 @@ use phalanx_core::Element;
 use phalanx_transport::{shm::ShmGroup, CollectiveKind, Fingerprint, Result};
 
 use super::bytes::{as_bytes, as_bytes_mut};
-use super::single_copy_min_bytes;
-use crate::{segments, Algorithm};
+use crate::{segments, select::shm_single_copy, Algorithm, Op};
 
 /// After this, every rank's `buf` holds every rank's `slice(p)`.
 pub(crate) fn allgather_slices<T: Element>(
@@ -65,7 +64,8 @@ pub fn allgather_shm<T: Element>(
     }
     let fp = crate::fp::<T>(seq, kind, None, offsets[n], 0);
     // Decided on the total, which every rank knows, so that all take the same path.
-    if g.single_copy() && offsets[n] * std::mem::size_of::<T>() / n >= single_copy_min_bytes(n) {
+    let total = offsets[n] * std::mem::size_of::<T>();
+    if shm_single_copy(Op::Allgather, total, n, g.single_copy()) {
         g.expose(as_bytes(send));
         g.step_all(&fp)?;
         for p in (0..n).filter(|&p| p != r) {
@@ -105,7 +105,8 @@ pub fn all_to_all_shm<T: Element>(
     let fp = crate::fp::<T>(seq, CollectiveKind::AllToAll, None, 0, 0);
     let size = std::mem::size_of::<T>();
     let block = |p: usize| p * per..(p + 1) * per;
-    if g.single_copy() && per * size >= single_copy_min_bytes(n) {
+    let equal = Op::AllToAll { equal: true };
+    if shm_single_copy(equal, std::mem::size_of_val(send), n, g.single_copy()) {
         g.expose(as_bytes(send));
         g.step_all(&fp)?;
         for q in (0..n).filter(|&q| q != r) {

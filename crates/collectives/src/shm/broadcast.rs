@@ -8,7 +8,7 @@ use phalanx_transport::{
 };
 
 use super::bytes::{as_bytes, as_bytes_mut, byte_range};
-use crate::{fp, segments, Algorithm};
+use crate::{fp, segments, select::shm_single_copy, Algorithm, Op};
 
 /// Copies `root`'s `buf` to every rank of `g`, one buffer-sized chunk per step.
 pub fn broadcast_shm<T: Element>(
@@ -26,11 +26,9 @@ pub fn broadcast_shm<T: Element>(
         return Ok(Algorithm::Local);
     }
     let fp = fp::<T>(seq, CollectiveKind::Broadcast, None, buf.len(), root);
-    // Single copy only for two ranks up to 1 MiB: beyond, the pipelined chunks below keep
-    // root and receiver copying at once, and with more ranks several readers of the root's
-    // memory slow each other down (measured: docs/shm.md).
+    // When the root's memory is read directly: Note [Choosing an algorithm].
     let bytes = std::mem::size_of_val(buf);
-    if g.single_copy() && n == 2 && (64 * 1024..=1 << 20).contains(&bytes) {
+    if shm_single_copy(Op::Broadcast, bytes, n, g.single_copy()) {
         if r == root {
             g.expose(as_bytes(buf));
         }
