@@ -8,91 +8,9 @@
 mod launch_util;
 mod netns_util;
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use netns_util::{Hosts, Net, PORT};
-
-const DEADLINE: Duration = Duration::from_secs(240);
-
-/// A node agent whose output goes to files the test reads while it runs; killed when dropped.
-struct Node {
-    child: Child,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl Node {
-    fn start(mut cmd: Command, dir: &Path, i: usize) -> Node {
-        let (out, err) = (dir.join(format!("{i}.out")), dir.join(format!("{i}.err")));
-        cmd.stdin(Stdio::null())
-            .stdout(File::create(&out).unwrap())
-            .stderr(File::create(&err).unwrap());
-        Node {
-            child: cmd.spawn().expect("spawning ip netns exec phalanx"),
-            out,
-            err,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        netns_util::strip_ansi(&std::fs::read_to_string(&self.err).unwrap_or_default())
-    }
-
-    /// Waits for the agent to exit; returns its code, stdout and stderr.
-    fn wait(mut self, begin: Instant) -> (Option<i32>, String, String) {
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                let out = std::fs::read_to_string(&self.out).unwrap_or_default();
-                return (s.code(), out, self.stderr());
-            }
-            assert!(
-                begin.elapsed() < DEADLINE,
-                "node still running after {DEADLINE:?}:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Waits until `node`'s agent has printed `text`.
-fn wait_for(node: &Node, text: &str, begin: Instant) {
-    while !node.stderr().contains(text) {
-        assert!(
-            begin.elapsed() < DEADLINE,
-            "no {text:?} from the agent:\n{}",
-            node.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits until a checkpoint newer than `after` exists: training moves in the current round.
-fn wait_for_progress(dir: &Path, after: u64, begin: Instant) -> u64 {
-    loop {
-        let step = launch_util::newest_step(dir);
-        if step > after {
-            return step;
-        }
-        assert!(
-            begin.elapsed() < DEADLINE,
-            "no checkpoint after step {after}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use netns_util::{wait_for, wait_for_progress, Hosts, Net, Node, PORT};
 
 #[test]
 fn needs_root_netns_train_grows_from_2_to_3_hosts_and_goes_on_with_2_after_losing_one() {
@@ -132,12 +50,12 @@ fn needs_root_netns_train_grows_from_2_to_3_hosts_and_goes_on_with_2_after_losin
     let n0 = node(0);
     let n1 = node(1);
     wait_for(&n0, "nodes [0, 1] (2 workers", begin);
-    let before = wait_for_progress(ckpt.path(), 0, begin);
+    let before = wait_for_progress(|| launch_util::newest_step(ckpt.path()), 0, begin);
 
     // Scale up: host 2 joins at the next round; training resumes from the newest checkpoint.
     let n2 = node(2);
     wait_for(&n0, "nodes [0, 1, 2] (3 workers", begin);
-    let grown = wait_for_progress(ckpt.path(), before, begin);
+    let grown = wait_for_progress(|| launch_util::newest_step(ckpt.path()), before, begin);
 
     // Scale down: host 1's agent and its worker are SIGKILLed.
     let agent1 = n1.child.id() as i32;

@@ -4,6 +4,9 @@
 //! starts a replacement, which joins them over the network, and the job ends on all three hosts
 //! with identical replicas, without a restart.
 //!
+//! A second test loses a whole host (agent and worker SIGKILLed) of an elastic `--nnodes 2:3`
+//! job: the others name it by its silent heartbeat and train on in process, without a restart.
+//!
 //! Skipped with a printed reason without root and `ip netns`.
 
 mod launch_util;
@@ -11,7 +14,7 @@ mod netns_util;
 
 use std::time::{Duration, Instant};
 
-use netns_util::{Hosts, Net, PORT};
+use netns_util::{wait_for, wait_for_progress, Hosts, Net, Node, PORT};
 
 /// The pid of the worker with `RANK=rank` whose command line holds `marker` (this test's
 /// checkpoint folder: the agents' command lines hold it too, but they have no `RANK`).
@@ -110,6 +113,85 @@ fn needs_root_netns_a_killed_worker_is_replaced_and_the_hosts_go_on_without_a_re
         .collect();
     eprintln!(
         "{test}: killed after step {killed_after}; accuracy {:.3}; host 0: {regroups:#?}",
+        s[0].1
+    );
+}
+
+#[test]
+fn needs_root_netns_a_lost_host_leaves_the_group_and_the_others_train_on_in_process() {
+    let test = "needs_root_netns_a_lost_host_leaves_the_group_and_the_others_train_on_in_process";
+    let Some(h) = Hosts::up(test, 3, &Net::default()) else {
+        return;
+    };
+    let logs = launch_util::TempDir::new("netns-ft-node-logs");
+    let ckpt = launch_util::TempDir::new("netns-ft-node-ckpt");
+    let node = |i: usize| {
+        let mut c = h.phalanx(i);
+        c.arg("train")
+            .args(["--nnodes", "2:3", "--node-rank", &i.to_string()])
+            .args(["--nproc-per-node", "1", "--master-addr", &h.addr(0)])
+            .args(["--master-port", &PORT.to_string(), "--rdzv-last-call", "5"])
+            .args(["--fault-tolerance", "--max-restarts", "1"])
+            .args([
+                "--dataset",
+                "mnist5k",
+                "--epochs",
+                "8",
+                "--batch-size",
+                "16",
+            ])
+            .args(["--hidden", "512", "--depth", "2", "--json"])
+            .args(["--checkpoint-every", "20", "--checkpoint-dir", ckpt.str()]);
+        Node::start(c, logs.path(), i)
+    };
+    let begin = Instant::now();
+    let (n0, n1, n2) = (node(0), node(1), node(2));
+    wait_for(&n0, "nodes [0, 1, 2] (3 workers", begin);
+    let before = wait_for_progress(|| launch_util::newest_step(ckpt.path()), 0, begin);
+    // Host 2's agent and worker are SIGKILLed: nobody is left there to say so.
+    let agent2 = n2.child.id() as i32;
+    let workers2 = launch_util::workers(agent2);
+    assert_eq!(workers2.len(), 1, "host 2's worker: {workers2:?}");
+    // SAFETY: plain signals to processes this test started (the worker may already be gone
+    // with its agent, its parent-death signal).
+    for pid in std::iter::once(agent2).chain(workers2.iter().map(|w| w.0)) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let killed = Instant::now();
+    wait_for(&n0, "the round goes on without it", begin);
+    let noticed = killed.elapsed();
+    let (c0, out0, err0) = n0.wait(begin);
+    let (c1, out1, err1) = n1.wait(begin);
+    drop(n2);
+    let all = format!("host 0:\n{err0}\nhost 1:\n{err1}");
+    assert_eq!(c0, Some(0), "{all}");
+    assert_eq!(c1, Some(0), "{all}");
+    // Named by its silent heartbeat, left behind in process: no second round, no restart.
+    assert!(
+        err0.contains("node 2 (") && err0.contains("stopped its heartbeat"),
+        "{all}"
+    );
+    assert!(
+        !err0.contains("round 1") && !err0.contains("starting attempt"),
+        "{all}"
+    );
+    for (r, err) in [(0, &err0), (1, &err1)] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("rank {r}: generation "))
+                    && l.contains("re-formed with ranks [0, 1] of 3")),
+            "rank {r} did not go on with rank {}: {all}",
+            1 - r
+        );
+    }
+    let mut s = launch_util::train_summaries(&out0);
+    s.extend(launch_util::train_summaries(&out1));
+    s.sort_by_key(|x| x.0);
+    assert_eq!(s.len(), 2, "{out0}\n{out1}");
+    assert_eq!(s[0].2, s[1].2, "replicas differ:\n{out0}\n{out1}");
+    assert!(launch_util::newest_step(ckpt.path()) > before);
+    eprintln!(
+        "{test}: host 2 left behind {noticed:?} after the kill; accuracy {:.3}",
         s[0].1
     );
 }

@@ -41,6 +41,16 @@ pub(crate) const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 /// How long a silent agent is given before its node is declared gone.
 pub(crate) const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What [`Coordinator::poll`] saw of the other nodes.
+pub(crate) enum Polled {
+    /// Nothing: the round goes on.
+    Quiet,
+    /// A failure another node published (or the store is gone): the round ends.
+    Failed(RootCause),
+    /// Node `.0` stopped its heartbeat.
+    Silent(u32, RootCause),
+}
+
 /// This node's side of the conversation between agents.
 pub(crate) struct Coordinator {
     /// The control handle on the store, whose calls (reconnection included) give up after
@@ -267,8 +277,17 @@ impl Coordinator {
     /// Another node's failure in round `round`, if one was published (multi-node only). A
     /// store that stopped answering is itself a failure: node 0's agent is gone.
     pub(crate) fn poll_failed(&self, round: u32) -> Option<RootCause> {
+        match self.poll(round) {
+            Polled::Quiet => None,
+            Polled::Failed(cause) | Polled::Silent(_, cause) => Some(cause),
+        }
+    }
+
+    /// [`poll_failed`](Self::poll_failed), telling a node that went silent (which fault
+    /// tolerance may leave behind) from a failure another node published.
+    pub(crate) fn poll(&self, round: u32) -> Polled {
         if !self.has_peers() {
-            return None;
+            return Polled::Quiet;
         }
         let k = keys::agent(round, "failed");
         let got = self.ctl.check(&[&k]).and_then(|present| {
@@ -279,19 +298,39 @@ impl Coordinator {
             }
         });
         match got {
-            Ok(None) => self.silent_node(round),
-            Ok(Some(v)) => Some(serde_json::from_slice(&v).unwrap_or_else(|e| RootCause {
-                what: format!("another node reported a failure this agent cannot read: {e}"),
-                ..self.agent_cause(1, false)
-            })),
+            Ok(None) => match self.silent_node(round) {
+                Some(cause) => Polled::Silent(cause.group_rank, cause),
+                None => Polled::Quiet,
+            },
+            Ok(Some(v)) => {
+                Polled::Failed(serde_json::from_slice(&v).unwrap_or_else(|e| RootCause {
+                    what: format!("another node reported a failure this agent cannot read: {e}"),
+                    ..self.agent_cause(1, false)
+                }))
+            }
             Err(e) => {
                 self.lost.set(true);
-                Some(RootCause {
+                Polled::Failed(RootCause {
                     what: format!("lost the store on node 0 ({e}); is node 0's agent gone?"),
                     ..self.agent_cause(1, false)
                 })
             }
         }
+    }
+
+    /// `--fault-tolerance`: the round goes on without node `g` (silent: Note [Agent
+    /// heartbeats]). It leaves this agent's members (heartbeats, exit barrier); `true` for the
+    /// one agent that records its ranks' deaths (the first to claim it).
+    pub(crate) fn drop_member(&self, round: u32, g: u32) -> bool {
+        self.members.borrow_mut().retain(|&m| m != g);
+        let k = keys::agent(round, &format!("ft/dropped/{g}"));
+        let me = self.node_rank.to_string();
+        matches!(self.ctl.compare_set(&k, b"", me.as_bytes()), Ok(v) if v == me.as_bytes())
+    }
+
+    /// How many nodes the current round still has.
+    pub(crate) fn member_count(&self) -> usize {
+        self.members.borrow().len()
     }
 
     /// Node 0's agent (which hosts the store): the PyTorch client its store refused, as the

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use phalanx_store::Store;
 
-use crate::coordinate::{BarrierEnd, Coordinator};
+use crate::coordinate::{BarrierEnd, Coordinator, Polled};
 use crate::output::{Console, Sink};
 use crate::rendezvous::{rendezvous, Claim};
 use crate::report::Reporter;
@@ -107,12 +107,18 @@ impl Job<'_> {
                 &self.claim(),
             );
         }
-        coord.set_members(members);
-        let end = self.run_layout(coord, round, &layout)?;
+        coord.set_members(members.clone());
+        let end = self.run_layout(coord, round, &layout, &members)?;
         Ok((round, end))
     }
 
-    fn run_layout(&self, coord: &Coordinator, round: u32, layout: &Layout) -> anyhow::Result<End> {
+    fn run_layout(
+        &self,
+        coord: &Coordinator,
+        round: u32,
+        layout: &Layout,
+        members: &[u32],
+    ) -> anyhow::Result<End> {
         let layout = layout.clone();
         // Beats until this round ends (Note [Agent heartbeats]).
         let _heartbeat = coord.heartbeat(round);
@@ -155,7 +161,7 @@ impl Job<'_> {
         }
         let mut retired = Vec::new();
         let watch = loop {
-            match self.monitor(coord, round, &mut workers, &rx) {
+            match self.monitor(coord, round, &layout, members, &mut workers, &rx) {
                 Watch::Local(lr) => {
                     match self.replace(&job, &layout, round, &workers[lr as usize], start, &tx)? {
                         Some(new) => {
@@ -245,6 +251,69 @@ impl Job<'_> {
         Ok(End::Failed(cause))
     }
 
+    /// `--fault-tolerance` with `--nnodes MIN:MAX`: whether the round can go on without silent
+    /// node `g` (at least MIN nodes stay). A static job needs all its nodes: it restarts.
+    fn goes_on_without(&self, coord: &Coordinator, _round: u32, g: u32) -> bool {
+        let nnodes = self.args.nnodes;
+        self.args.fault_tolerance
+            && nnodes.is_elastic()
+            && g != 0
+            && coord.member_count() > nnodes.min as usize
+    }
+
+    /// The round goes on without node `g`: its ranks leave the process group (Note
+    /// [Generations] in phalanx-pg: one agent records their deaths, the others' workers re-form
+    /// the group without them and re-shard the data), and this agent stops watching it.
+    fn leave_behind(
+        &self,
+        coord: &Coordinator,
+        round: u32,
+        layout: &Layout,
+        members: &[u32],
+        g: u32,
+        cause: &crate::summary::RootCause,
+    ) {
+        let Some(at) = members.iter().position(|&m| m == g) else {
+            return;
+        };
+        let ranks = layout.ranks_of(at);
+        eprintln!(
+            "phalanx launch: node {g} ({}): {}; --fault-tolerance: the round goes on without it \
+             (its ranks {ranks:?} leave the process group, the others keep training)",
+            cause.host, cause.what
+        );
+        if coord.drop_member(round, g) {
+            for r in ranks {
+                if let Err(e) = self.record_change(round, &format!("-{r}")) {
+                    eprintln!("phalanx launch: recording rank {r}'s departure: {e}");
+                }
+            }
+        }
+    }
+
+    /// Appends a membership change to the round's generation log (Note [Generations]):
+    /// bumps the counter, then writes what changed; returns the new generation.
+    fn record_change(&self, round: u32, what: &str) -> Result<u64, Error> {
+        let key = phalanx_store::keys::in_round(round, phalanx_store::keys::GENERATION);
+        let generation = self.store.add(&key, 1).map_err(|e| Error::Store {
+            op: "add",
+            key: key.clone(),
+            reason: e.to_string(),
+        })? as u64;
+        let change = phalanx_store::keys::in_round(
+            round,
+            &phalanx_store::keys::generation_change(generation),
+        );
+        self.store
+            .set(&change, what.as_bytes())
+            .map_err(|e| Error::Store {
+                op: "set",
+                key: change,
+                reason: e.to_string(),
+            })?;
+        Ok(generation)
+    }
+
     /// `--fault-tolerance`: starts a replacement for local worker `lr`, which failed, in a new
     /// generation of the round's process group (Note [Generations] in phalanx-pg), while
     /// `--max-restarts` allows; `None` when it is not replaced and the round ends as usual.
@@ -269,20 +338,7 @@ impl Job<'_> {
         }
         // Note [Generations]: the others go on without this rank in a new generation; the
         // replacement adds itself to a later one once it is ready.
-        let key = phalanx_store::keys::in_round(round, phalanx_store::keys::GENERATION);
-        let store_err = |key: &str, e: phalanx_store::Error| Error::Store {
-            op: "set",
-            key: key.to_string(),
-            reason: e.to_string(),
-        };
-        let generation = self.store.add(&key, 1).map_err(|e| store_err(&key, e))? as u64;
-        let change = phalanx_store::keys::in_round(
-            round,
-            &phalanx_store::keys::generation_change(generation),
-        );
-        self.store
-            .set(&change, format!("-{}", failed.rank).as_bytes())
-            .map_err(|e| store_err(&change, e))?;
+        let generation = self.record_change(round, &format!("-{}", failed.rank))?;
         self.restarts_used.set(used + 1);
         eprintln!(
             "phalanx launch: rank {} (local rank {}, pid {}) ended with {} after {:.1} s; \
@@ -422,6 +478,8 @@ impl Job<'_> {
         &self,
         coord: &Coordinator,
         round: u32,
+        layout: &Layout,
+        members: &[u32],
         workers: &mut [Worker],
         rx: &Receiver<Exited>,
     ) -> Watch {
@@ -451,8 +509,14 @@ impl Job<'_> {
             }
             if Instant::now() >= next_poll {
                 next_poll = Instant::now() + interval;
-                if let Some(cause) = coord.poll_failed(round) {
-                    return Watch::Remote(cause);
+                match coord.poll(round) {
+                    Polled::Quiet => {}
+                    Polled::Silent(g, cause) if self.goes_on_without(coord, round, g) => {
+                        self.leave_behind(coord, round, layout, members, g, &cause)
+                    }
+                    Polled::Failed(cause) | Polled::Silent(_, cause) => {
+                        return Watch::Remote(cause)
+                    }
                 }
                 // Only a Python program can be a PyTorch worker; for anything else a refused
                 // PyTorch client is a stranger, logged by the store and not the job's end

@@ -17,6 +17,8 @@ pub(crate) struct Layout {
     pub(crate) base_rank: u32,
     /// Workers in the job.
     pub(crate) world_size: u32,
+    /// Every node's workers, in group-rank order (a node's ranks follow the earlier nodes').
+    pub(crate) sizes: Vec<u32>,
 }
 
 impl Layout {
@@ -29,7 +31,14 @@ impl Layout {
             local_world_size: sizes[group_rank as usize],
             base_rank: sizes[..group_rank as usize].iter().sum(),
             world_size: sizes.iter().sum(),
+            sizes: sizes.to_vec(),
         }
+    }
+
+    /// The global ranks of the node at group rank `group_rank`.
+    pub(crate) fn ranks_of(&self, group_rank: usize) -> std::ops::Range<u32> {
+        let base: u32 = self.sizes[..group_rank].iter().sum();
+        base..base + self.sizes[group_rank]
     }
 
     /// The global rank of `local_rank`.

@@ -19,8 +19,11 @@
 //!   most every 50 ms and they agree on the newest value with one small allreduce per
 //!   step), connect the new generation with it, and hand it their state.
 //!
-//! A rank that waits in vain (no change within `PHALANX_TIMEOUT` after its group failed: a
-//! whole node lost with its agent, or no restart left) fails with [`Error::Regroup`]; its exit
+//! - A whole node is lost (agent and workers): the other agents see its heartbeat stop, and
+//!   under `--nnodes MIN:MAX` one of them writes `-s` for each of its ranks; the others go on.
+//!
+//! A rank that waits in vain (no change within `PHALANX_TIMEOUT` after its group failed: no
+//! restart left, or a static job that lost a node) fails with [`Error::Regroup`]; its exit
 //! code tells the agent not to replace it in turn.
 //!
 //! ```no_run

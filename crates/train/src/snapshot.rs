@@ -122,8 +122,7 @@ pub(crate) fn save<M: Classifier>(
             global_step: at.global_step,
             samples_in_epoch: at.samples_in_epoch,
             seed: cfg.seed,
-            // The world whose sampler shards the position counts (under fault tolerance the
-            // round's slots, whatever ranks are alive).
+            // The world whose sampler shards the position counts.
             world_size: at.world,
             batch_size: cfg.batch_size as u64,
             config: facts.clone(),

@@ -61,8 +61,9 @@ pub fn train(
 /// [`train`] under `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg): when
 /// a rank dies, the others re-form their group without it and go on from their in-memory state;
 /// its replacement loads the data and builds the model first, then joins them at a step
-/// boundary and takes their state (Note [Regroup] in `recovery.rs`). The data is sharded by
-/// slot (the rank a process started as), so a replacement trains on its slot's share.
+/// boundary and takes their state (Note [Regroup] in `recovery.rs`). At every change of the
+/// group the rest of the epoch is re-sharded over the ranks alive (as a resume at another
+/// world size is), so no sample of the epoch is skipped.
 pub fn train_fault_tolerant(
     ft: FaultTolerance,
     cfg: &TrainConfig,
@@ -153,7 +154,8 @@ fn train_group<M: Classifier>(
         Group::Fixed(pg) => (Some(pg), None),
         Group::Tolerant(ft) => (None, Some(*ft)),
     };
-    // Slots: whose share of the data this process trains on (Note [Generations]).
+    // This process's identity in reports (its rank in the round's first group), and that
+    // group's size, which fixes the learning-rate schedule's horizon whatever ranks come and go.
     let (slot, slots) = match (&ft, &pg) {
         (Some(ft), _) => (ft.slot(), ft.slots()),
         (None, Some(pg)) => (pg.rank(), pg.world_size()),
@@ -310,9 +312,8 @@ struct Context<'a> {
     test_set: Dataset,
     /// Whether the step updates each bucket as it arrives (not under fault tolerance).
     fused: bool,
-    /// Whose share of the training data this process takes, of how many: its rank and the
-    /// world size, or under fault tolerance its slot of the round's first world (Note
-    /// [Generations]), which a replacement inherits.
+    /// This process's rank in the round's first group (Note [Generations]: its slot), for
+    /// reports, and that group's size: the schedule's horizon.
     slot: usize,
     slots: usize,
 }
@@ -424,7 +425,8 @@ impl Context<'_> {
     ) -> Result<Outcome> {
         let cfg = self.cfg;
         let (rank, world) = (pg.rank(), pg.world_size());
-        // The data is split among slots; the gradients and the test set among the live ranks.
+        // The data, the gradients and the test set are split among the ranks alive; a change
+        // of them mid-epoch re-shards the rest of the epoch (Note [Sampler position]).
         let (slot, slots) = (self.slot, self.slots);
         let train_set = &self.train_set;
         // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
@@ -447,15 +449,15 @@ impl Context<'_> {
             };
             let indices = position::epoch_indices(
                 train_set.len(),
-                slots,
-                slot,
+                world,
+                rank,
                 cfg.seed,
                 epoch,
                 skip,
                 if first {
                     (at.world as usize).max(1)
                 } else {
-                    slots
+                    world
                 },
             )?;
             let steps_total = indices.len().div_ceil(cfg.batch_size) as u64 + step0;
@@ -490,13 +492,13 @@ impl Context<'_> {
                     )));
                 }
                 step_in_epoch += 1;
-                samples_in_epoch += batch.labels.len() * slots;
+                samples_in_epoch += batch.labels.len() * world;
                 *at = Position {
                     epoch,
                     step_in_epoch,
                     global_step: at.global_step + 1,
                     samples_in_epoch: samples_in_epoch as u64,
-                    world: slots as u64,
+                    world: world as u64,
                 };
                 after_regroup(*at, reporter);
                 let (sum, n, samples) = &mut totals.epoch_loss;
@@ -562,14 +564,14 @@ impl Context<'_> {
                 step_in_epoch: 0,
                 global_step: at.global_step,
                 samples_in_epoch: 0,
-                world: slots as u64,
+                world: world as u64,
             };
             snapshot::save(pg, cfg, ddp, optim, &self.facts, *at, reporter)?;
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);
         Ok(Outcome::Done(Summary {
             rank: slot,
-            world: slots,
+            world,
             epochs: totals.epochs_done,
             test_accuracy: totals.last_accuracy,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,

@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+mod node;
 mod run;
 #[allow(unused_imports)] // not every test binary uses every helper
+pub use node::*;
+#[allow(unused_imports)]
 pub use run::*;
 
 /// A job token shared by every node of a test job.
