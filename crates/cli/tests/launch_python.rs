@@ -104,3 +104,44 @@ fn module_and_no_python_together_are_refused() {
         f.stderr
     );
 }
+
+#[test]
+fn fault_tolerance_with_a_python_program_warns_and_restarts_the_group() {
+    if !have_python() {
+        return;
+    }
+    let dir = TempDir::new("launch-python-ft");
+    // Rank 1 fails once (its marker file is not there yet), then everyone succeeds.
+    let marker = dir.path().join("failed-once");
+    let script = format!(
+        "import os, sys, time\nm = {marker:?}\nif os.environ['RANK'] == '1' and not os.path.exists(m):\n    time.sleep(1.2)\n    open(m, 'w').close()\n    sys.exit(3)\ntime.sleep(0.2)\n",
+        marker = marker.display().to_string()
+    );
+    std::fs::write(dir.path().join("job.py"), script).unwrap();
+    let mut cmd = phalanx();
+    cmd.current_dir(dir.path()).args([
+        "launch",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--fault-tolerance",
+        "--max-restarts",
+        "1",
+        "job.py",
+    ]);
+    let f = run(cmd, Duration::from_secs(60));
+    assert_eq!(f.code(), Some(0), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("--fault-tolerance needs a program that re-forms"),
+        "{}",
+        f.stderr
+    );
+    // The whole group restarted, as without the flag; no single replacement.
+    assert!(
+        f.stderr.contains("restart 1 of --max-restarts 1"),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("a replacement joins"), "{}", f.stderr);
+}

@@ -119,6 +119,13 @@ impl Job<'_> {
         layout: &Layout,
         members: &[u32],
     ) -> anyhow::Result<End> {
+        if self.args.fault_tolerance && self.runs_python() && round == 0 {
+            eprintln!(
+                "phalanx launch: warning: --fault-tolerance needs a program that re-forms its \
+                 process group (phalanx train, or Rust through phalanx_pg::FaultTolerance); a \
+                 Python program's failures restart the group as without it (--max-restarts)"
+            );
+        }
         let layout = layout.clone();
         // Beats until this round ends (Note [Agent heartbeats]).
         let _heartbeat = coord.heartbeat(round);
@@ -333,7 +340,9 @@ impl Job<'_> {
         };
         // A rank that waited for a replacement in vain: nothing would join a new one either.
         let gave_up = exit == Exit::Code(phalanx_core::EXIT_NO_REGROUP.into());
-        if !self.args.fault_tolerance || gave_up || used >= k {
+        // A Python program (PyTorch's ranks) cannot re-form its group: its other ranks fail
+        // with the dead one, and replacing them one by one would only spend the restarts.
+        if !self.args.fault_tolerance || gave_up || used >= k || self.runs_python() {
             return Ok(None);
         }
         // Note [Generations]: the others go on without this rank in a new generation; the
