@@ -6,6 +6,8 @@
 //!
 //! A second test loses a whole host (agent and worker SIGKILLed) of an elastic `--nnodes 2:3`
 //! job: the others name it by its silent heartbeat and train on in process, without a restart.
+//! A third starts that job on two hosts, adds the third mid-run (admitted into the running
+//! round: Note [Admission]), then loses host 1: one round from start to end, no restart.
 //!
 //! Skipped with a printed reason without root and `ip netns`.
 
@@ -192,6 +194,103 @@ fn needs_root_netns_a_lost_host_leaves_the_group_and_the_others_train_on_in_proc
     assert!(launch_util::newest_step(ckpt.path()) > before);
     eprintln!(
         "{test}: host 2 left behind {noticed:?} after the kill; accuracy {:.3}",
+        s[0].1
+    );
+}
+
+#[test]
+fn needs_root_netns_a_host_that_arrives_is_admitted_and_one_that_leaves_is_left_without_a_restart()
+{
+    let test = "needs_root_netns_a_host_that_arrives_is_admitted_and_one_that_leaves_is_left_\
+                without_a_restart";
+    let Some(h) = Hosts::up(test, 3, &Net::default()) else {
+        return;
+    };
+    let logs = launch_util::TempDir::new("netns-ft-admit-logs");
+    let ckpt = launch_util::TempDir::new("netns-ft-admit-ckpt");
+    let node = |i: usize| {
+        let mut c = h.phalanx(i);
+        c.arg("train")
+            .args(["--nnodes", "2:3", "--node-rank", &i.to_string()])
+            .args(["--nproc-per-node", "1", "--master-addr", &h.addr(0)])
+            .args(["--master-port", &PORT.to_string(), "--rdzv-last-call", "1"])
+            .args(["--fault-tolerance", "--max-restarts", "1"])
+            .args([
+                "--dataset",
+                "mnist5k",
+                "--epochs",
+                "12",
+                "--batch-size",
+                "16",
+            ])
+            .args([
+                "--hidden",
+                "512",
+                "--depth",
+                "2",
+                "--momentum",
+                "0.9",
+                "--json",
+            ])
+            .args(["--checkpoint-every", "20", "--checkpoint-dir", ckpt.str()]);
+        Node::start(c, logs.path(), i)
+    };
+    let begin = Instant::now();
+    let (n0, n1) = (node(0), node(1));
+    wait_for(&n0, "nodes [0, 1] (2 workers", begin);
+    wait_for_progress(|| launch_util::newest_step(ckpt.path()), 0, begin);
+    // Host 2 arrives while round 0 runs: admitted into it, its rank joins at a step boundary.
+    let arrived = Instant::now();
+    let n2 = node(2);
+    wait_for(&n2, "re-formed with ranks [0, 1, 2] of 3", begin);
+    let joined = arrived.elapsed();
+    // Host 1's agent and worker are SIGKILLed: hosts 0 and 2 go on without it.
+    let agent1 = n1.child.id() as i32;
+    let workers1 = launch_util::workers(agent1);
+    assert_eq!(workers1.len(), 1, "host 1's worker: {workers1:?}");
+    let before = launch_util::newest_step(ckpt.path());
+    // SAFETY: plain signals to processes this test started.
+    for pid in std::iter::once(agent1).chain(workers1.iter().map(|w| w.0)) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let (c0, out0, err0) = n0.wait(begin);
+    let (c2, out2, err2) = n2.wait(begin);
+    drop(n1);
+    let all = format!("host 0:\n{err0}\nhost 2:\n{err2}");
+    assert_eq!(c0, Some(0), "{all}");
+    assert_eq!(c2, Some(0), "{all}");
+    assert!(
+        err2.contains("admitted into the running round") && err0.contains("node 2 ("),
+        "{all}"
+    );
+    assert!(err0.contains("joins round 0 without a restart"), "{all}");
+    // One round from start to end: nobody restarted, for the arrival or the loss.
+    for err in [&err0, &err2] {
+        assert!(
+            !err.contains("round 1") && !err.contains("starting attempt"),
+            "{all}"
+        );
+    }
+    assert!(
+        err0.contains("node 1 (") && err0.contains("stopped its heartbeat"),
+        "{all}"
+    );
+    for (r, err) in [(0, &err0), (2, &err2)] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("rank {r}: generation "))
+                    && l.contains("re-formed with ranks [0, 2] of 3")),
+            "rank {r} did not go on without rank 1: {all}"
+        );
+    }
+    let mut s = launch_util::train_summaries(&out0);
+    s.extend(launch_util::train_summaries(&out2));
+    s.sort_by_key(|x| x.0);
+    assert_eq!(s.len(), 2, "{out0}\n{out2}");
+    assert_eq!(s[0].2, s[1].2, "replicas differ:\n{out0}\n{out2}");
+    assert!(launch_util::newest_step(ckpt.path()) > before);
+    eprintln!(
+        "{test}: host 2 joined {joined:?} after it started; accuracy {:.3}",
         s[0].1
     );
 }

@@ -145,10 +145,11 @@ impl Coordinator {
         !self.lost.get() && crate::elastic::someone_waiting(&*self.ctl, round + 1)
     }
 
-    /// Starts this node's heartbeat for round `round` (nothing with one node).
-    pub(crate) fn heartbeat(&self, round: u32) -> Heartbeat {
+    /// Starts this node's heartbeat for round `round` (nothing with one node, unless
+    /// `always`: a node may be admitted into the round, Note [Admission]).
+    pub(crate) fn heartbeat(&self, round: u32, always: bool) -> Heartbeat {
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = self.has_peers().then(|| {
+        let thread = (always || self.has_peers()).then(|| {
             let (stop, ctl) = (stop.clone(), self.ctl.clone());
             let key = keys::agent(round, &format!("heartbeat/{}", self.node_rank));
             std::thread::Builder::new()
@@ -328,6 +329,29 @@ impl Coordinator {
         matches!(self.ctl.compare_set(&k, b"", me.as_bytes()), Ok(v) if v == me.as_bytes())
     }
 
+    /// `--fault-tolerance`: node `g` was admitted into round `round` (Note [Admission]): its
+    /// heartbeat is watched from now on, and it counts in the exit barrier.
+    pub(crate) fn add_member(&self, round: u32, g: u32) {
+        self.members.borrow_mut().push(g);
+        let mut b = self.beats.borrow_mut();
+        if b.round == Some(round) {
+            // A node that comes back gets its full timeout from its first beat.
+            if let Some(seen) = b.seen.get_mut(g as usize) {
+                *seen = (0, None);
+            }
+        }
+    }
+
+    /// Whether node `g` is in the current round.
+    pub(crate) fn is_member(&self, g: u32) -> bool {
+        self.members.borrow().contains(&g)
+    }
+
+    /// The node ranks of the current round.
+    pub(crate) fn members(&self) -> Vec<u32> {
+        self.members.borrow().clone()
+    }
+
     /// How many nodes the current round still has.
     pub(crate) fn member_count(&self) -> usize {
         self.members.borrow().len()
@@ -423,6 +447,11 @@ impl Coordinator {
             }
         }
         None
+    }
+
+    /// The control handle on the store, unless the store is lost.
+    pub(crate) fn store(&self) -> Option<&dyn Store> {
+        (!self.lost.get()).then_some(&*self.ctl)
     }
 
     /// The value of store key `k`, if it is there and the store still answers.

@@ -19,11 +19,15 @@
 //! until MAX are in) and writes the members. An agent that joined after the close is not among
 //! them and goes on to the next round. Node 0 hosts the store, so it is in every round; losing
 //! it ends the job, as losing torchrun's rendezvous host does.
+//!
+//! Under `--fault-tolerance` an agent that finds the newest round closed asks to be admitted
+//! into it instead (Note [Admission] in `admission.rs`): nobody restarts.
 
 use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
+use crate::admission::{self, Admitted, Arrival};
 use crate::args::Nnodes;
 use crate::rendezvous::{claim_node, read_claim, store_err, Claim};
 use crate::worker_env::Layout;
@@ -40,6 +44,8 @@ pub(crate) struct Rules {
     pub(crate) nnodes: Nnodes,
     pub(crate) last_call: Duration,
     pub(crate) timeout: Duration,
+    /// `--fault-tolerance`: a running round admits arriving nodes (Note [Admission]).
+    pub(crate) fault_tolerance: bool,
 }
 
 /// This node's place in an elastic round.
@@ -49,8 +55,11 @@ pub(crate) struct Membership {
     pub(crate) round: u32,
     /// This node's ranks in it.
     pub(crate) layout: Layout,
-    /// The node ranks in the round, ascending.
+    /// The node ranks in the round, ascending (admitted into a running round: the nodes
+    /// alive in it).
     pub(crate) members: Vec<u32>,
+    /// Admitted into a running round (Note [Admission]): its place there.
+    pub(crate) admitted: Option<Admitted>,
 }
 
 /// Joins the newest open round (Note [Elastic rounds]) as node `group_rank`, starting the
@@ -67,7 +76,34 @@ pub(crate) fn join(
     let start = Instant::now();
     let mut round = newest_round(store)?.max(from);
     loop {
-        if outcome(store, round)?.is_some() {
+        if let Some(first) = outcome(store, round)? {
+            if rules.fault_tolerance {
+                let mut moved = || Ok(newest_round(store)? > round);
+                let request = admission::Request {
+                    round,
+                    group_rank,
+                    claim,
+                    first: &first,
+                };
+                let arrival =
+                    admission::arrive(store, &request, rules.timeout, &mut moved, interrupted)?;
+                match arrival {
+                    Arrival::Admitted(a) => {
+                        let sizes: Vec<u32> = a.nodes.iter().map(|&(_, n)| n).collect();
+                        return Ok(Some(Membership {
+                            round,
+                            layout: Layout::from_sizes(sizes.len() as u32 - 1, &sizes),
+                            members: a.live.clone(),
+                            admitted: Some(a),
+                        }));
+                    }
+                    Arrival::Moved => {
+                        round = newest_round(store)?;
+                        continue;
+                    }
+                    Arrival::Interrupted => return Ok(None),
+                }
+            }
             round += 1;
             continue;
         }
@@ -90,6 +126,7 @@ pub(crate) fn join(
                 round,
                 layout: Layout::from_sizes(at as u32, &sizes),
                 members: members.iter().map(|&(g, _)| g).collect(),
+                admitted: None,
             }));
         }
         // Joined after node 0 closed the round: the next one admits this node.
@@ -157,6 +194,7 @@ fn close(
         nnodes,
         last_call,
         timeout,
+        ..
     } = *rules;
     let start = Instant::now();
     let joined_key = keys::agent(round, "joined");
@@ -327,6 +365,7 @@ mod tests {
             },
             last_call: Duration::from_millis(300),
             timeout: Duration::from_secs(10),
+            fault_tolerance: false,
         };
         join(&**store, from, g, &c, &rules, &mut || false).map(|m| m.expect("not interrupted"))
     }
@@ -387,6 +426,7 @@ mod tests {
                 nnodes: Nnodes { min: 2, max: 3 },
                 last_call: Duration::ZERO,
                 timeout: Duration::from_millis(200),
+                fault_tolerance: false,
             },
             &mut || false,
         )

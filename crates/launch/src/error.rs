@@ -89,6 +89,17 @@ pub enum Error {
         /// This node's `--nnodes`.
         mine: String,
     },
+    /// Node 0 refused to admit this node into the running round, or could not (Note
+    /// [Admission]).
+    #[error("node {node_rank} was not admitted into running round {round}: {reason}")]
+    NotAdmitted {
+        /// This node.
+        node_rank: u32,
+        /// The running round.
+        round: u32,
+        /// Why, in a sentence.
+        reason: String,
+    },
     /// An elastic round did not reach `MIN` nodes in time.
     #[error(
         "elastic rendezvous round {round}: {joined} of at least {min} node(s) joined within \

@@ -22,6 +22,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+mod admission;
 mod agent;
 mod args;
 mod coordinate;

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use phalanx_store::Store;
 
+use crate::admission::Nodes;
 use crate::coordinate::{BarrierEnd, Coordinator, Polled};
+use crate::elastic::Membership;
 use crate::output::{Console, Sink};
 use crate::rendezvous::{rendezvous, Claim};
 use crate::report::Reporter;
@@ -88,9 +90,28 @@ impl Job<'_> {
     /// rendezvous, start this node's workers, watch them and the other nodes, and on a failure
     /// stop them and report. Returns the round it ran and how it ended.
     pub(crate) fn run_round(&self, coord: &Coordinator, round: u32) -> anyhow::Result<(u32, End)> {
-        let Some((round, layout, members)) = self.layout(round)? else {
+        let Some(Membership {
+            round,
+            layout,
+            members,
+            admitted,
+        }) = self.layout(round)?
+        else {
             return Ok((round, End::Signal(signals::take().unwrap_or(libc::SIGTERM))));
         };
+        if let Some(a) = admitted {
+            eprintln!(
+                "phalanx launch: round {round}: admitted into the running round (nodes {:?}); \
+                 this node's ranks {}..{} join the running ones",
+                a.live,
+                layout.base_rank,
+                layout.base_rank + layout.local_world_size
+            );
+            coord.set_members(a.live);
+            let nodes = Nodes::new(round, a.nodes, a.admissions);
+            let end = self.run_layout(coord, round, &layout, nodes, Some(a.first_world))?;
+            return Ok((round, end));
+        }
         if self.args.nnodes.is_elastic() {
             eprintln!(
                 "phalanx launch: round {round}: nodes {members:?} ({} workers; this node is \
@@ -108,16 +129,21 @@ impl Job<'_> {
             );
         }
         coord.set_members(members.clone());
-        let end = self.run_layout(coord, round, &layout, &members)?;
+        let nodes = members.iter().copied().zip(layout.sizes.iter().copied());
+        let nodes = Nodes::new(round, nodes.collect(), 0);
+        let end = self.run_layout(coord, round, &layout, nodes, None)?;
         Ok((round, end))
     }
 
+    /// Runs this node's workers in round `round` until it ends; `joined` is the round's first
+    /// world size when this node was admitted into it while it ran (Note [Admission]).
     fn run_layout(
         &self,
         coord: &Coordinator,
         round: u32,
         layout: &Layout,
-        members: &[u32],
+        mut nodes: Nodes,
+        joined: Option<u32>,
     ) -> anyhow::Result<End> {
         if self.args.fault_tolerance && self.runs_python() && round == 0 {
             eprintln!(
@@ -127,8 +153,9 @@ impl Job<'_> {
             );
         }
         let layout = layout.clone();
-        // Beats until this round ends (Note [Agent heartbeats]).
-        let _heartbeat = coord.heartbeat(round);
+        // Beats until this round ends (Note [Agent heartbeats]); alone in an elastic round
+        // too, where a node may be admitted.
+        let _heartbeat = coord.heartbeat(round, self.admits());
         let attempt_dir = self
             .args
             .log_dir
@@ -144,7 +171,9 @@ impl Job<'_> {
             set_omp: self.set_omp,
             attempt_dir: attempt_dir.clone(),
             fault_tolerance: self.args.fault_tolerance,
-            replacement: false,
+            // An admitted node's workers take their state from the running ones.
+            replacement: joined.is_some(),
+            first_world: joined.unwrap_or(layout.world_size),
         };
         // The sender stays alive here so that `recv_timeout` never reports disconnection.
         let (tx, rx) = mpsc::channel::<Exited>();
@@ -168,7 +197,7 @@ impl Job<'_> {
         }
         let mut retired = Vec::new();
         let watch = loop {
-            match self.monitor(coord, round, &layout, members, &mut workers, &rx) {
+            match self.monitor(coord, round, &mut nodes, &mut workers, &rx) {
                 Watch::Local(lr) => {
                     match self.replace(&job, &layout, round, &workers[lr as usize], start, &tx)? {
                         Some(new) => {
@@ -260,12 +289,27 @@ impl Job<'_> {
 
     /// `--fault-tolerance` with `--nnodes MIN:MAX`: whether the round can go on without silent
     /// node `g` (at least MIN nodes stay). A static job needs all its nodes: it restarts.
-    fn goes_on_without(&self, coord: &Coordinator, _round: u32, g: u32) -> bool {
-        let nnodes = self.args.nnodes;
-        self.args.fault_tolerance
-            && nnodes.is_elastic()
-            && g != 0
-            && coord.member_count() > nnodes.min as usize
+    fn goes_on_without(&self, coord: &Coordinator, g: u32) -> bool {
+        self.admits() && g != 0 && coord.member_count() > self.args.nnodes.min as usize
+    }
+
+    /// `--fault-tolerance` with `--nnodes MIN:MAX`: nodes come and go inside a round (Note
+    /// [Admission], Note [Generations] in phalanx-pg).
+    fn admits(&self) -> bool {
+        self.args.fault_tolerance && self.args.nnodes.is_elastic()
+    }
+
+    /// At every monitor tick of a round that admits nodes: node 0 answers the arrivals, the
+    /// others take in whom it admitted (Note [Admission]).
+    fn admissions(&self, coord: &Coordinator, nodes: &mut Nodes) {
+        let Some(store) = coord.store() else { return };
+        let result = match self.args.node_rank {
+            0 => nodes.admit_arrivals(store, coord, self.args.nnodes, &self.claim()),
+            _ => nodes.follow(store, coord),
+        };
+        if let Err(e) = result {
+            eprintln!("phalanx launch: admitting nodes into the running round: {e}");
+        }
     }
 
     /// The round goes on without node `g`: its ranks leave the process group (Note
@@ -275,15 +319,13 @@ impl Job<'_> {
         &self,
         coord: &Coordinator,
         round: u32,
-        layout: &Layout,
-        members: &[u32],
+        nodes: &Nodes,
         g: u32,
         cause: &crate::summary::RootCause,
     ) {
-        let Some(at) = members.iter().position(|&m| m == g) else {
+        let Some(ranks) = nodes.ranks_of(g) else {
             return;
         };
-        let ranks = layout.ranks_of(at);
         eprintln!(
             "phalanx launch: node {g} ({}): {}; --fault-tolerance: the round goes on without it \
              (its ranks {ranks:?} leave the process group, the others keep training)",
@@ -398,11 +440,17 @@ impl Job<'_> {
 
     /// This node's place in round `round` (an elastic job: the round it joined) and the node
     /// ranks in it; `None` when a signal interrupted the rendezvous.
-    fn layout(&self, round: u32) -> Result<Option<(u32, Layout, Vec<u32>)>, Error> {
+    fn layout(&self, round: u32) -> Result<Option<Membership>, Error> {
         let nnodes = self.args.nnodes;
+        let fixed = |layout, members| Membership {
+            round,
+            layout,
+            members,
+            admitted: None,
+        };
         if nnodes.max == 1 {
             let layout = Layout::from_sizes(0, &[self.args.nproc_per_node]);
-            return Ok(Some((round, layout, vec![0])));
+            return Ok(Some(fixed(layout, vec![0])));
         }
         let claim = self.claim();
         if nnodes.is_elastic() {
@@ -415,10 +463,11 @@ impl Job<'_> {
                     nnodes,
                     last_call: self.args.rdzv_last_call,
                     timeout: self.timeout,
+                    fault_tolerance: self.args.fault_tolerance,
                 },
                 &mut || signals::pending(),
             )?;
-            return Ok(joined.map(|m| (m.round, m.layout, m.members)));
+            return Ok(joined);
         }
         let layout = rendezvous(
             &*self.store,
@@ -428,7 +477,7 @@ impl Job<'_> {
             self.timeout,
             &mut || signals::pending(),
         )?;
-        Ok(layout.map(|l| (round, l, (0..nnodes.max).collect())))
+        Ok(layout.map(|l| fixed(l, (0..nnodes.max).collect())))
     }
 
     fn spec(
@@ -487,8 +536,7 @@ impl Job<'_> {
         &self,
         coord: &Coordinator,
         round: u32,
-        layout: &Layout,
-        members: &[u32],
+        nodes: &mut Nodes,
         workers: &mut [Worker],
         rx: &Receiver<Exited>,
     ) -> Watch {
@@ -518,10 +566,13 @@ impl Job<'_> {
             }
             if Instant::now() >= next_poll {
                 next_poll = Instant::now() + interval;
+                if self.admits() {
+                    self.admissions(coord, nodes);
+                }
                 match coord.poll(round) {
                     Polled::Quiet => {}
-                    Polled::Silent(g, cause) if self.goes_on_without(coord, round, g) => {
-                        self.leave_behind(coord, round, layout, members, g, &cause)
+                    Polled::Silent(g, cause) if self.goes_on_without(coord, g) => {
+                        self.leave_behind(coord, round, nodes, g, &cause)
                     }
                     Polled::Failed(cause) | Polled::Silent(_, cause) => {
                         return Watch::Remote(cause)

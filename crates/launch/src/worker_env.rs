@@ -35,12 +35,6 @@ impl Layout {
         }
     }
 
-    /// The global ranks of the node at group rank `group_rank`.
-    pub(crate) fn ranks_of(&self, group_rank: usize) -> std::ops::Range<u32> {
-        let base: u32 = self.sizes[..group_rank].iter().sum();
-        base..base + self.sizes[group_rank]
-    }
-
     /// The global rank of `local_rank`.
     pub(crate) fn rank(&self, local_rank: u32) -> u32 {
         self.base_rank + local_rank
@@ -62,8 +56,11 @@ pub(crate) struct JobEnv {
     pub(crate) attempt_dir: Option<PathBuf>,
     /// `--fault-tolerance`: the workers re-form their group after a death.
     pub(crate) fault_tolerance: bool,
-    /// A replacement of a dead worker (`--fault-tolerance`).
+    /// A replacement of a dead worker, or a worker of a node admitted into the running round
+    /// (`--fault-tolerance`): it takes its state from the running ranks.
     pub(crate) replacement: bool,
+    /// `--fault-tolerance`: the round's first world size (`PHALANX_FT_SLOTS`).
+    pub(crate) first_world: u32,
 }
 
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
@@ -102,6 +99,7 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
     }
     if job.fault_tolerance {
         v.push(("PHALANX_FAULT_TOLERANCE", "1".into()));
+        v.push(("PHALANX_FT_SLOTS", job.first_world.to_string()));
     }
     if job.replacement {
         v.push(("PHALANX_FT_REPLACEMENT", "1".into()));
@@ -150,6 +148,7 @@ mod tests {
             attempt_dir: Some(PathBuf::from("/logs/r1/attempt_2")),
             fault_tolerance: false,
             replacement: false,
+            first_world: 4,
         }
     }
 

@@ -21,6 +21,14 @@
 //!
 //! - A whole node is lost (agent and workers): the other agents see its heartbeat stop, and
 //!   under `--nnodes MIN:MAX` one of them writes `-s` for each of its ranks; the others go on.
+//! - A node arrives under `--nnodes MIN:MAX` (Note [Admission] in phalanx-launch): its ranks
+//!   get new slots, from the round's first world size up ([`FaultTolerance::slots`],
+//!   `PHALANX_FT_SLOTS`), and join as replacements do, with `+s`.
+//!
+//! A joining rank connects only once a running rank has opened its generation (or a newer one:
+//! [`keys::generation_open`]); when the run ends first, rank 0 writes `end` to the log and the
+//! joiner has nothing to do ([`FaultTolerance::join`] gives `None`). The slots of generation 0
+//! are `0..slots()`; a `+s` adds any slot not in, a `-s` removes one.
 //!
 //! A rank that waits in vain (no change within `PHALANX_TIMEOUT` after its group failed: no
 //! restart left, or a static job that lost a node) fails with [`Error::Regroup`]; its exit
@@ -30,7 +38,7 @@
 //! # fn step(pg: &phalanx_pg::ProcessGroup) -> phalanx_pg::Result<()> { Ok(()) }
 //! use phalanx_pg::FaultTolerance;
 //! let mut ft = FaultTolerance::from_env()?.expect("started by phalanx launch --fault-tolerance");
-//! let mut pg = ft.join()?;
+//! let Some(mut pg) = ft.join()? else { return Ok(()) }; // the run ended before it joined
 //! loop {
 //!     match step(&pg) {
 //!         Ok(()) => {
@@ -42,7 +50,9 @@
 //!         Err(e) if pg.failure().is_some() => pg = ft.regroup(e)?, // then resynchronise
 //!         Err(e) => return Err(e),
 //!     }
+//!     # break;
 //! }
+//! ft.finish(&pg)?; // a rank still joining has nothing to do
 //! # Ok::<(), phalanx_pg::Error>(())
 //! ```
 
@@ -69,7 +79,10 @@ pub struct FaultTolerance {
     /// The generation this rank is in, and its members (slots, ascending).
     generation: u64,
     members: Vec<usize>,
-    /// Started to replace a dead worker (`PHALANX_FT_REPLACEMENT`).
+    /// The slots of generation 0 (`PHALANX_FT_SLOTS`, else the world size).
+    first: usize,
+    /// Started to replace a dead worker, or on a node admitted into the running round
+    /// (`PHALANX_FT_REPLACEMENT`).
     replacement: bool,
     /// The counter as last read, and when.
     seen: Cell<(u64, Option<Instant>)>,
@@ -111,12 +124,28 @@ impl FaultTolerance {
             base.store_prefix.trim_end_matches('/').to_string(),
             Arc::new(client),
         ));
-        let members = (0..base.env.world_size).collect();
+        let first = match env::get(env::PHALANX_FT_SLOTS) {
+            None => base.env.world_size,
+            Some(v) => v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n| n >= 1 && n <= base.env.world_size)
+                .ok_or_else(|| Error::Env {
+                    name: "PHALANX_FT_SLOTS".into(),
+                    value: v.clone(),
+                    reason: format!(
+                        "expected the round's first world size, 1..={} (WORLD_SIZE)",
+                        base.env.world_size
+                    ),
+                })?,
+        };
         Ok(Some(FaultTolerance {
             base,
             round,
             generation: 0,
-            members,
+            members: (0..first).collect(),
+            first,
             replacement: env::get(env::PHALANX_FT_REPLACEMENT).is_some_and(|v| v == "1"),
             seen: Cell::new((0, None)),
         }))
@@ -128,9 +157,10 @@ impl FaultTolerance {
         self.base.env.rank
     }
 
-    /// The round's slots (its first world size).
+    /// The round's first world size: its first generation's slots (`0..slots()`). Slots of
+    /// nodes admitted later are numbered from it up.
     pub fn slots(&self) -> usize {
-        self.base.env.world_size
+        self.first
     }
 
     /// The generation this rank is in.
@@ -150,13 +180,57 @@ impl FaultTolerance {
 
     /// Connects this process's first group: generation 0 for the round's first workers; for a
     /// replacement, the generation it adds itself to (call it once ready to train: the others
-    /// connect it at their next step boundary).
-    pub fn join(&mut self) -> Result<ProcessGroup> {
-        if self.replacement {
-            let g = self.change(&format!("+{}", self.slot()))?;
-            return self.join_newest(g, None);
+    /// connect it at their next step boundary). `None`: the run ended before it could join, so
+    /// there is nothing left for it to do.
+    pub fn join(&mut self) -> Result<Option<ProcessGroup>> {
+        if !self.replacement {
+            return self.connect(0, (0..self.slots()).collect()).map(Some);
         }
-        self.connect(0, (0..self.slots()).collect())
+        let mine = self.change(&format!("+{}", self.slot()))?;
+        // Connect only a generation that the running ranks form: they open it at a step
+        // boundary, or they finished and will not (Note [Generations]).
+        let start = Instant::now();
+        loop {
+            let newest = self.read_counter()?;
+            if let Fold::Ended(at) = self.fold(newest)? {
+                tracing::info!(
+                    slot = self.slot(),
+                    "phalanx: the run ended (generation {at}) before this rank could join"
+                );
+                return Ok(None);
+            }
+            for g in mine..=newest {
+                let open = self
+                    .round
+                    .check(&[&keys::generation_open(g)])
+                    .map_err(|source| Error::Store {
+                        rank: self.slot(),
+                        source,
+                    })?;
+                if open {
+                    return self.join_newest(newest, None).map(Some);
+                }
+            }
+            if start.elapsed() >= self.base.timeout {
+                return Err(Error::Regroup {
+                    rank: self.slot(),
+                    generation: mine,
+                    waited_s: start.elapsed().as_secs_f64(),
+                    cause: "no running rank connected the generation this rank joined".into(),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// The run is complete: the lowest member writes `end` to the log, so that a rank still
+    /// joining (a replacement, an admitted node's) exits instead of waiting for a group that
+    /// will not form. Call it on every rank after the last collective.
+    pub fn finish(&self, pg: &ProcessGroup) -> Result<()> {
+        if pg.rank() == 0 {
+            self.change("end")?;
+        }
+        Ok(())
     }
 
     /// The newest generation, read from the store at most every 50 ms (a training
@@ -205,7 +279,20 @@ impl FaultTolerance {
     fn join_newest(&mut self, at_least: u64, failure: Option<&Error>) -> Result<ProcessGroup> {
         let mut target = at_least.max(self.read_counter()?);
         loop {
-            let members = self.members_of(target)?;
+            let members = match self.fold(target)? {
+                Fold::Members(m) => m,
+                Fold::Ended(at) => {
+                    return Err(Error::Regroup {
+                        rank: self.slot(),
+                        generation: at,
+                        waited_s: 0.0,
+                        cause: format!(
+                            "the other ranks finished the run{}",
+                            failure.map(|f| format!(" after: {f}")).unwrap_or_default()
+                        ),
+                    })
+                }
+            };
             if !members.contains(&self.slot()) {
                 return Err(Error::Regroup {
                     rank: self.slot(),
@@ -255,6 +342,13 @@ impl FaultTolerance {
             members = ?members,
             "phalanx: joining process-group generation {generation}"
         );
+        // A joining rank waits for this before it connects.
+        self.round
+            .set(&keys::generation_open(generation), b"1")
+            .map_err(|source| Error::Store {
+                rank: self.slot(),
+                source,
+            })?;
         let pg = init_with(opts)?;
         // The launcher names a dead rank; the survivors must not wait for its word.
         pg.set_peer_word_wait(Duration::ZERO);
@@ -276,8 +370,9 @@ impl FaultTolerance {
         Ok(g)
     }
 
-    /// The slots of generation `generation`: every slot, with the changes up to it applied.
-    fn members_of(&self, generation: u64) -> Result<Vec<usize>> {
+    /// The slots of generation `generation`: generation 0's, with the changes up to it
+    /// applied; or the generation at which the run ended.
+    fn fold(&self, generation: u64) -> Result<Fold> {
         let mut members: Vec<usize> = (0..self.slots()).collect();
         for g in 1..=generation {
             let key = keys::generation_change(g);
@@ -287,15 +382,19 @@ impl FaultTolerance {
                 source,
             })?;
             let text = String::from_utf8_lossy(&raw);
+            if text == "end" {
+                return Ok(Fold::Ended(g));
+            }
             let bad = || Error::Env {
                 name: key.clone(),
                 value: text.to_string(),
-                reason: "expected -SLOT or +SLOT (a membership change, Note [Generations])".into(),
+                reason: "expected -SLOT, +SLOT or end (a membership change, Note [Generations])"
+                    .into(),
             };
             let slot: usize = text.get(1..).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
             match text.as_bytes().first() {
                 Some(b'-') => members.retain(|&m| m != slot),
-                Some(b'+') if slot < self.slots() && !members.contains(&slot) => {
+                Some(b'+') if !members.contains(&slot) => {
                     members.push(slot);
                     members.sort_unstable();
                 }
@@ -303,7 +402,7 @@ impl FaultTolerance {
                 _ => return Err(bad()),
             }
         }
-        Ok(members)
+        Ok(Fold::Members(members))
     }
 
     fn read_counter(&self) -> Result<u64> {
@@ -319,4 +418,12 @@ impl FaultTolerance {
                 source,
             })
     }
+}
+
+/// What the generation log folds into.
+enum Fold {
+    /// The slots of the generation, ascending.
+    Members(Vec<usize>),
+    /// The run ended at this generation.
+    Ended(u64),
 }

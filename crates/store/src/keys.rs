@@ -43,10 +43,18 @@ pub fn status(rank: impl std::fmt::Display) -> String {
 /// [Generations] in phalanx-pg).
 pub const GENERATION: &str = "ft/generation";
 
-/// How generation `generation` differs from the one before: `-<slot>` (that rank died) or
-/// `+<slot>` (its replacement is ready to join).
+/// How generation `generation` differs from the one before: `-<slot>` (that rank died),
+/// `+<slot>` (its replacement, or a rank of a node admitted into the round, is ready to join)
+/// or `end` (the run finished: nobody joins any more).
 pub fn generation_change(generation: u64) -> String {
     format!("ft/{generation}/change")
+}
+
+/// Set by every rank that connects generation `generation` (Note [Generations] in phalanx-pg):
+/// a replacement waits for it before it connects, so that it never waits in a generation that
+/// nobody else will form (the run may end first).
+pub fn generation_open(generation: u64) -> String {
+    format!("ft/{generation}/open")
 }
 
 /// The key prefix of generation `generation` inside a round: generation 0 is the round's own

@@ -55,7 +55,12 @@ pub fn train(
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Summary> {
-    train_in(Group::Fixed(pg), cfg, reporter)
+    train_in(Group::Fixed(pg), cfg, reporter).map(ran)
+}
+
+/// A run in a given group always runs to its end.
+fn ran(summary: Option<Summary>) -> Summary {
+    summary.expect("only a fault-tolerant joiner can find the run over")
 }
 
 /// [`train`] under `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg): when
@@ -64,15 +69,22 @@ pub fn train(
 /// boundary and takes their state (Note [Regroup] in `recovery.rs`). At every change of the
 /// group the rest of the epoch is re-sharded over the ranks alive (as a resume at another
 /// world size is), so no sample of the epoch is skipped.
+///
+/// `None`: this process was a joiner (a replacement, or a rank of a node admitted into the
+/// running round) and the run finished before it could join; it has nothing to do.
 pub fn train_fault_tolerant(
     ft: FaultTolerance,
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
-) -> Result<Summary> {
+) -> Result<Option<Summary>> {
     train_in(Group::Tolerant(Box::new(ft)), cfg, reporter)
 }
 
-fn train_in(group: Group, cfg: &TrainConfig, reporter: &mut dyn Reporter) -> Result<Summary> {
+fn train_in(
+    group: Group,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+) -> Result<Option<Summary>> {
     let full = phalanx_data::load(&cfg.dataset)?;
     cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
@@ -110,9 +122,9 @@ struct Run<'a> {
 }
 
 impl WithModel for Run<'_> {
-    type Output = Result<Summary>;
+    type Output = Result<Option<Summary>>;
 
-    fn run<M: Classifier>(self, model: M) -> Result<Summary> {
+    fn run<M: Classifier>(self, model: M) -> Result<Option<Summary>> {
         train_group(self.group, self.cfg, self.reporter, &self.full, model)
     }
 }
@@ -126,7 +138,7 @@ pub fn train_model<M: Classifier>(
     full: &Dataset,
     model: M,
 ) -> Result<Summary> {
-    train_group(Group::Fixed(pg), cfg, reporter, full, model)
+    train_group(Group::Fixed(pg), cfg, reporter, full, model).map(ran)
 }
 
 /// Figures summed over the run, kept across a regroup.
@@ -149,7 +161,7 @@ fn train_group<M: Classifier>(
     reporter: &mut dyn Reporter,
     full: &Dataset,
     model: M,
-) -> Result<Summary> {
+) -> Result<Option<Summary>> {
     let (mut pg, mut ft) = match group {
         Group::Fixed(pg) => (Some(pg), None),
         Group::Tolerant(ft) => (None, Some(*ft)),
@@ -194,7 +206,10 @@ fn train_group<M: Classifier>(
     let mut pg = match (pg.take(), ft.as_mut()) {
         (Some(pg), _) => pg,
         (None, Some(ft)) => {
-            let pg = Arc::new(ft.join()?);
+            let Some(pg) = ft.join()? else {
+                return Ok(None);
+            };
+            let pg = Arc::new(pg);
             pg.abort_on_panic();
             pg
         }
@@ -263,7 +278,13 @@ fn train_group<M: Classifier>(
             result
         })();
         match (attempt, ft.as_mut()) {
-            (Ok(Outcome::Done(summary)), _) => return Ok(summary),
+            (Ok(Outcome::Done(summary)), ft) => {
+                // A rank still joining has nothing left to do (Note [Generations]).
+                if let Some(ft) = ft {
+                    ft.finish(&pg)?;
+                }
+                return Ok(Some(summary));
+            }
             (Ok(Outcome::Advance(to)), Some(ft)) => {
                 let since = Instant::now();
                 drop(pg);

@@ -222,11 +222,17 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let result = match (ft, &pg) {
         (Some(ft), _) => phalanx_train::train_fault_tolerant(ft, &cfg, &mut reporter),
-        (None, Some(pg)) => phalanx_train::train(pg.clone(), &cfg, &mut reporter),
+        (None, Some(pg)) => phalanx_train::train(pg.clone(), &cfg, &mut reporter).map(Some),
         (None, None) => unreachable!("joined or fault tolerant"),
     };
     let summary = match result {
-        Ok(s) => s,
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            eprintln!(
+                "rank {rank}: the run finished before this worker could join it; nothing to do"
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         Err(e) => {
             let msg = format!("rank {rank} failed: {e}");
             if let Some(pg) = &pg {
@@ -438,7 +444,13 @@ impl Reporter for Console {
             self.rank,
             r.generation,
             r.members,
-            self.world,
+            // The slots the round has had: its first world, and any admitted node's after it.
+            r.members
+                .iter()
+                .map(|&m| m + 1)
+                .max()
+                .unwrap_or(0)
+                .max(self.world),
             r.position.global_step,
             r.seconds,
             if r.replacement {
