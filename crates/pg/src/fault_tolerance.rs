@@ -427,3 +427,96 @@ enum Fold {
     /// The run ended at this generation.
     Ended(u64),
 }
+
+#[cfg(test)]
+mod tests {
+    use phalanx_store::{Auth, HashStore};
+
+    use super::*;
+    use crate::DistEnv;
+
+    /// Slot `slot` of a round that started with `first` ranks, on `store` (no launcher).
+    fn member(store: &Arc<HashStore>, slot: usize, first: usize, joiner: bool) -> FaultTolerance {
+        let base = InitOptions {
+            env: DistEnv {
+                rank: slot,
+                world_size: slot.max(first - 1) + 1,
+                local_rank: 0,
+                local_world_size: 1,
+                group_rank: 0,
+                master_addr: "127.0.0.1".into(),
+                master_port: 1,
+                source: "test",
+            },
+            auth: Auth::new("job", b"secret".to_vec()),
+            timeout: Duration::from_secs(5),
+            socket_ifname: None,
+            store_prefix: String::new(),
+            agent_store: true,
+            torch_store: false,
+            collectives: Default::default(),
+        };
+        FaultTolerance {
+            base,
+            round: store.clone(),
+            generation: 0,
+            members: (0..first).collect(),
+            first,
+            replacement: joiner,
+            seen: Cell::new((0, None)),
+        }
+    }
+
+    fn log(store: &HashStore, changes: &[&str]) {
+        for c in changes {
+            let g = store.add(keys::GENERATION, 1).unwrap() as u64;
+            store
+                .set(&keys::generation_change(g), c.as_bytes())
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn the_log_folds_into_the_same_members_with_admitted_slots_after_the_first() {
+        let store = Arc::new(HashStore::default());
+        // Slot 1 died, node with slot 3 admitted, slot 1's replacement back, the run ended.
+        log(&store, &["-1", "+3", "+1", "end"]);
+        let ft = member(&store, 0, 3, false);
+        assert!(matches!(ft.fold(1).unwrap(), Fold::Members(m) if m == [0, 2]));
+        assert!(matches!(ft.fold(2).unwrap(), Fold::Members(m) if m == [0, 2, 3]));
+        assert!(matches!(ft.fold(3).unwrap(), Fold::Members(m) if m == [0, 1, 2, 3]));
+        assert!(matches!(ft.fold(4).unwrap(), Fold::Ended(4)));
+        let garbled = Arc::new(HashStore::default());
+        log(&garbled, &["-1", "?7"]);
+        let e = member(&garbled, 0, 3, false)
+            .fold(2)
+            .err()
+            .expect("unreadable");
+        let e = e.to_string();
+        assert!(e.contains("ft/2/change") && e.contains("?7"), "{e}");
+    }
+
+    #[test]
+    fn a_joiner_waits_for_its_generation_and_finds_the_run_over() {
+        let store = Arc::new(HashStore::default());
+        let mut joiner = member(&store, 3, 3, true);
+        let s = store.clone();
+        let end = std::thread::spawn(move || {
+            // The joiner's +3 is in; nobody opens its generation, and the run ends.
+            while s.add(keys::GENERATION, 0).unwrap() < 1 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            log(&s, &["end"]);
+        });
+        let start = Instant::now();
+        assert!(joiner.join().unwrap().is_none());
+        end.join().unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert_eq!(
+            store.get(&keys::generation_change(1)).unwrap(),
+            b"+3".to_vec()
+        );
+        assert!(!store.check(&[&keys::generation_open(1)]).unwrap());
+    }
+}
