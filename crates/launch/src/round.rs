@@ -294,9 +294,10 @@ impl Job<'_> {
     }
 
     /// `--fault-tolerance` with `--nnodes MIN:MAX`: nodes come and go inside a round (Note
-    /// [Admission], Note [Generations] in phalanx-pg).
+    /// [Admission], Note [Generations] in phalanx-pg). Not for a Python program, whose ranks
+    /// cannot take new ones in: its nodes meet at the next round.
     fn admits(&self) -> bool {
-        self.args.fault_tolerance && self.args.nnodes.is_elastic()
+        self.args.fault_tolerance && self.args.nnodes.is_elastic() && !self.runs_python()
     }
 
     /// At every monitor tick of a round that admits nodes: node 0 answers the arrivals, the
@@ -463,7 +464,7 @@ impl Job<'_> {
                     nnodes,
                     last_call: self.args.rdzv_last_call,
                     timeout: self.timeout,
-                    fault_tolerance: self.args.fault_tolerance,
+                    fault_tolerance: self.admits(),
                 },
                 &mut || signals::pending(),
             )?;
