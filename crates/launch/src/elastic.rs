@@ -5,7 +5,8 @@
 //! (`rendezvous.rs`):
 //! - `agent/elastic/round`: the newest round any agent has joined;
 //! - `agent/<r>/members`: round `r`'s outcome, `members 0:2 2:1` (node rank : workers), written
-//!   by node 0 when it closes the round.
+//!   by node 0 when it closes the round, with ` admits` at the end under `--fault-tolerance`
+//!   (the round admits arriving nodes: Note [Admission]).
 //!
 //! An agent joins the newest round unless that round is closed already, in which case it joins
 //! the next one. Joining the next round is also how a running job learns that a node is waiting:
@@ -76,8 +77,27 @@ pub(crate) fn join(
     let start = Instant::now();
     let mut round = newest_round(store)?.max(from);
     loop {
-        if let Some(first) = outcome(store, round)? {
-            if rules.fault_tolerance {
+        if let Some(Closed {
+            members: first,
+            admits,
+        }) = outcome(store, round)?
+        {
+            // Both sides must agree on how an arriving node joins.
+            if admits != rules.fault_tolerance {
+                let (theirs, mine) = match admits {
+                    true => ("with", "without"),
+                    false => ("without", "with"),
+                };
+                return Err(Error::NotAdmitted {
+                    node_rank: group_rank,
+                    round,
+                    reason: format!(
+                        "node 0 runs it {theirs} --fault-tolerance and this node was started \
+                         {mine} it; start every node with the same flags"
+                    ),
+                });
+            }
+            if admits {
                 let mut moved = || Ok(newest_round(store)? > round);
                 let request = admission::Request {
                     round,
@@ -167,8 +187,16 @@ fn advance_newest(store: &dyn Store, round: u32) -> Result<(), Error> {
     }
 }
 
-/// Round `round`'s members, if node 0 has closed it.
-fn outcome(store: &dyn Store, round: u32) -> Result<Option<Vec<(u32, u32)>>, Error> {
+/// A round as node 0 closed it.
+struct Closed {
+    /// (node rank, workers), ascending.
+    members: Vec<(u32, u32)>,
+    /// It admits arriving nodes (`--fault-tolerance`: Note [Admission]).
+    admits: bool,
+}
+
+/// Round `round`'s outcome, if node 0 has closed it.
+fn outcome(store: &dyn Store, round: u32) -> Result<Option<Closed>, Error> {
     let k = keys::agent(round, "members");
     if !store.check(&[&k]).map_err(|e| store_err("check", &k, e))? {
         return Ok(None);
@@ -249,12 +277,13 @@ fn close(
     }
     let members: Vec<(u32, u32)> = claims.iter().map(|(g, c)| (*g, c.nproc)).collect();
     let text = format!(
-        "members {}",
+        "members {}{}",
         members
             .iter()
             .map(|(g, n)| format!("{g}:{n}"))
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" "),
+        if rules.fault_tolerance { " admits" } else { "" }
     );
     store
         .compare_set(&k, b"", text.as_bytes())
@@ -321,21 +350,30 @@ fn wait_outcome(
             mine: "node 0's".to_string(),
         });
     }
-    parse_members(&text).map(Some).ok_or_else(|| Error::Store {
-        op: "elastic rendezvous",
-        key: k,
-        reason: format!("unreadable outcome {:?}", String::from_utf8_lossy(&text)),
-    })
+    parse_members(&text)
+        .map(|closed| Some(closed.members))
+        .ok_or_else(|| Error::Store {
+            op: "elastic rendezvous",
+            key: k,
+            reason: format!("unreadable outcome {:?}", String::from_utf8_lossy(&text)),
+        })
 }
 
-fn parse_members(text: &[u8]) -> Option<Vec<(u32, u32)>> {
+/// An outcome's text: its members, and whether the round admits arriving nodes.
+fn parse_members(text: &[u8]) -> Option<Closed> {
     let text = std::str::from_utf8(text).ok()?.strip_prefix("members ")?;
-    text.split(' ')
+    let (text, admits) = match text.strip_suffix(" admits") {
+        Some(t) => (t, true),
+        None => (text, false),
+    };
+    let members = text
+        .split(' ')
         .map(|m| {
             let (g, n) = m.split_once(':')?;
             Some((g.parse().ok()?, n.parse().ok()?))
         })
-        .collect()
+        .collect::<Option<Vec<_>>>()?;
+    Some(Closed { members, admits })
 }
 
 #[cfg(test)]
@@ -395,6 +433,31 @@ mod tests {
         assert_eq!(m1.members, vec![0, 1, 2]);
         assert_eq!((m1.layout.base_rank, m2.layout.base_rank), (1, 2));
         assert_eq!(m2.layout.world_size, 4);
+    }
+
+    #[test]
+    fn an_arriving_node_with_other_fault_tolerance_flags_is_named() {
+        for node0_ft in [true, false] {
+            let store = HashStore::default();
+            let c = claim(1, 1, 2);
+            let rules = |ft| Rules {
+                nnodes: Nnodes { min: 1, max: 2 },
+                last_call: Duration::ZERO,
+                timeout: Duration::from_secs(5),
+                fault_tolerance: ft,
+            };
+            let m0 = join(&store, 0, 0, &c, &rules(node0_ft), &mut || false).unwrap();
+            assert_eq!(m0.expect("not interrupted").members, vec![0]);
+            let e = join(&store, 0, 1, &c, &rules(!node0_ft), &mut || false)
+                .expect_err("refused")
+                .to_string();
+            let theirs = if node0_ft { "with" } else { "without" };
+            assert!(
+                e.contains("node 1 was not admitted into running round 0")
+                    && e.contains(&format!("node 0 runs it {theirs} --fault-tolerance")),
+                "{e}"
+            );
+        }
     }
 
     #[test]
