@@ -34,8 +34,9 @@ pub struct LaunchArgs {
     pub nproc_per_node: u32,
 
     /// Number of nodes (hosts) in the job: `N`, or `MIN:MAX` for an elastic job that starts
-    /// once MIN nodes are in, admits later ones at the next round and goes on after losing
-    /// nodes while MIN remain (docs/launch.md, "Elastic membership").
+    /// once MIN nodes are in, admits later ones at the next round (into the running one under
+    /// --fault-tolerance) and goes on after losing nodes while MIN remain (docs/launch.md,
+    /// "Elastic membership").
     #[arg(long, env = "PET_NNODES", default_value = "1", value_parser = parse_nnodes,
           help_heading = "Launch")]
     pub nnodes: Nnodes,
@@ -95,8 +96,10 @@ pub struct LaunchArgs {
     /// Per-step fault tolerance: a worker that dies is replaced alone (counted against
     /// --max-restarts) while the others keep their state in memory, re-form the process group
     /// with the replacement and continue from the last completed step; the replacement takes
-    /// a peer's state (docs/reliability.md). The program must support it (`phalanx train`
-    /// does; a Rust program through `phalanx_pg::FaultTolerance`).
+    /// a peer's state. With --nnodes MIN:MAX a node that arrives is admitted into the running
+    /// round the same way, and a lost one is left behind while MIN remain (docs/launch.md,
+    /// "Fault tolerance"). The program must support it (`phalanx train` does; a Rust program
+    /// through `phalanx_pg::FaultTolerance`).
     #[arg(
         long = "fault-tolerance",
         alias = "fault_tolerance",
