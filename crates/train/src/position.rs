@@ -8,6 +8,7 @@
 //! re-sharded by striding, padded like the sampler so every rank takes as many steps.
 
 use phalanx_data::DistributedSampler;
+use phalanx_pg::ProcessGroup;
 
 use crate::Result;
 
@@ -28,31 +29,64 @@ pub struct Position {
 }
 
 impl Position {
-    /// As five integers, for a broadcast.
-    pub(crate) fn to_words(self) -> [i64; 5] {
-        [
-            self.epoch as i64,
-            self.step_in_epoch as i64,
-            self.global_step as i64,
-            self.samples_in_epoch as i64,
-            self.world as i64,
-        ]
-    }
-
-    /// From [`to_words`](Self::to_words).
-    pub(crate) fn from_words(w: [i64; 5]) -> Position {
-        Position {
-            epoch: w[0] as u64,
-            step_in_epoch: w[1] as u64,
-            global_step: w[2] as u64,
-            samples_in_epoch: w[3] as u64,
-            world: w[4] as u64,
-        }
-    }
-
     /// Whether the epoch in progress has already begun (mid-epoch resume).
     pub(crate) fn is_mid_epoch(&self) -> bool {
         self.samples_in_epoch > 0 || self.step_in_epoch > 0
+    }
+}
+
+/// What a rank that hands its training state to the others (rank 0 resuming from disk, the
+/// source of a regroup: Note [Regroup]) broadcasts ahead of it: where the run stands, if
+/// anywhere, and how many bytes of optimizer state follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Handover {
+    /// `None`: nothing to resume from.
+    pub(crate) position: Option<Position>,
+    /// `None`: the optimizer keeps no state (or the checkpoint holds none).
+    pub(crate) optim_bytes: Option<usize>,
+}
+
+impl Handover {
+    /// Broadcasts `self` from rank `root` (the others' `self` is ignored) and returns it.
+    pub(crate) fn broadcast(self, pg: &ProcessGroup, root: usize) -> Result<Handover> {
+        let p = self.position.unwrap_or_default();
+        let mut words = [
+            i64::from(self.position.is_some()),
+            p.epoch as i64,
+            p.step_in_epoch as i64,
+            p.global_step as i64,
+            p.samples_in_epoch as i64,
+            p.world as i64,
+            self.optim_bytes.map_or(-1, |n| n as i64),
+        ];
+        pg.broadcast(&mut words, root)?;
+        Ok(Handover {
+            position: (words[0] == 1).then_some(Position {
+                epoch: words[1] as u64,
+                step_in_epoch: words[2] as u64,
+                global_step: words[3] as u64,
+                samples_in_epoch: words[4] as u64,
+                world: words[5] as u64,
+            }),
+            optim_bytes: usize::try_from(words[6]).ok(),
+        })
+    }
+
+    /// Broadcasts the optimizer state this header announced: `state` on `root`, returned on
+    /// every rank (`None` when there is none).
+    pub(crate) fn broadcast_optim_state(
+        &self,
+        pg: &ProcessGroup,
+        root: usize,
+        state: Option<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some(n) = self.optim_bytes.filter(|&n| n > 0) else {
+            return Ok(None);
+        };
+        let mut state = state.unwrap_or_default();
+        state.resize(n, 0);
+        pg.broadcast(&mut state, root)?;
+        Ok(Some(state))
     }
 }
 

@@ -16,7 +16,10 @@
 use phalanx_ddp::adapter::burn as adapter;
 use phalanx_pg::ProcessGroup;
 
-use crate::{position::Position, Classifier, Error, Optim, Result};
+use crate::{
+    position::{Handover, Position},
+    Classifier, Error, Optim, Result,
+};
 
 /// What [`resync`] did, for the report.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,26 +92,19 @@ pub(crate) fn resync<M: Classifier>(
             vec![0u8; discrete],
         )
     };
-    let pos = held.unwrap_or_default().to_words();
-    let mut header = [
-        pos[0],
-        pos[1],
-        pos[2],
-        pos[3],
-        pos[4],
-        optim_state.as_ref().map_or(-1, |s| s.len() as i64),
-    ];
-    pg.broadcast(&mut header, source)?;
-    let mut optim_state = optim_state.unwrap_or_default();
-    if header[5] > 0 {
-        optim_state.resize(header[5] as usize, 0);
-        pg.broadcast(&mut optim_state, source)?;
+    let handover = Handover {
+        position: held,
+        optim_bytes: optim_state.as_ref().map(Vec::len),
     }
+    .broadcast(pg, source)?;
+    let optim_state = handover.broadcast_optim_state(pg, source, optim_state)?;
     pg.broadcast(&mut floats, source)?;
     if !discrete.is_empty() {
         pg.broadcast(&mut discrete, source)?;
     }
-    let position = Position::from_words([header[0], header[1], header[2], header[3], header[4]]);
+    let position = handover
+        .position
+        .expect("the source holds the newest step: a position");
     if sending {
         return Ok((model.clone(), position, source));
     }
@@ -137,9 +133,9 @@ pub(crate) fn resync<M: Classifier>(
         model = adapter::set_discrete_from_bytes(model, bytes);
     }
     *optim = Optim::new(*optim.options());
-    if header[5] > 0 {
+    if let Some(state) = optim_state {
         optim
-            .load_state(optim_state)
+            .load_state(state)
             .map_err(|e| Error::Config(format!("rank {source}'s optimizer state: {e}")))?;
     }
     Ok((model, position, source))

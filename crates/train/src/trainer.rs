@@ -23,7 +23,7 @@ use crate::{
     metrics::EpochRecord,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
     param_digest,
-    position::{self, Position},
+    position::{self, Handover, Position},
     recovery::{resync, Regrouped},
     snapshot, train_step, train_step_clipped, Classifier, Error, Optim, Result,
 };
@@ -358,9 +358,8 @@ fn resume_from_disk<M: Classifier>(
             ..Position::default()
         });
     }
-    // found, position (5 words), optimizer-state bytes (-1: none).
-    let mut header = [0i64, 0, 0, 0, 0, 0, -1];
-    let mut optim_state = Vec::new();
+    let mut handover = Handover::default();
+    let mut optim_state = None;
     let mut resumed_meta = None;
     if rank == 0 {
         let dir = cfg
@@ -377,57 +376,46 @@ fn resume_from_disk<M: Classifier>(
         if let Some(ck) = newest.checkpoint {
             snapshot::check_compatible(&ck.meta, facts, cfg)?;
             *model = snapshot::load_params(model.clone(), &ck)?;
-            let at = Position {
-                epoch: ck.meta.epoch,
-                step_in_epoch: ck.meta.step_in_epoch,
-                global_step: ck.meta.global_step,
-                samples_in_epoch: ck.meta.samples_in_epoch,
-                world: ck.meta.world_size,
-            }
-            .to_words();
-            header = [
-                1,
-                at[0],
-                at[1],
-                at[2],
-                at[3],
-                at[4],
-                ck.optim_state.as_ref().map_or(-1, |s| s.len() as i64),
-            ];
-            optim_state = ck.optim_state.unwrap_or_default();
+            handover = Handover {
+                position: Some(Position {
+                    epoch: ck.meta.epoch,
+                    step_in_epoch: ck.meta.step_in_epoch,
+                    global_step: ck.meta.global_step,
+                    samples_in_epoch: ck.meta.samples_in_epoch,
+                    world: ck.meta.world_size,
+                }),
+                optim_bytes: ck.optim_state.as_ref().map(Vec::len),
+            };
+            optim_state = ck.optim_state;
             resumed_meta = Some(ck.meta);
         }
     }
-    pg.broadcast(&mut header, 0)?;
+    let handover = handover.broadcast(pg, 0)?;
     // The momentum buffers reach every rank from rank 0, like the parameters.
-    if header[6] > 0 {
-        optim_state.resize(header[6] as usize, 0);
-        pg.broadcast(&mut optim_state, 0)?;
+    if let Some(state) = handover.broadcast_optim_state(pg, 0, optim_state)? {
         if optim.has_state() {
             optim
-                .load_state(optim_state)
+                .load_state(state)
                 .map_err(|e| Error::Config(format!("the checkpoint's optimizer state: {e}")))?;
         }
     }
     if let Some(m) = &resumed_meta {
         reporter.resumed(m);
     }
-    if header[0] == 0 {
+    let Some(at) = handover.position else {
         return Ok(Position {
             world,
             ..Position::default()
         });
-    }
-    if header[6] < 0 && optim.has_state() && rank == 0 {
+    };
+    if handover.optim_bytes.is_none() && optim.has_state() && rank == 0 {
         tracing::warn!(
             "--resume: the checkpoint holds no optimizer state (written before its first step, \
              or by an older phalanx); the {} state restarts from zero",
             cfg.optim.kind
         );
     }
-    Ok(Position::from_words([
-        header[1], header[2], header[3], header[4], header[5],
-    ]))
+    Ok(at)
 }
 
 impl Context<'_> {
