@@ -38,6 +38,10 @@ use crate::Error;
 const NEWEST_ROUND: &str = "agent/elastic/round";
 /// How often node 0 counts the agents in an open round, and others look for its outcome.
 const POLL: Duration = Duration::from_millis(50);
+/// Counts the nodes that read a `mismatch` outcome; node 0 waits for them (at most
+/// [`MISMATCH_WAIT`]) before it exits, taking the store with it.
+const MISMATCH_READ: &str = "mismatch_read";
+const MISMATCH_WAIT: Duration = Duration::from_secs(2);
 
 /// How a round is formed: `--nnodes MIN:MAX`, `--rdzv-last-call`, PHALANX_TIMEOUT.
 #[derive(Debug, Clone, Copy)]
@@ -268,6 +272,15 @@ fn close(
         store
             .compare_set(&k, b"", text.as_bytes())
             .map_err(|e| store_err("compare_set", &k, e))?;
+        // This agent hosts the store and is about to exit: let the others read why first.
+        let read = keys::agent(round, MISMATCH_READ);
+        let deadline = Instant::now() + MISMATCH_WAIT;
+        while Instant::now() < deadline {
+            match store.add(&read, 0) {
+                Ok(n) if n + 1 < claims.len() as i64 => std::thread::sleep(POLL / 5),
+                _ => break,
+            }
+        }
         return Err(Error::InconsistentNnodes {
             node_rank: *g,
             theirs: span(c),
@@ -341,6 +354,8 @@ fn wait_outcome(
     }
     let text = store.get(&k).map_err(|e| store_err("get", &k, e))?;
     if let Some(rest) = text.strip_prefix(b"mismatch ") {
+        // Node 0 keeps its store up until every node has read this.
+        let _ = store.add(&keys::agent(round, MISMATCH_READ), 1);
         let rest = String::from_utf8_lossy(rest).into_owned();
         let (g, theirs) = rest.split_once(' ').unwrap_or(("?", "?"));
         return Err(Error::InconsistentNnodes {
