@@ -341,6 +341,13 @@ impl Nodes {
                     return Ok(());
                 }
                 Some((g, c)) => {
+                    if !c.program.is_empty() && c.program != mine.program {
+                        eprintln!(
+                            "phalanx launch: warning: node {g} runs `{}` but this node (node 0) \
+                             runs `{}`; every node should run the same program",
+                            c.program, mine.program
+                        );
+                    }
                     self.admit(store, coord, g, &c)?;
                     let live: Vec<String> = coord.members().iter().map(u32::to_string).collect();
                     format!("admitted {} {}", self.seen, live.join(","))
