@@ -1,13 +1,15 @@
 //! `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg, Note [Regroup] in
 //! phalanx-train): a SIGKILLed rank is replaced alone; the others go on from their in-memory
-//! state without it until the replacement joins them and takes that state; no restart.
+//! state without it until the replacement joins them and takes that state; no restart. Under
+//! `--nnodes MIN:MAX` a node that arrives joins the running round the same way (Note
+//! [Admission] in phalanx-launch).
 
 mod launch_util;
 
 use std::time::{Duration, Instant};
 
 use launch_util::{
-    newest_step, phalanx, start, train_ok, train_summaries, wait_for_workers, TempDir,
+    free_port, newest_step, phalanx, start, train_ok, train_summaries, wait_for_workers, TempDir,
 };
 
 /// Three ranks on the vendored digits, momentum (optimizer state to hand over), a checkpoint
@@ -188,4 +190,73 @@ fn fault_tolerance_without_phalanx_launch_is_refused_with_a_sentence() {
         "{}",
         f.stderr
     );
+}
+
+#[test]
+fn a_node_that_arrives_joins_the_running_round_and_nobody_restarts() {
+    let dir = TempDir::new("ft-admit");
+    let port = free_port().to_string();
+    // Two agents on this machine: node 0 with one rank, node 1 with two.
+    let node = |g: &str, nproc: &str| {
+        let mut c = phalanx();
+        c.env("PHALANX_TOKEN", "ab".repeat(16))
+            .args(["train", "--json", "--nnodes", "1:2", "--node-rank", g])
+            .args(["--nproc-per-node", nproc, "--master-addr", "127.0.0.1"])
+            .args(["--master-port", &port, "--rdzv-last-call", "0.01"])
+            .args(flags(&dir).iter().skip(2));
+        c
+    };
+    let n0 = start(node("0", "1"));
+    wait_for_step(&dir, 200);
+    let n1 = start(node("1", "2"));
+    let (f1, f0) = (
+        n1.wait(Duration::from_secs(120)),
+        n0.wait(Duration::from_secs(120)),
+    );
+    let what = format!(
+        "node 0:\n{}\n{}\nnode 1:\n{}\n{}",
+        f0.stdout, f0.stderr, f1.stdout, f1.stderr
+    );
+    assert_eq!((f0.code(), f1.code()), (Some(0), Some(0)), "{what}");
+    assert!(
+        f0.stderr.contains("node 1 (") && f0.stderr.contains("joins round 0 without a restart"),
+        "{what}"
+    );
+    assert!(
+        f1.stderr
+            .contains("admitted into the running round (nodes [0, 1]); this node's ranks 1..3"),
+        "{what}"
+    );
+    // One round from start to end.
+    for f in [&f0, &f1] {
+        assert!(
+            !f.stderr.contains("round 1") && !f.stderr.contains("starting attempt"),
+            "{what}"
+        );
+    }
+    // Both of node 1's ranks took the state from the running rank and trained with it.
+    for r in [1, 2] {
+        assert!(
+            f1.stderr
+                .lines()
+                .any(|l| l.contains(&format!("rank {r}: generation "))
+                    && l.contains("this replacement joined")),
+            "rank {r} did not join: {what}"
+        );
+    }
+    assert!(
+        f0.stderr
+            .lines()
+            .any(|l| l.contains("rank 0: generation ") && l.contains("ranks [0, 1, 2] of 3")),
+        "{what}"
+    );
+    let mut s = train_summaries(&f0.stdout);
+    s.extend(train_summaries(&f1.stdout));
+    s.sort_by_key(|x| x.0);
+    assert_eq!(
+        s.iter().map(|x| x.0).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "{what}"
+    );
+    assert!(s.iter().all(|x| x.2 == s[0].2), "replicas differ: {s:?}");
 }

@@ -25,10 +25,13 @@
 //!   get new slots, from the round's first world size up ([`FaultTolerance::slots`],
 //!   `PHALANX_FT_SLOTS`), and join as replacements do, with `+s`.
 //!
-//! A joining rank connects only once a running rank has opened its generation (or a newer one:
-//! [`keys::generation_open`]); when the run ends first, rank 0 writes `end` to the log and the
-//! joiner has nothing to do ([`FaultTolerance::join`] gives `None`). The slots of generation 0
-//! are `0..slots()`; a `+s` adds any slot not in, a `-s` removes one.
+//! A joining rank connects only once a running rank has opened its generation or a newer one
+//! ([`keys::generation_open`]), and then exactly the newest opened: the running ranks connect
+//! exactly the generation they agreed on, so two joiners a moment apart join at two step
+//! boundaries, never in two different generations at once. When the run ends first, rank 0
+//! writes `end` to the log and the joiner has nothing to do ([`FaultTolerance::join`] gives
+//! `None`). The slots of generation 0 are `0..slots()`; a `+s` adds any slot not in, a `-s`
+//! removes one.
 //!
 //! A rank that waits in vain (no change within `PHALANX_TIMEOUT` after its group failed: no
 //! restart left, or a static job that lost a node) fails with [`Error::Regroup`]; its exit
@@ -199,7 +202,9 @@ impl FaultTolerance {
                 );
                 return Ok(None);
             }
-            for g in mine..=newest {
+            // Exactly the newest generation they opened: they wait in it for this rank, even
+            // if a later one (another joiner's) exists already.
+            for g in (mine..=newest).rev() {
                 let open = self
                     .round
                     .check(&[&keys::generation_open(g)])
@@ -208,7 +213,7 @@ impl FaultTolerance {
                         source,
                     })?;
                 if open {
-                    return self.join_newest(newest, None).map(Some);
+                    return self.join_from(g, None).map(Some);
                 }
             }
             if start.elapsed() >= self.base.timeout {
@@ -247,9 +252,10 @@ impl FaultTolerance {
     }
 
     /// A step boundary: every rank agreed that generation `to` is newer than this one (a
-    /// replacement is ready, or a rank died). Connects it.
+    /// replacement is ready, or a rank died). Connects exactly `to`, the generation they agreed
+    /// on and a joiner waits for; a newer one is for the next boundary.
     pub fn advance(&mut self, to: u64) -> Result<ProcessGroup> {
-        self.join_newest(to, None)
+        self.join_from(to, None)
     }
 
     /// After `failure` broke this rank's group: waits (up to `PHALANX_TIMEOUT`) for the
@@ -277,7 +283,13 @@ impl FaultTolerance {
 
     /// Connects generation `at_least` or, if the membership moved on meanwhile, a newer one.
     fn join_newest(&mut self, at_least: u64, failure: Option<&Error>) -> Result<ProcessGroup> {
-        let mut target = at_least.max(self.read_counter()?);
+        let newest = at_least.max(self.read_counter()?);
+        self.join_from(newest, failure)
+    }
+
+    /// Connects generation `target`; if it does not form and the membership moved on, a newer
+    /// one.
+    fn join_from(&mut self, mut target: u64, failure: Option<&Error>) -> Result<ProcessGroup> {
         loop {
             let members = match self.fold(target)? {
                 Fold::Members(m) => m,
