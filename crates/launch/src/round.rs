@@ -344,24 +344,14 @@ impl Job<'_> {
     /// Appends a membership change to the round's generation log (Note [Generations]):
     /// bumps the counter, then writes what changed; returns the new generation.
     fn record_change(&self, round: u32, what: &str) -> Result<u64, Error> {
-        let key = phalanx_store::keys::in_round(round, phalanx_store::keys::GENERATION);
-        let generation = self.store.add(&key, 1).map_err(|e| Error::Store {
-            op: "add",
-            key: key.clone(),
-            reason: e.to_string(),
-        })? as u64;
-        let change = phalanx_store::keys::in_round(
-            round,
-            &phalanx_store::keys::generation_change(generation),
-        );
-        self.store
-            .set(&change, what.as_bytes())
-            .map_err(|e| Error::Store {
-                op: "set",
-                key: change,
+        use phalanx_store::keys;
+        keys::append_generation_change(&*self.store, &|k| keys::in_round(round, k), what).map_err(
+            |e| Error::Store {
+                op: "generation log",
+                key: keys::in_round(round, keys::GENERATION),
                 reason: e.to_string(),
-            })?;
-        Ok(generation)
+            },
+        )
     }
 
     /// `--fault-tolerance`: starts a replacement for local worker `lr`, which failed, in a new

@@ -372,14 +372,12 @@ impl FaultTolerance {
 
     /// Records a membership change: the next generation, and what changed in it.
     fn change(&self, what: &str) -> Result<u64> {
-        let g = self.read_counter_add(1)?;
-        self.round
-            .set(&keys::generation_change(g), what.as_bytes())
-            .map_err(|source| Error::Store {
+        keys::append_generation_change(&*self.round, &|k| k.to_string(), what).map_err(|source| {
+            Error::Store {
                 rank: self.slot(),
                 source,
-            })?;
-        Ok(g)
+            }
+        })
     }
 
     /// The slots of generation `generation`: generation 0's, with the changes up to it
@@ -418,12 +416,8 @@ impl FaultTolerance {
     }
 
     fn read_counter(&self) -> Result<u64> {
-        self.read_counter_add(0)
-    }
-
-    fn read_counter_add(&self, delta: i64) -> Result<u64> {
         self.round
-            .add(keys::GENERATION, delta)
+            .add(keys::GENERATION, 0)
             .map(|g| g.max(0) as u64)
             .map_err(|source| Error::Store {
                 rank: self.slot(),
@@ -481,10 +475,7 @@ mod tests {
 
     fn log(store: &HashStore, changes: &[&str]) {
         for c in changes {
-            let g = store.add(keys::GENERATION, 1).unwrap() as u64;
-            store
-                .set(&keys::generation_change(g), c.as_bytes())
-                .unwrap();
+            keys::append_generation_change(store, &|k| k.to_string(), c).unwrap();
         }
     }
 

@@ -50,6 +50,20 @@ pub fn generation_change(generation: u64) -> String {
     format!("ft/{generation}/change")
 }
 
+/// Appends a membership change to the generation log of the round `round` addresses (a store
+/// scoped to the round, or the launcher's with [`in_round`] keys through `scope`): bumps
+/// [`GENERATION`] first, then writes `what` as that generation's change, so every reader folds
+/// the same log (Note [Generations] in phalanx-pg). Returns the new generation.
+pub fn append_generation_change(
+    store: &dyn crate::Store,
+    scope: &dyn Fn(&str) -> String,
+    what: &str,
+) -> crate::Result<u64> {
+    let generation = store.add(&scope(GENERATION), 1)?.max(0) as u64;
+    store.set(&scope(&generation_change(generation)), what.as_bytes())?;
+    Ok(generation)
+}
+
 /// Set by every rank that connects generation `generation` (Note [Generations] in phalanx-pg):
 /// a replacement waits for it before it connects, so that it never waits in a generation that
 /// nobody else will form (the run may end first).
