@@ -3,7 +3,7 @@
 use phalanx_core::Element;
 use phalanx_transport::{CollectiveKind, Result, Transport};
 
-use crate::{chunk_elems, fp, ring, Algorithm, Options};
+use crate::{chunk_elems, fp, ring, segments, Algorithm, Options};
 
 /// Gathers every rank's `send` into `recv` (rank `p`'s block at `p * send.len()`).
 pub fn allgather<T: Element>(
@@ -55,12 +55,7 @@ pub fn allgather_v<T: Element>(
         counts[r],
         "allgather_v: send must hold counts[rank]"
     );
-    let offsets: Vec<usize> = std::iter::once(0)
-        .chain(counts.iter().scan(0, |acc, &c| {
-            *acc += c;
-            Some(*acc)
-        }))
-        .collect();
+    let offsets = segments::block_offsets(counts);
     assert_eq!(
         recv.len(),
         offsets[n],

@@ -9,7 +9,8 @@
 //! | broadcast, small | root sends to all | 1 | root: (n-1)·S |
 //! | broadcast, large | scatter + ring allgather | n | ≤ 2·S |
 //! | allgather | ring | n-1 | (n-1)·S_rank |
-//! | reduce_scatter | ring | n-1 | (n-1)·S_rank |
+//! | reduce_scatter, reduce_scatter_v, small | direct, each block to its owner | 1 | (n-1)/n·S |
+//! | reduce_scatter, reduce_scatter_v, large | ring | n-1 | (n-1)/n·S |
 //! | barrier | dissemination | ⌈log2 n⌉ | 0 payload |
 //! | reduce, small | direct to the root, folded in the canonical order | 1 | S (root receives (n-1)·S) |
 //! | reduce, large | ring reduce-scatter + segments to the root | n | (n-1)/n·S + S/n |
@@ -75,7 +76,7 @@ pub use p2p::{p2p_fingerprint, recv, send, send_recv_batch, P2pRecv, P2pSend};
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint};
 pub use reduce::reduce;
-pub use reduce_scatter::reduce_scatter;
+pub use reduce_scatter::{reduce_scatter, reduce_scatter_v};
 pub use select::{select, single_copy_min_bytes, Op, Placement, Plan};
 #[cfg(target_os = "linux")]
 pub use shm::{

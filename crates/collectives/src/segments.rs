@@ -19,6 +19,17 @@ pub fn segment(count: usize, world: usize, s: usize) -> Range<usize> {
     start..start + len
 }
 
+/// Where each block of a buffer cut into blocks of `counts` elements starts, and the total
+/// last: `[0, c0, c0 + c1, …, Σc]` (the blocks of allgather_v and reduce_scatter_v).
+pub fn block_offsets(counts: &[usize]) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(counts.iter().scan(0, |at, &c| {
+            *at += c;
+            Some(*at)
+        }))
+        .collect()
+}
+
 /// Number of chunks of at most `chunk` elements covering `len` elements.
 pub fn num_chunks(len: usize, chunk: usize) -> usize {
     len.div_ceil(chunk.max(1))

@@ -34,7 +34,7 @@ pub enum Op {
     Reduce,
     /// allgather and allgather_v (`bytes`: the gathered total).
     Allgather,
-    /// reduce_scatter.
+    /// reduce_scatter and reduce_scatter_v (`bytes`: the whole input).
     ReduceScatter,
     /// all_to_all (`bytes`: the total sent by one rank); `equal`: equal blocks.
     AllToAll {
@@ -162,7 +162,7 @@ pub(crate) fn shm_single_copy(op: Op, bytes: usize, world: usize, single_copy: b
 /// The TCP algorithm of `op`: direct exchange up to `direct_max_bytes` where there is one.
 fn tcp(op: Op, direct: bool) -> Plan {
     match op {
-        Op::Allreduce | Op::Broadcast | Op::Reduce if direct => Plan::Direct,
+        Op::Allreduce | Op::Broadcast | Op::Reduce | Op::ReduceScatter if direct => Plan::Direct,
         Op::Allreduce | Op::Broadcast | Op::Reduce | Op::Allgather | Op::ReduceScatter => {
             Plan::Ring
         }
@@ -179,7 +179,7 @@ mod tests {
         let o = Options::default();
         let shm = |single_copy| Placement::SharedMemory { single_copy };
         // TCP: direct up to 64 KiB, the ring above.
-        for op in [Op::Allreduce, Op::Broadcast, Op::Reduce] {
+        for op in [Op::Allreduce, Op::Broadcast, Op::Reduce, Op::ReduceScatter] {
             assert_eq!(select(op, 64 * 1024, 3, Placement::Tcp, &o), Plan::Direct);
             assert_eq!(select(op, 64 * 1024 + 1, 3, Placement::Tcp, &o), Plan::Ring);
         }

@@ -212,7 +212,9 @@ impl Exec {
         let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(send), opts);
         match &mut self.links {
             Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                coll::reduce_scatter_shm(g, seq, send, recv, op)
+                let offsets: Vec<usize> = (0..=g.world_size()).map(|p| p * recv.len()).collect();
+                let kind = CollectiveKind::ReduceScatter;
+                coll::reduce_scatter_shm(g, seq, send, recv, &offsets, op, kind)
             }
             Links::Native { transport, .. } => {
                 coll::reduce_scatter(transport.as_mut(), seq, send, recv, op, opts)
@@ -251,7 +253,7 @@ impl Exec {
     }
 
     /// The transport of the native backend: the collectives only it runs (reduce, gather,
-    /// scatter, all_to_all, allgather_v) take it. `ProcessGroup` refuses them on the other
+    /// scatter, all_to_all, allgather_v, reduce_scatter_v) take it. `ProcessGroup` refuses them on the other
     /// backends before they get here.
     fn native(&mut self) -> &mut dyn Transport {
         match &mut self.links {
@@ -326,15 +328,30 @@ impl Exec {
         let plan = self.plan(Op::Allgather, std::mem::size_of_val(recv), opts);
         match &mut self.links {
             Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                let offsets: Vec<usize> = std::iter::once(0)
-                    .chain(counts.iter().scan(0, |at, &c| {
-                        *at += c;
-                        Some(*at)
-                    }))
-                    .collect();
+                let offsets = coll::segments::block_offsets(counts);
                 coll::allgather_shm(g, seq, send, recv, &offsets, CollectiveKind::AllgatherV)
             }
             _ => coll::allgather_v(self.native(), seq, send, recv, counts, opts),
+        }
+    }
+
+    pub(crate) fn reduce_scatter_v<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &mut [T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: ReduceOp,
+        opts: &Options,
+    ) -> Ran {
+        let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(send), opts);
+        match &mut self.links {
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
+                let offsets = coll::segments::block_offsets(counts);
+                let kind = CollectiveKind::ReduceScatterV;
+                coll::reduce_scatter_shm(g, seq, send, recv, &offsets, op, kind)
+            }
+            _ => coll::reduce_scatter_v(self.native(), seq, send, recv, counts, op, opts),
         }
     }
 

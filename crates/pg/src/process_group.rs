@@ -556,17 +556,90 @@ impl ProcessGroup {
     ) -> Result<()> {
         self.require_native("allgather_v")?;
         self.check_splits("allgather_v", "recv", recv.len(), counts)?;
-        if send.len() != counts[self.rank()] {
-            return Err(self.usage(format!(
-                "allgather_v: send holds {} elements but counts[{}] is {}",
-                send.len(),
-                self.rank(),
-                counts[self.rank()]
-            )));
-        }
+        self.check_own_count("allgather_v", "send", send.len(), counts)?;
         let bytes = std::mem::size_of_val(recv);
         self.blocking("allgather_v", bytes, |s, t, seq| {
             Ok(((), t.allgather_v(seq, send, recv, counts, &s.opts)?))
+        })
+    }
+
+    /// This rank's own block must hold `counts[rank]` elements (after `check_splits`).
+    fn check_own_count(&self, op: &str, what: &str, len: usize, counts: &[usize]) -> Result<()> {
+        let r = self.rank();
+        if len != counts[r] {
+            return Err(self.usage(format!(
+                "{op}: {what} holds {len} elements but counts[{r}] is {}",
+                counts[r]
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts an [`allgather_v`](Self::allgather_v); the gathered blocks (`counts.sum()`
+    /// elements) come back from [`Work::wait`].
+    pub fn allgather_v_async<T: Element>(&self, send: Vec<T>, counts: Vec<usize>) -> Work<Vec<T>> {
+        let total: usize = counts.iter().sum();
+        if let Err(e) = self
+            .require_native("allgather_v")
+            .and_then(|()| self.check_splits("allgather_v", "recv", total, &counts))
+            .and_then(|()| self.check_own_count("allgather_v", "send", send.len(), &counts))
+        {
+            return Work::ready(Err(e));
+        }
+        let mut recv = vec![T::zeroed(); total];
+        let bytes = std::mem::size_of_val(&recv[..]);
+        self.enqueue("allgather_v", bytes, move |s, t, seq| {
+            let algo = t.allgather_v(seq, &send, &mut recv, &counts, &s.opts)?;
+            Ok((recv, algo))
+        })
+    }
+
+    /// reduce_scatter of blocks of different sizes (MPI's Reduce_scatter): block `p` of `send`
+    /// holds `counts[p]` elements starting at `counts[..p].sum()`, and rank `p` receives the
+    /// reduction of every rank's block `p` in `recv` (`counts[rank]` elements). Every rank
+    /// passes the same `counts`. Block `p` is folded in the canonical order of a segment owned
+    /// by `p` (Note [Canonical reduction order]), so an allreduce of a buffer whose segments
+    /// are these blocks gives bitwise the same values. Native backend only.
+    pub fn reduce_scatter_v<T: Element>(
+        &self,
+        send: &mut [T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.require_native("reduce_scatter_v")?;
+        self.check_op::<T>("reduce_scatter_v", op)?;
+        self.check_splits("reduce_scatter_v", "send", send.len(), counts)?;
+        self.check_own_count("reduce_scatter_v", "recv", recv.len(), counts)?;
+        let bytes = std::mem::size_of_val(send);
+        self.blocking("reduce_scatter_v", bytes, |s, t, seq| {
+            Ok((
+                (),
+                t.reduce_scatter_v(seq, send, recv, counts, op, &s.opts)?,
+            ))
+        })
+    }
+
+    /// Starts a [`reduce_scatter_v`](Self::reduce_scatter_v); this rank's reduced block
+    /// (`counts[rank]` elements) comes back from [`Work::wait`].
+    pub fn reduce_scatter_v_async<T: Element>(
+        &self,
+        mut send: Vec<T>,
+        counts: Vec<usize>,
+        op: ReduceOp,
+    ) -> Work<Vec<T>> {
+        if let Err(e) = self
+            .require_native("reduce_scatter_v")
+            .and_then(|()| self.check_op::<T>("reduce_scatter_v", op))
+            .and_then(|()| self.check_splits("reduce_scatter_v", "send", send.len(), &counts))
+        {
+            return Work::ready(Err(e));
+        }
+        let mut recv = vec![T::zeroed(); counts[self.rank()]];
+        let bytes = std::mem::size_of_val(&send[..]);
+        self.enqueue("reduce_scatter_v", bytes, move |s, t, seq| {
+            let algo = t.reduce_scatter_v(seq, &mut send, &mut recv, &counts, op, &s.opts)?;
+            Ok((recv, algo))
         })
     }
 

@@ -333,6 +333,101 @@ fn gather_scatter_all_to_all_and_allgather_v_move_every_block() {
     }
 }
 
+/// Rank `r`'s element `i` as a float whose sums round: every grouping of a fold gives
+/// other bits, so a result equal to the allreduce's was folded in the same order.
+fn noisy(r: usize, i: usize) -> f32 {
+    let x = (r as u64 * 2_654_435_761 + i as u64 * 40_503) % 1_000_003;
+    (x as f32).sqrt() * 1.000_001_f32.powi((i % 97) as i32) - 500.0
+}
+
+fn reduce_scatter_v_checks(pg: ProcessGroup) -> usize {
+    let (n, r) = (pg.world_size(), pg.rank());
+    let mut checked = 0;
+    for count in [0usize, 1, 7, 1001, 20_011, 300_007] {
+        // Blocks as the allreduce's segments: bitwise the allreduce's values.
+        let counts: Vec<usize> = (0..n)
+            .map(|s| phalanx_collectives::segments::segment(count, n, s).len())
+            .collect();
+        for op in [ReduceOp::Sum, ReduceOp::Avg] {
+            let input: Vec<f32> = (0..count).map(|i| noisy(r, i)).collect();
+            let mut all = input.clone();
+            pg.allreduce(&mut all, op).unwrap();
+            let mut send = input.clone();
+            let mut recv = vec![0f32; counts[r]];
+            pg.reduce_scatter_v(&mut send, &mut recv, &counts, op)
+                .unwrap();
+            let seg = phalanx_collectives::segments::segment(count, n, r);
+            let same = recv
+                .iter()
+                .zip(&all[seg])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "reduce_scatter_v {op} n={n} count={count}: not the allreduce's bits"
+            );
+            let work = pg.reduce_scatter_v_async(input, counts.clone(), op);
+            assert_eq!(work.wait().unwrap(), recv, "async n={n} count={count}");
+            checked += 1;
+        }
+        // Any blocks, empty ones among them: integers against a serial fold.
+        let counts: Vec<usize> = (0..n)
+            .map(|p| (count / (p + 1)) * (p % 3 != 1) as usize)
+            .collect();
+        let total: usize = counts.iter().sum();
+        let mut send = input::<i64>(r, total);
+        let mut recv = vec![0i64; counts[r]];
+        pg.reduce_scatter_v(&mut send, &mut recv, &counts, ReduceOp::Sum)
+            .unwrap();
+        let start: usize = counts[..r].iter().sum();
+        let want = reference::<i64>(n, total, ReduceOp::Sum);
+        assert_eq!(
+            recv,
+            want[start..start + counts[r]],
+            "n={n} counts={counts:?}"
+        );
+        // allgather_v's async form.
+        let mine: Vec<i64> = (0..counts[r]).map(|i| (r * 1000 + i) as i64).collect();
+        let got = pg.allgather_v_async(mine, counts.clone()).wait().unwrap();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|p| (0..counts[p]).map(move |i| (p * 1000 + i) as i64))
+            .collect();
+        assert_eq!(got, want, "allgather_v_async n={n} counts={counts:?}");
+        checked += 1;
+    }
+    // Counts that do not add up, or do not match this rank's buffer, are refused.
+    let e = pg
+        .reduce_scatter_v(&mut [0f32; 7], &mut [0f32; 1], &vec![1; n], ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("add up to"), "{e}");
+    let e = pg
+        .reduce_scatter_v(
+            &mut vec![0f32; 2 * n],
+            &mut [0f32; 1],
+            &vec![2; n],
+            ReduceOp::Sum,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("recv holds 1 elements but counts[{r}] is 2")),
+        "{e}"
+    );
+    checked
+}
+
+#[test]
+fn reduce_scatter_v_is_bitwise_the_allreduce_on_its_segments() {
+    for n in [1, 2, 3, 4, 5] {
+        let checked: usize = spawn_ranks(n, reduce_scatter_v_checks).into_iter().sum();
+        assert!(checked > 0);
+        let checked: usize = spawn_ranks_tcp(n, reduce_scatter_v_checks)
+            .into_iter()
+            .sum();
+        assert!(checked > 0);
+    }
+}
+
 #[test]
 fn shared_memory_moves_blocks_larger_than_its_buffers_in_chunks() {
     // 3 MiB per block: several chunks of the shared buffers for allgather and all_to_all.

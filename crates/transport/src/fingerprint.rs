@@ -40,6 +40,8 @@ pub enum CollectiveKind {
     AllToAll = 11,
     /// allgather of unequal blocks (MPI's Allgatherv)
     AllgatherV = 12,
+    /// reduce_scatter of unequal blocks (MPI's Reduce_scatter)
+    ReduceScatterV = 13,
 }
 
 impl CollectiveKind {
@@ -58,6 +60,7 @@ impl CollectiveKind {
             CollectiveKind::Scatter => "scatter",
             CollectiveKind::AllToAll => "all_to_all",
             CollectiveKind::AllgatherV => "allgather_v",
+            CollectiveKind::ReduceScatterV => "reduce_scatter_v",
         }
     }
 
@@ -77,6 +80,7 @@ impl CollectiveKind {
             Scatter,
             AllToAll,
             AllgatherV,
+            ReduceScatterV,
         ]
         .into_iter()
         .find(|k| *k as u8 == c)

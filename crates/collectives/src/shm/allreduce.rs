@@ -85,7 +85,7 @@ pub fn allreduce_shm_with<T: Element>(
     reduce_all(g, seq, buf, op, opts, CollectiveKind::Allreduce)
 }
 
-pub(super) fn reduce_all<T: Element>(
+fn reduce_all<T: Element>(
     g: &mut ShmGroup,
     seq: u64,
     buf: &mut [T],
@@ -211,7 +211,12 @@ fn pieces<T: Element>(
 
 /// Folds `others` (in canonical order) then this rank's values, already in `dst`, into
 /// `dst`. With more than one peer the partial fold goes through `tmp` in L1-sized blocks.
-fn fold_own_last<T: Element>(op: ReduceOp, dst: &mut [T], others: &[&[T]], tmp: &mut Vec<T>) {
+pub(super) fn fold_own_last<T: Element>(
+    op: ReduceOp,
+    dst: &mut [T],
+    others: &[&[T]],
+    tmp: &mut Vec<T>,
+) {
     if let [only] = others {
         reduce_last(op, dst, only);
         return;

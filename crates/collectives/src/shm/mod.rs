@@ -1,7 +1,7 @@
 //! The collectives among the ranks of one host over a [`ShmGroup`](phalanx_transport::shm::ShmGroup):
 //! they read each other's shared buffers instead of sending bytes (docs/shm.md; the protocol is
 //! Note [Shared-memory protocol] in `phalanx_transport::shm`). One file per collective:
-//! `allreduce` (one step or pieces), `reduce_scatter` (through the allreduce), `broadcast`,
+//! `allreduce` (one step or pieces), `reduce_scatter` (equal or unequal blocks), `broadcast`,
 //! `barrier`, `allgather` (and all_to_all of equal blocks). All_gather, all_to_all and
 //! broadcast copy once, straight from the sender's memory, where the group allows it
 //! (Note [Single copy] in `phalanx_transport::shm`) and [`select`](crate::select) says so
