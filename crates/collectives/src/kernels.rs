@@ -64,9 +64,9 @@ pub(crate) fn reduce2<T: Element>(op: ReduceOp, dst: &mut [T], first: &[T], seco
 }
 
 /// `dst[i] = dst[i] ⊕ acc[i]`: the last step of a canonical fold whose last rank's values
-/// are in `dst`.
+/// are in `dst` (⊕ commutes bitwise, so this equals folding `dst` onto `acc`).
 #[inline]
-pub(crate) fn reduce_last<T: Element>(op: ReduceOp, dst: &mut [T], acc: &[T]) {
+pub fn reduce_last<T: Element>(op: ReduceOp, dst: &mut [T], acc: &[T]) {
     by_op!(op, O => {
         for (d, a) in dst.iter_mut().zip(acc) {
             *d = T::reduce(O, *d, *a);

@@ -76,12 +76,12 @@ pub use p2p::{p2p_fingerprint, recv, send, send_recv_batch, P2pRecv, P2pSend};
 use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint};
 pub use reduce::reduce;
-pub use reduce_scatter::{reduce_scatter, reduce_scatter_v};
+pub use reduce_scatter::{reduce_scatter, reduce_scatter_v, reduce_scatter_v_in_place};
 pub use select::{select, single_copy_min_bytes, Op, Placement, Plan};
 #[cfg(target_os = "linux")]
 pub use shm::{
     all_to_all_shm, allgather_shm, allreduce_shm, allreduce_shm_with, auto_chunk_bytes,
-    barrier_shm, broadcast_shm, reduce_scatter_shm, ShmOptions,
+    barrier_shm, broadcast_shm, reduce_scatter_shm, reduce_scatter_shm_in_place, ShmOptions,
 };
 
 /// Tuning of algorithm choice; defaults measured on loopback TCP (see docs/collectives.md).

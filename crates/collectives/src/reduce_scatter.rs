@@ -36,7 +36,9 @@ pub fn reduce_scatter<T: Element>(
     );
     let offsets: Vec<usize> = (0..=n).map(|p| p * per).collect();
     let fp = fp::<T>(seq, CollectiveKind::ReduceScatter, Some(op), send.len(), 0);
-    blocks(t, &fp, send, recv, &offsets, op, opts)
+    let algo = blocks(t, &fp, send, &offsets, op, opts)?;
+    recv.copy_from_slice(&send[offsets[t.rank()]..offsets[t.rank() + 1]]);
+    Ok(algo)
 }
 
 /// Reduces `send` across ranks, where block `p` holds `counts[p]` elements starting at
@@ -64,26 +66,49 @@ pub fn reduce_scatter_v<T: Element>(
         counts[r],
         "reduce_scatter_v: recv must hold counts[rank]"
     );
-    let fp = fp::<T>(seq, CollectiveKind::ReduceScatterV, Some(op), send.len(), 0);
-    blocks(t, &fp, send, recv, &offsets, op, opts)
+    let algo = reduce_scatter_v_in_place(t, seq, send, counts, op, opts)?;
+    recv.copy_from_slice(&send[offsets[r]..offsets[r + 1]]);
+    Ok(algo)
 }
 
+/// [`reduce_scatter_v`] in place: afterwards this rank's block of `buf` holds its result; the
+/// other blocks hold partial results or the input (unspecified).
+pub fn reduce_scatter_v_in_place<T: Element>(
+    t: &mut dyn Transport,
+    seq: u64,
+    buf: &mut [T],
+    counts: &[usize],
+    op: ReduceOp,
+    opts: &Options,
+) -> Result<Algorithm> {
+    let n = t.world_size();
+    assert_eq!(counts.len(), n, "reduce_scatter_v: one count per rank");
+    let offsets = segments::block_offsets(counts);
+    assert_eq!(
+        buf.len(),
+        offsets[n],
+        "reduce_scatter_v: the buffer must hold the sum of counts"
+    );
+    let fp = fp::<T>(seq, CollectiveKind::ReduceScatterV, Some(op), buf.len(), 0);
+    blocks(t, &fp, buf, &offsets, op, opts)
+}
+
+/// Leaves this rank's reduced block (finished for `Avg`) in place in `buf`.
 fn blocks<T: Element>(
     t: &mut dyn Transport,
     fp: &Fingerprint,
-    send: &mut [T],
-    recv: &mut [T],
+    buf: &mut [T],
     offsets: &[usize],
     op: ReduceOp,
     opts: &Options,
 ) -> Result<Algorithm> {
     let (n, r) = (t.world_size(), t.rank());
     let block = |p: usize| offsets[p]..offsets[p + 1];
-    let bytes = std::mem::size_of_val(send);
+    let bytes = std::mem::size_of_val(buf);
     let algo = match select(Op::ReduceScatter, bytes, n, Placement::Tcp, opts) {
         Plan::Local => Algorithm::Local,
         Plan::Direct => {
-            direct(t, fp, send, recv, offsets, op)?;
+            direct(t, fp, buf, offsets, op)?;
             Algorithm::Direct
         }
         _ => {
@@ -91,29 +116,25 @@ fn blocks<T: Element>(
                 t,
                 fp,
                 &ring::everyone(n),
-                send,
+                buf,
                 &block,
                 op,
                 chunk_elems::<T>(opts),
             )?;
-            recv.copy_from_slice(&send[block(r)]);
             Algorithm::Ring
         }
     };
-    if algo == Algorithm::Local {
-        recv.copy_from_slice(&send[block(r)]);
-    }
-    kernels::finish(op, recv, n);
+    kernels::finish(op, &mut buf[block(r)], n);
     Ok(algo)
 }
 
 /// One step: block `p` to rank `p`; this rank folds the `n - 1` copies of its block that
-/// arrive, then its own, in the canonical order (the result is not yet divided for `Avg`).
+/// arrive, then its own, in the canonical order, into its block of `buf` (not yet divided
+/// for `Avg`).
 fn direct<T: Element>(
     t: &mut dyn Transport,
     fp: &Fingerprint,
-    send: &[T],
-    recv: &mut [T],
+    buf: &mut [T],
     offsets: &[usize],
     op: ReduceOp,
 ) -> Result<()> {
@@ -131,7 +152,7 @@ fn direct<T: Element>(
             .filter(|&p| p != r && !block(p).is_empty())
             .map(|peer| SendReq {
                 peer,
-                data: bytemuck::cast_slice(&send[block(peer)]),
+                data: bytemuck::cast_slice(&buf[block(peer)]),
             })
             .collect();
         let mut recvs: Vec<RecvReq<'_>> = theirs
@@ -145,17 +166,15 @@ fn direct<T: Element>(
             .collect();
         t.exchange(fp, &sends, &mut recvs)?;
     }
-    let src = |p: usize| -> &[T] {
-        if p == r {
-            &send[block(r)]
-        } else {
-            &theirs[p]
-        }
-    };
-    let mut order = segments::canonical_order(n, r);
-    recv.copy_from_slice(src(order.next().expect("world >= 2")));
-    for p in order {
-        kernels::reduce_into(op, recv, src(p));
+    if mine == 0 {
+        return Ok(());
     }
+    // The others in canonical order, then this rank's values, already in place, last.
+    let mut order = segments::canonical_order(n, r).take(n - 1);
+    let mut acc = std::mem::take(&mut theirs[order.next().expect("world >= 2")]);
+    for p in order {
+        kernels::reduce_into(op, &mut acc, &theirs[p]);
+    }
+    kernels::reduce_last(op, &mut buf[block(r)], &acc);
     Ok(())
 }

@@ -355,6 +355,26 @@ impl Exec {
         }
     }
 
+    /// reduce_scatter_v leaving this rank's block of `buf` reduced in place.
+    pub(crate) fn reduce_scatter_v_in_place<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        counts: &[usize],
+        op: ReduceOp,
+        opts: &Options,
+    ) -> Ran {
+        let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(buf), opts);
+        match &mut self.links {
+            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
+                let offsets = coll::segments::block_offsets(counts);
+                let kind = CollectiveKind::ReduceScatterV;
+                coll::reduce_scatter_shm_in_place(g, seq, buf, &offsets, op, kind)
+            }
+            _ => coll::reduce_scatter_v_in_place(self.native(), seq, buf, counts, op, opts),
+        }
+    }
+
     /// Every send and receive of `ops` at once (`batch_isend_irecv`). The MPI backend is
     /// refused before this is called.
     pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {

@@ -594,6 +594,31 @@ impl ProcessGroup {
         })
     }
 
+    /// [`reduce_scatter_v_async`](Self::reduce_scatter_v_async) of any owned buffer, in place:
+    /// the buffer comes back from [`Work::wait`] with this rank's block reduced and the other
+    /// blocks unspecified (a tensor library's own storage travels without a copy, as in
+    /// [`allreduce_async_buffer`](Self::allreduce_async_buffer)).
+    pub fn reduce_scatter_v_async_buffer<T: Element, B: AsMut<[T]> + Send + 'static>(
+        &self,
+        mut buf: B,
+        counts: Vec<usize>,
+        op: ReduceOp,
+    ) -> Work<B> {
+        let len = buf.as_mut().len();
+        if let Err(e) = self
+            .require_native("reduce_scatter_v")
+            .and_then(|()| self.check_op::<T>("reduce_scatter_v", op))
+            .and_then(|()| self.check_splits("reduce_scatter_v", "send", len, &counts))
+        {
+            return Work::ready(Err(e));
+        }
+        let bytes = len * std::mem::size_of::<T>();
+        self.enqueue("reduce_scatter_v", bytes, move |s, t, seq| {
+            let algo = t.reduce_scatter_v_in_place(seq, buf.as_mut(), &counts, op, &s.opts)?;
+            Ok((buf, algo))
+        })
+    }
+
     /// reduce_scatter of blocks of different sizes (MPI's Reduce_scatter): block `p` of `send`
     /// holds `counts[p]` elements starting at `counts[..p].sum()`, and rank `p` receives the
     /// reduction of every rank's block `p` in `recv` (`counts[rank]` elements). Every rank

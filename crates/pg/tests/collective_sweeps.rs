@@ -365,8 +365,16 @@ fn reduce_scatter_v_checks(pg: ProcessGroup) -> usize {
                 same,
                 "reduce_scatter_v {op} n={n} count={count}: not the allreduce's bits"
             );
-            let work = pg.reduce_scatter_v_async(input, counts.clone(), op);
+            let work = pg.reduce_scatter_v_async(input.clone(), counts.clone(), op);
             assert_eq!(work.wait().unwrap(), recv, "async n={n} count={count}");
+            let work = pg.reduce_scatter_v_async_buffer(input, counts.clone(), op);
+            let start: usize = counts[..r].iter().sum();
+            let in_place = work.wait().unwrap();
+            assert_eq!(
+                in_place[start..start + counts[r]],
+                recv,
+                "in place n={n} count={count}"
+            );
             checked += 1;
         }
         // Any blocks, empty ones among them: integers against a serial fold.

@@ -21,4 +21,4 @@ pub use allreduce::{
 };
 pub use barrier::barrier_shm;
 pub use broadcast::broadcast_shm;
-pub use reduce_scatter::reduce_scatter_shm;
+pub use reduce_scatter::{reduce_scatter_shm, reduce_scatter_shm_in_place};

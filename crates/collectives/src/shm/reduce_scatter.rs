@@ -105,3 +105,21 @@ pub fn reduce_scatter_shm<T: Element>(
     finish(op, recv, n);
     Ok(Algorithm::Shm)
 }
+
+/// [`reduce_scatter_shm`] in place: afterwards this rank's block of `buf` holds its result;
+/// the other blocks are left as they were.
+pub fn reduce_scatter_shm_in_place<T: Element>(
+    g: &mut ShmGroup,
+    seq: u64,
+    buf: &mut [T],
+    offsets: &[usize],
+    op: ReduceOp,
+    kind: CollectiveKind,
+) -> Result<Algorithm> {
+    let mine = offsets[g.rank()]..offsets[g.rank() + 1];
+    // The fold reads the other blocks while it writes this one: through a copy of the block.
+    let mut out = buf[mine.clone()].to_vec();
+    let algo = reduce_scatter_shm(g, seq, buf, &mut out, offsets, op, kind)?;
+    buf[mine].copy_from_slice(&out);
+    Ok(algo)
+}
