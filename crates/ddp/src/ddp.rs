@@ -17,21 +17,17 @@ use burn::module::Module;
 use phalanx_pg::ProcessGroup;
 
 use crate::adapter::burn::{
-    discrete_to_bytes, flush_running_state, params_to_flat, set_discrete_from_bytes,
-    set_params_from_flat, state_infos, GradTable, Gradients, GradientsParams,
+    flush_running_state, state_infos, GradTable, Gradients, GradientsParams, StepGradients,
 };
 use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::adapter::{ParamInfo, StateInfo};
-use crate::bucket::{compute_bucket_assignment_by_size, isolate_large, DEFAULT_VIEW_MIN_BYTES};
-use crate::buffers::{split, Buffers};
-use crate::reducer::{BucketLayout, GradientSource, Reducer};
+use crate::buffers::Buffers;
+use crate::fsdp::{norm_squares_of_whole, Ownership};
+use crate::reducer::{BucketLayout, Reducer};
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};
-use crate::verify::check_same_model;
+use crate::verify::{broadcast_state, check_same_model};
 use crate::{BucketBuffer, BucketMemory, DdpOptions, Error, Result};
-
-/// PyTorch broadcasts module state at construction in buckets of 250 MiB.
-const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
 
 /// A model replicated on every rank: construction makes the replicas identical, and
 /// [`sync_gradients`](Self::sync_gradients) averages the gradients of each step so that they stay
@@ -84,19 +80,12 @@ impl<M: Module> DistributedDataParallel<M> {
         };
         let infos: Vec<ParamInfo> = GradTable::new(&module).infos().cloned().collect();
         let buffers = Buffers::new(&states, options.buffer_sync);
-        let sizes: Vec<usize> = infos.iter().map(|i| i.numel() * 4).collect();
-        let caps = [
-            options.first_bucket_bytes.min(options.bucket_cap_bytes),
-            options.bucket_cap_bytes,
-        ];
-        let mut assignment = compute_bucket_assignment_by_size(&sizes, &caps);
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
-        let device = device_reducer(&pg, &module, &options, assignment.len())?;
+        let buckets = options.bucket_count(&numels);
+        let device = device_reducer(&pg, &module, &options, buckets)?;
         // Device buckets keep their gradients on the device already; views are a host saving.
         let views = options.gradient_as_bucket_view && device.is_none();
-        if views {
-            assignment = isolate_large(assignment, &sizes, DEFAULT_VIEW_MIN_BYTES);
-        }
+        let assignment = options.bucket_assignment(&numels, views);
         tracing::info!(
             rank = pg.rank(),
             params = infos.len(),
@@ -211,7 +200,9 @@ impl<M: Module> DistributedDataParallel<M> {
     /// [`sync_gradients`](Self::sync_gradients) followed by PyTorch's
     /// `clip_grad_norm_(max_norm)` on the averaged gradients: once every bucket has arrived,
     /// the global L2 norm over all trainable parameters is computed (the same value on every
-    /// rank, since every rank holds the same averaged buckets) and every gradient is scaled by
+    /// rank, since every rank holds the same averaged buckets; on host buckets summed in the
+    /// order of Note [Global norm], so that the sharded modes compute bitwise the same norm)
+    /// and every gradient is scaled by
     /// `min(1, max_norm / (norm + 1e-6))`. Returns the gradients and the norm before clipping.
     /// The norm spans all buckets, so the optimizer cannot start on a bucket before the last
     /// one arrives: [`sync_and_step`](Self::sync_and_step) has no clipping for that reason.
@@ -229,7 +220,10 @@ impl<M: Module> DistributedDataParallel<M> {
             })
         })?;
         self.sync_buffers(&agreement)?;
-        let squares: f64 = held.iter().map(Held::sum_of_squares).sum();
+        let squares = match held.iter().all(|h| matches!(h, Held::Host(_))) {
+            true => self.host_norm_squares(&held),
+            false => held.iter().map(Held::sum_of_squares).sum(),
+        };
         let norm = squares.sqrt() as f32;
         let coef = (max_norm / (norm + 1e-6)).min(1.0);
         let mut out = GradientsParams::new();
@@ -248,6 +242,35 @@ impl<M: Module> DistributedDataParallel<M> {
             AveragedBucket::Device(layout, bucket).register(&table, &agreement, &mut out);
         }
         Ok((out, norm))
+    }
+
+    /// Σ g² over host buckets in the order of Note [Global norm] (`fsdp/layout.rs`), which a
+    /// sharded run reproduces from its shards: parameter by parameter, the elements each rank
+    /// would own, in DDP's segments of the buckets.
+    fn host_norm_squares(&self, held: &[Held]) -> f64 {
+        let buckets = self.reducer.buckets();
+        let assignment: Vec<Vec<usize>> = buckets.iter().map(|b| b.params.clone()).collect();
+        let rides =
+            self.options.comm_hook.is_plain_average() && buckets.first().is_some_and(|b| !b.view);
+        let header = self.infos.len() + self.pg.world_size();
+        let pads: Vec<usize> = (0..buckets.len())
+            .map(|k| if k == 0 && rides { header } else { 0 })
+            .collect();
+        let numels: Vec<usize> = self.infos.iter().map(ParamInfo::numel).collect();
+        let ownership = Ownership::from_buckets(&numels, &assignment, &pads, self.pg.world_size());
+        let mut at = vec![(0, 0..0); numels.len()];
+        for (k, bucket) in buckets.iter().enumerate() {
+            for (p, range) in bucket.slots() {
+                at[p] = (k, range);
+            }
+        }
+        norm_squares_of_whole(&ownership, |p| {
+            let (k, range) = &at[p];
+            match &held[*k] {
+                Held::Host(buf) => &buf[range.clone()],
+                Held::Device(_) => unreachable!("host buckets only"),
+            }
+        })
     }
 
     /// [`sync_gradients`](Self::sync_gradients) fused with the optimizer step: as soon as a
@@ -419,33 +442,6 @@ impl<M: Module> DistributedDataParallel<M> {
     }
 }
 
-/// This step's gradients as the reducer takes them: read out of Burn's `Gradients` through the
-/// adapter, or zeros for a rank that has joined (Note [Uneven inputs]).
-struct StepGradients<'a> {
-    table: &'a GradTable,
-    grads: Option<&'a mut Gradients>,
-}
-
-impl GradientSource for StepGradients<'_> {
-    fn fill(&mut self, p: usize, out: &mut [f32], accumulate: bool) -> Result<()> {
-        match self.grads.as_deref_mut() {
-            Some(grads) => self.table.grad_into(p, grads, out, accumulate).map(drop),
-            None if accumulate => Ok(()),
-            None => {
-                out.fill(0.0);
-                Ok(())
-            }
-        }
-    }
-
-    fn lend(&mut self, p: usize) -> Result<Option<BucketBuffer>> {
-        match self.grads.as_deref_mut() {
-            Some(grads) => self.table.lend_grad(p, grads),
-            None => Ok(None),
-        }
-    }
-}
-
 /// One averaged bucket, in host memory or on the parameters' device.
 // Built and consumed once per bucket, never stored: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -540,33 +536,4 @@ fn device_reducer<M: Module>(
         }),
         BucketMemory::Device => Ok(Some(DeviceReducer::new(averaging, buckets))),
     }
-}
-
-/// Broadcasts rank 0's values of every tensor of the model to every rank: floats in pieces of
-/// 250 MiB, then the int and bool tensors' bytes.
-fn broadcast_state<M: Module>(pg: &ProcessGroup, module: M, states: &[StateInfo]) -> Result<M> {
-    let values = params_to_flat(&module)?;
-    let lens: Vec<usize> = values.iter().map(Vec::len).collect();
-    let mut flat: Vec<f32> = values.into_iter().flatten().collect();
-    for chunk in flat.chunks_mut(BROADCAST_BUCKET_BYTES / 4) {
-        pg.broadcast(chunk, 0).map_err(|source| Error::Setup {
-            op: "broadcast(parameters and buffers)",
-            source,
-        })?;
-    }
-    let module = set_params_from_flat(module, &split(&flat, lens.into_iter()))?;
-    if states.iter().all(|s| s.kind.is_float()) {
-        return Ok(module);
-    }
-    let pieces = discrete_to_bytes(&module);
-    let lens: Vec<usize> = pieces.iter().map(Vec::len).collect();
-    let mut bytes: Vec<u8> = pieces.into_iter().flatten().collect();
-    pg.broadcast(&mut bytes, 0).map_err(|source| Error::Setup {
-        op: "broadcast(int and bool tensors)",
-        source,
-    })?;
-    Ok(set_discrete_from_bytes(
-        module,
-        split(&bytes, lens.into_iter()),
-    ))
 }

@@ -40,6 +40,7 @@ pub mod bucket;
 mod buffers;
 mod ddp;
 mod error;
+pub mod fsdp;
 pub mod hook;
 mod options;
 mod reducer;

@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use crate::bucket::{DEFAULT_BUCKET_BYTES_CAP, DEFAULT_FIRST_BUCKET_BYTES};
+use crate::bucket::{
+    compute_bucket_assignment_by_size, isolate_large, DEFAULT_BUCKET_BYTES_CAP,
+    DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_VIEW_MIN_BYTES,
+};
 use crate::hook::{AllreduceHook, CommHook};
 
 /// Options of [`DistributedDataParallel`](crate::DistributedDataParallel), PyTorch's defaults.
@@ -108,6 +111,27 @@ impl Default for DdpOptions {
 }
 
 impl DdpOptions {
+    /// The buckets DDP averages for trainable parameters of `numels` elements (`f32`), in
+    /// launch order (Note [Bucket order] in `bucket.rs`); with `views`, every gradient of at
+    /// least [`DEFAULT_VIEW_MIN_BYTES`] travels alone (Note [Gradient as bucket view]).
+    pub fn bucket_assignment(&self, numels: &[usize], views: bool) -> Vec<Vec<usize>> {
+        let sizes: Vec<usize> = numels.iter().map(|n| n * 4).collect();
+        let caps = [
+            self.first_bucket_bytes.min(self.bucket_cap_bytes),
+            self.bucket_cap_bytes,
+        ];
+        let assignment = compute_bucket_assignment_by_size(&sizes, &caps);
+        match views {
+            true => isolate_large(assignment, &sizes, DEFAULT_VIEW_MIN_BYTES),
+            false => assignment,
+        }
+    }
+
+    /// How many buckets [`bucket_assignment`](Self::bucket_assignment) makes without views.
+    pub fn bucket_count(&self, numels: &[usize]) -> usize {
+        self.bucket_assignment(numels, false).len()
+    }
+
     /// Sets the cap of the buckets after the first, in MiB (PyTorch's `bucket_cap_mb`).
     pub fn with_bucket_cap_mb(mut self, mib: f64) -> Self {
         self.bucket_cap_bytes = ((mib * 1024.0 * 1024.0) as usize).max(1);

@@ -1,9 +1,15 @@
-//! Construction-time agreement: every rank must hold the same parameters (names, shapes, order).
+//! Construction-time agreement: every rank must hold the same parameters (names, shapes, order),
+//! and then rank 0's values of them.
 
+use burn::module::Module;
 use phalanx_pg::ProcessGroup;
 use sha2::{Digest, Sha256};
 
+use crate::adapter::burn::{
+    discrete_to_bytes, params_to_flat, set_discrete_from_bytes, set_params_from_flat,
+};
 use crate::adapter::StateInfo;
+use crate::buffers::split;
 use crate::{Error, Result};
 
 /// Checks that every rank has the same parameter list as rank 0. Cheap when they agree (one
@@ -83,6 +89,42 @@ fn first_difference(lists: &[Vec<String>]) -> Option<Error> {
         });
     }
     None
+}
+
+/// PyTorch broadcasts module state at construction in buckets of 250 MiB.
+const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
+
+/// Broadcasts rank 0's values of every tensor of the model to every rank: floats in pieces of
+/// 250 MiB, then the int and bool tensors' bytes.
+pub(crate) fn broadcast_state<M: Module>(
+    pg: &ProcessGroup,
+    module: M,
+    states: &[StateInfo],
+) -> Result<M> {
+    let values = params_to_flat(&module)?;
+    let lens: Vec<usize> = values.iter().map(Vec::len).collect();
+    let mut flat: Vec<f32> = values.into_iter().flatten().collect();
+    for chunk in flat.chunks_mut(BROADCAST_BUCKET_BYTES / 4) {
+        pg.broadcast(chunk, 0).map_err(|source| Error::Setup {
+            op: "broadcast(parameters and buffers)",
+            source,
+        })?;
+    }
+    let module = set_params_from_flat(module, &split(&flat, lens.into_iter()))?;
+    if states.iter().all(|s| s.kind.is_float()) {
+        return Ok(module);
+    }
+    let pieces = discrete_to_bytes(&module);
+    let lens: Vec<usize> = pieces.iter().map(Vec::len).collect();
+    let mut bytes: Vec<u8> = pieces.into_iter().flatten().collect();
+    pg.broadcast(&mut bytes, 0).map_err(|source| Error::Setup {
+        op: "broadcast(int and bool tensors)",
+        source,
+    })?;
+    Ok(set_discrete_from_bytes(
+        module,
+        split(&bytes, lens.into_iter()),
+    ))
 }
 
 #[cfg(test)]

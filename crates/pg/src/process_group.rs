@@ -612,7 +612,7 @@ impl ProcessGroup {
         {
             return Work::ready(Err(e));
         }
-        let bytes = len * std::mem::size_of::<T>();
+        let bytes = std::mem::size_of_val(buf.as_mut());
         self.enqueue("reduce_scatter_v", bytes, move |s, t, seq| {
             let algo = t.reduce_scatter_v_in_place(seq, buf.as_mut(), &counts, op, &s.opts)?;
             Ok((buf, algo))

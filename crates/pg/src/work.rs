@@ -31,7 +31,7 @@ impl<T> Work<T> {
     }
 
     /// A `Work` that is already done with `r` (an argument refused before anything ran).
-    pub(crate) fn ready(r: Result<T>) -> Work<T> {
+    pub fn ready(r: Result<T>) -> Work<T> {
         let (work, slot) = Work::new();
         slot.complete(r);
         work

@@ -34,8 +34,12 @@ pub fn with_deadline<R: Send + 'static>(
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(deadline)
-        .unwrap_or_else(|_| panic!("not finished within the deadline of {deadline:?}"))
+    rx.recv_timeout(deadline).unwrap_or_else(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => {
+            panic!("not finished within the deadline of {deadline:?}")
+        }
+        std::sync::mpsc::RecvTimeoutError::Disconnected => panic!("it panicked (above)"),
+    })
 }
 
 /// Runs `f` on `world` ranks (threads) and returns their results in rank order.

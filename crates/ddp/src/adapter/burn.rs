@@ -47,6 +47,7 @@ pub use burn::tensor::Gradients;
 
 use super::{ParamInfo, StateInfo, StateKind};
 use crate::hook::{BucketBuffer, LentGradient};
+use crate::reducer::GradientSource;
 use crate::{Error, Result};
 
 /// The float tensors of `module` (trainable and frozen parameters and buffers), in canonical
@@ -121,6 +122,19 @@ pub fn floats_to_flat<M: Module>(module: &M, indices: &[usize]) -> Result<Vec<Ve
 /// one's id, device, dtype and gradient requirement; the others are left as they are.
 pub fn set_floats_by_name<M: Module>(module: M, values: HashMap<String, &[f32]>) -> M {
     let mut setter = Setter {
+        path: Vec::new(),
+        values,
+    };
+    module.map(&mut setter)
+}
+
+/// Replaces the float tensors named in `values` by the given flat `f32` values and shapes,
+/// keeping each one's id, device, dtype and gradient requirement; an empty shape slice frees
+/// the tensor (an empty tensor of the same rank takes its place: what a fully sharded module
+/// holds between steps, Note [Full sharding] in `fsdp/fully_sharded.rs`). The others are left
+/// as they are.
+pub fn set_floats_shaped<M: Module>(module: M, values: HashMap<String, (&[f32], &[usize])>) -> M {
+    let mut setter = ShapedSetter {
         path: Vec::new(),
         values,
     };
@@ -327,6 +341,33 @@ impl GradTable {
     /// The device of parameter `index`.
     pub fn device(&self, index: usize) -> &Device {
         &self.handles[index].device
+    }
+}
+
+/// This step's gradients as the reducer takes them: read out of Burn's `Gradients` through the
+/// adapter, or zeros for a rank that has joined (Note [Uneven inputs] in `ddp.rs`).
+pub(crate) struct StepGradients<'a> {
+    pub(crate) table: &'a GradTable,
+    pub(crate) grads: Option<&'a mut Gradients>,
+}
+
+impl GradientSource for StepGradients<'_> {
+    fn fill(&mut self, p: usize, out: &mut [f32], accumulate: bool) -> Result<()> {
+        match self.grads.as_deref_mut() {
+            Some(grads) => self.table.grad_into(p, grads, out, accumulate).map(drop),
+            None if accumulate => Ok(()),
+            None => {
+                out.fill(0.0);
+                Ok(())
+            }
+        }
+    }
+
+    fn lend(&mut self, p: usize) -> Result<Option<BucketBuffer>> {
+        match self.grads.as_deref_mut() {
+            Some(grads) => self.table.lend_grad(p, grads),
+            None => Ok(None),
+        }
     }
 }
 
@@ -552,6 +593,38 @@ impl ModuleMapper for Setter<'_> {
             let device = old.device();
             let (dtype, shape, require_grad) = (old.dtype(), old.shape(), old.is_require_grad());
             drop(old);
+            let data = TensorData::new(value.to_vec(), shape);
+            Tensor::<D>::from_data(data, (&device, dtype)).set_require_grad(require_grad)
+        })
+    }
+}
+
+struct ShapedSetter<'a> {
+    path: Vec<String>,
+    values: HashMap<String, (&'a [f32], &'a [usize])>,
+}
+
+impl ModuleMapper for ShapedSetter<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let Some(&(value, shape)) = self.values.get(&self.path.join(".")) else {
+            return param;
+        };
+        param.map(|old| {
+            let device = old.device();
+            let (dtype, require_grad) = (old.dtype(), old.is_require_grad());
+            drop(old);
+            let shape = match shape.is_empty() {
+                true => Shape::from(vec![0; D]),
+                false => Shape::from(shape.to_vec()),
+            };
             let data = TensorData::new(value.to_vec(), shape);
             Tensor::<D>::from_data(data, (&device, dtype)).set_require_grad(require_grad)
         })

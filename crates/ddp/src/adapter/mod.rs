@@ -15,6 +15,7 @@ pub mod burn;
 #[cfg(all(feature = "cuda", feature = "nccl"))]
 pub(crate) mod cuda;
 pub(crate) mod device_buckets;
+pub(crate) mod shard;
 
 /// Name and shape of one float parameter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

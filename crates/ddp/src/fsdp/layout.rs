@@ -67,8 +67,11 @@ impl Ownership {
                 for (s, owned) in ranges[p].iter_mut().enumerate() {
                     let seg = segments::segment(total, world, s);
                     let start = seg.start.max(param.start);
-                    let end = seg.end.min(param.end).max(start);
-                    *owned = start - param.start..end - param.start;
+                    let end = seg.end.min(param.end);
+                    *owned = match start < end {
+                        true => start - param.start..end - param.start,
+                        false => 0..0,
+                    };
                 }
                 at = param.end;
             }
@@ -135,7 +138,10 @@ impl Unit {
 
     /// Elements in all.
     pub fn len(&self) -> usize {
-        *self.offsets.last().expect("one offset per rank and the total")
+        *self
+            .offsets
+            .last()
+            .expect("one offset per rank and the total")
     }
 
     /// Whether it holds no element.
@@ -154,7 +160,11 @@ impl Unit {
     }
 
     /// Rank `s`'s non-empty slots, in order; `in_unit` is relative to the whole buffer.
-    pub fn slots<'a>(&'a self, ownership: &'a Ownership, s: usize) -> impl Iterator<Item = Slot> + 'a {
+    pub fn slots<'a>(
+        &'a self,
+        ownership: &'a Ownership,
+        s: usize,
+    ) -> impl Iterator<Item = Slot> + 'a {
         let mut at = self.offsets[s];
         self.params.iter().filter_map(move |&p| {
             let owned = ownership.ranges[p][s].clone();
@@ -177,22 +187,69 @@ impl Unit {
     }
 }
 
+// Note [Global norm]
+// Gradient clipping by global norm (`clip_grad_norm_`) needs Σ g² over every trainable
+// element, and a sum of floats depends on its order. Every mode sums in one order that a
+// shard can reproduce: per parameter `p` and owner `s`, the squares of the elements of `p`
+// that `s` owns (`Ownership::range(p, s)`), in order, in f64 ([`sum_of_squares`]); then those
+// partial sums, parameter by parameter and within a parameter rank by rank ([`fold_norm`]).
+// DDP computes every partial sum from its whole averaged gradients; a sharded rank computes
+// its own and all-gathers them. The norms are bitwise equal, and so is the clipped step.
+
+/// Σ v² of `values`, in order, in f64 (each square is exact in f64).
+pub fn sum_of_squares(values: &[f32]) -> f64 {
+    values.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
+}
+
+/// The squared global norm from the partial sums of every rank: `by_rank[s][p]` is rank
+/// `s`'s sum of squares of parameter `p` (Note [Global norm]).
+pub fn fold_norm(by_rank: &[&[f64]], params: usize) -> f64 {
+    let mut total = 0f64;
+    for p in 0..params {
+        for partial in by_rank {
+            total += partial[p];
+        }
+    }
+    total
+}
+
+/// The squared global norm of whole gradients (`grad(p)` is parameter `p`'s), in the order of
+/// Note [Global norm]: what a sharded run computes from its shards.
+pub fn norm_squares_of_whole<'a>(ownership: &Ownership, grad: impl Fn(usize) -> &'a [f32]) -> f64 {
+    let world = ownership.world_size();
+    let partials: Vec<Vec<f64>> = (0..world)
+        .map(|s| {
+            (0..ownership.params())
+                .map(|p| sum_of_squares(&grad(p)[ownership.range(p, s)]))
+                .collect()
+        })
+        .collect();
+    let by_rank: Vec<&[f64]> = partials.iter().map(Vec::as_slice).collect();
+    fold_norm(&by_rank, ownership.params())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     fn arbitrary() -> impl Strategy<Value = (Vec<usize>, Vec<Vec<usize>>, Vec<usize>, usize)> {
-        (prop::collection::vec(0usize..40, 1..12), 1usize..6, 0usize..3, 0usize..9).prop_map(
-            |(numels, world, cut, pad)| {
+        (
+            prop::collection::vec(0usize..40, 1..12),
+            1usize..6,
+            0usize..3,
+            0usize..9,
+        )
+            .prop_map(|(numels, world, cut, pad)| {
                 // Buckets as DDP makes them: consecutive runs of parameters, last first.
                 let order: Vec<usize> = (0..numels.len()).rev().collect();
                 let step = cut + 1;
                 let buckets: Vec<Vec<usize>> = order.chunks(step).map(<[usize]>::to_vec).collect();
-                let pads = (0..buckets.len()).map(|k| if k == 0 { pad } else { 0 }).collect();
+                let pads = (0..buckets.len())
+                    .map(|k| if k == 0 { pad } else { 0 })
+                    .collect();
                 (numels, buckets, pads, world)
-            },
-        )
+            })
     }
 
     proptest! {
@@ -203,7 +260,7 @@ mod tests {
                 let mut next = 0;
                 for s in 0..world {
                     let r = o.range(p, s);
-                    if r.is_empty() { continue; }
+                    if r.is_empty() { prop_assert_eq!(r, 0..0); continue; }
                     prop_assert_eq!(r.start, next);
                     next = r.end;
                 }

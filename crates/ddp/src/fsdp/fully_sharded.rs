@@ -1,0 +1,651 @@
+//! [`FullyShardedDataParallel`]: a Burn model trained data-parallel with its optimizer state,
+//! its gradients and its parameters sharded across the ranks (ZeRO stages 1–3, FSDP).
+//!
+//! Note [Sharded step]
+//! A synchronising step runs DDP's reducer unchanged (the same buckets, packing, overlap,
+//! `no_sync` accumulation and step header), with another communication hook under `grad` and
+//! `full`: each bucket is reduce-scattered into its owners instead of all-reduced (Note
+//! [Shard layout]). As each bucket arrives, this rank steps its own elements of it with the
+//! user's optimizer on [`ShardParams`] (the elements are bitwise the ones DDP's allreduce
+//! produces, and SGD, Adam and AdamW update each element from its own gradient and state
+//! alone, so the updated elements are bitwise DDP's), and starts the all-gather of the
+//! bucket's updated elements from their owners, which overlaps the next bucket's step. Under
+//! `full` there is no all-gather at the end of the step: the parameters are freed and
+//! gathered again before the next forward ([`unshard`](FullyShardedDataParallel::unshard)).
+//! Buffers (BatchNorm's running statistics) and frozen parameters are not sharded: they are
+//! whole on every rank and synchronised as under DDP.
+//!
+//! Note [Full sharding]
+//! Under `full`, between steps a rank holds only its shard of each trainable parameter (in
+//! [`ShardParams`], which is also what the optimizer steps); the module's trainable tensors
+//! are empty. [`unshard`](FullyShardedDataParallel::unshard) all-gathers them, bucket by
+//! bucket, before the forward pass; the step frees them again. The gathered parameters of
+//! the whole model are alive from the forward to the step (FSDP2 with only the root module
+//! wrapped); wrapping blocks with `FullyShard` bounds that to the blocks being computed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use burn::module::{Module, ParamId};
+use phalanx_pg::{ProcessGroup, Work};
+
+use super::collectives::{gather_unit, scatter_into_params, wait_gather, ReduceScatterHook};
+use super::layout::{Ownership, Unit};
+use super::{FsdpOptions, Sharding};
+use crate::adapter::burn::{
+    flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped, state_infos,
+    GradTable, Gradients, GradientsParams, StepGradients,
+};
+use crate::adapter::shard::ShardParams;
+use crate::adapter::{ParamInfo, StateInfo, StateKind};
+use crate::buffers::Buffers;
+use crate::hook::{AllreduceHook, CommHook};
+use crate::reducer::Reducer;
+use crate::stats::CommStats;
+use crate::step_header::{local_header, Agreement};
+use crate::verify::{broadcast_state, check_same_model};
+use crate::{BucketMemory, Error, Result};
+
+/// A model trained data-parallel with its training state sharded ([`Sharding`]): each rank
+/// keeps the optimizer state (and under `grad`/`full` the gradients, under `full` the
+/// parameters) of the elements it owns only, and steps them with Burn's own optimizer.
+///
+/// The loop of one rank:
+/// ```text
+/// for batch in my_shard {
+///     fsdp.unshard()?;                              // full: gather the parameters
+///     let grads = loss(fsdp.module(), batch).backward();
+///     fsdp.sync_and_step(grads, |shard, g| optimizer.step(lr, shard, g))?;
+/// }
+/// ```
+/// The optimizer steps [`ShardParams`], this rank's pieces of the parameters, not the model:
+/// its state holds this rank's elements alone.
+pub struct FullyShardedDataParallel<M: Module> {
+    /// Always `Some` between calls.
+    module: Option<M>,
+    pg: Arc<ProcessGroup>,
+    options: FsdpOptions,
+    /// The trainable parameters, in canonical order.
+    infos: Vec<ParamInfo>,
+    /// Every tensor of the model (floats first, in canonical order).
+    states: Vec<StateInfo>,
+    ownership: Arc<Ownership>,
+    /// One per DDP bucket, in launch order.
+    units: Vec<Unit>,
+    /// The piece of each trainable parameter in the shard (`None`: this rank owns none of it).
+    piece_of: Vec<Option<usize>>,
+    /// Always `Some` between calls.
+    shard: Option<ShardParams>,
+    buffers: Buffers,
+    /// Parameters used by `no_sync` steps since the last synchronisation.
+    accumulated_used: Option<Vec<bool>>,
+    reducer: Reducer,
+    hook: Arc<dyn CommHook>,
+    /// Under `full`: whether the module holds the gathered parameters now.
+    unsharded: bool,
+}
+
+impl<M: Module> FullyShardedDataParallel<M> {
+    /// Wraps `module`: checks that every rank built the same tensors (as DDP does, naming the
+    /// first differing tensor and rank), broadcasts rank 0's values, and keeps this rank's
+    /// shard (Note [Shard layout]); under `full` the module's trainable tensors are freed. A
+    /// collective: every rank of `pg` must call it.
+    pub fn new(module: M, pg: Arc<ProcessGroup>, options: FsdpOptions) -> Result<Self> {
+        check_options(&pg, &options)?;
+        flush_running_state(&module);
+        let states = state_infos(&module);
+        check_same_model(&pg, &states)?;
+        let module = match options.ddp.broadcast_params && pg.world_size() > 1 {
+            true => broadcast_state(&pg, module, &states)?,
+            false => module,
+        };
+        let table = GradTable::new(&module);
+        let infos: Vec<ParamInfo> = table.infos().cloned().collect();
+        let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
+        let (rank, world) = (pg.rank(), pg.world_size());
+        let views = options.ddp.gradient_as_bucket_view;
+        let assignment = options.ddp.bucket_assignment(&numels, views);
+        let hook: Arc<dyn CommHook> = match options.sharding {
+            Sharding::Optimizer => Arc::new(AllreduceHook),
+            _ => Arc::new(ReduceScatterHook::new(&[])),
+        };
+        // Where DDP's step header rides (Note [Step header]) moves the segments of its first
+        // bucket, and so the owners (Note [Shard layout]).
+        let rides = assignment.first().is_some_and(|b| !(views && b.len() == 1));
+        let pads: Vec<usize> = (0..assignment.len())
+            .map(|k| match k == 0 && rides {
+                true => infos.len() + world,
+                false => 0,
+            })
+            .collect();
+        let ownership = Arc::new(Ownership::from_buckets(&numels, &assignment, &pads, world));
+        let units: Vec<Unit> = assignment
+            .iter()
+            .map(|b| Unit::new(b.clone(), &ownership))
+            .collect();
+        let hook = match options.sharding {
+            Sharding::Optimizer => hook,
+            _ => Arc::new(ReduceScatterHook::new(&units)) as Arc<dyn CommHook>,
+        };
+        // This rank's pieces, unit by unit.
+        let trainable = trainable_positions(&states);
+        let values = params_to_flat(&module)?;
+        let mut piece_of = vec![None; infos.len()];
+        let mut pieces = Vec::new();
+        for unit in &units {
+            for slot in unit.slots(&ownership, rank) {
+                piece_of[slot.param] = Some(pieces.len());
+                let value = values[trainable[slot.param]][slot.in_param].to_vec();
+                pieces.push((ParamId::from(slot.param as u64 + 1), value));
+            }
+        }
+        // The parameters' device with autodiff, as the model's parameters are.
+        let device = match table.is_empty() {
+            true => burn::tensor::Device::default(),
+            false => table.device(0).clone(),
+        }
+        .autodiff();
+        let shard = ShardParams::new(pieces, &device);
+        drop(values);
+        let buffers = Buffers::new(&states, options.ddp.buffer_sync);
+        tracing::info!(
+            rank,
+            sharding = options.sharding.name(),
+            params = infos.len(),
+            buckets = units.len(),
+            owned = ownership.owned_by(rank),
+            total = numels.iter().sum::<usize>(),
+            "FSDP ready"
+        );
+        let mut fsdp = FullyShardedDataParallel {
+            module: Some(module),
+            pg,
+            options,
+            infos,
+            states,
+            ownership,
+            units,
+            piece_of,
+            shard: Some(shard),
+            buffers,
+            accumulated_used: None,
+            reducer: Reducer::new(assignment, &numels, views),
+            hook,
+            unsharded: true,
+        };
+        fsdp.reshard();
+        Ok(fsdp)
+    }
+
+    /// The wrapped model. Under `full` its trainable tensors are empty except between
+    /// [`unshard`](Self::unshard) and the next step.
+    pub fn module(&self) -> &M {
+        self.module
+            .as_ref()
+            .expect("module is present between calls")
+    }
+
+    /// This rank's shard of the trainable parameters: what the optimizer steps.
+    pub fn shard(&self) -> &ShardParams {
+        self.shard.as_ref().expect("shard is present between calls")
+    }
+
+    /// Who owns which elements (Note [Shard layout]).
+    pub fn ownership(&self) -> &Ownership {
+        &self.ownership
+    }
+
+    /// The options given at construction.
+    pub fn options(&self) -> &FsdpOptions {
+        &self.options
+    }
+
+    /// The process group.
+    pub fn process_group(&self) -> &Arc<ProcessGroup> {
+        &self.pg
+    }
+
+    /// Names and shapes of the trainable parameters, in canonical order.
+    pub fn param_infos(&self) -> &[ParamInfo] {
+        &self.infos
+    }
+
+    /// Every tensor of the model with its kind.
+    pub fn state_infos(&self) -> &[StateInfo] {
+        &self.states
+    }
+
+    /// Communication statistics so far.
+    pub fn stats(&self) -> CommStats {
+        self.reducer.stats
+    }
+
+    /// Whether the module holds the whole parameters now (always, but under `full`).
+    pub fn is_unsharded(&self) -> bool {
+        self.unsharded
+    }
+
+    /// Under `full`: all-gathers the trainable parameters into the module, for a forward pass
+    /// (Note [Full sharding]); nothing to do otherwise, or when they are gathered already. A
+    /// collective.
+    pub fn unshard(&mut self) -> Result<()> {
+        if self.unsharded {
+            return Ok(());
+        }
+        let shard = self.shard.as_ref().expect("shard is present between calls");
+        let rank = self.pg.rank();
+        let mut works = Vec::with_capacity(self.units.len());
+        for unit in &self.units {
+            let own = own_values(unit, &self.ownership, rank, &self.piece_of, shard)?;
+            works.push(gather_unit(&self.pg, unit, own));
+        }
+        let mut whole: Vec<Vec<f32>> = self.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
+        for (k, (unit, work)) in self.units.iter().zip(works).enumerate() {
+            let buffer = wait_gather(work, k)?;
+            scatter_into_params(unit, &self.ownership, &buffer, &mut whole);
+        }
+        let values = self
+            .infos
+            .iter()
+            .zip(&whole)
+            .map(|(info, v)| (info.name.clone(), (v.as_slice(), info.shape.as_slice())))
+            .collect();
+        let module = self.module.take().expect("module is present between calls");
+        self.module = Some(set_floats_shaped(module, values));
+        self.unsharded = true;
+        Ok(())
+    }
+
+    /// Under `full`: frees the module's trainable tensors (their values live in the shard).
+    pub fn reshard(&mut self) {
+        if !self.options.sharding.shards_parameters() || !self.unsharded {
+            return;
+        }
+        let empty: &[f32] = &[];
+        let freed = self
+            .infos
+            .iter()
+            .map(|info| (info.name.clone(), (empty, &[][..])))
+            .collect();
+        let module = self.module.take().expect("module is present between calls");
+        self.module = Some(set_floats_shaped(module, freed));
+        self.unsharded = false;
+    }
+
+    /// The whole model (gathered under `full`).
+    pub fn into_inner(mut self) -> Result<M> {
+        self.unshard()?;
+        Ok(self.module.take().expect("module is present between calls"))
+    }
+
+    /// Averages this step's gradients, steps this rank's shard with `step` bucket by bucket as
+    /// they arrive, and brings the updated parameters back (Note [Sharded step]); then
+    /// synchronises the buffers. `step` is called with the shard and the gradients of the
+    /// pieces of one bucket (an optimizer that treats parameters independently, as SGD, Adam
+    /// and AdamW do, gives the same result as one step over all of them). A collective.
+    pub fn sync_and_step(
+        &mut self,
+        grads: Gradients,
+        mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<()> {
+        self.synchronize(Some(grads), None, &mut step).map(drop)
+    }
+
+    /// [`sync_and_step`](Self::sync_and_step) with PyTorch's `clip_grad_norm_(max_norm)` on
+    /// the averaged gradients: the global L2 norm over every shard (one all-gather of a float
+    /// per parameter per rank, summed in the order DDP sums it: bitwise DDP's norm, Note
+    /// [Global norm] in `layout.rs`), then every gradient scaled by
+    /// `min(1, max_norm / (norm + 1e-6))` before the step. Returns the norm before clipping.
+    pub fn sync_and_step_clipped(
+        &mut self,
+        grads: Gradients,
+        max_norm: f32,
+        mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<f32> {
+        let (_, norm) = self.synchronize(Some(grads), Some(max_norm), &mut step)?;
+        Ok(norm.expect("a clipped step computes the norm"))
+    }
+
+    /// Gradient accumulation (`no_sync`): adds this step's gradients to a local accumulator
+    /// (whole gradients, as DDP keeps them) without communication; the next synchronising
+    /// step averages the sum.
+    pub fn no_sync(&mut self, mut grads: Gradients) -> Result<()> {
+        let table = GradTable::new(self.module());
+        self.check_table(&table)?;
+        let used = self.used(&table, Some(&grads));
+        self.accumulated_used = Some(used);
+        self.reducer.accumulate(&mut StepGradients {
+            table: &table,
+            grads: Some(&mut grads),
+        })
+    }
+
+    /// Whether `no_sync` gradients are waiting for the next synchronisation.
+    pub fn has_accumulated(&self) -> bool {
+        self.reducer.has_accumulated()
+    }
+
+    /// Uneven inputs (PyTorch's `Join`; Note [Uneven inputs] in `ddp.rs`): called by a rank
+    /// that has run out of batches. Until every rank has called it, this rank answers the
+    /// others' steps with zero gradients and steps its shard with the averages, so that
+    /// everyone's parameters stay identical. Returns the number of steps it shadowed. Under
+    /// `full` each round also gathers the parameters, as the ranks still training do with
+    /// [`unshard`](Self::unshard) before each forward.
+    pub fn join(
+        &mut self,
+        mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<usize> {
+        if self.has_accumulated() {
+            return Err(Error::JoinWithAccumulated {
+                rank: self.pg.rank(),
+            });
+        }
+        let mut shadowed = 0;
+        loop {
+            // Under `full` the others gather the parameters before each forward: so does this
+            // rank, to run the same collectives.
+            self.unshard()?;
+            let (agreement, _) = self.synchronize(None, None, &mut step)?;
+            if agreement.active_ranks() == 0 {
+                return Ok(shadowed);
+            }
+            shadowed += 1;
+        }
+    }
+
+    /// The whole trainable parameters in canonical order (gathered from their owners under
+    /// `full`; a collective then), and every float tensor's value for the others.
+    pub fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
+        let was = self.unsharded;
+        self.unshard()?;
+        let values = params_to_flat(self.module());
+        if !was {
+            self.reshard();
+        }
+        values
+    }
+
+    /// One synchronising step (Note [Sharded step]); without `grads`, a joined rank's round.
+    fn synchronize(
+        &mut self,
+        grads: Option<Gradients>,
+        clip: Option<f32>,
+        step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<(Agreement, Option<f32>)> {
+        let mut grads = grads;
+        let table = GradTable::new(self.module());
+        if grads.is_some() {
+            self.check_table(&table)?;
+        }
+        let used = self.used(&table, grads.as_ref());
+        self.accumulated_used = None;
+        let (rank, world) = (self.pg.rank(), self.pg.world_size());
+        let header = local_header(&used, rank, world, grads.is_some());
+        let params = self.infos.len();
+        let mut shard = self.shard.take();
+        let mut held: Vec<Vec<f32>> = Vec::new();
+        let mut gathers: Vec<Work<Vec<f32>>> = Vec::new();
+        let gather = !self.options.sharding.shards_parameters();
+        let mut failed = None;
+        let (units, ownership, piece_of, pg) =
+            (&self.units, &self.ownership, &self.piece_of, &self.pg);
+        let mut k = 0;
+        let synced = self.reducer.synchronize(
+            pg,
+            self.hook.as_ref(),
+            header,
+            params,
+            &mut StepGradients {
+                table: &table,
+                grads: grads.as_mut(),
+            },
+            |_, buf, agreed| {
+                let unit = &units[k];
+                k += 1;
+                let mut own = buf[unit.block(rank)].to_vec();
+                if let Some(s) = agreed.rescale() {
+                    own.iter_mut().for_each(|g| *g *= s);
+                }
+                if clip.is_some() {
+                    held.push(own);
+                    return;
+                }
+                let s = shard.take().expect("shard is present between calls");
+                let s = step_unit(unit, ownership, rank, piece_of, s, &own, agreed, step);
+                if gather {
+                    match own_values(unit, ownership, rank, piece_of, &s) {
+                        Ok(values) => gathers.push(gather_unit(pg, unit, values)),
+                        Err(e) => failed = failed.take().or(Some(e)),
+                    }
+                }
+                shard = Some(s);
+            },
+        );
+        let result = synced.and_then(|agreement| {
+            failed.map_or(Ok(()), Err)?;
+            let norm = match clip {
+                Some(max_norm) => {
+                    let norm = self.global_norm(&held)?;
+                    let coef = (max_norm / (norm + 1e-6)).min(1.0);
+                    for (unit, own) in self.units.iter().zip(&mut held) {
+                        if coef < 1.0 {
+                            own.iter_mut().for_each(|g| *g *= coef);
+                        }
+                        let s = shard.take().expect("shard is present between calls");
+                        let s =
+                            step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
+                        if gather {
+                            let values = own_values(unit, ownership, rank, piece_of, &s)?;
+                            gathers.push(gather_unit(pg, unit, values));
+                        }
+                        shard = Some(s);
+                    }
+                    Some(norm)
+                }
+                None => None,
+            };
+            Ok((agreement, norm))
+        });
+        // Every launched all-gather completes before anything is returned.
+        let mut gathered = Vec::with_capacity(gathers.len());
+        let mut first_err = None;
+        for (k, work) in gathers.into_iter().enumerate() {
+            match wait_gather(work, k) {
+                Ok(buffer) => gathered.push(buffer),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        self.shard = shard;
+        let (agreement, norm) = result?;
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if gather {
+            self.write_gathered(&gathered)?;
+        } else {
+            self.reshard();
+        }
+        self.sync_buffers(&agreement)?;
+        Ok((agreement, norm))
+    }
+
+    /// Puts every unit's gathered buffer back into the module's parameters.
+    fn write_gathered(&mut self, gathered: &[Vec<f32>]) -> Result<()> {
+        let mut whole: Vec<Vec<f32>> = self.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
+        for (unit, buffer) in self.units.iter().zip(gathered) {
+            scatter_into_params(unit, &self.ownership, buffer, &mut whole);
+        }
+        let by_name: HashMap<String, &[f32]> = self
+            .infos
+            .iter()
+            .zip(&whole)
+            .map(|(info, v)| (info.name.clone(), v.as_slice()))
+            .collect();
+        let module = self.module.take().expect("module is present between calls");
+        self.module = Some(set_floats_by_name(module, by_name));
+        Ok(())
+    }
+
+    /// The global L2 norm of the averaged gradients over every rank's shard (Note [Global
+    /// norm]): this rank's sum of squares per parameter, gathered from every rank, folded
+    /// parameter by parameter, rank by rank.
+    fn global_norm(&self, held: &[Vec<f32>]) -> Result<f32> {
+        let rank = self.pg.rank();
+        let mut partial = vec![0f64; self.infos.len()];
+        for (unit, own) in self.units.iter().zip(held) {
+            let start = unit.block(rank).start;
+            for slot in unit.slots(&self.ownership, rank) {
+                let values = &own[slot.in_unit.start - start..slot.in_unit.end - start];
+                partial[slot.param] = super::layout::sum_of_squares(values);
+            }
+        }
+        let world = self.pg.world_size();
+        let mut all = vec![0f64; partial.len() * world];
+        self.pg
+            .allgather(&partial, &mut all)
+            .map_err(|source| Error::Sync {
+                op: "allgather(gradient norms)",
+                source,
+            })?;
+        let by_rank: Vec<&[f64]> = all.chunks(partial.len().max(1)).collect();
+        Ok(super::layout::fold_norm(&by_rank, self.infos.len()).sqrt() as f32)
+    }
+
+    /// Which trainable parameters got a gradient on this rank since the last synchronisation.
+    fn used(&self, table: &GradTable, grads: Option<&Gradients>) -> Vec<bool> {
+        (0..self.infos.len())
+            .map(|p| {
+                let now = grads.is_some_and(|g| table.has_grad(p, g));
+                now || self.accumulated_used.as_ref().is_some_and(|u| u[p])
+            })
+            .collect()
+    }
+
+    fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
+        let module = self.module.take().expect("module is present between calls");
+        let (module, synced) = self.buffers.sync(&self.pg, module, agreement);
+        self.module = Some(module);
+        synced
+    }
+
+    fn check_table(&self, table: &GradTable) -> Result<()> {
+        if table.len() != self.infos.len() || table.infos().zip(&self.infos).any(|(a, b)| a != b) {
+            return Err(match self.unsharded {
+                true => Error::ModelChanged {
+                    rank: self.pg.rank(),
+                },
+                false => Error::Options {
+                    reason: format!(
+                        "rank {}: the gradients come from a forward pass on the sharded module; \
+                         under --sharding full call unshard() before the forward pass",
+                        self.pg.rank()
+                    ),
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Refuses what sharding cannot do, naming both sides.
+fn check_options(pg: &ProcessGroup, options: &FsdpOptions) -> Result<()> {
+    let sharding = options.sharding;
+    let refuse = |reason: String| Err(Error::Options { reason });
+    match sharding {
+        Sharding::None => {
+            return refuse("--sharding none is DDP: use DistributedDataParallel for it".to_string())
+        }
+        Sharding::Hybrid => {
+            return refuse("--sharding hybrid is not built yet".to_string());
+        }
+        _ => {}
+    }
+    if !options.ddp.comm_hook.is_plain_average() {
+        return refuse(format!(
+            "--sharding {sharding} averages gradients itself; the communication hook `{}` \
+             cannot be combined with it",
+            options.ddp.comm_hook.name()
+        ));
+    }
+    if options.ddp.bucket_memory == BucketMemory::Device {
+        return refuse(format!(
+            "--sharding {sharding} keeps gradients in host buckets; BucketMemory::Device \
+             cannot be combined with it"
+        ));
+    }
+    if sharding.shards_gradients() && pg.backend() != "native" && pg.world_size() > 1 {
+        return refuse(format!(
+            "--sharding {sharding} reduce-scatters gradients into blocks of different sizes \
+             (reduce_scatter_v), which the {} backend does not offer; use --backend native, \
+             or --sharding optimizer (allreduce and allgather_v)",
+            pg.backend()
+        ));
+    }
+    if sharding.shards_optimizer() && pg.backend() != "native" && pg.world_size() > 1 {
+        return refuse(format!(
+            "--sharding {sharding} all-gathers parameters in blocks of different sizes \
+             (allgather_v), which the {} backend does not offer; use --backend native",
+            pg.backend()
+        ));
+    }
+    Ok(())
+}
+
+/// Positions among the float tensors of the trainable ones, in canonical order.
+fn trainable_positions(states: &[StateInfo]) -> Vec<usize> {
+    states
+        .iter()
+        .filter(|s| s.kind.is_float())
+        .enumerate()
+        .filter(|(_, s)| s.kind == StateKind::Trainable)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// This rank's block of `unit`: the values of its pieces there, in slot order.
+fn own_values(
+    unit: &Unit,
+    ownership: &Ownership,
+    rank: usize,
+    piece_of: &[Option<usize>],
+    shard: &ShardParams,
+) -> Result<Vec<f32>> {
+    let mut own = Vec::with_capacity(unit.block(rank).len());
+    for slot in unit.slots(ownership, rank) {
+        let piece = piece_of[slot.param].expect("a slot of this rank is one of its pieces");
+        own.extend(shard.value(piece)?);
+    }
+    Ok(own)
+}
+
+/// Steps the pieces of `unit` whose parameter some rank used, with `own` (this rank's block of
+/// the unit's averaged gradients).
+#[allow(clippy::too_many_arguments)]
+fn step_unit(
+    unit: &Unit,
+    ownership: &Ownership,
+    rank: usize,
+    piece_of: &[Option<usize>],
+    shard: ShardParams,
+    own: &[f32],
+    agreed: &Agreement,
+    step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
+) -> ShardParams {
+    let start = unit.block(rank).start;
+    let mut params = GradientsParams::new();
+    let mut any = false;
+    for slot in unit.slots(ownership, rank) {
+        if !agreed.is_used(slot.param) {
+            continue;
+        }
+        let piece = piece_of[slot.param].expect("a slot of this rank is one of its pieces");
+        let grad = own[slot.in_unit.start - start..slot.in_unit.end - start].to_vec();
+        shard.register_grad(piece, grad, &mut params);
+        any = true;
+    }
+    if !any {
+        return shard;
+    }
+    let _s = phalanx_core::trace::span("step", "optimizer");
+    step(shard, params)
+}
