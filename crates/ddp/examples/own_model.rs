@@ -262,6 +262,7 @@ fn save(
             config: HashMap::from([("model".into(), "own_model".into())]),
             tensors_sha256: String::new(),
             tensors_file: String::new(),
+            sharded: None,
         },
         tensors,
         optim_state,

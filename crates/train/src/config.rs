@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use phalanx_ddp::BucketMemory;
+use phalanx_ddp::{fsdp::Sharding, BucketMemory};
 
 use crate::{
     checkpoint::{Damaged, Meta},
@@ -40,6 +40,8 @@ pub struct TrainConfig {
     pub bf16: bool,
     /// Where gradient buckets live (`Auto`: on the GPU under NCCL, on the host otherwise).
     pub bucket_memory: BucketMemory,
+    /// What each rank keeps whole and what only its shard of (`--sharding`).
+    pub sharding: Sharding,
     /// Where checkpoints go (rank 0 writes).
     pub checkpoint_dir: Option<PathBuf>,
     /// Also checkpoint every N steps (0 = only at epoch ends).

@@ -13,6 +13,7 @@ mod init;
 pub mod metrics;
 mod model;
 mod optim;
+mod parallel;
 pub mod position;
 mod recovery;
 mod snapshot;
@@ -28,8 +29,9 @@ pub use model::{
     freeze_matching, with_model, with_stable_ids, Classifier, Cnn, Mlp, MlpConfig, ModelKind,
     ModelSpec, Transformer, WithModel,
 };
+pub use optim::state::ParamState;
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
-pub use phalanx_ddp::BucketMemory;
+pub use phalanx_ddp::{fsdp::Sharding, BucketMemory};
 pub use recovery::Regrouped;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 
 use phalanx_core::trace;
 use phalanx_data::Dataset;
-use phalanx_ddp::{adapter::burn as adapter, DistributedDataParallel};
+use phalanx_ddp::adapter::burn as adapter;
 use phalanx_pg::ProcessGroup;
 
 use crate::{
-    checkpoint::{self, Checkpoint, Meta, NamedTensor},
+    checkpoint::{self, sharded, transposed, Checkpoint, Meta, NamedTensor},
     config::{Reporter, TrainConfig},
+    parallel::Parallel,
     position::Position,
     Classifier, Error, Optim, Result,
 };
@@ -68,22 +69,12 @@ pub(crate) fn check_compatible(
     Ok(())
 }
 
-/// Burn stores Linear weights `[in, out]`; PyTorch (and our checkpoints) `[out, in]`.
-fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
-    let (rows, cols) = (shape[0], shape[1]);
-    let mut out = vec![0.0; data.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = data[r * cols + c];
-        }
-    }
-    (vec![cols, rows], out)
-}
-
+/// Writes a checkpoint of the run at `at`: whole, by rank 0, under DDP; sharded, by every
+/// rank, under a sharded mode (Note [Sharded checkpoints]; a collective then).
 pub(crate) fn save<M: Classifier>(
     pg: &ProcessGroup,
     cfg: &TrainConfig,
-    ddp: &DistributedDataParallel<M>,
+    par: &Parallel<M>,
     optim: &Optim,
     facts: &HashMap<String, String>,
     at: Position,
@@ -91,6 +82,32 @@ pub(crate) fn save<M: Classifier>(
 ) -> Result<()> {
     let Some(dir) = cfg.checkpoint_dir.as_ref() else {
         return Ok(());
+    };
+    let meta = |sharded| Meta {
+        format: String::new(),
+        epoch: at.epoch,
+        step_in_epoch: at.step_in_epoch,
+        global_step: at.global_step,
+        samples_in_epoch: at.samples_in_epoch,
+        seed: cfg.seed,
+        // The world whose sampler shards the position counts.
+        world_size: at.world,
+        batch_size: cfg.batch_size as u64,
+        config: facts.clone(),
+        tensors_sha256: String::new(),
+        tensors_file: String::new(),
+        sharded,
+    };
+    if let Some((shard, layout)) = par.shard(optim)? {
+        let _s = trace::span("checkpoint", "io");
+        let written = sharded::save(pg, dir, meta(Some(layout)), shard, checkpoint::DEFAULT_KEEP)?;
+        if let Some(path) = written {
+            reporter.checkpoint(&path);
+        }
+        return Ok(());
+    }
+    let Parallel::Ddp(ddp) = par else {
+        unreachable!("a sharded run writes its shards above")
     };
     if pg.rank() != 0 {
         return Ok(());
@@ -115,20 +132,7 @@ pub(crate) fn save<M: Classifier>(
         })
         .collect();
     let mut ck = Checkpoint {
-        meta: Meta {
-            format: String::new(),
-            epoch: at.epoch,
-            step_in_epoch: at.step_in_epoch,
-            global_step: at.global_step,
-            samples_in_epoch: at.samples_in_epoch,
-            seed: cfg.seed,
-            // The world whose sampler shards the position counts.
-            world_size: at.world,
-            batch_size: cfg.batch_size as u64,
-            config: facts.clone(),
-            tensors_sha256: String::new(),
-            tensors_file: String::new(),
-        },
+        meta: meta(None),
         tensors,
         optim_state: optim
             .state_bytes()

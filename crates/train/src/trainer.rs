@@ -14,7 +14,7 @@ use std::{
 
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
-use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
+use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
 use phalanx_pg::{FaultTolerance, ProcessGroup};
 
 pub use crate::config::{Reporter, TrainConfig};
@@ -22,10 +22,11 @@ use crate::{
     checkpoint, device, evaluate,
     metrics::EpochRecord,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
+    parallel::{Parallel, StepKind},
     param_digest,
     position::{self, Handover, Position},
     recovery::{resync, Regrouped},
-    snapshot, train_step, train_step_clipped, Classifier, Error, Optim, Result,
+    snapshot, Classifier, Error, Optim, Result,
 };
 
 /// What a finished run reports (one per rank).
@@ -85,6 +86,20 @@ fn train_in(
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Option<Summary>> {
+    if matches!(group, Group::Tolerant(_)) && cfg.sharding != Sharding::None {
+        return Err(Error::Config(format!(
+            "--fault-tolerance with --sharding {}: a rank that dies takes its shard of the \
+             optimizer state{} with it, and no other rank holds a copy, so the survivors cannot \
+             re-form the group in process; train with --max-restarts and --checkpoint-every \
+             instead (the group restarts from the newest sharded checkpoint, at any world size)",
+            cfg.sharding,
+            match cfg.sharding {
+                Sharding::Optimizer => "",
+                Sharding::Grad => " and gradients",
+                _ => " and parameters",
+            }
+        )));
+    }
     let full = phalanx_data::load(&cfg.dataset)?;
     cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
@@ -217,10 +232,12 @@ fn train_group<M: Classifier>(
     };
     // A replacement has no state of its own: it takes a peer's before anything else.
     let replacement = ft.as_ref().is_some_and(FaultTolerance::is_replacement);
+    let mut pending_state = None;
     let (mut pos, mut regroup) = if replacement {
         (None, Some(Instant::now()))
     } else {
-        let pos = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, &mut optim, reporter)?;
+        let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter)?;
+        pending_state = state;
         (Some(pos), None)
     };
     loop {
@@ -239,7 +256,14 @@ fn train_group<M: Classifier>(
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);
             }
-            let mut ddp = DistributedDataParallel::new(model.clone(), pg.clone(), options)?;
+            let mut par = Parallel::new(model.clone(), pg.clone(), cfg.sharding, options)?;
+            // The optimizer state a checkpoint held: whole under DDP, this rank's pieces of
+            // it under a sharded mode.
+            if let Some(state) = pending_state.take() {
+                if optim.has_state() {
+                    par.load_optim_state(&mut optim, state)?;
+                }
+            }
             let mut at = pos.unwrap_or_default();
             let ft = ft.as_ref();
             let mut after_regroup = |at: Position, reporter: &mut dyn Reporter| {
@@ -264,7 +288,7 @@ fn train_group<M: Classifier>(
             };
             let result = ctx.epochs(
                 &pg,
-                &mut ddp,
+                &mut par,
                 &mut optim,
                 &mut at,
                 &mut totals,
@@ -273,7 +297,11 @@ fn train_group<M: Classifier>(
                 &mut boundary,
             );
             // What the last completed step left, for a regroup after a failure.
-            model = ddp.into_inner();
+            // Only fault tolerance goes on with the model after the run of epochs (under
+            // `full`, gathering it is a collective: not after a failure without it).
+            if ft.is_some() {
+                model = par.into_inner()?;
+            }
             pos = Some(at);
             result
         })();
@@ -339,24 +367,27 @@ struct Context<'a> {
     slots: usize,
 }
 
-/// `--resume`: rank 0 reads the newest checkpoint that verifies into `model` and `optim`; the
-/// position and the optimizer state reach every rank by broadcast, the parameters through
-/// DDP's initial broadcast. Without `--resume`: the start.
+/// `--resume`: rank 0 reads the newest checkpoint that verifies (written whole, or sharded at
+/// any world size: Note [Sharded checkpoints]) into `model`; the position and the whole
+/// optimizer state reach every rank by broadcast, the parameters through the wrapper's
+/// initial broadcast. Returns the position and the optimizer state, which the caller loads
+/// once the model is wrapped (under a sharded mode each rank keeps its pieces of it). Without
+/// `--resume`: the start.
 fn resume_from_disk<M: Classifier>(
     pg: &ProcessGroup,
     cfg: &TrainConfig,
     facts: &std::collections::HashMap<String, String>,
     model: &mut M,
-    optim: &mut Optim,
     reporter: &mut dyn Reporter,
-) -> Result<Position> {
+) -> Result<(Position, Option<Vec<u8>>)> {
     let rank = pg.rank();
     let world = pg.world_size() as u64;
+    let start = Position {
+        world,
+        ..Position::default()
+    };
     if !cfg.resume {
-        return Ok(Position {
-            world,
-            ..Position::default()
-        });
+        return Ok((start, None));
     }
     let mut handover = Handover::default();
     let mut optim_state = None;
@@ -392,30 +423,22 @@ fn resume_from_disk<M: Classifier>(
     }
     let handover = handover.broadcast(pg, 0)?;
     // The momentum buffers reach every rank from rank 0, like the parameters.
-    if let Some(state) = handover.broadcast_optim_state(pg, 0, optim_state)? {
-        if optim.has_state() {
-            optim
-                .load_state(state)
-                .map_err(|e| Error::Config(format!("the checkpoint's optimizer state: {e}")))?;
-        }
-    }
+    let state = handover.broadcast_optim_state(pg, 0, optim_state)?;
     if let Some(m) = &resumed_meta {
         reporter.resumed(m);
     }
     let Some(at) = handover.position else {
-        return Ok(Position {
-            world,
-            ..Position::default()
-        });
+        return Ok((start, None));
     };
-    if handover.optim_bytes.is_none() && optim.has_state() && rank == 0 {
+    let has_state = Optim::new(cfg.optim).has_state();
+    if handover.optim_bytes.is_none() && has_state && rank == 0 {
         tracing::warn!(
             "--resume: the checkpoint holds no optimizer state (written before its first step, \
              or by an older phalanx); the {} state restarts from zero",
             cfg.optim.kind
         );
     }
-    Ok(at)
+    Ok((at, state))
 }
 
 impl Context<'_> {
@@ -424,7 +447,7 @@ impl Context<'_> {
     fn epochs<M: Classifier>(
         &self,
         pg: &ProcessGroup,
-        ddp: &mut DistributedDataParallel<M>,
+        par: &mut Parallel<M>,
         optim: &mut Optim,
         at: &mut Position,
         totals: &mut Totals,
@@ -473,25 +496,17 @@ impl Context<'_> {
             let mut step_in_epoch = step0;
             let mut samples_in_epoch = skip;
             let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
-            let (epoch_start, wait_start) = (Instant::now(), ddp.stats().wait);
+            let (epoch_start, wait_start) = (Instant::now(), par.stats().wait);
             for batch in loader.iter() {
                 optim.schedule_step(at.global_step, steps_per_epoch, total_steps);
                 let loss = {
                     let _s = trace::span("step", "compute").arg("step", at.global_step);
-                    match cfg.grad_clip {
-                        Some(max) => {
-                            train_step_clipped(ddp, optim, &batch.features, &batch.labels, max)?.0
-                        }
-                        None if self.fused => {
-                            train_step(ddp, optim, &batch.features, &batch.labels)?
-                        }
-                        None => crate::ddp_step::train_step_unfused(
-                            ddp,
-                            optim,
-                            &batch.features,
-                            &batch.labels,
-                        )?,
-                    }
+                    let kind = match cfg.grad_clip {
+                        Some(max) => StepKind::Clipped(max),
+                        None if self.fused => StepKind::Fused,
+                        None => StepKind::Unfused,
+                    };
+                    par.step(optim, &batch.features, &batch.labels, kind)?
                 };
                 if !loss.is_finite() {
                     return Err(Error::Config(format!(
@@ -519,26 +534,27 @@ impl Context<'_> {
                     && at.global_step.is_multiple_of(cfg.checkpoint_every)
                     && step_in_epoch < steps_total
                 {
-                    snapshot::save(pg, cfg, ddp, optim, &self.facts, *at, reporter)?;
+                    snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
                 }
                 if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
                     totals.train_time += epoch_start.elapsed();
                     totals.train_samples += totals.epoch_loss.2;
-                    totals.comm_wait += ddp.stats().wait - wait_start;
+                    totals.comm_wait += par.stats().wait - wait_start;
                     totals.epochs_done = epoch;
                     break 'epochs;
                 }
                 if let Some(to) = boundary(pg)? {
                     totals.train_time += epoch_start.elapsed();
-                    totals.comm_wait += ddp.stats().wait - wait_start;
+                    totals.comm_wait += par.stats().wait - wait_start;
                     return Ok(Outcome::Advance(to));
                 }
             }
             let epoch_time = epoch_start.elapsed();
             let (loss_sum, loss_n, epoch_samples) = totals.epoch_loss;
-            let wait = ddp.stats().wait - wait_start;
+            let wait = par.stats().wait - wait_start;
             // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
-            let correct = evaluate(ddp.module(), test_x, test_y)?;
+            let correct = evaluate(par.whole()?, test_x, test_y)?;
+            par.release();
             let mut counts = [correct as i64, test_y.len() as i64];
             pg.allreduce(&mut counts, ReduceOp::Sum)?;
             let mut stats = [
@@ -575,7 +591,7 @@ impl Context<'_> {
                 samples_in_epoch: 0,
                 world: world as u64,
             };
-            snapshot::save(pg, cfg, ddp, optim, &self.facts, *at, reporter)?;
+            snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);
         Ok(Outcome::Done(Summary {
@@ -585,7 +601,7 @@ impl Context<'_> {
             test_accuracy: totals.last_accuracy,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
             comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
-            param_digest: param_digest(ddp.module())?,
+            param_digest: param_digest(par.whole()?)?,
             records: totals.records.clone(),
         }))
     }

@@ -26,6 +26,7 @@ fn sample() -> Checkpoint {
             config: [("dataset".to_string(), "digits".to_string())].into(),
             tensors_sha256: String::new(),
             tensors_file: String::new(),
+            sharded: None,
         },
         tensors: vec![
             NamedTensor {

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use phalanx_pg::Backend;
 use phalanx_train::{
     checkpoint::Meta, metrics, metrics::EpochRecord, DeviceSpec, LrSchedule, ModelKind,
-    OptimOptions, OptimizerKind, Reporter, Summary, TrainConfig,
+    OptimOptions, OptimizerKind, Reporter, Sharding, Summary, TrainConfig,
 };
 
 /// Default number of local processes when none is asked for: the seed recipe's 2.
@@ -77,6 +77,13 @@ pub(crate) struct Args {
     /// Reduce gradients in bf16 (half the bytes on the wire; PyTorch's bf16_compress_hook).
     #[arg(long)]
     bf16: bool,
+    /// What each rank keeps whole and what only its shard of: `none` (DDP: everything whole),
+    /// `optimizer` (ZeRO-1, PyTorch's ZeroRedundancyOptimizer: the optimizer state sharded),
+    /// `grad` (ZeRO-2, FSDP's SHARD_GRAD_OP: gradients too), `full` (ZeRO-3, FSDP's FULL_SHARD:
+    /// parameters too). Results are bitwise DDP's; checkpoints are written by every rank and
+    /// load at any world size and under any mode (docs/sharding.md).
+    #[arg(long, default_value = "none")]
+    sharding: Sharding,
     /// Where gradient buckets live: `auto` (on the GPU with `--device cuda`: NCCL averages them
     /// in place, other backends through page-locked host memory; on the host on a CPU),
     /// `host`, or `device`.
@@ -199,6 +206,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         bf16: args.bf16,
         bucket_memory: args.bucket_memory,
+        sharding: args.sharding,
         checkpoint_dir: args.checkpoint_dir.clone(),
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,
@@ -210,8 +218,12 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             ModelKind::Mlp => format!("MLP with {} hidden layer(s) of {}", args.depth, args.hidden),
             other => other.to_string(),
         };
+        let sharding = match args.sharding {
+            Sharding::None => String::new(),
+            s => format!(", --sharding {s}"),
+        };
         println!(
-            "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}",
+            "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}{sharding}",
             args.dataset,
             world,
             args.batch_size,

@@ -7,7 +7,8 @@
 //! *piece*), in the order the shard's units list them. A piece's [`ParamId`] is its
 //! parameter's stable id (Note [Stable parameter ids] in phalanx-train: the position among
 //! the model's float tensors, plus one), the same on every rank and at every world size, so
-//! that optimizer state saved from a shard maps back onto its parameter.
+//! that optimizer state saved from a shard maps back onto its parameter, and DDP's state of
+//! a model with stable ids is keyed as the shards' is.
 
 use burn::module::{Module, Param, ParamId};
 use burn::optim::GradientsParams;

@@ -24,6 +24,7 @@
 //! wrapped); wrapping blocks with `FullyShard` bounds that to the blocks being computed.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use burn::module::{Module, ParamId};
@@ -74,6 +75,10 @@ pub struct FullyShardedDataParallel<M: Module> {
     units: Vec<Unit>,
     /// The piece of each trainable parameter in the shard (`None`: this rank owns none of it).
     piece_of: Vec<Option<usize>>,
+    /// Each piece's trainable parameter and its elements there, in shard order.
+    piece_params: Vec<(usize, Range<usize>)>,
+    /// Each trainable parameter's position among the model's float tensors.
+    trainable: Vec<usize>,
     /// Always `Some` between calls.
     shard: Option<ShardParams>,
     buffers: Buffers,
@@ -132,11 +137,13 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let values = params_to_flat(&module)?;
         let mut piece_of = vec![None; infos.len()];
         let mut pieces = Vec::new();
+        let mut piece_params = Vec::new();
         for unit in &units {
             for slot in unit.slots(&ownership, rank) {
                 piece_of[slot.param] = Some(pieces.len());
-                let value = values[trainable[slot.param]][slot.in_param].to_vec();
-                pieces.push((ParamId::from(slot.param as u64 + 1), value));
+                let value = values[trainable[slot.param]][slot.in_param.clone()].to_vec();
+                pieces.push((ParamId::from(trainable[slot.param] as u64 + 1), value));
+                piece_params.push((slot.param, slot.in_param.clone()));
             }
         }
         // The parameters' device with autodiff, as the model's parameters are.
@@ -166,6 +173,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
             ownership,
             units,
             piece_of,
+            piece_params,
+            trainable,
             shard: Some(shard),
             buffers,
             accumulated_used: None,
@@ -188,6 +197,19 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// This rank's shard of the trainable parameters: what the optimizer steps.
     pub fn shard(&self) -> &ShardParams {
         self.shard.as_ref().expect("shard is present between calls")
+    }
+
+    /// Each piece of the shard: its trainable parameter (an index into
+    /// [`param_infos`](Self::param_infos)) and the elements of it the piece holds.
+    pub fn piece_params(&self) -> &[(usize, Range<usize>)] {
+        &self.piece_params
+    }
+
+    /// Trainable parameter `p`'s position among the model's float tensors (canonical order,
+    /// buffers and frozen parameters included). Its pieces' [`ParamId`] is that plus one: the
+    /// stable id (Note [Stable parameter ids] in phalanx-train).
+    pub fn float_position(&self, p: usize) -> usize {
+        self.trainable[p]
     }
 
     /// Who owns which elements (Note [Shard layout]).

@@ -2,6 +2,7 @@
 //! (`--lr-schedule constant|cosine|step`, with warm-up), PyTorch's names and defaults.
 
 mod schedule;
+pub(crate) mod state;
 
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;

@@ -26,6 +26,8 @@ use sha2::{Digest, Sha256};
 
 use crate::{Error, Result};
 
+pub mod sharded;
+
 /// Format tag written in every metadata file.
 pub const FORMAT: &str = "phalanx-checkpoint-v1";
 /// Name of the `u8` tensor holding the optimizer's state, when it has any.
@@ -68,8 +70,12 @@ pub struct Meta {
     pub config: HashMap<String, String>,
     /// SHA-256 of the tensor file.
     pub tensors_sha256: String,
-    /// File name of the tensors.
+    /// File name of the tensors (empty for a sharded checkpoint).
     pub tensors_file: String,
+    /// A sharded checkpoint's shard files and layout (Note [Sharded checkpoints] in
+    /// `sharded.rs`); absent for one written whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharded: Option<sharded::Sharded>,
 }
 
 /// A checkpoint in memory.
@@ -171,9 +177,44 @@ pub fn list(dir: &Path) -> Result<Vec<PathBuf>> {
 fn prune(dir: &Path, keep: usize) -> Result<()> {
     for old in list(dir)?.into_iter().skip(keep.max(1)) {
         let _ = fs::remove_file(old.with_extension("safetensors"));
+        // A sharded checkpoint's shards (Note [Sharded checkpoints]).
+        if let (Some(stem), Ok(entries)) = (
+            old.file_stem().and_then(|s| s.to_str()).map(str::to_string),
+            fs::read_dir(dir),
+        ) {
+            for e in entries.filter_map(|e| e.ok()) {
+                if e.file_name()
+                    .to_str()
+                    .is_some_and(|n| sharded::is_shard_of(n, &stem))
+                {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
         let _ = fs::remove_file(&old);
     }
     Ok(())
+}
+
+/// Burn stores `Linear` weights `[in, out]`; PyTorch (and checkpoints) `[out, in]`: a 2-D
+/// tensor's shape and values in the other layout (the transposition is its own inverse).
+pub(crate) fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
+    let (rows, cols) = (shape[0], shape[1]);
+    let mut out = vec![0.0; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    (vec![cols, rows], out)
+}
+
+/// A tensor of Burn's layout in the checkpoint's (PyTorch's) layout.
+pub(crate) fn to_torch_layout(shape: &[usize], data: Vec<f32>) -> (Vec<usize>, Vec<f32>) {
+    match shape.len() {
+        2 => transposed(shape, &data),
+        _ => (shape.to_vec(), data),
+    }
 }
 
 /// Loads and verifies one checkpoint from its metadata path.
@@ -186,6 +227,10 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
             meta_path,
             format!("format {:?}, expected {FORMAT:?}", meta.format),
         ));
+    }
+    if meta.sharded.is_some() {
+        let dir = meta_path.parent().unwrap_or(Path::new("."));
+        return sharded::assemble(dir, meta);
     }
     if meta.tensors_file.contains('/') || meta.tensors_file.contains("..") {
         return Err(bad(
@@ -321,6 +366,7 @@ mod tests {
                 config: HashMap::from([("dataset".into(), "digits".into())]),
                 tensors_sha256: String::new(),
                 tensors_file: String::new(),
+                sharded: None,
             },
             tensors: vec![
                 NamedTensor {
