@@ -22,6 +22,10 @@ enum Command {
     /// Benchmarks: `phalanx bench allreduce`, `phalanx bench train`.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
+    /// Checkpoints: `phalanx checkpoint consolidate DIR --out FILE` (a sharded checkpoint as
+    /// one file for PyTorch), `phalanx checkpoint list DIR`.
+    #[command(subcommand)]
+    Checkpoint(cmd::checkpoint::Checkpoint),
     /// Run a standalone rendezvous store for multi-host jobs.
     Store(cmd::store::Args),
     /// Print the indices a rank of a DistributedSampler sees.
@@ -40,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Command::Launch(a) => cmd::launch::run(a),
         Command::Train(a) => cmd::train::run(a),
         Command::Bench(b) => cmd::bench::run(b),
+        Command::Checkpoint(c) => cmd::checkpoint::run(c),
         Command::Store(a) => cmd::store::run(a),
         Command::Sampler(a) => cmd::sampler::run(a),
         Command::Env(a) => cmd::env::run(a),

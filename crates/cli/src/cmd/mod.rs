@@ -1,5 +1,6 @@
 //! One module per subcommand.
 pub(crate) mod bench;
+pub(crate) mod checkpoint;
 pub(crate) mod doctor;
 pub(crate) mod env;
 pub(crate) mod launch;

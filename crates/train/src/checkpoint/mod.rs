@@ -287,6 +287,34 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
     })
 }
 
+/// Writes the model of a checkpoint (written whole or sharded at any world size, Note
+/// [Sharded checkpoints]) as one safetensors file at `out`: every float tensor in PyTorch's
+/// layout under its module path, nothing else, so that `model.load_state_dict(
+/// safetensors.torch.load_file(out), strict=True)` takes it for the same architecture. The
+/// metadata says which step it holds. Written atomically; returns the step.
+pub fn consolidate(ck: &Checkpoint, out: &Path) -> Result<u64> {
+    let views = ck
+        .tensors
+        .iter()
+        .map(|t| {
+            TensorView::new(Dtype::F32, t.shape.clone(), bytemuck::cast_slice(&t.data))
+                .map(|v| (t.name.clone(), v))
+                .map_err(|e| bad(out, format!("tensor {}: {e}", t.name)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let info = HashMap::from([
+        ("format".to_string(), "phalanx-consolidated-v1".to_string()),
+        ("global_step".to_string(), ck.meta.global_step.to_string()),
+        ("epoch".to_string(), ck.meta.epoch.to_string()),
+    ]);
+    let bytes = safetensors::serialize(views, Some(info)).map_err(|e| bad(out, e.to_string()))?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+    }
+    write_atomic(out, &bytes)?;
+    Ok(ck.meta.global_step)
+}
+
 /// A committed checkpoint that does not verify, and why.
 #[derive(Debug)]
 pub struct Damaged {
