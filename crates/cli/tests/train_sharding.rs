@@ -255,6 +255,45 @@ fn a_full_checkpoint_of_four_ranks_resumes_at_four_three_and_two_ranks_and_under
             t.name
         );
     }
+    // PyTorch takes it into the same architecture with strict=True.
+    let test = "a_full_checkpoint_consolidated_loads_into_torch_strictly";
+    if let Some(py) = phalanx_testing::process::torch_python(test) {
+        let script = r#"
+import sys, torch
+from safetensors.torch import load_file
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            [torch.nn.Linear(64, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 10)])
+m = Mlp()
+m.load_state_dict(load_file(sys.argv[1]), strict=True)
+print("loaded", float(m.layers[2].weight.double().sum()))
+"#;
+        let mut cmd = std::process::Command::new(py);
+        cmd.args(["-c", script])
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let f = run(cmd, Duration::from_secs(120));
+        assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+        let want: f64 = tensor(&ddp_ck.tensors, "layers.2.weight")
+            .data
+            .iter()
+            .map(|&v| f64::from(v))
+            .sum();
+        let got: f64 = f
+            .stdout
+            .trim()
+            .strip_prefix("loaded ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (got - want).abs() < 1e-9,
+            "torch sums {got}, the checkpoint {want}"
+        );
+    }
 }
 
 #[test]
