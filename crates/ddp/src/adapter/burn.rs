@@ -141,6 +141,43 @@ pub fn set_floats_shaped<M: Module>(module: M, values: HashMap<String, (&[f32], 
     module.map(&mut setter)
 }
 
+/// Replaces the value of the `i`-th trainable float tensor of `module` (visiting order: the
+/// tensors that take gradients) by `values[i]` (flat `f32` and its shape), keeping each one's
+/// id, device, dtype and gradient requirement; buffers and frozen tensors are left as they
+/// are, and so is every trainable tensor when `values` is empty. A fully sharded block's
+/// gathered parameters (Note [Unit operation] in `unit_op.rs`).
+pub fn set_trainable_in_order<M: Module>(module: M, values: &[(Vec<f32>, Vec<usize>)]) -> M {
+    if values.is_empty() {
+        return module;
+    }
+    let mut setter = InOrder { values, next: 0 };
+    module.map(&mut setter)
+}
+
+struct InOrder<'a> {
+    values: &'a [(Vec<f32>, Vec<usize>)],
+    next: usize,
+}
+
+impl ModuleMapper for InOrder<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        if !param.is_require_grad() {
+            return param;
+        }
+        let Some((value, shape)) = self.values.get(self.next) else {
+            return param;
+        };
+        self.next += 1;
+        param.map(|old| {
+            let device = old.device();
+            let (dtype, require_grad) = (old.dtype(), old.is_require_grad());
+            drop(old);
+            let data = TensorData::new(value.clone(), Shape::from(shape.clone()));
+            Tensor::<D>::from_data(data, (&device, dtype)).set_require_grad(require_grad)
+        })
+    }
+}
+
 /// The int and bool tensors of `module`, in canonical order, as their raw bytes.
 pub fn discrete_to_bytes<M: Module>(module: &M) -> Vec<Vec<u8>> {
     let mut discrete = DiscreteWalker::default();

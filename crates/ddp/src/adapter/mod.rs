@@ -16,6 +16,7 @@ pub mod burn;
 pub(crate) mod cuda;
 pub(crate) mod device_buckets;
 pub(crate) mod shard;
+pub(crate) mod unit_op;
 
 /// Name and shape of one float parameter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -18,20 +18,27 @@
 //! Note [Full sharding]
 //! Under `full`, between steps a rank holds only its shard of each trainable parameter (in
 //! [`ShardParams`], which is also what the optimizer steps); the module's trainable tensors
-//! are empty. [`unshard`](FullyShardedDataParallel::unshard) all-gathers them, bucket by
-//! bucket, before the forward pass; the step frees them again. The gathered parameters of
-//! the whole model are alive from the forward to the step (FSDP2 with only the root module
-//! wrapped); wrapping blocks with `FullyShard` bounds that to the blocks being computed.
+//! are empty. The model's blocks wrapped in [`FullyShard`](super::FullyShard) are *units*:
+//! each gathers its parameters for its own forward and backward only and reduce-scatters its
+//! gradients during the backward (Note [Unit operation] in `adapter/unit_op.rs`; their
+//! gradients come to the step already in their owners). The rest of the model, the *root*
+//! (all of it when nothing is wrapped), is gathered bucket by bucket by
+//! [`unshard`](FullyShardedDataParallel::unshard) before the forward and freed by the step,
+//! which reduce-scatters its gradients through the reducer as above. So the gathered
+//! parameters alive at once are the root's plus the one or two blocks being computed (FSDP2
+//! with the root and each block wrapped).
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::module::{Module, ParamId};
 use phalanx_pg::{ProcessGroup, Work};
 
 use super::collectives::{gather_unit, scatter_into_params, wait_gather, ReduceScatterHook};
+use super::fully_shard::{find_units, UnitSlot};
 use super::layout::{Ownership, Unit};
+use super::unit::{SharedShard, UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
     flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped, state_infos,
@@ -54,7 +61,7 @@ use crate::{BucketMemory, Error, Result};
 /// The loop of one rank:
 /// ```text
 /// for batch in my_shard {
-///     fsdp.unshard()?;                              // full: gather the parameters
+///     fsdp.unshard()?;                              // full: gather the root's parameters
 ///     let grads = loss(fsdp.module(), batch).backward();
 ///     fsdp.sync_and_step(grads, |shard, g| optimizer.step(lr, shard, g))?;
 /// }
@@ -71,29 +78,35 @@ pub struct FullyShardedDataParallel<M: Module> {
     /// Every tensor of the model (floats first, in canonical order).
     states: Vec<StateInfo>,
     ownership: Arc<Ownership>,
-    /// One per DDP bucket, in launch order.
+    /// The root's units: DDP's buckets without the blocks' parameters, in launch order.
     units: Vec<Unit>,
+    /// The wrapped blocks (`full` only).
+    blocks: Vec<Arc<UnitState>>,
+    block_registry: Arc<Units>,
+    /// Whether each trainable parameter is the root's (not a block's).
+    is_root: Vec<bool>,
     /// The piece of each trainable parameter in the shard (`None`: this rank owns none of it).
-    piece_of: Vec<Option<usize>>,
+    piece_of: Arc<Vec<Option<usize>>>,
     /// Each piece's trainable parameter and its elements there, in shard order.
     piece_params: Vec<(usize, Range<usize>)>,
     /// Each trainable parameter's position among the model's float tensors.
     trainable: Vec<usize>,
-    /// Always `Some` between calls.
-    shard: Option<ShardParams>,
+    /// Always `Some` between calls; shared with the blocks, which read their pieces.
+    shard: SharedShard,
     buffers: Buffers,
     /// Parameters used by `no_sync` steps since the last synchronisation.
     accumulated_used: Option<Vec<bool>>,
     reducer: Reducer,
     hook: Arc<dyn CommHook>,
-    /// Under `full`: whether the module holds the gathered parameters now.
+    /// Under `full`: whether the module holds the root's gathered parameters now.
     unsharded: bool,
 }
 
 impl<M: Module> FullyShardedDataParallel<M> {
     /// Wraps `module`: checks that every rank built the same tensors (as DDP does, naming the
     /// first differing tensor and rank), broadcasts rank 0's values, and keeps this rank's
-    /// shard (Note [Shard layout]); under `full` the module's trainable tensors are freed. A
+    /// shard (Note [Shard layout]); under `full` the module's trainable tensors are freed and
+    /// its [`FullyShard`](super::FullyShard) blocks become units (Note [Full sharding]). A
     /// collective: every rank of `pg` must call it.
     pub fn new(module: M, pg: Arc<ProcessGroup>, options: FsdpOptions) -> Result<Self> {
         check_options(&pg, &options)?;
@@ -110,56 +123,120 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let (rank, world) = (pg.rank(), pg.world_size());
         let views = options.ddp.gradient_as_bucket_view;
         let assignment = options.ddp.bucket_assignment(&numels, views);
-        let hook: Arc<dyn CommHook> = match options.sharding {
-            Sharding::Optimizer => Arc::new(AllreduceHook),
-            _ => Arc::new(ReduceScatterHook::new(&[])),
-        };
         // Where DDP's step header rides (Note [Step header]) moves the segments of its first
         // bucket, and so the owners (Note [Shard layout]).
-        let rides = assignment.first().is_some_and(|b| !(views && b.len() == 1));
+        let rides = assignment
+            .first()
+            .is_some_and(|b| !(views && b.len() == 1));
         let pads: Vec<usize> = (0..assignment.len())
             .map(|k| match k == 0 && rides {
                 true => infos.len() + world,
                 false => 0,
             })
             .collect();
-        let ownership = Arc::new(Ownership::from_buckets(&numels, &assignment, &pads, world));
-        let units: Vec<Unit> = assignment
+        let ownership = Arc::new(Ownership::from_buckets(
+            &numels,
+            &assignment,
+            &pads,
+            world,
+        ));
+        // Which trainable parameters the wrapped blocks hold (`full` only).
+        let (slots, nested) = find_units(&module);
+        if nested {
+            return Err(Error::Options {
+                reason: "a FullyShard block inside another FullyShard block: wrap each block \
+                         once"
+                    .to_string(),
+            });
+        }
+        let slots = match options.sharding == Sharding::Full {
+            true => slots,
+            false => vec![None; slots.len()],
+        };
+        let trainable = trainable_positions(&states);
+        let mut groups: Vec<(UnitSlot, Vec<usize>)> = Vec::new();
+        for (p, &float) in trainable.iter().enumerate() {
+            let Some(slot) = &slots[float] else { continue };
+            match groups.iter_mut().find(|(s, _)| s.same(slot)) {
+                Some((_, params)) => params.push(p),
+                None => groups.push((slot.clone(), vec![p])),
+            }
+        }
+        let mut is_root = vec![true; infos.len()];
+        for (_, params) in &groups {
+            for &p in params {
+                is_root[p] = false;
+            }
+        }
+        // The root's buckets: DDP's, without the blocks' parameters.
+        let root_assignment: Vec<Vec<usize>> = assignment
+            .iter()
+            .map(|b| b.iter().copied().filter(|&p| is_root[p]).collect::<Vec<_>>())
+            .filter(|b| !b.is_empty())
+            .collect();
+        let units: Vec<Unit> = root_assignment
             .iter()
             .map(|b| Unit::new(b.clone(), &ownership))
             .collect();
-        let hook = match options.sharding {
-            Sharding::Optimizer => hook,
-            _ => Arc::new(ReduceScatterHook::new(&units)) as Arc<dyn CommHook>,
+        let block_units: Vec<Unit> = groups
+            .iter()
+            .map(|(_, params)| Unit::new(params.clone(), &ownership))
+            .collect();
+        let hook: Arc<dyn CommHook> = match options.sharding {
+            Sharding::Optimizer => Arc::new(AllreduceHook),
+            _ => Arc::new(ReduceScatterHook::new(&units)),
         };
-        // This rank's pieces, unit by unit.
-        let trainable = trainable_positions(&states);
+        // This rank's pieces, unit by unit: the root's, then the blocks'.
         let values = params_to_flat(&module)?;
         let mut piece_of = vec![None; infos.len()];
         let mut pieces = Vec::new();
         let mut piece_params = Vec::new();
-        for unit in &units {
+        for unit in units.iter().chain(&block_units) {
             for slot in unit.slots(&ownership, rank) {
                 piece_of[slot.param] = Some(pieces.len());
                 let value = values[trainable[slot.param]][slot.in_param.clone()].to_vec();
                 pieces.push((ParamId::from(trainable[slot.param] as u64 + 1), value));
-                piece_params.push((slot.param, slot.in_param.clone()));
+                piece_params.push((slot.param, slot.in_param));
             }
         }
+        drop(values);
         // The parameters' device with autodiff, as the model's parameters are.
         let device = match table.is_empty() {
             true => burn::tensor::Device::default(),
             false => table.device(0).clone(),
         }
         .autodiff();
-        let shard = ShardParams::new(pieces, &device);
-        drop(values);
+        let shard: SharedShard = Arc::new(Mutex::new(Some(ShardParams::new(pieces, &device))));
+        let piece_of = Arc::new(piece_of);
+        let registry = Units::new();
+        let blocks: Vec<Arc<UnitState>> = groups
+            .iter()
+            .zip(block_units)
+            .enumerate()
+            .map(|(k, ((slot, params), unit))| {
+                let shapes = params.iter().map(|&p| infos[p].shape.clone()).collect();
+                let state = UnitState::new(
+                    k,
+                    pg.clone(),
+                    ownership.clone(),
+                    unit,
+                    shapes,
+                    shard.clone(),
+                    piece_of.clone(),
+                    options.reshard_after_forward,
+                    registry.clone(),
+                );
+                slot.set(Some(state.clone()));
+                state
+            })
+            .collect();
         let buffers = Buffers::new(&states, options.ddp.buffer_sync);
         tracing::info!(
             rank,
             sharding = options.sharding.name(),
             params = infos.len(),
             buckets = units.len(),
+            blocks = blocks.len(),
             owned = ownership.owned_by(rank),
             total = numels.iter().sum::<usize>(),
             "FSDP ready"
@@ -172,22 +249,25 @@ impl<M: Module> FullyShardedDataParallel<M> {
             states,
             ownership,
             units,
+            blocks,
+            block_registry: registry,
+            is_root,
             piece_of,
             piece_params,
             trainable,
-            shard: Some(shard),
+            shard,
             buffers,
             accumulated_used: None,
-            reducer: Reducer::new(assignment, &numels, views),
+            reducer: Reducer::new(root_assignment, &numels, views),
             hook,
             unsharded: true,
         };
-        fsdp.reshard();
+        fsdp.free(|_| true);
         Ok(fsdp)
     }
 
-    /// The wrapped model. Under `full` its trainable tensors are empty except between
-    /// [`unshard`](Self::unshard) and the next step.
+    /// The wrapped model. Under `full` its trainable tensors are empty, but the root's
+    /// between [`unshard`](Self::unshard) and the next step.
     pub fn module(&self) -> &M {
         self.module
             .as_ref()
@@ -195,8 +275,12 @@ impl<M: Module> FullyShardedDataParallel<M> {
     }
 
     /// This rank's shard of the trainable parameters: what the optimizer steps.
-    pub fn shard(&self) -> &ShardParams {
-        self.shard.as_ref().expect("shard is present between calls")
+    pub fn shard(&self) -> ShardParams {
+        self.shard
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .expect("shard is present between calls")
     }
 
     /// Each piece of the shard: its trainable parameter (an index into
@@ -242,24 +326,40 @@ impl<M: Module> FullyShardedDataParallel<M> {
         self.reducer.stats
     }
 
-    /// Whether the module holds the whole parameters now (always, but under `full`).
+    /// How many [`FullyShard`](super::FullyShard) blocks are units (`full` only).
+    pub fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether the module holds the root's whole parameters now (always, but under `full`).
     pub fn is_unsharded(&self) -> bool {
         self.unsharded
     }
 
-    /// Under `full`: all-gathers the trainable parameters into the module, for a forward pass
-    /// (Note [Full sharding]); nothing to do otherwise, or when they are gathered already. A
-    /// collective.
+    /// FSDP2's `set_requires_gradient_sync`: under `full` with [`FullyShard`](super::FullyShard)
+    /// blocks, call it with `false` before the backward of each [`no_sync`](Self::no_sync)
+    /// micro-step (the blocks reduce their gradients during the backward) and with `true`
+    /// before the synchronising step's.
+    pub fn set_requires_gradient_sync(&mut self, yes: bool) {
+        self.block_registry.set_sync(yes);
+    }
+
+    /// Under `full`: all-gathers the root's trainable parameters into the module, bucket by
+    /// bucket, for a forward pass (Note [Full sharding]); nothing to do otherwise, or when they
+    /// are gathered already. A collective.
     pub fn unshard(&mut self) -> Result<()> {
         if self.unsharded {
             return Ok(());
         }
-        let shard = self.shard.as_ref().expect("shard is present between calls");
         let rank = self.pg.rank();
         let mut works = Vec::with_capacity(self.units.len());
-        for unit in &self.units {
-            let own = own_values(unit, &self.ownership, rank, &self.piece_of, shard)?;
-            works.push(gather_unit(&self.pg, unit, own));
+        {
+            let guard = self.shard.lock().expect("not poisoned");
+            let shard = guard.as_ref().expect("shard is present between calls");
+            for unit in &self.units {
+                let own = own_values(unit, &self.ownership, rank, &self.piece_of, shard)?;
+                works.push(gather_unit(&self.pg, unit, own));
+            }
         }
         let mut whole: Vec<Vec<f32>> = self.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
         for (k, (unit, work)) in self.units.iter().zip(works).enumerate() {
@@ -270,7 +370,9 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .infos
             .iter()
             .zip(&whole)
-            .map(|(info, v)| (info.name.clone(), (v.as_slice(), info.shape.as_slice())))
+            .enumerate()
+            .filter(|(p, _)| self.is_root[*p])
+            .map(|(_, (info, v))| (info.name.clone(), (v.as_slice(), info.shape.as_slice())))
             .collect();
         let module = self.module.take().expect("module is present between calls");
         self.module = Some(set_floats_shaped(module, values));
@@ -278,8 +380,14 @@ impl<M: Module> FullyShardedDataParallel<M> {
         Ok(())
     }
 
-    /// Under `full`: frees the module's trainable tensors (their values live in the shard).
+    /// Under `full`: frees the module's root parameters (their values live in the shard).
     pub fn reshard(&mut self) {
+        let is_root = self.is_root.clone();
+        self.free(|p| is_root[p]);
+    }
+
+    /// Under `full`, frees the trainable tensors `which` selects.
+    fn free(&mut self, which: impl Fn(usize) -> bool) {
         if !self.options.sharding.shards_parameters() || !self.unsharded {
             return;
         }
@@ -287,17 +395,66 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let freed = self
             .infos
             .iter()
-            .map(|info| (info.name.clone(), (empty, &[][..])))
+            .enumerate()
+            .filter(|(p, _)| which(*p))
+            .map(|(_, info)| (info.name.clone(), (empty, &[][..])))
             .collect();
         let module = self.module.take().expect("module is present between calls");
         self.module = Some(set_floats_shaped(module, freed));
         self.unsharded = false;
     }
 
-    /// The whole model (gathered under `full`).
-    pub fn into_inner(mut self) -> Result<M> {
+    /// Every trainable parameter whole, by name (the blocks' gathered one by one under
+    /// `full`): a collective under `full`.
+    fn whole_params(&mut self) -> Result<HashMap<String, (Vec<f32>, Vec<usize>)>> {
+        let was = self.unsharded;
         self.unshard()?;
-        Ok(self.module.take().expect("module is present between calls"))
+        let values = params_to_flat(self.module())?;
+        let mut whole: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
+        for (p, info) in self.infos.iter().enumerate() {
+            if self.is_root[p] {
+                let v = values[self.trainable[p]].clone();
+                whole.insert(info.name.clone(), (v, info.shape.clone()));
+            }
+        }
+        for block in &self.blocks {
+            let gathered = block.gather_now()?;
+            for (&p, v) in block.unit.params().iter().zip(gathered) {
+                whole.insert(self.infos[p].name.clone(), v);
+            }
+        }
+        if !was {
+            self.reshard();
+        }
+        Ok(whole)
+    }
+
+    /// The whole model (gathered under `full`: a collective).
+    pub fn into_inner(mut self) -> Result<M> {
+        let whole = self.whole_params()?;
+        let values = whole
+            .iter()
+            .map(|(name, (v, s))| (name.clone(), (v.as_slice(), s.as_slice())))
+            .collect();
+        let module = self.module.take().expect("module is present between calls");
+        // The blocks hand back their parameters: the wrappers are plain blocks again.
+        for block in &self.blocks {
+            drop(block.take_gradients());
+        }
+        let module = set_floats_shaped(module, values);
+        super::fully_shard::unshard_blocks(&module);
+        Ok(module)
+    }
+
+    /// The value of every float tensor of the model, in canonical order, the trainable ones
+    /// whole (gathered from their owners under `full`: a collective then).
+    pub fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
+        let whole = self.whole_params()?;
+        let mut values = params_to_flat(self.module())?;
+        for (p, info) in self.infos.iter().enumerate() {
+            values[self.trainable[p]] = whole[&info.name].0.clone();
+        }
+        Ok(values)
     }
 
     /// Averages this step's gradients, steps this rank's shard with `step` bucket by bucket as
@@ -330,11 +487,23 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// Gradient accumulation (`no_sync`): adds this step's gradients to a local accumulator
     /// (whole gradients, as DDP keeps them) without communication; the next synchronising
-    /// step averages the sum.
+    /// step averages the sum. Under `full` with blocks, call
+    /// [`set_requires_gradient_sync(false)`](Self::set_requires_gradient_sync) before this
+    /// micro-step's backward.
     pub fn no_sync(&mut self, mut grads: Gradients) -> Result<()> {
+        if !self.blocks.is_empty() && self.block_registry.sync() {
+            return Err(Error::Options {
+                reason: format!(
+                    "rank {}: under --sharding full the FullyShard blocks reduce their \
+                     gradients during the backward: call set_requires_gradient_sync(false) \
+                     before the backward of a no_sync step",
+                    self.pg.rank()
+                ),
+            });
+        }
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
-        let used = self.used(&table, Some(&grads));
+        let used = self.used(&table, Some(&grads), &[]);
         self.accumulated_used = Some(used);
         self.reducer.accumulate(&mut StepGradients {
             table: &table,
@@ -344,7 +513,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// Whether `no_sync` gradients are waiting for the next synchronisation.
     pub fn has_accumulated(&self) -> bool {
-        self.reducer.has_accumulated()
+        self.reducer.has_accumulated() || self.blocks.iter().any(|b| b.has_accumulated())
     }
 
     /// Uneven inputs (PyTorch's `Join`; Note [Uneven inputs] in `ddp.rs`): called by a rank
@@ -352,7 +521,9 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// others' steps with zero gradients and steps its shard with the averages, so that
     /// everyone's parameters stay identical. Returns the number of steps it shadowed. Under
     /// `full` each round also gathers the parameters, as the ranks still training do with
-    /// [`unshard`](Self::unshard) before each forward.
+    /// [`unshard`](Self::unshard) before each forward; a model with
+    /// [`FullyShard`](super::FullyShard) blocks is refused (their backward's collectives
+    /// cannot be answered without running it).
     pub fn join(
         &mut self,
         mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
@@ -362,10 +533,18 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 rank: self.pg.rank(),
             });
         }
+        if !self.blocks.is_empty() {
+            return Err(Error::Options {
+                reason: format!(
+                    "rank {}: join() under --sharding full with FullyShard blocks: a joined \
+                     rank cannot answer the blocks' collectives of a backward it does not run; \
+                     give every rank the same number of batches (DistributedSampler pads)",
+                    self.pg.rank()
+                ),
+            });
+        }
         let mut shadowed = 0;
         loop {
-            // Under `full` the others gather the parameters before each forward: so does this
-            // rank, to run the same collectives.
             self.unshard()?;
             let (agreement, _) = self.synchronize(None, None, &mut step)?;
             if agreement.active_ranks() == 0 {
@@ -373,18 +552,6 @@ impl<M: Module> FullyShardedDataParallel<M> {
             }
             shadowed += 1;
         }
-    }
-
-    /// The whole trainable parameters in canonical order (gathered from their owners under
-    /// `full`; a collective then), and every float tensor's value for the others.
-    pub fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
-        let was = self.unsharded;
-        self.unshard()?;
-        let values = params_to_flat(self.module());
-        if !was {
-            self.reshard();
-        }
-        values
     }
 
     /// One synchronising step (Note [Sharded step]); without `grads`, a joined rank's round.
@@ -399,13 +566,43 @@ impl<M: Module> FullyShardedDataParallel<M> {
         if grads.is_some() {
             self.check_table(&table)?;
         }
-        let used = self.used(&table, grads.as_ref());
+        // What the blocks' backward left: their reduce-scatters in flight, and what they used.
+        let from_blocks: Vec<_> = self.blocks.iter().map(|b| b.take_gradients()).collect();
+        let result = self.step_all(&table, &mut grads, clip, step, from_blocks);
+        for block in &self.blocks {
+            block.end_step();
+        }
+        self.block_registry.end_step();
+        let failure = self.blocks.iter().find_map(|b| b.take_failure());
+        let (agreement, norm) = result?;
+        if let Some(reason) = failure {
+            return Err(Error::Options { reason });
+        }
+        self.sync_buffers(&agreement)?;
+        Ok((agreement, norm))
+    }
+
+    fn step_all(
+        &mut self,
+        table: &GradTable,
+        grads: &mut Option<Gradients>,
+        clip: Option<f32>,
+        step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
+        from_blocks: Vec<super::unit::UnitGradients>,
+    ) -> Result<(Agreement, Option<f32>)> {
+        let block_used: Vec<(usize, bool)> = self
+            .blocks
+            .iter()
+            .zip(&from_blocks)
+            .flat_map(|(b, g)| b.unit.params().iter().copied().zip(g.used.clone()))
+            .collect();
+        let used = self.used(table, grads.as_ref(), &block_used);
         self.accumulated_used = None;
         let (rank, world) = (self.pg.rank(), self.pg.world_size());
         let header = local_header(&used, rank, world, grads.is_some());
         let params = self.infos.len();
-        let mut shard = self.shard.take();
-        let mut held: Vec<Vec<f32>> = Vec::new();
+        let mut shard = self.shard.lock().expect("not poisoned").take();
+        let mut held: Vec<(usize, Vec<f32>)> = Vec::new();
         let mut gathers: Vec<Work<Vec<f32>>> = Vec::new();
         let gather = !self.options.sharding.shards_parameters();
         let mut failed = None;
@@ -418,7 +615,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             header,
             params,
             &mut StepGradients {
-                table: &table,
+                table,
                 grads: grads.as_mut(),
             },
             |_, buf, agreed| {
@@ -429,7 +626,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     own.iter_mut().for_each(|g| *g *= s);
                 }
                 if clip.is_some() {
-                    held.push(own);
+                    held.push((k - 1, own));
                     return;
                 }
                 let s = shard.take().expect("shard is present between calls");
@@ -445,18 +642,41 @@ impl<M: Module> FullyShardedDataParallel<M> {
         );
         let result = synced.and_then(|agreement| {
             failed.map_or(Ok(()), Err)?;
+            // The blocks' gradients, reduce-scattered during the backward.
+            let roots = self.units.len();
+            for (b, from) in from_blocks.into_iter().enumerate() {
+                let Some(work) = from.work else { continue };
+                let unit = &self.blocks[b].unit;
+                let buffer = work.wait().map_err(|source| Error::Collective {
+                    op: "reduce_scatter_v(a FullyShard block's gradients)",
+                    bucket: b,
+                    source,
+                })?;
+                let mut own = buffer[unit.block(rank)].to_vec();
+                if let Some(s) = agreement.rescale() {
+                    own.iter_mut().for_each(|g| *g *= s);
+                }
+                match clip {
+                    Some(_) => held.push((roots + b, own)),
+                    None => {
+                        let s = shard.take().expect("shard is present between calls");
+                        let s = step_unit(unit, ownership, rank, piece_of, s, &own, &agreement, step);
+                        shard = Some(s);
+                    }
+                }
+            }
             let norm = match clip {
                 Some(max_norm) => {
                     let norm = self.global_norm(&held)?;
                     let coef = (max_norm / (norm + 1e-6)).min(1.0);
-                    for (unit, own) in self.units.iter().zip(&mut held) {
+                    for (u, own) in &mut held {
                         if coef < 1.0 {
                             own.iter_mut().for_each(|g| *g *= coef);
                         }
+                        let unit = self.unit(*u);
                         let s = shard.take().expect("shard is present between calls");
-                        let s =
-                            step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
-                        if gather {
+                        let s = step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
+                        if gather && *u < roots {
                             let values = own_values(unit, ownership, rank, piece_of, &s)?;
                             gathers.push(gather_unit(pg, unit, values));
                         }
@@ -477,7 +697,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 Err(e) => first_err = first_err.or(Some(e)),
             }
         }
-        self.shard = shard;
+        *self.shard.lock().expect("not poisoned") = shard;
         let (agreement, norm) = result?;
         if let Some(e) = first_err {
             return Err(e);
@@ -487,8 +707,15 @@ impl<M: Module> FullyShardedDataParallel<M> {
         } else {
             self.reshard();
         }
-        self.sync_buffers(&agreement)?;
         Ok((agreement, norm))
+    }
+
+    /// Unit `u`: the root's first, then the blocks'.
+    fn unit(&self, u: usize) -> &Unit {
+        match u < self.units.len() {
+            true => &self.units[u],
+            false => &self.blocks[u - self.units.len()].unit,
+        }
     }
 
     /// Puts every unit's gathered buffer back into the module's parameters.
@@ -511,10 +738,11 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// The global L2 norm of the averaged gradients over every rank's shard (Note [Global
     /// norm]): this rank's sum of squares per parameter, gathered from every rank, folded
     /// parameter by parameter, rank by rank.
-    fn global_norm(&self, held: &[Vec<f32>]) -> Result<f32> {
+    fn global_norm(&self, held: &[(usize, Vec<f32>)]) -> Result<f32> {
         let rank = self.pg.rank();
         let mut partial = vec![0f64; self.infos.len()];
-        for (unit, own) in self.units.iter().zip(held) {
+        for (u, own) in held {
+            let unit = self.unit(*u);
             let start = unit.block(rank).start;
             for slot in unit.slots(&self.ownership, rank) {
                 let values = &own[slot.in_unit.start - start..slot.in_unit.end - start];
@@ -533,39 +761,59 @@ impl<M: Module> FullyShardedDataParallel<M> {
         Ok(super::layout::fold_norm(&by_rank, self.infos.len()).sqrt() as f32)
     }
 
-    /// Which trainable parameters got a gradient on this rank since the last synchronisation.
-    fn used(&self, table: &GradTable, grads: Option<&Gradients>) -> Vec<bool> {
-        (0..self.infos.len())
+    /// Which trainable parameters got a gradient on this rank since the last synchronisation:
+    /// the root's from `grads`, the blocks' from their backward (`block_used`).
+    fn used(
+        &self,
+        table: &GradTable,
+        grads: Option<&Gradients>,
+        block_used: &[(usize, bool)],
+    ) -> Vec<bool> {
+        let mut used: Vec<bool> = (0..self.infos.len())
             .map(|p| {
-                let now = grads.is_some_and(|g| table.has_grad(p, g));
+                let now = self.is_root[p] && grads.is_some_and(|g| table.has_grad(p, g));
                 now || self.accumulated_used.as_ref().is_some_and(|u| u[p])
             })
-            .collect()
+            .collect();
+        for &(p, u) in block_used {
+            used[p] |= u;
+        }
+        used
     }
 
     fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
-        let module = self.module.take().expect("module is present between calls");
+        let module = self
+            .module
+            .take()
+            .expect("module is present between calls");
         let (module, synced) = self.buffers.sync(&self.pg, module, agreement);
         self.module = Some(module);
         synced
     }
 
+    /// The module's root parameters are still the ones the engine wrapped.
     fn check_table(&self, table: &GradTable) -> Result<()> {
-        if table.len() != self.infos.len() || table.infos().zip(&self.infos).any(|(a, b)| a != b) {
-            return Err(match self.unsharded {
-                true => Error::ModelChanged {
-                    rank: self.pg.rank(),
-                },
-                false => Error::Options {
-                    reason: format!(
-                        "rank {}: the gradients come from a forward pass on the sharded module; \
-                         under --sharding full call unshard() before the forward pass",
-                        self.pg.rank()
-                    ),
-                },
-            });
+        let changed = table.len() != self.infos.len()
+            || table
+                .infos()
+                .zip(&self.infos)
+                .enumerate()
+                .any(|(p, (a, b))| self.is_root[p] && a != b);
+        if !changed {
+            return Ok(());
         }
-        Ok(())
+        Err(match self.unsharded {
+            true => Error::ModelChanged {
+                rank: self.pg.rank(),
+            },
+            false => Error::Options {
+                reason: format!(
+                    "rank {}: the gradients come from a forward pass on the sharded module; \
+                     under --sharding full call unshard() before the forward pass",
+                    self.pg.rank()
+                ),
+            },
+        })
     }
 }
 
@@ -598,8 +846,7 @@ fn check_options(pg: &ProcessGroup, options: &FsdpOptions) -> Result<()> {
     if sharding.shards_gradients() && pg.backend() != "native" && pg.world_size() > 1 {
         return refuse(format!(
             "--sharding {sharding} reduce-scatters gradients into blocks of different sizes \
-             (reduce_scatter_v), which the {} backend does not offer; use --backend native, \
-             or --sharding optimizer (allreduce and allgather_v)",
+             (reduce_scatter_v), which the {} backend does not offer; use --backend native",
             pg.backend()
         ));
     }

@@ -1,0 +1,331 @@
+//! [`UnitState`]: one fully sharded block's share of the engine (FSDP2's `FSDPParamGroup`):
+//! its parameters' layout, the all-gather of them (prefetched for the next block), the
+//! reduce-scatter of its gradients as soon as its backward is done, and what a `no_sync`
+//! step accumulates.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use phalanx_core::ReduceOp;
+use phalanx_pg::{ProcessGroup, Work};
+
+use super::collectives::gather_unit;
+use super::layout::{Ownership, Unit};
+use crate::adapter::shard::ShardParams;
+use crate::adapter::unit_op::{Pass, UnitComm};
+use crate::Error;
+
+/// The engine's shard, shared with its units (they read their pieces to gather them).
+pub(crate) type SharedShard = Arc<Mutex<Option<ShardParams>>>;
+
+/// What every unit of one engine shares: the order blocks ran their forward in (recorded by
+/// the first step, then used to prefetch), and whether gradients are reduced this step.
+#[derive(Debug, Default)]
+pub(crate) struct Units {
+    all: Mutex<Vec<Weak<UnitState>>>,
+    /// Unit indices in the order of the first step's forwards.
+    order: Mutex<Vec<usize>>,
+    /// Whether the first step's order is complete (a unit ran twice, or a step ended).
+    recorded: AtomicBool,
+    /// FSDP2's `set_requires_gradient_sync`: false during `no_sync` micro-steps.
+    sync: AtomicBool,
+}
+
+impl Units {
+    pub(crate) fn new() -> Arc<Units> {
+        let units = Units::default();
+        units.sync.store(true, Ordering::SeqCst);
+        Arc::new(units)
+    }
+
+    pub(crate) fn register(&self, unit: &Arc<UnitState>) {
+        self.all.lock().expect("not poisoned").push(Arc::downgrade(unit));
+    }
+
+    pub(crate) fn set_sync(&self, yes: bool) {
+        self.sync.store(yes, Ordering::SeqCst);
+    }
+
+    pub(crate) fn sync(&self) -> bool {
+        self.sync.load(Ordering::SeqCst)
+    }
+
+    /// A step is over: the first one's order is complete.
+    pub(crate) fn end_step(&self) {
+        self.recorded.store(true, Ordering::SeqCst);
+    }
+
+    /// Notes that unit `index` runs its forward, and names the unit to prefetch for `pass`:
+    /// the next in forward order, or the previous one in backward.
+    fn next_after(&self, index: usize, pass: Pass) -> Option<Arc<UnitState>> {
+        let mut order = self.order.lock().expect("not poisoned");
+        if !self.recorded.load(Ordering::SeqCst) {
+            if pass == Pass::Forward && !order.contains(&index) {
+                order.push(index);
+            }
+            return None;
+        }
+        let at = order.iter().position(|&u| u == index)?;
+        let next = match pass {
+            Pass::Forward => order.get(at + 1),
+            Pass::Backward => at.checked_sub(1).and_then(|a| order.get(a)),
+        }?;
+        self.all.lock().expect("not poisoned").get(*next)?.upgrade()
+    }
+}
+
+/// One fully sharded block.
+#[derive(Debug)]
+pub(crate) struct UnitState {
+    pub(crate) index: usize,
+    pg: Arc<ProcessGroup>,
+    ownership: Arc<Ownership>,
+    pub(crate) unit: Unit,
+    /// Each parameter's shape, in the unit's order (the block's visiting order).
+    shapes: Vec<Vec<usize>>,
+    shard: SharedShard,
+    piece_of: Arc<Vec<Option<usize>>>,
+    reshard_after_forward: bool,
+    seeds: AtomicU64,
+    units: Arc<Units>,
+    run: Mutex<Run>,
+}
+
+/// What one step leaves in a unit.
+#[derive(Default)]
+struct Run {
+    /// The all-gather a neighbour started for this unit's next pass.
+    prefetched: Option<Work<Vec<f32>>>,
+    /// This step's reduce-scatter of its gradients (the unit's buffer, this rank's block
+    /// reduced), and which of its parameters some backward used.
+    pending: Option<Work<Vec<f32>>>,
+    used: Vec<bool>,
+    /// Gradients of `no_sync` micro-steps, the unit's buffer of this rank's local sums.
+    accumulated: Option<Vec<f32>>,
+    failure: Option<String>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("prefetched", &self.prefetched.is_some())
+            .field("pending", &self.pending.is_some())
+            .field("failure", &self.failure)
+            .finish()
+    }
+}
+
+/// What the engine takes from a unit at the step.
+pub(crate) struct UnitGradients {
+    /// This rank's block of the averaged gradients (`None`: no backward ran this step).
+    pub(crate) work: Option<Work<Vec<f32>>>,
+    /// Per parameter of the unit: whether a backward used it.
+    pub(crate) used: Vec<bool>,
+}
+
+impl UnitState {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        index: usize,
+        pg: Arc<ProcessGroup>,
+        ownership: Arc<Ownership>,
+        unit: Unit,
+        shapes: Vec<Vec<usize>>,
+        shard: SharedShard,
+        piece_of: Arc<Vec<Option<usize>>>,
+        reshard_after_forward: bool,
+        units: Arc<Units>,
+    ) -> Arc<UnitState> {
+        let n = unit.params().len();
+        let state = Arc::new(UnitState {
+            index,
+            pg,
+            ownership,
+            unit,
+            shapes,
+            shard,
+            piece_of,
+            reshard_after_forward,
+            seeds: AtomicU64::new(0),
+            units: units.clone(),
+            run: Mutex::new(Run {
+                used: vec![false; n],
+                ..Run::default()
+            }),
+        });
+        units.register(&state);
+        state
+    }
+
+    fn run(&self) -> std::sync::MutexGuard<'_, Run> {
+        self.run.lock().expect("not poisoned")
+    }
+
+    /// This rank's block of the unit: its pieces' current values.
+    fn own_values(&self) -> Result<Vec<f32>, Error> {
+        let guard = self.shard.lock().expect("not poisoned");
+        let shard = guard.as_ref().expect("the shard is present outside the step");
+        let mut own = Vec::with_capacity(self.unit.block(self.pg.rank()).len());
+        for slot in self.unit.slots(&self.ownership, self.pg.rank()) {
+            let piece = self.piece_of[slot.param].expect("a slot of this rank is a piece");
+            own.extend(shard.value(piece)?);
+        }
+        Ok(own)
+    }
+
+    /// Starts the all-gather of this unit's parameters (for a neighbour's prefetch).
+    fn start_gather(&self) -> Result<Work<Vec<f32>>, Error> {
+        Ok(gather_unit(&self.pg, &self.unit, self.own_values()?))
+    }
+
+    /// Starts this unit's all-gather ahead of its pass, unless one is on its way.
+    fn prefetch(&self) {
+        let mut run = self.run();
+        if run.prefetched.is_some() {
+            return;
+        }
+        match self.start_gather() {
+            Ok(work) => run.prefetched = Some(work),
+            Err(e) => run.failure = run.failure.take().or(Some(e.to_string())),
+        }
+    }
+
+    /// Takes what this step's backward left: the reduce-scatter in flight and the used flags.
+    pub(crate) fn take_gradients(&self) -> UnitGradients {
+        let mut run = self.run();
+        let n = run.used.len();
+        UnitGradients {
+            work: run.pending.take(),
+            used: std::mem::replace(&mut run.used, vec![false; n]),
+        }
+    }
+
+    /// Whether `no_sync` gradients wait for the next synchronising step.
+    pub(crate) fn has_accumulated(&self) -> bool {
+        self.run().accumulated.is_some()
+    }
+
+    /// The step is over: a prefetch nobody consumed holds values from before the update.
+    pub(crate) fn end_step(&self) {
+        drop(self.run().prefetched.take());
+    }
+
+    /// A failure a pass recorded, once.
+    pub(crate) fn take_failure(&self) -> Option<String> {
+        self.run().failure.take()
+    }
+
+    /// The whole parameters of the unit from a gathered buffer, in the unit's order.
+    fn whole(&self, buffer: &[f32]) -> Vec<(Vec<f32>, Vec<usize>)> {
+        let params = self.unit.params();
+        let mut whole: Vec<(Vec<f32>, Vec<usize>)> = self
+            .shapes
+            .iter()
+            .map(|s| (vec![0.0; s.iter().product()], s.clone()))
+            .collect();
+        for slot in self.unit.all_slots(&self.ownership) {
+            let local = params
+                .iter()
+                .position(|&p| p == slot.param)
+                .expect("a slot of the unit is one of its parameters");
+            whole[local].0[slot.in_param].copy_from_slice(&buffer[slot.in_unit]);
+        }
+        whole
+    }
+
+    /// The unit's parameters, whole, now (a collective: for a checkpoint or the final model).
+    pub(crate) fn gather_now(&self) -> Result<Vec<(Vec<f32>, Vec<usize>)>, Error> {
+        let buffer = super::collectives::wait_gather(self.start_gather()?, self.index)?;
+        Ok(self.whole(&buffer))
+    }
+
+    /// The rank's name for a failure.
+    fn failed(&self, what: &str, e: impl std::fmt::Display) -> String {
+        format!(
+            "rank {}: FullyShard unit {}: {what}: {e}",
+            self.pg.rank(),
+            self.index
+        )
+    }
+}
+
+impl UnitComm for UnitState {
+    fn gather(&self, pass: Pass) -> Vec<(Vec<f32>, Vec<usize>)> {
+        let prefetched = self.run().prefetched.take();
+        let work = match prefetched {
+            Some(work) => Ok(work),
+            None => self.start_gather(),
+        };
+        // The neighbour's parameters travel while this block computes.
+        if let Some(next) = self.units.next_after(self.index, pass) {
+            next.prefetch();
+        }
+        let buffer = work.and_then(|w| super::collectives::wait_gather(w, self.index));
+        match buffer {
+            Ok(buffer) => self.whole(&buffer),
+            // A block cannot run without its parameters, and a forward cannot return an error:
+            // the panic aborts the group (the trainer's `abort_on_panic`) naming the cause.
+            Err(e) => panic!("{}", self.failed("gathering its parameters", e)),
+        }
+    }
+
+    fn reduce(&self, grads: Vec<Option<Vec<f32>>>) {
+        let params = self.unit.params();
+        let mut buffer = vec![0f32; self.unit.len()];
+        for slot in self.unit.all_slots(&self.ownership) {
+            let local = params
+                .iter()
+                .position(|&p| p == slot.param)
+                .expect("a slot of the unit is one of its parameters");
+            if let Some(g) = &grads[local] {
+                buffer[slot.in_unit].copy_from_slice(&g[slot.in_param]);
+            }
+        }
+        let mut run = self.run();
+        for (u, g) in run.used.iter_mut().zip(&grads) {
+            *u |= g.is_some();
+        }
+        // The sum DDP's reducer forms: the accumulated gradients, then this step's added.
+        if let Some(mut acc) = run.accumulated.take() {
+            for (a, g) in acc.iter_mut().zip(&buffer) {
+                *a += *g;
+            }
+            buffer = acc;
+        }
+        if !self.units.sync() {
+            run.accumulated = Some(buffer);
+            return;
+        }
+        if run.pending.is_some() {
+            run.failure = Some(self.failed(
+                "reduce",
+                "its backward ran twice in one step (a block used twice per step is not \
+                 supported under --sharding full)",
+            ));
+            return;
+        }
+        run.pending = Some(match self.pg.world_size() {
+            1 => Work::ready(Ok(buffer)),
+            _ => self
+                .pg
+                .reduce_scatter_v_async_buffer(buffer, self.unit.counts(), ReduceOp::Avg),
+        });
+    }
+
+    fn reshard_after_forward(&self) -> bool {
+        self.reshard_after_forward
+    }
+
+    fn next_seed(&self) -> u64 {
+        // The same on every rank, different per forward of each unit.
+        let k = self.seeds.fetch_add(1, Ordering::SeqCst);
+        0x9E37_79B9_7F4A_7C15u64
+            .wrapping_mul(self.index as u64 + 1)
+            .wrapping_add(k.wrapping_mul(0xD1B5_4A32_D192_ED03))
+    }
+
+    fn fail(&self, reason: String) {
+        let mut run = self.run();
+        run.failure = run.failure.take().or(Some(reason));
+    }
+}

@@ -1,0 +1,272 @@
+//! `--sharding full` with blocks wrapped in `FullyShard` (each gathers its parameters for its
+//! own forward and backward and reduce-scatters its gradients during the backward) against
+//! DDP on the same model, on 1–4 ranks over shared memory and TCP: a stack of linear blocks,
+//! one with BatchNorm, a root head; SGD with momentum and Adam; with and without
+//! `reshard_after_forward`; clipping; `no_sync` accumulation. Bitwise, parameters and buffers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, ModuleOptimizer, SgdConfig};
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use phalanx_ddp::adapter::burn::{param_infos, params_to_flat, set_params_from_flat};
+use phalanx_ddp::fsdp::{FsdpOptions, FullyShard, FullyShardedDataParallel, Sharding};
+use phalanx_ddp::{DdpOptions, DistributedDataParallel};
+use phalanx_pg::ProcessGroup;
+use phalanx_testing::{spawn_ranks, spawn_ranks_tcp};
+
+const IN: usize = 6;
+const HIDDEN: usize = 16;
+const CLASSES: usize = 3;
+const LR: f64 = 0.05;
+
+type Params = Vec<Vec<f32>>;
+
+fn device() -> Device {
+    Device::flex().autodiff()
+}
+
+/// A linear layer followed by BatchNorm: a block with buffers.
+#[derive(Module, Debug)]
+struct Normed {
+    fc: Linear,
+    bn: BatchNorm,
+}
+
+#[derive(Module, Debug)]
+struct Net {
+    first: FullyShard<Normed>,
+    middle: Vec<FullyShard<Linear>>,
+    head: Linear,
+}
+
+impl Net {
+    fn new(device: &Device) -> Net {
+        let net = Net {
+            first: FullyShard::new(Normed {
+                fc: LinearConfig::new(IN, HIDDEN).init(device),
+                bn: BatchNormConfig::new(HIDDEN).init(device),
+            }),
+            middle: (0..3)
+                .map(|_| FullyShard::new(LinearConfig::new(HIDDEN, HIDDEN).init(device)))
+                .collect(),
+            head: LinearConfig::new(HIDDEN, CLASSES).init(device),
+        };
+        // Values from their position: the ranks (threads) share the device's generator.
+        let infos = param_infos(&net);
+        let values: Params = params_to_flat(&net)
+            .unwrap()
+            .into_iter()
+            .zip(infos)
+            .enumerate()
+            .map(|(k, (v, info))| match info.name.contains("bn") {
+                true => v,
+                false => (0..v.len())
+                    .map(|i| ((k * 131 + i * 37) % 61) as f32 / 100.0 - 0.3)
+                    .collect(),
+            })
+            .collect();
+        set_params_from_flat(net, &values).unwrap()
+    }
+
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let x = self
+            .first
+            .forward(x, |b: &Normed, x| relu(b.bn.forward(b.fc.forward(x))));
+        let x = self
+            .middle
+            .iter()
+            .fold(x, |x, l| l.forward(x, |l: &Linear, x| relu(l.forward(x))));
+        self.head.forward(x)
+    }
+}
+
+fn backward(net: &Net, step: usize, rank: usize) -> Gradients {
+    let d = device();
+    let rows = 8;
+    let x: Vec<f32> = (0..rows * IN)
+        .map(|i| (((step * 31 + rank * 101 + i * 7) % 23) as f32 / 5.0) - 2.0)
+        .collect();
+    let y: Vec<i64> = (0..rows)
+        .map(|r| ((step + rank * 2 + r * 5) % CLASSES) as i64)
+        .collect();
+    let x = Tensor::from_data(TensorData::new(x, [rows, IN]), &d);
+    let y = Tensor::<1, Int>::from_data(TensorData::new(y, [rows]), &d);
+    CrossEntropyLossConfig::new()
+        .init(&d)
+        .forward(net.forward(x), y)
+        .backward()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    adam: bool,
+    clip: Option<f32>,
+    accumulate: bool,
+    reshard_after_forward: bool,
+    many_buckets: bool,
+}
+
+fn optimizer(plan: &Plan) -> ModuleOptimizer {
+    match plan.adam {
+        true => AdamConfig::new().init(),
+        false => SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new()))
+            .with_weight_decay(Some(WeightDecayConfig::new(0.1)))
+            .init(),
+    }
+}
+
+fn ddp_options(plan: &Plan) -> DdpOptions {
+    match plan.many_buckets {
+        true => DdpOptions::default()
+            .with_bucket_cap_mb(1e-4)
+            .with_first_bucket_bytes(40),
+        false => DdpOptions::default(),
+    }
+}
+
+const STEPS: usize = 8;
+
+fn run_ddp(pg: ProcessGroup, plan: Plan) -> Params {
+    let rank = pg.rank();
+    let mut ddp =
+        DistributedDataParallel::new(Net::new(&device()), Arc::new(pg), ddp_options(&plan))
+            .unwrap();
+    let mut optim = optimizer(&plan);
+    for step in 0..STEPS {
+        let grads = backward(ddp.module(), step, rank);
+        if plan.accumulate && step % 2 == 0 {
+            ddp.no_sync(grads).unwrap();
+            continue;
+        }
+        match plan.clip {
+            Some(max) => {
+                let (g, _) = ddp.sync_gradients_clipped(grads, max).unwrap();
+                ddp.map_module(|m| optim.step(LR, m, g));
+            }
+            None => ddp.sync_and_step(grads, |m, g| optim.step(LR, m, g)).unwrap(),
+        }
+    }
+    params_to_flat(ddp.module()).unwrap()
+}
+
+fn run_fsdp(pg: ProcessGroup, plan: Plan) -> Params {
+    let rank = pg.rank();
+    let options = FsdpOptions::new(Sharding::Full)
+        .with_ddp(ddp_options(&plan))
+        .with_reshard_after_forward(plan.reshard_after_forward);
+    let mut fsdp =
+        FullyShardedDataParallel::new(Net::new(&device()), Arc::new(pg), options).unwrap();
+    assert_eq!(fsdp.blocks(), 4);
+    assert!(fsdp.module().middle[0].is_sharded());
+    let mut optim = optimizer(&plan);
+    for step in 0..STEPS {
+        let accumulating = plan.accumulate && step % 2 == 0;
+        fsdp.set_requires_gradient_sync(!accumulating);
+        fsdp.unshard().unwrap();
+        let grads = backward(fsdp.module(), step, rank);
+        if accumulating {
+            fsdp.no_sync(grads).unwrap();
+            continue;
+        }
+        match plan.clip {
+            Some(max) => {
+                fsdp.sync_and_step_clipped(grads, max, |s, g| optim.step(LR, s, g))
+                    .unwrap();
+            }
+            None => fsdp.sync_and_step(grads, |s, g| optim.step(LR, s, g)).unwrap(),
+        }
+    }
+    // Between steps the blocks and the root hold no parameter: the shards do.
+    assert_eq!(fsdp.module().middle[0].block().weight.val().dims(), [0, 0]);
+    assert_eq!(fsdp.module().head.weight.val().dims(), [0, 0]);
+    fsdp.full_params().unwrap()
+}
+
+fn check(world: usize, plan: Plan) {
+    phalanx_testing::with_deadline(Duration::from_secs(300), move || {
+        let reference = spawn_ranks(world, move |pg| run_ddp(pg, plan));
+        for tcp in [false, true] {
+            let run = move |pg| run_fsdp(pg, plan);
+            let got = match tcp {
+                false => spawn_ranks(world, run),
+                true => spawn_ranks_tcp(world, run),
+            };
+            for (rank, params) in got.iter().enumerate() {
+                for (k, (a, b)) in params.iter().zip(&reference[0]).enumerate() {
+                    let same =
+                        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "{world} ranks (tcp: {tcp}), {plan:?}: rank {rank}'s tensor {k} differs \
+                         from DDP's"
+                    );
+                }
+            }
+        }
+    });
+}
+
+const BASE: Plan = Plan {
+    adam: false,
+    clip: None,
+    accumulate: false,
+    reshard_after_forward: true,
+    many_buckets: false,
+};
+
+#[test]
+fn blocks_resharded_after_forward_are_bitwise_ddp() {
+    for world in [1, 2, 3, 4] {
+        check(world, BASE);
+    }
+    check(
+        3,
+        Plan {
+            adam: true,
+            many_buckets: true,
+            ..BASE
+        },
+    );
+}
+
+#[test]
+fn blocks_that_keep_their_graph_are_bitwise_ddp() {
+    for world in [2, 3] {
+        check(
+            world,
+            Plan {
+                reshard_after_forward: false,
+                adam: true,
+                ..BASE
+            },
+        );
+    }
+}
+
+#[test]
+fn blocks_with_clipping_and_accumulation_are_bitwise_ddp() {
+    check(
+        3,
+        Plan {
+            clip: Some(0.05),
+            adam: true,
+            ..BASE
+        },
+    );
+    check(
+        2,
+        Plan {
+            accumulate: true,
+            many_buckets: true,
+            ..BASE
+        },
+    );
+}
