@@ -151,7 +151,9 @@ fn run_ddp(pg: ProcessGroup, plan: Plan) -> Params {
                 let (g, _) = ddp.sync_gradients_clipped(grads, max).unwrap();
                 ddp.map_module(|m| optim.step(LR, m, g));
             }
-            None => ddp.sync_and_step(grads, |m, g| optim.step(LR, m, g)).unwrap(),
+            None => ddp
+                .sync_and_step(grads, |m, g| optim.step(LR, m, g))
+                .unwrap(),
         }
     }
     params_to_flat(ddp.module()).unwrap()
@@ -181,7 +183,9 @@ fn run_fsdp(pg: ProcessGroup, plan: Plan) -> Params {
                 fsdp.sync_and_step_clipped(grads, max, |s, g| optim.step(LR, s, g))
                     .unwrap();
             }
-            None => fsdp.sync_and_step(grads, |s, g| optim.step(LR, s, g)).unwrap(),
+            None => fsdp
+                .sync_and_step(grads, |s, g| optim.step(LR, s, g))
+                .unwrap(),
         }
     }
     // Between steps the blocks and the root hold no parameter: the shards do.
@@ -201,8 +205,8 @@ fn check(world: usize, plan: Plan) {
             };
             for (rank, params) in got.iter().enumerate() {
                 for (k, (a, b)) in params.iter().zip(&reference[0]).enumerate() {
-                    let same =
-                        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                    let same = a.len() == b.len()
+                        && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
                     assert!(
                         same,
                         "{world} ranks (tcp: {tcp}), {plan:?}: rank {rank}'s tensor {k} differs \

@@ -26,8 +26,8 @@ pub use ddp_step::{accumulate_step, train_step, train_step_clipped, train_step_u
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
 pub use model::{
-    freeze_matching, with_model, with_stable_ids, Classifier, Cnn, Mlp, MlpConfig, ModelKind,
-    ModelSpec, Transformer, WithModel,
+    freeze_matching, with_model, with_stable_ids, Classifier, Cnn, Encoder, Mlp, MlpConfig,
+    ModelKind, ModelSpec, Transformer, WithModel,
 };
 pub use optim::state::ParamState;
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};

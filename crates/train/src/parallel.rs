@@ -108,6 +108,17 @@ impl<M: Classifier> Parallel<M> {
         Ok(loss)
     }
 
+    /// SHA-256 of every float tensor's value in canonical order ([`param_digest`] of the whole
+    /// model; its blocks gathered under `full`: a collective then).
+    ///
+    /// [`param_digest`]: crate::param_digest
+    pub(crate) fn digest(&mut self) -> Result<String> {
+        match self {
+            Parallel::Ddp(ddp) => crate::param_digest(ddp.module()),
+            Parallel::Sharded(fsdp) => Ok(crate::step::digest_of(&fsdp.full_params()?)),
+        }
+    }
+
     /// Communication statistics so far.
     pub(crate) fn stats(&self) -> CommStats {
         match self {

@@ -72,17 +72,22 @@ pub fn evaluate<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> R
 /// SHA-256 (hex) of all parameters in canonical order, as little-endian `f32` bytes: equal digests
 /// mean bitwise identical models.
 pub fn param_digest<M: Module>(model: &M) -> Result<String> {
+    Ok(digest_of(&params_to_flat(model)?))
+}
+
+/// [`param_digest`] of float tensors' values in canonical order.
+pub(crate) fn digest_of(values: &[Vec<f32>]) -> String {
     let mut hasher = Sha256::new();
-    for param in params_to_flat(model)? {
+    for param in values {
         for v in param {
             hasher.update(v.to_le_bytes());
         }
     }
-    Ok(hasher
+    hasher
         .finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect())
+        .collect()
 }
 
 fn batch_tensor<M: Classifier>(model: &M, features: &[f32], rows: usize) -> Result<Tensor<2>> {

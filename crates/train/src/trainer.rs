@@ -14,7 +14,10 @@ use std::{
 
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
-use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
+use phalanx_ddp::{
+    fsdp::{seed_step, Sharding},
+    Bf16CompressHook, DdpOptions,
+};
 use phalanx_pg::{FaultTolerance, ProcessGroup};
 
 pub use crate::config::{Reporter, TrainConfig};
@@ -23,7 +26,6 @@ use crate::{
     metrics::EpochRecord,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
     parallel::{Parallel, StepKind},
-    param_digest,
     position::{self, Handover, Position},
     recovery::{resync, Regrouped},
     snapshot, Classifier, Error, Optim, Result,
@@ -345,6 +347,16 @@ fn train_group<M: Classifier>(
     }
 }
 
+/// The seed of step `step`'s random draws: SplitMix64 of the run's seed and the step.
+fn step_seed(seed: u64, step: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(step.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// How a run of epochs ended.
 enum Outcome {
     /// The run is complete.
@@ -499,6 +511,10 @@ impl Context<'_> {
             let (epoch_start, wait_start) = (Instant::now(), par.stats().wait);
             for batch in loader.iter() {
                 optim.schedule_step(at.global_step, steps_per_epoch, total_steps);
+                // Every step's random draws (dropout) from the step's own seed, the same on
+                // every rank and under every sharding mode (Note [Block seeds] in phalanx-ddp),
+                // so that a resumed run draws what the uninterrupted one did.
+                seed_step(&device(), step_seed(cfg.seed, at.global_step));
                 let loss = {
                     let _s = trace::span("step", "compute").arg("step", at.global_step);
                     let kind = match cfg.grad_clip {
@@ -601,7 +617,7 @@ impl Context<'_> {
             test_accuracy: totals.last_accuracy,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
             comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
-            param_digest: param_digest(par.whole()?)?,
+            param_digest: par.digest()?,
             records: totals.records.clone(),
         }))
     }

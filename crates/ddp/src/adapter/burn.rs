@@ -141,27 +141,40 @@ pub fn set_floats_shaped<M: Module>(module: M, values: HashMap<String, (&[f32], 
     module.map(&mut setter)
 }
 
-/// Replaces the value of the `i`-th trainable float tensor of `module` (visiting order: the
-/// tensors that take gradients) by `values[i]` (flat `f32` and its shape), keeping each one's
-/// id, device, dtype and gradient requirement; buffers and frozen tensors are left as they
-/// are, and so is every trainable tensor when `values` is empty. A fully sharded block's
-/// gathered parameters (Note [Unit operation] in `unit_op.rs`).
-pub fn set_trainable_in_order<M: Module>(module: M, values: &[(Vec<f32>, Vec<usize>)]) -> M {
+/// A tensor's flat `f32` values (row-major) and its shape.
+pub type Shaped = (Vec<f32>, Vec<usize>);
+
+/// Replaces the float tensors of `module` that `which` marks (one flag per float tensor, in
+/// visiting order) by `values` in turn (flat `f32` and shape), keeping each one's id,
+/// device, dtype and gradient requirement; the others are left as they are, and every tensor
+/// when `values` is empty. A fully sharded block's gathered parameters (Note [Unit operation]
+/// in `unit_op.rs`): marked by position because a module's inference copy (`valid()`) no
+/// longer says which tensors take gradients.
+pub fn set_floats_in_order<M: Module>(module: M, which: &[bool], values: &[Shaped]) -> M {
     if values.is_empty() {
         return module;
     }
-    let mut setter = InOrder { values, next: 0 };
+    let mut setter = InOrder {
+        which,
+        values,
+        float: 0,
+        next: 0,
+    };
     module.map(&mut setter)
 }
 
 struct InOrder<'a> {
-    values: &'a [(Vec<f32>, Vec<usize>)],
+    which: &'a [bool],
+    values: &'a [Shaped],
+    float: usize,
     next: usize,
 }
 
 impl ModuleMapper for InOrder<'_> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        if !param.is_require_grad() {
+        let marked = self.which.get(self.float).copied().unwrap_or(false);
+        self.float += 1;
+        if !marked {
             return param;
         }
         let Some((value, shape)) = self.values.get(self.next) else {

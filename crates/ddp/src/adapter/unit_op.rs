@@ -11,7 +11,8 @@
 //! - *forward*, with `reshard_after_forward` (the default): the block is rebuilt from its
 //!   gathered parameters, run on `x` without tracking (so nothing of it is kept), and
 //!   dropped: its parameters are freed at once. The node keeps `x` and the seed it gave the
-//!   device's generator (so that dropout draws the same masks again).
+//!   device's generator, so that dropout draws the same masks again (Note [Block seeds] in
+//!   `fsdp/fully_shard.rs`).
 //! - *backward*: the parameters are gathered again, the block rebuilt with parameters that
 //!   take gradients, its forward recomputed on `x` as the leaf of a graph of its own (a nested
 //!   backward inside a backward step: Burn's graphs take it, each has its own lock), and that
@@ -43,8 +44,8 @@ use burn_backend::tensor::FloatTensor;
 use burn_flex::{Flex, FlexTensor};
 
 use super::burn::{
-    floats_to_flat, flush_running_state, set_floats_by_name, set_trainable_in_order, state_infos,
-    GradTable,
+    floats_to_flat, flush_running_state, set_floats_by_name, set_floats_in_order, state_infos,
+    GradTable, Shaped,
 };
 use super::StateKind;
 
@@ -65,9 +66,10 @@ pub(crate) enum Pass {
 /// What a sharded unit does around its block: gathering parameters from their owners and
 /// taking the gradients to their reduce-scatter (implemented by `fsdp`'s unit state).
 pub(crate) trait UnitComm: Send + Sync + std::fmt::Debug + 'static {
-    /// The whole values and shapes of the block's trainable parameters, in visiting order
-    /// (empty after a failure, recorded for the engine).
-    fn gather(&self, pass: Pass) -> Vec<(Vec<f32>, Vec<usize>)>;
+    /// The whole values and shapes of the block's trainable parameters, in visiting order.
+    fn gather(&self, pass: Pass) -> Vec<Shaped>;
+    /// Which of the block's float tensors (in visiting order) are its trainable parameters.
+    fn trainable(&self) -> &[bool];
     /// This step's gradient of each of the block's trainable parameters (`None`: unused),
     /// in visiting order.
     fn reduce(&self, grads: Vec<Option<Vec<f32>>>);
@@ -112,7 +114,7 @@ impl<B: Module + 'static, F> Block<B, F> {
     fn rebuilt(&self, pass: Pass, grad: bool) -> B {
         let values = self.comm.gather(pass);
         let skeleton = self.skeleton.lock().expect("not poisoned").clone();
-        let block = set_trainable_in_order(skeleton, &values);
+        let block = set_floats_in_order(skeleton, self.comm.trainable(), &values);
         match grad {
             true => block,
             false => block.no_grad(),
@@ -278,6 +280,7 @@ pub(crate) fn unit_forward<B, F, const D: usize, const E: usize>(
     comm: Arc<dyn UnitComm>,
     x: Tensor<D>,
     f: Arc<F>,
+    seeds: Option<(u64, u64)>,
 ) -> Tensor<E>
 where
     B: Module + 'static,
@@ -286,7 +289,7 @@ where
     let device = x.device();
     if !device.is_autodiff() {
         let values = comm.gather(Pass::Forward);
-        let block = set_trainable_in_order(skeleton.clone(), &values);
+        let block = set_floats_in_order(skeleton.clone(), comm.trainable(), &values);
         return f(&block, x);
     }
     let x = x.try_into_primitive::<Ad>().unwrap_or_else(|e| {
@@ -302,15 +305,23 @@ where
         device: device.clone(),
     };
     // The scalar leaf that makes the node tracked whatever `x` is.
-    let anchor = AdTensor::new(FlexTensor::from_data(TensorData::new(vec![0f32], [1]))).require_grad();
+    let anchor =
+        AdTensor::new(FlexTensor::from_data(TensorData::new(vec![0f32], [1]))).require_grad();
     let (x_primitive, x_guard) = x.into_parts();
     let (y, grad): (FlexTensor, Arc<dyn UnitGrad>) = match comm.reshard_after_forward() {
         true => {
-            let seed = comm.next_seed();
+            // The step's seeds (Note [Block seeds] in `fsdp/fully_shard.rs`), or the unit's.
+            let (seed, after) = match seeds {
+                Some((before, after)) => (before, Some(after)),
+                None => (comm.next_seed(), None),
+            };
             let built = block.rebuilt(Pass::Forward, false);
             let input = Tensor::<D>::from_primitive::<Ad>(AdTensor::new(x_primitive.clone()));
             device.seed(seed);
             let y = (block.f)(&built, input);
+            if let Some(after) = after {
+                device.seed(after);
+            }
             flush_running_state(&built);
             drop(built);
             let grad = Recompute::<B, F, D, E> {
@@ -324,7 +335,13 @@ where
             let built = block.rebuilt(Pass::Forward, true);
             let input =
                 Tensor::<D>::from_primitive::<Ad>(AdTensor::new(x_primitive)).require_grad();
+            if let Some((before, _)) = seeds {
+                device.seed(before);
+            }
             let y = (block.f)(&built, input.clone());
+            if let Some((_, after)) = seeds {
+                device.seed(after);
+            }
             flush_running_state(&built);
             let out = into_flex(y.clone().detach());
             let grad = Kept::<B, F, D, E> {

@@ -10,7 +10,7 @@
 //! state dicts see the block's own names, and under DDP or without a process group it is the
 //! block itself.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use burn::module::{
@@ -45,6 +45,44 @@ thread_local! {
     /// The wrappers around the tensors being visited now, innermost last: how the engine
     /// learns which tensors belong to which block without renaming any of them.
     static VISITING: RefCell<Vec<UnitSlot>> = const { RefCell::new(Vec::new()) };
+    /// The step's seed ([`seed_step`]) and how many block forwards have run since.
+    static STEP: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+// Note [Block seeds]
+// A fully sharded block recomputes its forward in backward (Note [Unit operation]), so its
+// dropout must draw the same masks twice, and Burn's generator has no state to save and
+// restore: the block seeds it. For the seeding not to change the run against DDP, both do the
+// same: [`seed_step`] seeds the device at the start of each step, and every block's forward,
+// sharded or not, seeds it with a value derived from the step's seed and the block's place
+// in the step before its forward, and with another one after. The random draws of a step
+// are then a function of the step's seed alone, whatever the sharding mode, and the
+// recomputation draws the same masks. (Without `seed_step`, an unsharded block leaves the
+// generator alone, and a sharded one seeds it from its own counter: correct, reproducible,
+// not DDP's draws.)
+
+/// Seeds `device`'s generator for one training step and restarts the count of block forwards
+/// (Note [Block seeds]): call it at the start of every step, with the same seed on every
+/// rank, for a model with [`FullyShard`] blocks and dropout to draw the same masks under
+/// every sharding mode, DDP's included.
+pub fn seed_step(device: &Device, seed: u64) {
+    device.seed(seed);
+    STEP.with(|s| s.set(Some((seed, 0))));
+}
+
+/// The seeds before and after this block forward of the step, if the step has one.
+fn block_seeds() -> Option<(u64, u64)> {
+    STEP.with(|s| {
+        let (seed, k) = s.get()?;
+        s.set(Some((seed, k + 1)));
+        let mix = |i: u64| {
+            let mut z = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Some((mix(2 * k + 1), mix(2 * k + 2)))
+    })
 }
 
 /// The wrapper being visited now, if any (and whether wrappers nest).
@@ -126,11 +164,23 @@ impl<B: Module + 'static> FullyShard<B> {
     where
         F: Fn(&B, Tensor<D>) -> Tensor<E> + Send + Sync + 'static,
     {
+        let device = x.device();
+        // Training draws dropout masks; evaluation none (Note [Block seeds]).
+        let seeds = device.is_autodiff().then(block_seeds).flatten();
         match self.slot.get() {
-            None => f(&self.block, x),
+            None => {
+                if let Some((before, _)) = seeds {
+                    device.seed(before);
+                }
+                let y = f(&self.block, x);
+                if let Some((_, after)) = seeds {
+                    device.seed(after);
+                }
+                y
+            }
             Some(unit) => {
                 let comm: Arc<dyn UnitComm> = unit;
-                unit_forward(&self.block, comm, x, Arc::new(f))
+                unit_forward(&self.block, comm, x, Arc::new(f), seeds)
             }
         }
     }

@@ -42,7 +42,7 @@ use super::unit::{SharedShard, UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
     flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped, state_infos,
-    GradTable, Gradients, GradientsParams, StepGradients,
+    GradTable, Gradients, GradientsParams, Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
@@ -125,21 +125,14 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let assignment = options.ddp.bucket_assignment(&numels, views);
         // Where DDP's step header rides (Note [Step header]) moves the segments of its first
         // bucket, and so the owners (Note [Shard layout]).
-        let rides = assignment
-            .first()
-            .is_some_and(|b| !(views && b.len() == 1));
+        let rides = assignment.first().is_some_and(|b| !(views && b.len() == 1));
         let pads: Vec<usize> = (0..assignment.len())
             .map(|k| match k == 0 && rides {
                 true => infos.len() + world,
                 false => 0,
             })
             .collect();
-        let ownership = Arc::new(Ownership::from_buckets(
-            &numels,
-            &assignment,
-            &pads,
-            world,
-        ));
+        let ownership = Arc::new(Ownership::from_buckets(&numels, &assignment, &pads, world));
         // Which trainable parameters the wrapped blocks hold (`full` only).
         let (slots, nested) = find_units(&module);
         if nested {
@@ -171,7 +164,12 @@ impl<M: Module> FullyShardedDataParallel<M> {
         // The root's buckets: DDP's, without the blocks' parameters.
         let root_assignment: Vec<Vec<usize>> = assignment
             .iter()
-            .map(|b| b.iter().copied().filter(|&p| is_root[p]).collect::<Vec<_>>())
+            .map(|b| {
+                b.iter()
+                    .copied()
+                    .filter(|&p| is_root[p])
+                    .collect::<Vec<_>>()
+            })
             .filter(|b| !b.is_empty())
             .collect();
         let units: Vec<Unit> = root_assignment
@@ -215,12 +213,21 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .enumerate()
             .map(|(k, ((slot, params), unit))| {
                 let shapes = params.iter().map(|&p| infos[p].shape.clone()).collect();
+                // The block's float tensors, and which of them are these parameters.
+                let floats = states.iter().filter(|s| s.kind.is_float());
+                let trainable_in_block = slots
+                    .iter()
+                    .zip(floats)
+                    .filter(|(s, _)| s.as_ref().is_some_and(|s| s.same(slot)))
+                    .map(|(_, st)| st.kind == StateKind::Trainable)
+                    .collect();
                 let state = UnitState::new(
                     k,
                     pg.clone(),
                     ownership.clone(),
                     unit,
                     shapes,
+                    trainable_in_block,
                     shard.clone(),
                     piece_of.clone(),
                     options.reshard_after_forward,
@@ -406,11 +413,11 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// Every trainable parameter whole, by name (the blocks' gathered one by one under
     /// `full`): a collective under `full`.
-    fn whole_params(&mut self) -> Result<HashMap<String, (Vec<f32>, Vec<usize>)>> {
+    fn whole_params(&mut self) -> Result<HashMap<String, Shaped>> {
         let was = self.unsharded;
         self.unshard()?;
         let values = params_to_flat(self.module())?;
-        let mut whole: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
+        let mut whole: HashMap<String, Shaped> = HashMap::new();
         for (p, info) in self.infos.iter().enumerate() {
             if self.is_root[p] {
                 let v = values[self.trainable[p]].clone();
@@ -660,7 +667,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     Some(_) => held.push((roots + b, own)),
                     None => {
                         let s = shard.take().expect("shard is present between calls");
-                        let s = step_unit(unit, ownership, rank, piece_of, s, &own, &agreement, step);
+                        let s =
+                            step_unit(unit, ownership, rank, piece_of, s, &own, &agreement, step);
                         shard = Some(s);
                     }
                 }
@@ -675,7 +683,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
                         }
                         let unit = self.unit(*u);
                         let s = shard.take().expect("shard is present between calls");
-                        let s = step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
+                        let s =
+                            step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
                         if gather && *u < roots {
                             let values = own_values(unit, ownership, rank, piece_of, &s)?;
                             gathers.push(gather_unit(pg, unit, values));
@@ -782,10 +791,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
     }
 
     fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
-        let module = self
-            .module
-            .take()
-            .expect("module is present between calls");
+        let module = self.module.take().expect("module is present between calls");
         let (module, synced) = self.buffers.sync(&self.pg, module, agreement);
         self.module = Some(module);
         synced

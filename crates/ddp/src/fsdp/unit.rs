@@ -11,6 +11,7 @@ use phalanx_pg::{ProcessGroup, Work};
 
 use super::collectives::gather_unit;
 use super::layout::{Ownership, Unit};
+use crate::adapter::burn::Shaped;
 use crate::adapter::shard::ShardParams;
 use crate::adapter::unit_op::{Pass, UnitComm};
 use crate::Error;
@@ -39,7 +40,10 @@ impl Units {
     }
 
     pub(crate) fn register(&self, unit: &Arc<UnitState>) {
-        self.all.lock().expect("not poisoned").push(Arc::downgrade(unit));
+        self.all
+            .lock()
+            .expect("not poisoned")
+            .push(Arc::downgrade(unit));
     }
 
     pub(crate) fn set_sync(&self, yes: bool) {
@@ -83,6 +87,8 @@ pub(crate) struct UnitState {
     pub(crate) unit: Unit,
     /// Each parameter's shape, in the unit's order (the block's visiting order).
     shapes: Vec<Vec<usize>>,
+    /// Which of the block's float tensors, in visiting order, are these parameters.
+    trainable: Vec<bool>,
     shard: SharedShard,
     piece_of: Arc<Vec<Option<usize>>>,
     reshard_after_forward: bool,
@@ -131,6 +137,7 @@ impl UnitState {
         ownership: Arc<Ownership>,
         unit: Unit,
         shapes: Vec<Vec<usize>>,
+        trainable: Vec<bool>,
         shard: SharedShard,
         piece_of: Arc<Vec<Option<usize>>>,
         reshard_after_forward: bool,
@@ -143,6 +150,7 @@ impl UnitState {
             ownership,
             unit,
             shapes,
+            trainable,
             shard,
             piece_of,
             reshard_after_forward,
@@ -164,7 +172,9 @@ impl UnitState {
     /// This rank's block of the unit: its pieces' current values.
     fn own_values(&self) -> Result<Vec<f32>, Error> {
         let guard = self.shard.lock().expect("not poisoned");
-        let shard = guard.as_ref().expect("the shard is present outside the step");
+        let shard = guard
+            .as_ref()
+            .expect("the shard is present outside the step");
         let mut own = Vec::with_capacity(self.unit.block(self.pg.rank()).len());
         for slot in self.unit.slots(&self.ownership, self.pg.rank()) {
             let piece = self.piece_of[slot.param].expect("a slot of this rank is a piece");
@@ -216,9 +226,9 @@ impl UnitState {
     }
 
     /// The whole parameters of the unit from a gathered buffer, in the unit's order.
-    fn whole(&self, buffer: &[f32]) -> Vec<(Vec<f32>, Vec<usize>)> {
+    fn whole(&self, buffer: &[f32]) -> Vec<Shaped> {
         let params = self.unit.params();
-        let mut whole: Vec<(Vec<f32>, Vec<usize>)> = self
+        let mut whole: Vec<Shaped> = self
             .shapes
             .iter()
             .map(|s| (vec![0.0; s.iter().product()], s.clone()))
@@ -234,7 +244,7 @@ impl UnitState {
     }
 
     /// The unit's parameters, whole, now (a collective: for a checkpoint or the final model).
-    pub(crate) fn gather_now(&self) -> Result<Vec<(Vec<f32>, Vec<usize>)>, Error> {
+    pub(crate) fn gather_now(&self) -> Result<Vec<Shaped>, Error> {
         let buffer = super::collectives::wait_gather(self.start_gather()?, self.index)?;
         Ok(self.whole(&buffer))
     }
@@ -250,7 +260,7 @@ impl UnitState {
 }
 
 impl UnitComm for UnitState {
-    fn gather(&self, pass: Pass) -> Vec<(Vec<f32>, Vec<usize>)> {
+    fn gather(&self, pass: Pass) -> Vec<Shaped> {
         let prefetched = self.run().prefetched.take();
         let work = match prefetched {
             Some(work) => Ok(work),
@@ -310,6 +320,10 @@ impl UnitComm for UnitState {
                 .pg
                 .reduce_scatter_v_async_buffer(buffer, self.unit.counts(), ReduceOp::Avg),
         });
+    }
+
+    fn trainable(&self) -> &[bool] {
+        &self.trainable
     }
 
     fn reshard_after_forward(&self) -> bool {

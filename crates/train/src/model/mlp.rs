@@ -4,6 +4,7 @@ use burn::module::{Module, Param, ParamId};
 use burn::nn::Linear;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, TensorData};
+use phalanx_ddp::fsdp::FullyShard;
 
 use crate::init::{uniform, SplitMix64};
 
@@ -63,11 +64,15 @@ impl MlpConfig {
 
 /// A multi-layer perceptron with ReLU between its linear layers. Parameters are named
 /// `layers.{i}.weight` (`[d_input, d_output]`, Burn's layout: PyTorch's transposed) and
-/// `layers.{i}.bias`.
+/// `layers.{i}.bias`. Each layer is a [`FullyShard`] block: under `--sharding full` it holds
+/// only its shard between its own forward and backward (under DDP it is the layer itself).
 #[derive(Module, Debug)]
 pub struct Mlp {
     /// The linear layers, input first.
-    pub layers: Vec<Linear>,
+    pub layers: Vec<FullyShard<Linear>>,
+    /// Features per sample (kept: under full sharding the weights are empty between steps).
+    #[module(skip)]
+    input: usize,
 }
 
 /// A trainable parameter whose id is `id`: the position-based id [`super::with_stable_ids`]
@@ -92,7 +97,7 @@ impl Mlp {
                 let w = uniform(d_in * d_out, bound, &mut rng);
                 let mut rng = SplitMix64::new(seed, 2 * i as u64 + 1);
                 let b = uniform(d_out, bound, &mut rng);
-                Linear {
+                FullyShard::new(Linear {
                     weight: stable_param(
                         2 * i as u64 + 1,
                         Tensor::from_data(TensorData::new(w, [d_in, d_out]), device),
@@ -101,17 +106,20 @@ impl Mlp {
                         2 * i as u64 + 2,
                         Tensor::from_data(TensorData::new(b, [d_out]), device),
                     )),
-                }
+                })
             })
             .collect();
-        Mlp { layers }
+        Mlp {
+            layers,
+            input: config.input,
+        }
     }
 
     /// Logits `[batch, classes]` of `input` `[batch, features]`.
     pub fn forward(&self, input: Tensor<2>) -> Tensor<2> {
         let last = self.layers.len() - 1;
         self.layers.iter().enumerate().fold(input, |x, (i, layer)| {
-            let y = layer.forward(x);
+            let y = layer.forward(x, |l: &Linear, x| l.forward(x));
             if i < last {
                 relu(y)
             } else {
@@ -122,13 +130,13 @@ impl Mlp {
 
     /// The device the parameters live on.
     pub fn device(&self) -> Device {
-        self.layers[0].weight.val().device()
+        self.layers[0].block().weight.val().device()
     }
 }
 
 impl super::Classifier for Mlp {
     fn input_dim(&self) -> usize {
-        self.layers[0].weight.val().dims()[0]
+        self.input
     }
 
     fn logits(&self, input: Tensor<2>) -> Tensor<2> {

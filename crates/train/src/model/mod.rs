@@ -16,7 +16,7 @@ use burn::tensor::{Device, Tensor};
 
 pub use cnn::Cnn;
 pub use mlp::{Mlp, MlpConfig};
-pub use transformer::Transformer;
+pub use transformer::{Encoder, Transformer};
 
 use crate::{Error, Result};
 
@@ -304,7 +304,7 @@ mod tests {
         assert!(err.contains("layers.1.bias"), "{err}");
         let (frozen, paths) = freeze_matching(mlp, "layers.0").unwrap();
         assert_eq!(paths, ["layers.0.weight", "layers.0.bias"]);
-        assert!(!frozen.layers[0].weight.is_require_grad());
-        assert!(frozen.layers[1].weight.is_require_grad());
+        assert!(!frozen.layers[0].block().weight.is_require_grad());
+        assert!(frozen.layers[1].block().weight.is_require_grad());
     }
 }
