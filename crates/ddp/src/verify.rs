@@ -111,6 +111,28 @@ pub(crate) fn broadcast_state<M: Module>(
         })?;
     }
     let module = set_params_from_flat(module, &split(&flat, lens.into_iter()))?;
+    broadcast_discrete(pg, module, states)
+}
+
+/// Broadcasts float tensor `k` of `module` (canonical order) from rank 0 into `values`,
+/// which holds this rank's value of it, in pieces of 250 MiB: one tensor at a time, so that
+/// a sharded model is made equal without a second copy of it (`fsdp`).
+pub(crate) fn broadcast_float(pg: &ProcessGroup, values: &mut [f32]) -> Result<()> {
+    for chunk in values.chunks_mut(BROADCAST_BUCKET_BYTES / 4) {
+        pg.broadcast(chunk, 0).map_err(|source| Error::Setup {
+            op: "broadcast(parameters and buffers)",
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Broadcasts rank 0's int and bool tensors to every rank (nothing when there are none).
+pub(crate) fn broadcast_discrete<M: Module>(
+    pg: &ProcessGroup,
+    module: M,
+    states: &[StateInfo],
+) -> Result<M> {
     if states.iter().all(|s| s.kind.is_float()) {
         return Ok(module);
     }

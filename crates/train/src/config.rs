@@ -42,6 +42,9 @@ pub struct TrainConfig {
     pub bucket_memory: BucketMemory,
     /// What each rank keeps whole and what only its shard of (`--sharding`).
     pub sharding: Sharding,
+    /// Under `--sharding full`: whether each block frees its gathered parameters after its
+    /// forward (and recomputes it in backward), FSDP2's `reshard_after_forward`.
+    pub reshard_after_forward: bool,
     /// Where checkpoints go (rank 0 writes).
     pub checkpoint_dir: Option<PathBuf>,
     /// Also checkpoint every N steps (0 = only at epoch ends).

@@ -12,6 +12,7 @@ use phalanx_pg::ProcessGroup;
 
 use crate::checkpoint::sharded::{ranges_of, LayoutEntry, Shard, Sharded};
 use crate::optim::state;
+use crate::throughput::StateMemory;
 use crate::{forward_backward, Classifier, Error, Optim, Result};
 
 /// The model in its data-parallel wrapper.
@@ -39,6 +40,7 @@ impl<M: Classifier> Parallel<M> {
         model: M,
         pg: Arc<ProcessGroup>,
         sharding: Sharding,
+        reshard_after_forward: bool,
         ddp: DdpOptions,
     ) -> Result<Self> {
         Ok(match sharding {
@@ -46,7 +48,9 @@ impl<M: Classifier> Parallel<M> {
             _ => Parallel::Sharded(FullyShardedDataParallel::new(
                 model,
                 pg,
-                FsdpOptions::new(sharding).with_ddp(ddp),
+                FsdpOptions::new(sharding)
+                    .with_ddp(ddp)
+                    .with_reshard_after_forward(reshard_after_forward),
             )?),
         })
     }
@@ -117,6 +121,49 @@ impl<M: Classifier> Parallel<M> {
             Parallel::Ddp(ddp) => crate::param_digest(ddp.module()),
             Parallel::Sharded(fsdp) => Ok(crate::step::digest_of(&fsdp.full_params()?)),
         }
+    }
+
+    /// The training state this rank holds between steps (ZeRO's accounting, Note [Shard
+    /// layout] in phalanx-ddp): the parameters it keeps (the model's whole ones and the
+    /// shard's pieces), the averaged gradients a step holds, the optimizer's state.
+    pub(crate) fn state_memory(&self, optim: &Optim) -> Result<StateMemory> {
+        let mib = |floats: usize| floats as f64 * 4.0 / (1024.0 * 1024.0);
+        let optim_mib = optim
+            .state_bytes()
+            .map_err(optim_err)?
+            .map_or(0.0, |b| b.len() as f64 / (1024.0 * 1024.0));
+        let held = |infos: Vec<phalanx_ddp::adapter::ParamInfo>| -> usize {
+            infos.iter().map(|i| i.numel()).sum()
+        };
+        Ok(match self {
+            Parallel::Ddp(ddp) => {
+                let whole = held(ddp.param_infos().to_vec());
+                StateMemory {
+                    params_mib: mib(whole),
+                    grads_mib: mib(whole),
+                    optim_mib,
+                }
+            }
+            Parallel::Sharded(fsdp) => {
+                let trainable: usize = fsdp.param_infos().iter().map(|i| i.numel()).sum();
+                let kept: usize = adapter::param_infos(fsdp.module())
+                    .iter()
+                    .zip(fsdp.state_infos())
+                    .filter(|(_, s)| s.kind == StateKind::Trainable)
+                    .map(|(i, _)| i.numel())
+                    .sum();
+                let shard = fsdp.shard().numel();
+                let grads = match fsdp.options().sharding.shards_gradients() {
+                    true => shard,
+                    false => trainable,
+                };
+                StateMemory {
+                    params_mib: mib(kept + shard),
+                    grads_mib: mib(grads),
+                    optim_mib,
+                }
+            }
+        })
     }
 
     /// Communication statistics so far.

@@ -2,11 +2,12 @@
 
 use std::{sync::Arc, time::Instant};
 
-use phalanx_ddp::{Bf16CompressHook, DdpOptions, DistributedDataParallel};
+use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
 use phalanx_pg::ProcessGroup;
 
 use crate::model::{with_model, ModelKind, ModelSpec, WithModel};
-use crate::{device, train_step, Classifier, Optim, OptimOptions, OptimizerKind, Result};
+use crate::parallel::{Parallel, StepKind};
+use crate::{device, Classifier, Optim, OptimOptions, OptimizerKind, Result};
 
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +28,10 @@ pub struct ThroughputConfig {
     pub warmup: usize,
     /// bf16 gradient compression.
     pub bf16: bool,
+    /// What each rank keeps whole and what only its shard of.
+    pub sharding: Sharding,
+    /// Under `full`: FSDP2's `reshard_after_forward`.
+    pub reshard_after_forward: bool,
 }
 
 /// One rank's measurement, reduced over ranks.
@@ -40,11 +45,35 @@ pub struct Throughput {
     pub step_ms: f64,
     /// Share of the step blocked on gradient communication (mean over ranks).
     pub comm_fraction: f64,
-    /// Peak resident memory of this process in MiB (VmHWM), max over ranks.
+    /// Peak resident memory of this process in MiB during the timed steps (VmHWM, reset after
+    /// the warm-up), max over ranks.
     pub peak_rss_mib: f64,
+    /// Peak resident memory before that: building and wrapping the model, the warm-up steps.
+    pub build_rss_mib: f64,
+    /// Training state one rank holds between steps, max over ranks (MiB).
+    pub state: StateMemory,
 }
 
-/// Runs `warmup + steps` DDP training steps of the model (the MLP is 784-hidden×depth-10) on
+/// The training state one rank holds, in MiB (ZeRO's accounting: what each mode shards).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateMemory {
+    /// Parameters: the model's whole ones (none under `full` between steps) and the shard's.
+    pub params_mib: f64,
+    /// The averaged gradients the step holds: whole under `none`/`optimizer`, the shard's
+    /// under `grad`/`full`.
+    pub grads_mib: f64,
+    /// The optimizer's state (momentum, Adam's moments), as its record measures it.
+    pub optim_mib: f64,
+}
+
+impl StateMemory {
+    /// All three.
+    pub fn total_mib(&self) -> f64 {
+        self.params_mib + self.grads_mib + self.optim_mib
+    }
+}
+
+/// Runs `warmup + steps` training steps (DDP or `c.sharding`) of the model (the MLP is 784-hidden×depth-10) on
 /// synthetic MNIST-shaped batches (fixed per rank, so data loading is not measured).
 pub fn measure(pg: Arc<ProcessGroup>, c: &ThroughputConfig) -> Result<Throughput> {
     let spec = ModelSpec {
@@ -81,7 +110,13 @@ fn measure_model<M: Classifier>(
     if c.bf16 {
         options = options.with_comm_hook(Bf16CompressHook);
     }
-    let mut ddp = DistributedDataParallel::new(model, pg.clone(), options)?;
+    let mut par = Parallel::new(
+        model,
+        pg.clone(),
+        c.sharding,
+        c.reshard_after_forward,
+        options,
+    )?;
     let mut sgd = Optim::new(OptimOptions {
         kind: c.optimizer,
         lr: if c.optimizer == OptimizerKind::Sgd {
@@ -96,17 +131,27 @@ fn measure_model<M: Classifier>(
     let x = &data.features()[rows.start * 784..rows.end * 784];
     let y = &data.labels()[rows];
     for _ in 0..c.warmup {
-        train_step(&mut ddp, &mut sgd, x, y)?;
+        par.step(&mut sgd, x, y, StepKind::Fused)?;
     }
     pg.barrier()?;
-    let wait0 = ddp.stats().wait;
+    let build_rss = peak_rss_mib();
+    reset_peak_rss();
+    let wait0 = par.stats().wait;
     let start = Instant::now();
     for _ in 0..c.steps {
-        train_step(&mut ddp, &mut sgd, x, y)?;
+        par.step(&mut sgd, x, y, StepKind::Fused)?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let comm = (ddp.stats().wait - wait0).as_secs_f64() / elapsed.max(1e-9);
-    let mut slowest = [elapsed, peak_rss_mib()];
+    let comm = (par.stats().wait - wait0).as_secs_f64() / elapsed.max(1e-9);
+    let state = par.state_memory(&sgd)?;
+    let mut slowest = [
+        elapsed,
+        peak_rss_mib(),
+        state.params_mib,
+        state.grads_mib,
+        state.optim_mib,
+        build_rss,
+    ];
     pg.allreduce(&mut slowest, phalanx_core::ReduceOp::Max)?;
     let mut comm_mean = [comm];
     pg.allreduce(&mut comm_mean, phalanx_core::ReduceOp::Avg)?;
@@ -116,7 +161,19 @@ fn measure_model<M: Classifier>(
         step_ms: 1e3 * slowest[0] / c.steps as f64,
         comm_fraction: comm_mean[0],
         peak_rss_mib: slowest[1],
+        build_rss_mib: slowest[5],
+        state: StateMemory {
+            params_mib: slowest[2],
+            grads_mib: slowest[3],
+            optim_mib: slowest[4],
+        },
     })
+}
+
+/// Resets this process's peak resident set size (`VmHWM`) to its current one (Linux
+/// `/proc/self/clear_refs`, value 5); nothing where that is not available.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), in MiB; 0 when unknown.

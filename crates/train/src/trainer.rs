@@ -258,7 +258,13 @@ fn train_group<M: Classifier>(
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);
             }
-            let mut par = Parallel::new(model.clone(), pg.clone(), cfg.sharding, options)?;
+            let mut par = Parallel::new(
+                model.clone(),
+                pg.clone(),
+                cfg.sharding,
+                cfg.reshard_after_forward,
+                options,
+            )?;
             // The optimizer state a checkpoint held: whole under DDP, this rank's pieces of
             // it under a sharded mode.
             if let Some(state) = pending_state.take() {

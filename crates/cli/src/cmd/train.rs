@@ -84,6 +84,12 @@ pub(crate) struct Args {
     /// load at any world size and under any mode (docs/sharding.md).
     #[arg(long, default_value = "none")]
     sharding: Sharding,
+    /// Under `--sharding full`: whether each block frees its gathered parameters after its
+    /// forward and gathers them again (recomputing its forward) for its backward (`true`, the
+    /// least memory), or keeps them until its backward (`false`, no recomputation): FSDP2's
+    /// `reshard_after_forward`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    reshard_after_forward: bool,
     /// Where gradient buckets live: `auto` (on the GPU with `--device cuda`: NCCL averages them
     /// in place, other backends through page-locked host memory; on the host on a CPU),
     /// `host`, or `device`.
@@ -207,6 +213,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         bf16: args.bf16,
         bucket_memory: args.bucket_memory,
         sharding: args.sharding,
+        reshard_after_forward: args.reshard_after_forward,
         checkpoint_dir: args.checkpoint_dir.clone(),
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,

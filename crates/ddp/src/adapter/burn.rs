@@ -150,24 +150,22 @@ pub type Shaped = (Vec<f32>, Vec<usize>);
 /// when `values` is empty. A fully sharded block's gathered parameters (Note [Unit operation]
 /// in `unit_op.rs`): marked by position because a module's inference copy (`valid()`) no
 /// longer says which tensors take gradients.
-pub fn set_floats_in_order<M: Module>(module: M, which: &[bool], values: &[Shaped]) -> M {
+pub fn set_floats_in_order<M: Module>(module: M, which: &[bool], values: Vec<Shaped>) -> M {
     if values.is_empty() {
         return module;
     }
     let mut setter = InOrder {
         which,
-        values,
+        values: values.into_iter(),
         float: 0,
-        next: 0,
     };
     module.map(&mut setter)
 }
 
 struct InOrder<'a> {
     which: &'a [bool],
-    values: &'a [Shaped],
+    values: std::vec::IntoIter<Shaped>,
     float: usize,
-    next: usize,
 }
 
 impl ModuleMapper for InOrder<'_> {
@@ -177,15 +175,15 @@ impl ModuleMapper for InOrder<'_> {
         if !marked {
             return param;
         }
-        let Some((value, shape)) = self.values.get(self.next) else {
+        let Some((value, shape)) = self.values.next() else {
             return param;
         };
-        self.next += 1;
         param.map(|old| {
             let device = old.device();
             let (dtype, require_grad) = (old.dtype(), old.is_require_grad());
             drop(old);
-            let data = TensorData::new(value.clone(), Shape::from(shape.clone()));
+            // Moved, not copied, into the tensor.
+            let data = TensorData::new(value, Shape::from(shape));
             Tensor::<D>::from_data(data, (&device, dtype)).set_require_grad(require_grad)
         })
     }

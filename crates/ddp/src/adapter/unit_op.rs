@@ -114,7 +114,7 @@ impl<B: Module + 'static, F> Block<B, F> {
     fn rebuilt(&self, pass: Pass, grad: bool) -> B {
         let values = self.comm.gather(pass);
         let skeleton = self.skeleton.lock().expect("not poisoned").clone();
-        let block = set_floats_in_order(skeleton, self.comm.trainable(), &values);
+        let block = set_floats_in_order(skeleton, self.comm.trainable(), values);
         match grad {
             true => block,
             false => block.no_grad(),
@@ -289,7 +289,7 @@ where
     let device = x.device();
     if !device.is_autodiff() {
         let values = comm.gather(Pass::Forward);
-        let block = set_floats_in_order(skeleton.clone(), comm.trainable(), &values);
+        let block = set_floats_in_order(skeleton.clone(), comm.trainable(), values);
         return f(&block, x);
     }
     let x = x.try_into_primitive::<Ad>().unwrap_or_else(|e| {

@@ -41,8 +41,8 @@ use super::layout::{Ownership, Unit};
 use super::unit::{SharedShard, UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
-    flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped, state_infos,
-    GradTable, Gradients, GradientsParams, Shaped, StepGradients,
+    floats_to_flat, flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped,
+    state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
@@ -51,7 +51,7 @@ use crate::hook::{AllreduceHook, CommHook};
 use crate::reducer::Reducer;
 use crate::stats::CommStats;
 use crate::step_header::{local_header, Agreement};
-use crate::verify::{broadcast_state, check_same_model};
+use crate::verify::{broadcast_discrete, broadcast_float, check_same_model};
 use crate::{BucketMemory, Error, Result};
 
 /// A model trained data-parallel with its training state sharded ([`Sharding`]): each rank
@@ -113,10 +113,6 @@ impl<M: Module> FullyShardedDataParallel<M> {
         flush_running_state(&module);
         let states = state_infos(&module);
         check_same_model(&pg, &states)?;
-        let module = match options.ddp.broadcast_params && pg.world_size() > 1 {
-            true => broadcast_state(&pg, module, &states)?,
-            false => module,
-        };
         let table = GradTable::new(&module);
         let infos: Vec<ParamInfo> = table.infos().cloned().collect();
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
@@ -184,27 +180,60 @@ impl<M: Module> FullyShardedDataParallel<M> {
             Sharding::Optimizer => Arc::new(AllreduceHook),
             _ => Arc::new(ReduceScatterHook::new(&units)),
         };
+        // Rank 0's values, tensor by tensor (no second copy of the model): this rank keeps
+        // its piece of each trainable one and, unless the parameters are sharded, the whole.
+        let device = match table.is_empty() {
+            true => burn::tensor::Device::default(),
+            false => table.device(0).clone(),
+        };
+        drop(table);
+        let broadcast = options.ddp.broadcast_params && world > 1;
+        let free = options.sharding.shards_parameters();
+        let mut module = module;
+        let mut owned: Vec<Vec<f32>> = vec![Vec::new(); infos.len()];
+        let float_names: Vec<&StateInfo> = states.iter().filter(|s| s.kind.is_float()).collect();
+        let mut next_trainable = 0;
+        for (k, st) in float_names.iter().enumerate() {
+            let p = (st.kind == StateKind::Trainable).then(|| {
+                next_trainable += 1;
+                next_trainable - 1
+            });
+            if p.is_none() && !broadcast {
+                continue;
+            }
+            let mut values = floats_to_flat(&module, &[k])?.remove(0);
+            if broadcast {
+                broadcast_float(&pg, &mut values)?;
+            }
+            if let Some(p) = p {
+                owned[p] = values[ownership.range(p, rank)].to_vec();
+            }
+            let name = st.info.name.clone();
+            module = match (p.is_some() && free, broadcast) {
+                (true, _) => set_floats_shaped(module, HashMap::from([(name, (&[][..], &[][..]))])),
+                (false, true) => set_floats_by_name(module, HashMap::from([(name, &values[..])])),
+                (false, false) => module,
+            };
+        }
+        let module = match broadcast {
+            true => broadcast_discrete(&pg, module, &states)?,
+            false => module,
+        };
         // This rank's pieces, unit by unit: the root's, then the blocks'.
-        let values = params_to_flat(&module)?;
         let mut piece_of = vec![None; infos.len()];
         let mut pieces = Vec::new();
         let mut piece_params = Vec::new();
         for unit in units.iter().chain(&block_units) {
             for slot in unit.slots(&ownership, rank) {
                 piece_of[slot.param] = Some(pieces.len());
-                let value = values[trainable[slot.param]][slot.in_param.clone()].to_vec();
+                let value = std::mem::take(&mut owned[slot.param]);
                 pieces.push((ParamId::from(trainable[slot.param] as u64 + 1), value));
                 piece_params.push((slot.param, slot.in_param));
             }
         }
-        drop(values);
-        // The parameters' device with autodiff, as the model's parameters are.
-        let device = match table.is_empty() {
-            true => burn::tensor::Device::default(),
-            false => table.device(0).clone(),
-        }
-        .autodiff();
-        let shard: SharedShard = Arc::new(Mutex::new(Some(ShardParams::new(pieces, &device))));
+        // On the parameters' device with autodiff, as the model's parameters are.
+        let shard = ShardParams::new(pieces, &device.autodiff());
+        let shard: SharedShard = Arc::new(Mutex::new(Some(shard)));
         let piece_of = Arc::new(piece_of);
         let registry = Units::new();
         let blocks: Vec<Arc<UnitState>> = groups
@@ -248,7 +277,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             total = numels.iter().sum::<usize>(),
             "FSDP ready"
         );
-        let mut fsdp = FullyShardedDataParallel {
+        let fsdp = FullyShardedDataParallel {
             module: Some(module),
             pg,
             options,
@@ -267,9 +296,9 @@ impl<M: Module> FullyShardedDataParallel<M> {
             accumulated_used: None,
             reducer: Reducer::new(root_assignment, &numels, views),
             hook,
-            unsharded: true,
+            // Under `full` every trainable tensor was freed above.
+            unsharded: !free,
         };
-        fsdp.free(|_| true);
         Ok(fsdp)
     }
 

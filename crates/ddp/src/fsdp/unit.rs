@@ -59,6 +59,14 @@ impl Units {
         self.recorded.store(true, Ordering::SeqCst);
     }
 
+    /// Whether unit `index` ran last in the first step's forwards: its backward comes right
+    /// after its forward, so freeing its parameters in between saves nothing and costs a
+    /// gather and a recomputation.
+    fn is_last(&self, index: usize) -> bool {
+        self.recorded.load(Ordering::SeqCst)
+            && self.order.lock().expect("not poisoned").last() == Some(&index)
+    }
+
     /// Notes that unit `index` runs its forward, and names the unit to prefetch for `pass`:
     /// the next in forward order, or the previous one in backward.
     fn next_after(&self, index: usize, pass: Pass) -> Option<Arc<UnitState>> {
@@ -327,7 +335,7 @@ impl UnitComm for UnitState {
     }
 
     fn reshard_after_forward(&self) -> bool {
-        self.reshard_after_forward
+        self.reshard_after_forward && !self.units.is_last(self.index)
     }
 
     fn next_seed(&self) -> u64 {

@@ -1,6 +1,9 @@
-//! `phalanx bench train`: samples/s of the DDP training step for world size 1 and N on
-//! synthetic MNIST-shaped data, with the scaling efficiency `sps(N) / (N · sps(1))`.
-//! Each world size runs as its own job (`phalanx launch` of this command), one after another.
+//! `phalanx bench train`: samples/s of the training step (DDP, or a sharded mode) for world size
+//! 1 and N on synthetic MNIST-shaped data, with the scaling efficiency `sps(N) / (N · sps(1))`,
+//! and the training state each rank holds (parameters, gradients, optimizer state) next to
+//! its peak resident memory. Each world size and mode runs as its own job (`phalanx launch`
+//! of this command), one after another; `--rounds K` repeats them in turn (A B A B …) and
+//! reports medians, so that modes are compared in one run, interleaved.
 
 use std::{
     process::{Command, ExitCode, Stdio},
@@ -10,6 +13,7 @@ use std::{
 use anyhow::{bail, Context};
 use phalanx_pg::Backend;
 use phalanx_train::throughput::{self, ThroughputConfig};
+use phalanx_train::Sharding;
 use serde::{Deserialize, Serialize};
 
 /// Flags of `phalanx bench train`.
@@ -45,6 +49,16 @@ pub(crate) struct Args {
     /// bf16 gradient compression.
     #[arg(long)]
     bf16: bool,
+    /// Sharding modes to measure, comma-separated (`none`, `optimizer`, `grad`, `full`:
+    /// `phalanx train --sharding`); each is its own job.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    sharding: Vec<Sharding>,
+    /// Under `full`: FSDP2's `reshard_after_forward` (`phalanx train --reshard-after-forward`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    reshard_after_forward: bool,
+    /// Rounds: every (world, mode) job runs once per round, in turn; medians are reported.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// One JSON object per world size instead of the table.
     #[arg(long)]
     json: bool,
@@ -85,68 +99,103 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         args.worlds.clone()
     };
-    let exe = std::env::current_exe()?;
-    let mut rows = Vec::new();
-    for w in worlds {
-        let mut cmd = Command::new(&exe);
-        cmd.args([
-            "launch",
-            "--standalone",
-            "--nproc-per-node",
-            &w.to_string(),
-            "--",
-        ])
-        .arg(&exe)
-        .args([
-            "bench",
-            "train",
-            "--model",
-            &args.model.to_string(),
-            "--optimizer",
-            &args.optimizer.to_string(),
-            "--hidden",
-            &args.hidden.to_string(),
-            "--depth",
-            &args.depth.to_string(),
-        ])
-        .args([
-            "--batch-size",
-            &args.batch_size.to_string(),
-            "--steps",
-            &args.steps.to_string(),
-        ])
-        .args(["--warmup", &args.warmup.to_string()])
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-        if args.bf16 {
-            cmd.arg("--bf16");
-        }
-        let out = cmd
-            .output()
-            .with_context(|| format!("running the {w}-rank job"))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() {
-            bail!("the {w}-rank job failed ({}):\n{text}", out.status);
-        }
-        let line = text
-            .lines()
-            .find_map(|l| l.split_once(MARK).map(|(_, j)| j.to_string()))
-            .with_context(|| format!("the {w}-rank job printed no result:\n{text}"))?;
-        let row: Row = serde_json::from_str(&line)
-            .with_context(|| format!("the {w}-rank job's result {line:?}"))?;
-        rows.push(row);
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
-    print_rows(&args, &rows);
+    let exe = std::env::current_exe()?;
+    // Every round runs every (world, mode) job once, in the same order: A B A B …
+    let mut rounds: Vec<Vec<Row>> = Vec::new();
+    for _ in 0..args.rounds {
+        let mut rows = Vec::new();
+        for &w in &worlds {
+            for &sharding in &args.sharding {
+                rows.push(run_job(&args, &exe, w, sharding)?);
+            }
+        }
+        rounds.push(rows);
+    }
+    print_rows(&args, &medians(rounds));
     Ok(ExitCode::SUCCESS)
+}
+
+/// One `phalanx launch` of this command on `w` ranks under `sharding`: its rank 0's row.
+fn run_job(args: &Args, exe: &std::path::Path, w: u32, sharding: Sharding) -> anyhow::Result<Row> {
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "launch",
+        "--standalone",
+        "--nproc-per-node",
+        &w.to_string(),
+        "--",
+    ])
+    .arg(exe)
+    .args([
+        "bench",
+        "train",
+        "--model",
+        &args.model.to_string(),
+        "--optimizer",
+        &args.optimizer.to_string(),
+        "--hidden",
+        &args.hidden.to_string(),
+        "--depth",
+        &args.depth.to_string(),
+        "--sharding",
+        sharding.name(),
+        "--reshard-after-forward",
+        &args.reshard_after_forward.to_string(),
+    ])
+    .args([
+        "--batch-size",
+        &args.batch_size.to_string(),
+        "--steps",
+        &args.steps.to_string(),
+    ])
+    .args(["--warmup", &args.warmup.to_string()])
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit());
+    if args.bf16 {
+        cmd.arg("--bf16");
+    }
+    let out = cmd
+        .output()
+        .with_context(|| format!("running the {w}-rank job"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "the {w}-rank --sharding {sharding} job failed ({}):\n{text}",
+            out.status
+        );
+    }
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once(MARK).map(|(_, j)| j.to_string()))
+        .with_context(|| format!("the {w}-rank job printed no result:\n{text}"))?;
+    serde_json::from_str(&line).with_context(|| format!("the {w}-rank job's result {line:?}"))
+}
+
+/// Per (world, mode), the round with the median samples/s (its memory figures with it).
+fn medians(rounds: Vec<Vec<Row>>) -> Vec<Row> {
+    let jobs = rounds.first().map_or(0, Vec::len);
+    (0..jobs)
+        .map(|k| {
+            let mut runs: Vec<&Row> = rounds.iter().map(|r| &r[k]).collect();
+            runs.sort_by(|a, b| a.samples_per_s.total_cmp(&b.samples_per_s));
+            let mut row = runs[runs.len() / 2].clone();
+            row.rounds = runs.len();
+            row
+        })
+        .collect()
 }
 
 /// One world size's measurement: what a `--json` line holds, and what each measuring job
 /// hands back to the parent after [`MARK`].
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Clone)]
 struct Row {
     bench: String,
     model: String,
     optimizer: String,
+    sharding: String,
     world: usize,
     hidden: usize,
     depth: usize,
@@ -154,7 +203,18 @@ struct Row {
     samples_per_s: f64,
     step_ms: f64,
     comm_fraction: f64,
+    /// Peak RSS during the timed steps, and before them (building and wrapping the model, the
+    /// warm-up), MiB, max over ranks.
     peak_rss_mib: f64,
+    #[serde(default)]
+    build_rss_mib: f64,
+    /// The training state one rank holds between steps (max over ranks), MiB.
+    params_mib: f64,
+    grads_mib: f64,
+    optim_mib: f64,
+    /// Rounds measured (the row is the median one's).
+    #[serde(default)]
+    rounds: usize,
     /// samples/s per rank over the 1-rank run's (`None` until both are known).
     #[serde(skip_serializing_if = "Option::is_none")]
     scaling_efficiency: Option<f64>,
@@ -162,44 +222,71 @@ struct Row {
 
 /// The table (or JSON lines) of the measured world sizes.
 fn print_rows(args: &Args, rows: &[Row]) {
-    let base = rows.iter().find(|r| r.world == 1).map(|r| r.samples_per_s);
+    // Efficiency against the 1-rank run of the same mode; speed against DDP at the same world.
+    let base = |r: &Row| {
+        rows.iter()
+            .find(|b| b.world == 1 && b.sharding == r.sharding)
+            .map(|b| b.samples_per_s)
+    };
+    let ddp = |r: &Row| {
+        rows.iter()
+            .find(|b| b.world == r.world && b.sharding == "none")
+            .map(|b| b.samples_per_s)
+    };
     if !args.json {
         let model = match args.model {
             phalanx_train::ModelKind::Mlp => format!("MLP 784-{}x{}-10", args.hidden, args.depth),
             other => other.to_string(),
         };
         println!(
-            "# phalanx bench train: {model}, {}, batch {}/rank, {} steps{}",
+            "# phalanx bench train: {model}, {}, batch {}/rank, {} steps{}, medians of {} round(s)",
             args.optimizer,
             args.batch_size,
             args.steps,
-            if args.bf16 { ", bf16 gradients" } else { "" }
+            if args.bf16 { ", bf16 gradients" } else { "" },
+            args.rounds
         );
         println!(
-            "{:>6} {:>12} {:>10} {:>8} {:>11} {:>10}",
-            "world", "samples/s", "step(ms)", "comm", "efficiency", "rss(MiB)"
+            "{:>6} {:>10} {:>12} {:>10} {:>7} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11} {:>10} {:>10}",
+            "world",
+            "sharding",
+            "samples/s",
+            "step(ms)",
+            "comm",
+            "eff",
+            "x ddp",
+            "params(MiB)",
+            "grads(MiB)",
+            "optim(MiB)",
+            "state(MiB)",
+            "rss(MiB)",
+            "build(MiB)"
         );
     }
     for r in rows {
-        let eff = base.map(|b| r.samples_per_s / (r.world as f64 * b));
+        let eff = base(r).map(|b| r.samples_per_s / (r.world as f64 * b));
         if args.json {
             let row = Row {
-                bench: r.bench.clone(),
-                model: r.model.clone(),
-                optimizer: r.optimizer.clone(),
                 scaling_efficiency: eff,
-                ..*r
+                ..r.clone()
             };
             println!("{}", serde_json::to_string(&row).expect("a row serialises"));
         } else {
             println!(
-                "{:>6} {:>12.0} {:>10.2} {:>7.1}% {:>11} {:>10.0}",
+                "{:>6} {:>10} {:>12.0} {:>10.2} {:>6.1}% {:>6} {:>6} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>10.0} {:>10.0}",
                 r.world,
+                r.sharding,
                 r.samples_per_s,
                 r.step_ms,
                 100.0 * r.comm_fraction,
-                eff.map_or("-".into(), |e| format!("{:.2}", e)),
-                r.peak_rss_mib
+                eff.map_or("-".into(), |e| format!("{e:.2}")),
+                ddp(r).map_or("-".into(), |d| format!("{:.2}", r.samples_per_s / d)),
+                r.params_mib,
+                r.grads_mib,
+                r.optim_mib,
+                r.params_mib + r.grads_mib + r.optim_mib,
+                r.peak_rss_mib,
+                r.build_rss_mib
             );
         }
     }
@@ -220,12 +307,20 @@ fn measure(args: &Args) -> anyhow::Result<Option<Row>> {
             steps: args.steps,
             warmup: args.warmup,
             bf16: args.bf16,
+            sharding: args.sharding.first().copied().unwrap_or_default(),
+            reshard_after_forward: args.reshard_after_forward,
         },
     )?;
     Ok((pg.rank() == 0).then(|| Row {
         bench: "train".into(),
         model: args.model.to_string(),
         optimizer: args.optimizer.to_string(),
+        sharding: args
+            .sharding
+            .first()
+            .copied()
+            .unwrap_or_default()
+            .to_string(),
         world: t.world,
         hidden: args.hidden,
         depth: args.depth,
@@ -234,6 +329,11 @@ fn measure(args: &Args) -> anyhow::Result<Option<Row>> {
         step_ms: t.step_ms,
         comm_fraction: t.comm_fraction,
         peak_rss_mib: t.peak_rss_mib,
+        build_rss_mib: t.build_rss_mib,
+        params_mib: t.state.params_mib,
+        grads_mib: t.state.grads_mib,
+        optim_mib: t.state.optim_mib,
+        rounds: 1,
         scaling_efficiency: None,
     }))
 }
