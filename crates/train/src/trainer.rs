@@ -242,6 +242,7 @@ fn train_group<M: Classifier>(
         pending_state = state;
         (Some(pos), None)
     };
+    let mut model = Some(model);
     loop {
         let attempt = (|| -> Result<Outcome> {
             let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
@@ -251,15 +252,23 @@ fn train_group<M: Classifier>(
             let mut source = None;
             if let Some(since) = regroup {
                 let took = pos.is_none();
-                let (synced, at, from) = resync(&pg, &model, &mut optim, pos)?;
-                model = synced;
+                let held = model.as_ref().expect("fault tolerance keeps the model");
+                let (synced, at, from) = resync(&pg, held, &mut optim, pos)?;
+                model = Some(synced);
                 pos = Some(at);
                 source = Some((since, from, took));
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);
             }
+            // Without fault tolerance there is one attempt, and the wrapper takes the model
+            // (a kept copy would keep every parameter alive under `--sharding full`).
+            let wrapped = match ft.is_some() {
+                true => model.clone(),
+                false => model.take(),
+            }
+            .expect("the model is present before each attempt");
             let mut par = Parallel::new(
-                model.clone(),
+                wrapped,
                 pg.clone(),
                 cfg.sharding,
                 cfg.reshard_after_forward,
@@ -308,7 +317,7 @@ fn train_group<M: Classifier>(
             // Only fault tolerance goes on with the model after the run of epochs (under
             // `full`, gathering it is a collective: not after a failure without it).
             if ft.is_some() {
-                model = par.into_inner()?;
+                model = Some(par.into_inner()?);
             }
             pos = Some(at);
             result

@@ -48,6 +48,7 @@ use super::burn::{
     GradTable, Shaped,
 };
 use super::StateKind;
+use crate::hook::BucketBuffer;
 
 /// The autodiff backend a unit operation runs on: Burn's CPU backend with autodiff.
 type Ad = Autodiff<Flex, NoCheckpointing>;
@@ -72,7 +73,7 @@ pub(crate) trait UnitComm: Send + Sync + std::fmt::Debug + 'static {
     fn trainable(&self) -> &[bool];
     /// This step's gradient of each of the block's trainable parameters (`None`: unused),
     /// in visiting order.
-    fn reduce(&self, grads: Vec<Option<Vec<f32>>>);
+    fn reduce(&self, grads: Vec<Option<BucketBuffer>>);
     /// Whether the forward frees the parameters (Note [Unit operation]).
     fn reshard_after_forward(&self) -> bool;
     /// The seed of the device's generator for this forward of the block.
@@ -121,22 +122,16 @@ impl<B: Module + 'static, F> Block<B, F> {
         }
     }
 
-    /// Each trainable parameter's gradient in `grads`, flat (`None`: unused).
-    fn param_grads(&self, block: &B, grads: &mut Gradients) -> Vec<Option<Vec<f32>>> {
+    /// Each trainable parameter's gradient in `grads`, flat, in Burn's own memory (taken out
+    /// of `grads` without a copy where the backend allows; `None`: unused).
+    fn param_grads(&self, block: &B, grads: &mut Gradients) -> Vec<Option<BucketBuffer>> {
         let table = GradTable::new(block);
-        let numels: Vec<usize> = table.infos().map(|i| i.numel()).collect();
         (0..table.len())
-            .map(|p| {
-                if !table.has_grad(p, grads) {
-                    return None;
-                }
-                let mut v = vec![0.0; numels[p]];
-                match table.grad_into(p, grads, &mut v, false) {
-                    Ok(_) => Some(v),
-                    Err(e) => {
-                        self.comm.fail(e.to_string());
-                        None
-                    }
+            .map(|p| match table.lend_grad(p, grads) {
+                Ok(g) => g,
+                Err(e) => {
+                    self.comm.fail(e.to_string());
+                    None
                 }
             })
             .collect()

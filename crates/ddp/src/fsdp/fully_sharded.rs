@@ -683,12 +683,12 @@ impl<M: Module> FullyShardedDataParallel<M> {
             for (b, from) in from_blocks.into_iter().enumerate() {
                 let Some(work) = from.work else { continue };
                 let unit = &self.blocks[b].unit;
-                let buffer = work.wait().map_err(|source| Error::Collective {
+                let mut own = work.wait().map_err(|source| Error::Collective {
                     op: "reduce_scatter_v(a FullyShard block's gradients)",
                     bucket: b,
                     source,
                 })?;
-                let mut own = buffer[unit.block(rank)].to_vec();
+                debug_assert_eq!(own.len(), unit.block(rank).len());
                 if let Some(s) = agreement.rescale() {
                     own.iter_mut().for_each(|g| *g *= s);
                 }

@@ -14,6 +14,7 @@ use super::layout::{Ownership, Unit};
 use crate::adapter::burn::Shaped;
 use crate::adapter::shard::ShardParams;
 use crate::adapter::unit_op::{Pass, UnitComm};
+use crate::hook::BucketBuffer;
 use crate::Error;
 
 /// The engine's shard, shared with its units (they read their pieces to gather them).
@@ -110,8 +111,8 @@ pub(crate) struct UnitState {
 struct Run {
     /// The all-gather a neighbour started for this unit's next pass.
     prefetched: Option<Work<Vec<f32>>>,
-    /// This step's reduce-scatter of its gradients (the unit's buffer, this rank's block
-    /// reduced), and which of its parameters some backward used.
+    /// This step's reduce-scatter of its gradients (this rank's block of the averages), and
+    /// which of its parameters some backward used.
     pending: Option<Work<Vec<f32>>>,
     used: Vec<bool>,
     /// Gradients of `no_sync` micro-steps, the unit's buffer of this rank's local sums.
@@ -287,7 +288,7 @@ impl UnitComm for UnitState {
         }
     }
 
-    fn reduce(&self, grads: Vec<Option<Vec<f32>>>) {
+    fn reduce(&self, grads: Vec<Option<BucketBuffer>>) {
         let params = self.unit.params();
         let mut buffer = vec![0f32; self.unit.len()];
         for slot in self.unit.all_slots(&self.ownership) {
@@ -299,9 +300,12 @@ impl UnitComm for UnitState {
                 buffer[slot.in_unit].copy_from_slice(&g[slot.in_param]);
             }
         }
+        // Burn's gradients go back to it now; only the packed buffer travels.
+        let used: Vec<bool> = grads.iter().map(Option::is_some).collect();
+        drop(grads);
         let mut run = self.run();
-        for (u, g) in run.used.iter_mut().zip(&grads) {
-            *u |= g.is_some();
+        for (u, g) in run.used.iter_mut().zip(used) {
+            *u |= g;
         }
         // The sum DDP's reducer forms: the accumulated gradients, then this step's added.
         if let Some(mut acc) = run.accumulated.take() {
@@ -322,11 +326,14 @@ impl UnitComm for UnitState {
             ));
             return;
         }
+        // Not in place: the unit's whole buffer is freed as soon as the collective is done,
+        // and only this rank's block waits for the step (every block's whole gradients
+        // waiting would be the model's gradients again).
         run.pending = Some(match self.pg.world_size() {
             1 => Work::ready(Ok(buffer)),
             _ => self
                 .pg
-                .reduce_scatter_v_async_buffer(buffer, self.unit.counts(), ReduceOp::Avg),
+                .reduce_scatter_v_async(buffer, self.unit.counts(), ReduceOp::Avg),
         });
     }
 
