@@ -368,3 +368,53 @@ fn bad_sharding_input_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn hybrid_replicates_shard_groups_and_its_checkpoint_resumes_under_other_modes() {
+    // 4 ranks as 2 shard groups of 2 (the one-host stand-in for 2 hosts of 2).
+    let common = [
+        "--depth",
+        "2",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.001",
+        "--epochs",
+        "2",
+    ];
+    let hybrid = [
+        "--nproc-per-node",
+        "4",
+        "--sharding",
+        "hybrid",
+        "--shard-group-size",
+        "2",
+    ];
+    let h = train(&[&common[..], &hybrid[..]].concat());
+    let d = train(&[&common[..], &["--nproc-per-node", "4"]].concat());
+    // Replicas bitwise equal (digest() checks every rank); DDP's within rounding.
+    let _ = digest(&h);
+    assert!(
+        (accuracy(&h) - accuracy(&d)).abs() < 0.01,
+        "hybrid {} against DDP {}",
+        accuracy(&h),
+        accuracy(&d)
+    );
+    // Its checkpoint (the first group's shards) resumes at 2 ranks under full and under DDP,
+    // which agree bit for bit.
+    let dir = TempDir::new("shard-hybrid-ck");
+    let more = [
+        "--checkpoint-dir",
+        dir.str(),
+        "--checkpoint-every",
+        "30",
+        "--max-steps",
+        "30",
+    ];
+    train(&[&common[..], &hybrid[..], &more[..]].concat());
+    let ck = checkpoint::load_latest(dir.path()).unwrap().unwrap();
+    assert_eq!(ck.meta.sharded.as_ref().unwrap().sharding, "hybrid");
+    let full = resumed(&dir, "2", "full", &common);
+    let ddp = resumed(&dir, "2", "none", &common);
+    assert_eq!(digest(&full), digest(&ddp));
+}

@@ -160,8 +160,13 @@ fn run_ddp(pg: ProcessGroup, plan: Plan) -> Params {
 }
 
 fn run_fsdp(pg: ProcessGroup, plan: Plan) -> Params {
+    run_sharded(pg, plan, Sharding::Full, None)
+}
+
+fn run_sharded(pg: ProcessGroup, plan: Plan, sharding: Sharding, group: Option<usize>) -> Params {
     let rank = pg.rank();
-    let options = FsdpOptions::new(Sharding::Full)
+    let options = FsdpOptions::new(sharding)
+        .with_shard_group_size(group)
         .with_ddp(ddp_options(&plan))
         .with_reshard_after_forward(plan.reshard_after_forward);
     let mut fsdp =
@@ -273,4 +278,61 @@ fn blocks_with_clipping_and_accumulation_are_bitwise_ddp() {
             ..BASE
         },
     );
+}
+
+#[test]
+fn hybrid_shards_within_groups_and_stays_within_a_bound_of_ddp() {
+    // 4 ranks as 2 shard groups of 2: reduce-scatter within a group, then the average across
+    // the 2 replicas. The sums group differently from DDP's one canonical fold over 4 ranks,
+    // so the result is not bitwise DDP's; every replica is bitwise the others'.
+    phalanx_testing::with_deadline(Duration::from_secs(300), || {
+        for plan in [
+            BASE,
+            Plan {
+                adam: true,
+                clip: Some(0.05),
+                ..BASE
+            },
+        ] {
+            let reference = spawn_ranks(4, move |pg| run_ddp(pg, plan));
+            let got = spawn_ranks(4, move |pg| {
+                run_sharded(pg, plan, Sharding::Hybrid, Some(2))
+            });
+            assert!(
+                got.iter().all(|p| *p == got[0]),
+                "replicas differ: {plan:?}"
+            );
+            let worst = got[0]
+                .iter()
+                .zip(&reference[0])
+                .flat_map(|(a, b)| {
+                    a.iter()
+                        .zip(b)
+                        .map(|(x, y)| (x - y).abs() / y.abs().max(1e-3))
+                })
+                .fold(0f32, f32::max);
+            // Eight steps of f32 rounding differences in the averages: a few ulps, amplified.
+            assert!(
+                worst < 1e-4,
+                "{plan:?}: relative difference {worst} from DDP"
+            );
+        }
+        // 2 groups of 2 over TCP too.
+        let got = spawn_ranks_tcp(4, move |pg| {
+            run_sharded(pg, BASE, Sharding::Hybrid, Some(2))
+        });
+        assert!(got.iter().all(|p| *p == got[0]));
+        // Groups that do not divide the world are named.
+        let errors = spawn_ranks(4, |pg| {
+            let options = FsdpOptions::new(Sharding::Hybrid).with_shard_group_size(Some(3));
+            FullyShardedDataParallel::new(Net::new(&device()), Arc::new(pg), options)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        });
+        assert!(
+            errors[0].contains("shard groups of 3 ranks do not divide the 4 ranks"),
+            "{errors:?}"
+        );
+    });
 }

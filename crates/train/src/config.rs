@@ -45,6 +45,8 @@ pub struct TrainConfig {
     /// Under `--sharding full`: whether each block frees its gathered parameters after its
     /// forward (and recomputes it in backward), FSDP2's `reshard_after_forward`.
     pub reshard_after_forward: bool,
+    /// Under `--sharding hybrid`: the ranks of each shard group (default: one host's).
+    pub shard_group_size: Option<usize>,
     /// Where checkpoints go (rank 0 writes).
     pub checkpoint_dir: Option<PathBuf>,
     /// Also checkpoint every N steps (0 = only at epoch ends).

@@ -41,6 +41,7 @@ impl<M: Classifier> Parallel<M> {
         pg: Arc<ProcessGroup>,
         sharding: Sharding,
         reshard_after_forward: bool,
+        shard_group_size: Option<usize>,
         ddp: DdpOptions,
     ) -> Result<Self> {
         Ok(match sharding {
@@ -50,7 +51,8 @@ impl<M: Classifier> Parallel<M> {
                 pg,
                 FsdpOptions::new(sharding)
                     .with_ddp(ddp)
-                    .with_reshard_after_forward(reshard_after_forward),
+                    .with_reshard_after_forward(reshard_after_forward)
+                    .with_shard_group_size(shard_group_size),
             )?),
         })
     }
@@ -220,7 +222,7 @@ impl<M: Classifier> Parallel<M> {
             return Ok(None);
         };
         let pg = fsdp.process_group();
-        let (rank, world) = (pg.rank(), pg.world_size());
+        let rank = pg.rank();
         let infos = fsdp.param_infos();
         let values = fsdp.shard().values()?;
         let mut shard = Shard::default();
@@ -228,7 +230,12 @@ impl<M: Classifier> Parallel<M> {
             Some(bytes) => state::decode(&bytes).map_err(optim_err)?,
             None => Default::default(),
         };
-        for ((p, _), v) in fsdp.piece_params().iter().zip(values) {
+        // Under `hybrid` the first shard group writes the pieces; its replicas hold the same.
+        let pieces = match fsdp.saves_pieces() {
+            true => fsdp.piece_params(),
+            false => &[],
+        };
+        for ((p, _), v) in pieces.iter().zip(values) {
             let name = infos[*p].name.clone();
             let id = fsdp.float_position(*p) as u64 + 1;
             if let Some(st) = states.get(&id) {
@@ -253,8 +260,7 @@ impl<M: Classifier> Parallel<M> {
             .map(|s| {
                 let ranges = match s.kind == StateKind::Trainable {
                     true => {
-                        let o = fsdp.ownership();
-                        let r = ranges_of((0..world).map(|w| o.range(trainable, w)));
+                        let r = ranges_of(fsdp.saved_ranges(trainable));
                         trainable += 1;
                         r
                     }

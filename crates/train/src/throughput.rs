@@ -115,6 +115,7 @@ fn measure_model<M: Classifier>(
         pg.clone(),
         c.sharding,
         c.reshard_after_forward,
+        None,
         options,
     )?;
     let mut sgd = Optim::new(OptimOptions {

@@ -272,6 +272,7 @@ fn train_group<M: Classifier>(
                 pg.clone(),
                 cfg.sharding,
                 cfg.reshard_after_forward,
+                cfg.shard_group_size,
                 options,
             )?;
             // The optimizer state a checkpoint held: whole under DDP, this rank's pieces of

@@ -80,8 +80,9 @@ pub(crate) struct Args {
     /// What each rank keeps whole and what only its shard of: `none` (DDP: everything whole),
     /// `optimizer` (ZeRO-1, PyTorch's ZeroRedundancyOptimizer: the optimizer state sharded),
     /// `grad` (ZeRO-2, FSDP's SHARD_GRAD_OP: gradients too), `full` (ZeRO-3, FSDP's FULL_SHARD:
-    /// parameters too). Results are bitwise DDP's; checkpoints are written by every rank and
-    /// load at any world size and under any mode (docs/sharding.md).
+    /// parameters too), `hybrid` (HSDP, FSDP's HYBRID_SHARD: full within a host, replicated
+    /// across hosts). Results are bitwise DDP's (hybrid's within rounding); checkpoints are
+    /// written by every rank and load at any world size and under any mode (docs/sharding.md).
     #[arg(long, default_value = "none")]
     sharding: Sharding,
     /// Under `--sharding full`: whether each block frees its gathered parameters after its
@@ -90,6 +91,11 @@ pub(crate) struct Args {
     /// `reshard_after_forward`.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     reshard_after_forward: bool,
+    /// Under `--sharding hybrid`: ranks per shard group (consecutive ranks; the groups are
+    /// each other's replicas). Default: the ranks of one host (HSDP's 2-D mesh: shard within
+    /// a host, replicate across hosts).
+    #[arg(long, value_name = "N")]
+    shard_group_size: Option<usize>,
     /// Where gradient buckets live: `auto` (on the GPU with `--device cuda`: NCCL averages them
     /// in place, other backends through page-locked host memory; on the host on a CPU),
     /// `host`, or `device`.
@@ -214,6 +220,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         bucket_memory: args.bucket_memory,
         sharding: args.sharding,
         reshard_after_forward: args.reshard_after_forward,
+        shard_group_size: args.shard_group_size,
         checkpoint_dir: args.checkpoint_dir.clone(),
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,

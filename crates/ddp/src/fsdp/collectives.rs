@@ -15,16 +15,28 @@ use crate::{Error, Result};
 /// average of every rank's gradients for the elements it owns (Note [Shard layout]); the
 /// other blocks are left unspecified. Not a plain average: the step header travels on its
 /// own (Note [Step header]).
+///
+/// Under `hybrid` the reduce-scatter runs within the shard group, and this rank's block is
+/// then averaged across the replicas (the ranks that own the same elements in the other
+/// groups), when the bucket is awaited.
 #[derive(Debug)]
 pub(crate) struct ReduceScatterHook {
-    /// Per bucket, in launch order: the elements each rank owns.
+    /// Per bucket, in launch order: the elements each rank of the shard group owns.
     counts: Vec<Vec<usize>>,
+    shard: Arc<ProcessGroup>,
+    replica: Option<Arc<ProcessGroup>>,
 }
 
 impl ReduceScatterHook {
-    pub(crate) fn new(units: &[Unit]) -> Self {
+    pub(crate) fn new(
+        units: &[Unit],
+        shard: Arc<ProcessGroup>,
+        replica: Option<Arc<ProcessGroup>>,
+    ) -> Self {
         ReduceScatterHook {
             counts: units.iter().map(Unit::counts).collect(),
+            shard,
+            replica,
         }
     }
 }
@@ -34,19 +46,33 @@ impl CommHook for ReduceScatterHook {
         "reduce_scatter"
     }
 
-    fn launch(&self, pg: &Arc<ProcessGroup>, bucket: GradBucket) -> BucketWork {
-        if pg.world_size() == 1 {
-            return BucketWork::ready(bucket.buffer);
-        }
+    fn launch(&self, _world: &Arc<ProcessGroup>, bucket: GradBucket) -> BucketWork {
         let index = bucket.index;
         let counts = self.counts[index].clone();
-        let work = pg.reduce_scatter_v_async_buffer(bucket.buffer, counts, ReduceOp::Avg);
+        let rank = self.shard.rank();
+        let own = counts[..rank].iter().sum::<usize>()..counts[..=rank].iter().sum::<usize>();
+        let work = match self.shard.world_size() {
+            1 => Work::ready(Ok(bucket.buffer)),
+            _ => self
+                .shard
+                .reduce_scatter_v_async_buffer(bucket.buffer, counts, ReduceOp::Avg),
+        };
+        let replica = self.replica.clone();
         BucketWork::new(move || {
-            work.wait().map_err(|source| Error::Collective {
-                op: "reduce_scatter_v",
-                bucket: index,
-                source,
-            })
+            let err = |op| {
+                move |source| Error::Collective {
+                    op,
+                    bucket: index,
+                    source,
+                }
+            };
+            let mut buffer = work.wait().map_err(err("reduce_scatter_v"))?;
+            if let Some(replica) = replica {
+                replica
+                    .allreduce(&mut buffer[own], ReduceOp::Avg)
+                    .map_err(err("allreduce(across replicas)"))?;
+            }
+            Ok(buffer)
         })
     }
 

@@ -71,7 +71,13 @@ use crate::{BucketMemory, Error, Result};
 pub struct FullyShardedDataParallel<M: Module> {
     /// Always `Some` between calls.
     module: Option<M>,
+    /// The whole data-parallel group: the step header, buffers, the initial broadcast.
     pg: Arc<ProcessGroup>,
+    /// The ranks among which the elements are sharded (Note [Shard layout]): `pg` itself, but
+    /// under `hybrid` one host's ranks (or `shard_group_size` consecutive ones).
+    shard_pg: Arc<ProcessGroup>,
+    /// Under `hybrid`: the ranks that own the same elements in the other shard groups.
+    replica_pg: Option<Arc<ProcessGroup>>,
     options: FsdpOptions,
     /// The trainable parameters, in canonical order.
     infos: Vec<ParamInfo>,
@@ -113,10 +119,15 @@ impl<M: Module> FullyShardedDataParallel<M> {
         flush_running_state(&module);
         let states = state_infos(&module);
         check_same_model(&pg, &states)?;
+        let (shard_pg, replica_pg) = match options.sharding {
+            Sharding::Hybrid => hybrid_groups(&pg, options.shard_group_size)?,
+            _ => (pg.clone(), None),
+        };
         let table = GradTable::new(&module);
         let infos: Vec<ParamInfo> = table.infos().cloned().collect();
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
-        let (rank, world) = (pg.rank(), pg.world_size());
+        // Ownership within the shard group (the whole group but under `hybrid`).
+        let (rank, world) = (shard_pg.rank(), shard_pg.world_size());
         let views = options.ddp.gradient_as_bucket_view;
         let assignment = options.ddp.bucket_assignment(&numels, views);
         // Where DDP's step header rides (Note [Step header]) moves the segments of its first
@@ -138,7 +149,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     .to_string(),
             });
         }
-        let slots = match options.sharding == Sharding::Full {
+        let slots = match options.sharding.shards_parameters() {
             true => slots,
             false => vec![None; slots.len()],
         };
@@ -178,7 +189,11 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .collect();
         let hook: Arc<dyn CommHook> = match options.sharding {
             Sharding::Optimizer => Arc::new(AllreduceHook),
-            _ => Arc::new(ReduceScatterHook::new(&units)),
+            _ => Arc::new(ReduceScatterHook::new(
+                &units,
+                shard_pg.clone(),
+                replica_pg.clone(),
+            )),
         };
         // Rank 0's values, tensor by tensor (no second copy of the model): this rank keeps
         // its piece of each trainable one and, unless the parameters are sharded, the whole.
@@ -187,7 +202,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             false => table.device(0).clone(),
         };
         drop(table);
-        let broadcast = options.ddp.broadcast_params && world > 1;
+        let broadcast = options.ddp.broadcast_params && pg.world_size() > 1;
         let free = options.sharding.shards_parameters();
         let mut module = module;
         let mut owned: Vec<Vec<f32>> = vec![Vec::new(); infos.len()];
@@ -252,7 +267,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     .collect();
                 let state = UnitState::new(
                     k,
-                    pg.clone(),
+                    shard_pg.clone(),
                     ownership.clone(),
                     unit,
                     shapes,
@@ -280,6 +295,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let fsdp = FullyShardedDataParallel {
             module: Some(module),
             pg,
+            shard_pg,
+            replica_pg,
             options,
             infos,
             states,
@@ -330,6 +347,30 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// stable id (Note [Stable parameter ids] in phalanx-train).
     pub fn float_position(&self, p: usize) -> usize {
         self.trainable[p]
+    }
+
+    /// The ranks among which the elements are sharded (the whole group but under `hybrid`).
+    pub fn shard_group(&self) -> &Arc<ProcessGroup> {
+        &self.shard_pg
+    }
+
+    /// The elements of trainable parameter `p` each rank of the whole group writes to a
+    /// sharded checkpoint: its own, but under `hybrid` only the first shard group's ranks
+    /// write (the others hold the same values) and the rest nothing.
+    pub fn saved_ranges(&self, p: usize) -> Vec<Range<usize>> {
+        let first = self.shard_pg.world_size();
+        (0..self.pg.world_size())
+            .map(|w| match w < first {
+                true => self.ownership.range(p, w),
+                false => 0..0,
+            })
+            .collect()
+    }
+
+    /// Whether this rank's pieces go into a sharded checkpoint (see
+    /// [`saved_ranges`](Self::saved_ranges)).
+    pub fn saves_pieces(&self) -> bool {
+        self.pg.rank() < self.shard_pg.world_size()
     }
 
     /// Who owns which elements (Note [Shard layout]).
@@ -387,14 +428,14 @@ impl<M: Module> FullyShardedDataParallel<M> {
         if self.unsharded {
             return Ok(());
         }
-        let rank = self.pg.rank();
+        let rank = self.shard_pg.rank();
         let mut works = Vec::with_capacity(self.units.len());
         {
             let guard = self.shard.lock().expect("not poisoned");
             let shard = guard.as_ref().expect("shard is present between calls");
             for unit in &self.units {
                 let own = own_values(unit, &self.ownership, rank, &self.piece_of, shard)?;
-                works.push(gather_unit(&self.pg, unit, own));
+                works.push(gather_unit(&self.shard_pg, unit, own));
             }
         }
         let mut whole: Vec<Vec<f32>> = self.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
@@ -634,16 +675,21 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .collect();
         let used = self.used(table, grads.as_ref(), &block_used);
         self.accumulated_used = None;
-        let (rank, world) = (self.pg.rank(), self.pg.world_size());
-        let header = local_header(&used, rank, world, grads.is_some());
+        let header = local_header(&used, self.pg.rank(), self.pg.world_size(), grads.is_some());
+        let rank = self.shard_pg.rank();
         let params = self.infos.len();
         let mut shard = self.shard.lock().expect("not poisoned").take();
         let mut held: Vec<(usize, Vec<f32>)> = Vec::new();
         let mut gathers: Vec<Work<Vec<f32>>> = Vec::new();
         let gather = !self.options.sharding.shards_parameters();
         let mut failed = None;
-        let (units, ownership, piece_of, pg) =
-            (&self.units, &self.ownership, &self.piece_of, &self.pg);
+        let (units, ownership, piece_of, pg, shard_pg) = (
+            &self.units,
+            &self.ownership,
+            &self.piece_of,
+            &self.pg,
+            &self.shard_pg,
+        );
         let mut k = 0;
         let synced = self.reducer.synchronize(
             pg,
@@ -669,7 +715,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 let s = step_unit(unit, ownership, rank, piece_of, s, &own, agreed, step);
                 if gather {
                     match own_values(unit, ownership, rank, piece_of, &s) {
-                        Ok(values) => gathers.push(gather_unit(pg, unit, values)),
+                        Ok(values) => gathers.push(gather_unit(shard_pg, unit, values)),
                         Err(e) => failed = failed.take().or(Some(e)),
                     }
                 }
@@ -689,6 +735,15 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     source,
                 })?;
                 debug_assert_eq!(own.len(), unit.block(rank).len());
+                if let Some(replica) = &self.replica_pg {
+                    replica
+                        .allreduce(&mut own, phalanx_core::ReduceOp::Avg)
+                        .map_err(|source| Error::Collective {
+                            op: "allreduce(a FullyShard block's gradients, across replicas)",
+                            bucket: b,
+                            source,
+                        })?;
+                }
                 if let Some(s) = agreement.rescale() {
                     own.iter_mut().for_each(|g| *g *= s);
                 }
@@ -716,7 +771,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                             step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
                         if gather && *u < roots {
                             let values = own_values(unit, ownership, rank, piece_of, &s)?;
-                            gathers.push(gather_unit(pg, unit, values));
+                            gathers.push(gather_unit(shard_pg, unit, values));
                         }
                         shard = Some(s);
                     }
@@ -777,7 +832,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// norm]): this rank's sum of squares per parameter, gathered from every rank, folded
     /// parameter by parameter, rank by rank.
     fn global_norm(&self, held: &[(usize, Vec<f32>)]) -> Result<f32> {
-        let rank = self.pg.rank();
+        let rank = self.shard_pg.rank();
         let mut partial = vec![0f64; self.infos.len()];
         for (u, own) in held {
             let unit = self.unit(*u);
@@ -787,9 +842,10 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 partial[slot.param] = super::layout::sum_of_squares(values);
             }
         }
-        let world = self.pg.world_size();
+        // A shard group holds every element once (the replicas hold the same averages).
+        let world = self.shard_pg.world_size();
         let mut all = vec![0f64; partial.len() * world];
-        self.pg
+        self.shard_pg
             .allgather(&partial, &mut all)
             .map_err(|source| Error::Sync {
                 op: "allgather(gradient norms)",
@@ -860,9 +916,6 @@ fn check_options(pg: &ProcessGroup, options: &FsdpOptions) -> Result<()> {
         Sharding::None => {
             return refuse("--sharding none is DDP: use DistributedDataParallel for it".to_string())
         }
-        Sharding::Hybrid => {
-            return refuse("--sharding hybrid is not built yet".to_string());
-        }
         _ => {}
     }
     if !options.ddp.comm_hook.is_plain_average() {
@@ -893,6 +946,54 @@ fn check_options(pg: &ProcessGroup, options: &FsdpOptions) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `hybrid`'s groups: consecutive ranks of `size` (default: one host's) shard, and the ranks
+/// at the same place in every such group replicate. A collective of `pg`.
+fn hybrid_groups(
+    pg: &Arc<ProcessGroup>,
+    size: Option<usize>,
+) -> Result<(Arc<ProcessGroup>, Option<Arc<ProcessGroup>>)> {
+    let world = pg.world_size();
+    let size = match size {
+        Some(s) => s,
+        None => {
+            // Every host must hold as many ranks, numbered host after host (torchrun's and
+            // phalanx launch's numbering), for one host's ranks to be a shard group.
+            let local = pg.local_world_size();
+            let mut all = vec![0i64; world];
+            pg.allgather(&[local as i64], &mut all)
+                .map_err(|source| Error::Setup {
+                    op: "allgather(ranks per host)",
+                    source,
+                })?;
+            if all.iter().any(|&l| l != local as i64) {
+                return Err(Error::Options {
+                    reason: format!(
+                        "--sharding hybrid shards within a host, and the hosts hold different                          numbers of ranks ({all:?}): give every host the same --nproc-per-node"
+                    ),
+                });
+            }
+            local
+        }
+    };
+    if size == 0 || !world.is_multiple_of(size) {
+        return Err(Error::Options {
+            reason: format!(
+                "--sharding hybrid: shard groups of {size} ranks do not divide the {world} ranks"
+            ),
+        });
+    }
+    let setup = |op| move |source| Error::Setup { op, source };
+    let rank = pg.rank();
+    let shard = phalanx_pg::split_group(pg, Some((rank / size) as u32), rank as i64)
+        .map_err(setup("split_group(shard groups)"))?
+        .expect("every rank has a color");
+    let replica = phalanx_pg::split_group(pg, Some((rank % size) as u32), rank as i64)
+        .map_err(setup("split_group(replica groups)"))?
+        .expect("every rank has a color");
+    let replica = (replica.world_size() > 1).then(|| Arc::new(replica));
+    Ok((Arc::new(shard), replica))
 }
 
 /// Positions among the float tensors of the trainable ones, in canonical order.

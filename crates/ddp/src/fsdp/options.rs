@@ -110,6 +110,10 @@ pub struct FsdpOptions {
     /// `reshard_after_forward=True` (true, the default), or keeps them until its backward
     /// (Note [Full sharding] in `fully_sharded.rs`).
     pub reshard_after_forward: bool,
+    /// Under `hybrid`: the ranks of each shard group (consecutive ranks; the world is that many
+    /// groups' replicas). `None`: the ranks of one host (`LOCAL_WORLD_SIZE`, equal on every
+    /// host), HSDP's usual mesh.
+    pub shard_group_size: Option<usize>,
 }
 
 impl Default for FsdpOptions {
@@ -118,6 +122,7 @@ impl Default for FsdpOptions {
             sharding: Sharding::Full,
             ddp: DdpOptions::default(),
             reshard_after_forward: true,
+            shard_group_size: None,
         }
     }
 }
@@ -134,6 +139,12 @@ impl FsdpOptions {
     /// Sets DDP's options (buckets, broadcast, buffers).
     pub fn with_ddp(mut self, ddp: DdpOptions) -> Self {
         self.ddp = ddp;
+        self
+    }
+
+    /// Sets the size of `hybrid`'s shard groups (default: the ranks of one host).
+    pub fn with_shard_group_size(mut self, size: Option<usize>) -> Self {
+        self.shard_group_size = size;
         self
     }
 

@@ -91,6 +91,7 @@ impl Units {
 #[derive(Debug)]
 pub(crate) struct UnitState {
     pub(crate) index: usize,
+    /// The shard group (Note [Shard layout]); the engine averages across replicas.
     pg: Arc<ProcessGroup>,
     ownership: Arc<Ownership>,
     pub(crate) unit: Unit,
