@@ -912,11 +912,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
 fn check_options(pg: &ProcessGroup, options: &FsdpOptions) -> Result<()> {
     let sharding = options.sharding;
     let refuse = |reason: String| Err(Error::Options { reason });
-    match sharding {
-        Sharding::None => {
-            return refuse("--sharding none is DDP: use DistributedDataParallel for it".to_string())
-        }
-        _ => {}
+    if sharding == Sharding::None {
+        return refuse("--sharding none is DDP: use DistributedDataParallel for it".to_string());
     }
     if !options.ddp.comm_hook.is_plain_average() {
         return refuse(format!(
