@@ -203,6 +203,35 @@ mod mpi {
     }
 
     #[test]
+    fn a_sharding_mode_the_mpi_backend_cannot_run_is_refused_naming_both() {
+        let Some(cmd) = mpirun(
+            "a_sharding_mode_the_mpi_backend_cannot_run_is_refused_naming_both",
+            2,
+            &[],
+            &[
+                "train",
+                "--backend",
+                "mpi",
+                "--sharding",
+                "grad",
+                "--max-steps",
+                "2",
+            ],
+        ) else {
+            return;
+        };
+        let f = run_mpi(cmd, Duration::from_secs(120));
+        assert_ne!(f.code(), Some(0), "{}", f.stdout);
+        assert!(
+            f.stderr.contains("--sharding grad")
+                && f.stderr.contains("reduce_scatter_v")
+                && f.stderr.contains("the mpi backend does not offer"),
+            "{}",
+            f.stderr
+        );
+    }
+
+    #[test]
     fn mpi_backend_trains_on_four_ranks() {
         let Some(cmd) = mpirun(
             "mpi_backend_trains_on_four_ranks",
