@@ -41,8 +41,8 @@ use super::layout::{Ownership, Unit};
 use super::unit::{SharedShard, UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
-    floats_to_flat, flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped,
-    state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
+    floats_to_flat, flush_running_state, params_to_flat, set_floats_by_name, set_floats_in_order,
+    set_floats_shaped, state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
@@ -796,7 +796,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             return Err(e);
         }
         if gather {
-            self.write_gathered(&gathered)?;
+            self.write_gathered(gathered)?;
         } else {
             self.reshard();
         }
@@ -812,19 +812,34 @@ impl<M: Module> FullyShardedDataParallel<M> {
     }
 
     /// Puts every unit's gathered buffer back into the module's parameters.
-    fn write_gathered(&mut self, gathered: &[Vec<f32>]) -> Result<()> {
-        let mut whole: Vec<Vec<f32>> = self.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
+    fn write_gathered(&mut self, gathered: Vec<Vec<f32>>) -> Result<()> {
+        let mut whole: Vec<Vec<f32>> = vec![Vec::new(); self.infos.len()];
         for (unit, buffer) in self.units.iter().zip(gathered) {
-            scatter_into_params(unit, &self.ownership, buffer, &mut whole);
+            match unit.params() {
+                // One parameter: its owner-major buffer is the parameter, moved as it is.
+                &[p] => whole[p] = buffer,
+                params => {
+                    for &p in params {
+                        whole[p] = vec![0.0; self.infos[p].numel()];
+                    }
+                    scatter_into_params(unit, &self.ownership, &buffer, &mut whole);
+                }
+            }
         }
-        let by_name: HashMap<String, &[f32]> = self
-            .infos
+        let values: Vec<Shaped> = whole
+            .into_iter()
+            .zip(&self.infos)
+            .map(|(v, info)| (v, info.shape.clone()))
+            .collect();
+        let which: Vec<bool> = self
+            .states
             .iter()
-            .zip(&whole)
-            .map(|(info, v)| (info.name.clone(), v.as_slice()))
+            .filter(|s| s.kind.is_float())
+            .map(|s| s.kind == StateKind::Trainable)
             .collect();
         let module = self.module.take().expect("module is present between calls");
-        self.module = Some(set_floats_by_name(module, by_name));
+        // The values move into the tensors: no copy of the model on the way.
+        self.module = Some(set_floats_in_order(module, &which, values));
         Ok(())
     }
 
