@@ -357,6 +357,13 @@ where
     Tensor::<E>::from_primitive::<Ad>(out)
 }
 
+/// Whether a fully sharded block can run on `device`: Burn's flex backend (with autodiff, no
+/// gradient checkpointing strategy), which the unit operation is written for.
+pub(crate) fn supports(device: &Device) -> bool {
+    let x = Tensor::<1>::zeros([1], &device.clone().autodiff());
+    x.try_into_primitive::<Ad>().is_ok()
+}
+
 /// The flex primitive of an autodiff tensor's value.
 fn into_flex<const E: usize>(y: Tensor<E>) -> FlexTensor {
     y.try_into_primitive::<Ad>()

@@ -45,6 +45,7 @@ use crate::adapter::burn::{
     set_floats_shaped, state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
+use crate::adapter::unit_op;
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
 use crate::buffers::Buffers;
 use crate::hook::{AllreduceHook, CommHook};
@@ -161,6 +162,17 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 Some((_, params)) => params.push(p),
                 None => groups.push((slot.clone(), vec![p])),
             }
+        }
+        if !groups.is_empty() && !table.is_empty() && !unit_op::supports(table.device(0)) {
+            return Err(Error::Options {
+                reason: format!(
+                    "--sharding {} with FullyShard blocks runs them on Burn's CPU backend \
+                     (flex) only, and this model is on {:?}: use --device cpu, or a sharding \
+                     mode that keeps parameters whole (optimizer, grad)",
+                    options.sharding,
+                    table.device(0)
+                ),
+            });
         }
         let mut is_root = vec![true; infos.len()];
         for (_, params) in &groups {
