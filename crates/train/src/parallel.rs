@@ -12,7 +12,6 @@ use phalanx_pg::ProcessGroup;
 
 use crate::checkpoint::sharded::{ranges_of, LayoutEntry, Shard, Sharded};
 use crate::optim::state;
-use crate::throughput::StateMemory;
 use crate::{forward_backward, Classifier, Error, Optim, Result};
 
 /// The model in its data-parallel wrapper.
@@ -286,4 +285,23 @@ impl<M: Classifier> Parallel<M> {
 
 fn optim_err(e: String) -> Error {
     Error::Config(format!("the optimizer's state: {e}"))
+}
+
+/// The training state one rank holds, in MiB (ZeRO's accounting: what each mode shards).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateMemory {
+    /// Parameters: the model's whole ones (none under `full` between steps) and the shard's.
+    pub params_mib: f64,
+    /// The averaged gradients the step holds: whole under `none`/`optimizer`, the shard's
+    /// under `grad`/`full`.
+    pub grads_mib: f64,
+    /// The optimizer's state (momentum, Adam's moments), as its record measures it.
+    pub optim_mib: f64,
+}
+
+impl StateMemory {
+    /// All three.
+    pub fn total_mib(&self) -> f64 {
+        self.params_mib + self.grads_mib + self.optim_mib
+    }
 }

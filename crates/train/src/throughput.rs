@@ -6,6 +6,7 @@ use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
 use phalanx_pg::ProcessGroup;
 
 use crate::model::{with_model, ModelKind, ModelSpec, WithModel};
+pub use crate::parallel::StateMemory;
 use crate::parallel::{Parallel, StepKind};
 use crate::{device, Classifier, Optim, OptimOptions, OptimizerKind, Result};
 
@@ -54,24 +55,6 @@ pub struct Throughput {
     pub state: StateMemory,
 }
 
-/// The training state one rank holds, in MiB (ZeRO's accounting: what each mode shards).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StateMemory {
-    /// Parameters: the model's whole ones (none under `full` between steps) and the shard's.
-    pub params_mib: f64,
-    /// The averaged gradients the step holds: whole under `none`/`optimizer`, the shard's
-    /// under `grad`/`full`.
-    pub grads_mib: f64,
-    /// The optimizer's state (momentum, Adam's moments), as its record measures it.
-    pub optim_mib: f64,
-}
-
-impl StateMemory {
-    /// All three.
-    pub fn total_mib(&self) -> f64 {
-        self.params_mib + self.grads_mib + self.optim_mib
-    }
-}
 
 /// Runs `warmup + steps` training steps (DDP or `c.sharding`) of the model (the MLP is 784-hidden×depth-10) on
 /// synthetic MNIST-shaped batches (fixed per rank, so data loading is not measured).
