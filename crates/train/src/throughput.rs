@@ -55,7 +55,6 @@ pub struct Throughput {
     pub state: StateMemory,
 }
 
-
 /// Runs `warmup + steps` training steps (DDP or `c.sharding`) of the model (the MLP is 784-hidden×depth-10) on
 /// synthetic MNIST-shaped batches (fixed per rank, so data loading is not measured).
 pub fn measure(pg: Arc<ProcessGroup>, c: &ThroughputConfig) -> Result<Throughput> {
