@@ -418,3 +418,62 @@ fn hybrid_replicates_shard_groups_and_its_checkpoint_resumes_under_other_modes()
     let ddp = resumed(&dir, "2", "none", &common);
     assert_eq!(digest(&full), digest(&ddp));
 }
+
+#[test]
+fn under_hybrid_a_killed_rank_s_shard_comes_back_from_its_replica() {
+    use launch_util::{start, wait_for_workers};
+    let dir = TempDir::new("shard-hybrid-ft");
+    let flags = [
+        "train",
+        "--standalone",
+        "--json",
+        "--max-restarts",
+        "1",
+        "--nproc-per-node",
+        "4",
+        "--sharding",
+        "hybrid",
+        "--shard-group-size",
+        "2",
+        "--fault-tolerance",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.001",
+        "--epochs",
+        "20",
+        "--checkpoint-every",
+        "50",
+        "--checkpoint-dir",
+        dir.str(),
+    ];
+    let mut cmd = phalanx();
+    cmd.args(flags);
+    let job = start(cmd);
+    let procs = wait_for_workers(job.pid(), 4);
+    let begin = std::time::Instant::now();
+    while launch_util::newest_step(dir.path()) < 150 {
+        assert!(begin.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let victim = procs.iter().find(|(_, r)| *r == 1).unwrap().0;
+    // SAFETY: a plain signal to a worker this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let f = job.wait(Duration::from_secs(300));
+    let what = format!("stdout:\n{}\nstderr:\n{}", f.stdout, f.stderr);
+    assert_eq!(f.code(), Some(0), "{what}");
+    assert!(
+        f.stderr.contains("the other ranks go on without it"),
+        "{what}"
+    );
+    assert!(!f.stderr.contains("starting attempt"), "a restart: {what}");
+    assert!(f.stdout.contains("\"event\":\"regrouped\""), "{what}");
+    assert!(f.stderr.contains("this replacement joined"), "{what}");
+    let got = train_summaries(&f.stdout);
+    assert_eq!(got.len(), 4, "{what}");
+    assert!(
+        got.iter().all(|s| s.2 == got[0].2),
+        "replicas differ: {what}"
+    );
+    assert!(got[0].1 > 0.9, "accuracy {}: {what}", got[0].1);
+}

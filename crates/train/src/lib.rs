@@ -16,6 +16,7 @@ mod optim;
 mod parallel;
 pub mod position;
 mod recovery;
+mod recovery_shards;
 mod snapshot;
 mod step;
 pub mod throughput;

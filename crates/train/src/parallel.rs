@@ -102,9 +102,8 @@ impl<M: Classifier> Parallel<M> {
                 }
             },
             Parallel::Sharded(fsdp) => match kind {
-                StepKind::Fused | StepKind::Unfused => {
-                    fsdp.sync_and_step(grads, |s, g| optim.step(s, g))?
-                }
+                StepKind::Fused => fsdp.sync_and_step(grads, |s, g| optim.step(s, g))?,
+                StepKind::Unfused => fsdp.sync_and_step_unfused(grads, |s, g| optim.step(s, g))?,
                 StepKind::Clipped(max) => {
                     fsdp.sync_and_step_clipped(grads, max, |s, g| optim.step(s, g))?;
                 }
@@ -172,6 +171,15 @@ impl<M: Classifier> Parallel<M> {
         match self {
             Parallel::Ddp(ddp) => ddp.stats(),
             Parallel::Sharded(fsdp) => fsdp.stats(),
+        }
+    }
+
+    /// What this rank holds of its model, without a collective (Note [Regroup of shards]);
+    /// DDP's model is whole on every rank.
+    pub(crate) fn into_local(self) -> Result<phalanx_ddp::fsdp::LocalShard<M>> {
+        match self {
+            Parallel::Sharded(fsdp) => Ok(fsdp.into_local()?),
+            Parallel::Ddp(_) => unreachable!("DDP's regroup takes the whole model"),
         }
     }
 

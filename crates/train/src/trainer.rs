@@ -28,6 +28,7 @@ use crate::{
     parallel::{Parallel, StepKind},
     position::{self, Handover, Position},
     recovery::{resync, Regrouped},
+    recovery_shards::resync_sharded,
     snapshot, Classifier, Error, Optim, Result,
 };
 
@@ -88,12 +89,14 @@ fn train_in(
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Option<Summary>> {
-    if matches!(group, Group::Tolerant(_)) && cfg.sharding != Sharding::None {
+    let recoverable = matches!(cfg.sharding, Sharding::None | Sharding::Hybrid);
+    if matches!(group, Group::Tolerant(_)) && !recoverable {
         return Err(Error::Config(format!(
             "--fault-tolerance with --sharding {}: a rank that dies takes its shard of the \
              optimizer state{} with it, and no other rank holds a copy, so the survivors cannot \
              re-form the group in process; train with --max-restarts and --checkpoint-every \
-             instead (the group restarts from the newest sharded checkpoint, at any world size)",
+             instead (the group restarts from the newest sharded checkpoint, at any world size), \
+             or under --sharding hybrid, whose shard groups are each other's copies",
             cfg.sharding,
             match cfg.sharding {
                 Sharding::Optimizer => "",
@@ -243,6 +246,11 @@ fn train_group<M: Classifier>(
         (Some(pos), None)
     };
     let mut model = Some(model);
+    // Under fault tolerance with shards: what this rank held when its group last broke
+    // (Note [Regroup of shards]), and the shard groups' size the run started with.
+    let sharded = cfg.sharding != Sharding::None;
+    let mut local: Option<phalanx_ddp::fsdp::LocalShard<M>> = None;
+    let group_size = cfg.shard_group_size.unwrap_or(pg.local_world_size());
     loop {
         let attempt = (|| -> Result<Outcome> {
             let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
@@ -252,27 +260,53 @@ fn train_group<M: Classifier>(
             let mut source = None;
             if let Some(since) = regroup {
                 let took = pos.is_none();
-                let held = model.as_ref().expect("fault tolerance keeps the model");
-                let (synced, at, from) = resync(&pg, held, &mut optim, pos)?;
-                model = Some(synced);
-                pos = Some(at);
+                let from = if sharded {
+                    let template = local
+                        .as_ref()
+                        .map(|l| &l.module)
+                        .or(model.as_ref())
+                        .expect("a rank holds its shards or a freshly built model");
+                    let (synced, at, from, state) =
+                        resync_sharded(&pg, template, local.as_ref(), &optim, pos)?;
+                    model = Some(synced);
+                    local = None;
+                    optim = Optim::new(cfg.optim);
+                    pending_state = state;
+                    pos = Some(at);
+                    from
+                } else {
+                    let held = model.as_ref().expect("fault tolerance keeps the model");
+                    let (synced, at, from) = resync(&pg, held, &mut optim, pos)?;
+                    model = Some(synced);
+                    pos = Some(at);
+                    from
+                };
                 source = Some((since, from, took));
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);
             }
             // Without fault tolerance there is one attempt, and the wrapper takes the model
             // (a kept copy would keep every parameter alive under `--sharding full`).
-            let wrapped = match ft.is_some() {
+            let wrapped = match ft.is_some() && !sharded {
                 true => model.clone(),
                 false => model.take(),
             }
             .expect("the model is present before each attempt");
+            // Under fault tolerance the group may have shrunk: shard groups of the run's size
+            // where that divides the ranks alive, else one group of them all.
+            let shard_group_size = match ft.is_some() && sharded {
+                true => Some(match pg.world_size().is_multiple_of(group_size) {
+                    true => group_size,
+                    false => pg.world_size(),
+                }),
+                false => cfg.shard_group_size,
+            };
             let mut par = Parallel::new(
                 wrapped,
                 pg.clone(),
                 cfg.sharding,
                 cfg.reshard_after_forward,
-                cfg.shard_group_size,
+                shard_group_size,
                 options,
             )?;
             // The optimizer state a checkpoint held: whole under DDP, this rank's pieces of
@@ -318,7 +352,11 @@ fn train_group<M: Classifier>(
             // Only fault tolerance goes on with the model after the run of epochs (under
             // `full`, gathering it is a collective: not after a failure without it).
             if ft.is_some() {
-                model = Some(par.into_inner()?);
+                match sharded {
+                    // No collective: the group may be broken.
+                    true => local = Some(par.into_local()?),
+                    false => model = Some(par.into_inner()?),
+                }
             }
             pos = Some(at);
             result

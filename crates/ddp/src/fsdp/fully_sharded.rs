@@ -535,6 +535,26 @@ impl<M: Module> FullyShardedDataParallel<M> {
         Ok(module)
     }
 
+    /// What this rank holds, without any collective (after a failure of the group, when no
+    /// collective can run): the module (buffers, frozen and discrete tensors whole; the
+    /// trainable ones whole, or empty where the parameters are sharded) and this rank's pieces
+    /// of the trainable parameters. Fault tolerance re-forms the state of a new group from
+    /// the pieces its ranks hold (Note [Regroup of shards] in phalanx-train).
+    pub fn into_local(mut self) -> Result<LocalShard<M>> {
+        let shard = self.shard();
+        let pieces = self
+            .piece_params
+            .iter()
+            .enumerate()
+            .map(|(i, (p, range))| Ok((*p, range.clone(), shard.value(i)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LocalShard {
+            module: self.module.take().expect("module is present between calls"),
+            pieces,
+            infos: self.infos.clone(),
+        })
+    }
+
     /// The value of every float tensor of the model, in canonical order, the trainable ones
     /// whole (gathered from their owners under `full`: a collective then).
     pub fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
@@ -556,7 +576,20 @@ impl<M: Module> FullyShardedDataParallel<M> {
         grads: Gradients,
         mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<()> {
-        self.synchronize(Some(grads), None, &mut step).map(drop)
+        self.synchronize(Some(grads), Apply::Fused, &mut step)
+            .map(drop)
+    }
+
+    /// [`sync_and_step`](Self::sync_and_step) with every bucket averaged before any element is
+    /// stepped, so that a step whose collectives fail leaves the shard as it was (what fault
+    /// tolerance needs, Note [Regroup] in phalanx-train). Bitwise the same result.
+    pub fn sync_and_step_unfused(
+        &mut self,
+        grads: Gradients,
+        mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<()> {
+        self.synchronize(Some(grads), Apply::Held, &mut step)
+            .map(drop)
     }
 
     /// [`sync_and_step`](Self::sync_and_step) with PyTorch's `clip_grad_norm_(max_norm)` on
@@ -570,7 +603,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         max_norm: f32,
         mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<f32> {
-        let (_, norm) = self.synchronize(Some(grads), Some(max_norm), &mut step)?;
+        let (_, norm) = self.synchronize(Some(grads), Apply::Clipped(max_norm), &mut step)?;
         Ok(norm.expect("a clipped step computes the norm"))
     }
 
@@ -635,7 +668,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let mut shadowed = 0;
         loop {
             self.unshard()?;
-            let (agreement, _) = self.synchronize(None, None, &mut step)?;
+            let (agreement, _) = self.synchronize(None, Apply::Fused, &mut step)?;
             if agreement.active_ranks() == 0 {
                 return Ok(shadowed);
             }
@@ -647,7 +680,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
     fn synchronize(
         &mut self,
         grads: Option<Gradients>,
-        clip: Option<f32>,
+        apply: Apply,
         step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<(Agreement, Option<f32>)> {
         let mut grads = grads;
@@ -657,7 +690,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         }
         // What the blocks' backward left: their reduce-scatters in flight, and what they used.
         let from_blocks: Vec<_> = self.blocks.iter().map(|b| b.take_gradients()).collect();
-        let result = self.step_all(&table, &mut grads, clip, step, from_blocks);
+        let result = self.step_all(&table, &mut grads, apply, step, from_blocks);
         for block in &self.blocks {
             block.end_step();
         }
@@ -675,7 +708,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         &mut self,
         table: &GradTable,
         grads: &mut Option<Gradients>,
-        clip: Option<f32>,
+        apply: Apply,
         step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
         from_blocks: Vec<super::unit::UnitGradients>,
     ) -> Result<(Agreement, Option<f32>)> {
@@ -719,7 +752,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 if let Some(s) = agreed.rescale() {
                     own.iter_mut().for_each(|g| *g *= s);
                 }
-                if clip.is_some() {
+                if apply != Apply::Fused {
                     held.push((k - 1, own));
                     return;
                 }
@@ -759,9 +792,9 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 if let Some(s) = agreement.rescale() {
                     own.iter_mut().for_each(|g| *g *= s);
                 }
-                match clip {
-                    Some(_) => held.push((roots + b, own)),
-                    None => {
+                match apply {
+                    Apply::Held | Apply::Clipped(_) => held.push((roots + b, own)),
+                    Apply::Fused => {
                         let s = shard.take().expect("shard is present between calls");
                         let s =
                             step_unit(unit, ownership, rank, piece_of, s, &own, &agreement, step);
@@ -769,10 +802,16 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     }
                 }
             }
-            let norm = match clip {
-                Some(max_norm) => {
-                    let norm = self.global_norm(&held)?;
-                    let coef = (max_norm / (norm + 1e-6)).min(1.0);
+            let norm = match apply {
+                Apply::Fused => None,
+                Apply::Held | Apply::Clipped(_) => {
+                    let (norm, coef) = match apply {
+                        Apply::Clipped(max_norm) => {
+                            let norm = self.global_norm(&held)?;
+                            (Some(norm), (max_norm / (norm + 1e-6)).min(1.0))
+                        }
+                        _ => (None, 1.0),
+                    };
                     for (u, own) in &mut held {
                         if coef < 1.0 {
                             own.iter_mut().for_each(|g| *g *= coef);
@@ -787,9 +826,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
                         }
                         shard = Some(s);
                     }
-                    Some(norm)
+                    norm
                 }
-                None => None,
             };
             Ok((agreement, norm))
         });
@@ -933,6 +971,30 @@ impl<M: Module> FullyShardedDataParallel<M> {
             },
         })
     }
+}
+
+/// What one rank of a sharded model holds ([`FullyShardedDataParallel::into_local`]).
+#[derive(Debug)]
+pub struct LocalShard<M> {
+    /// The module: buffers, frozen and discrete tensors whole; trainable tensors whole, or
+    /// empty where parameters are sharded.
+    pub module: M,
+    /// This rank's pieces: trainable parameter (index into `infos`), the elements of it the
+    /// piece holds, their values.
+    pub pieces: Vec<(usize, Range<usize>, Vec<f32>)>,
+    /// Names and shapes of the trainable parameters, in canonical order.
+    pub infos: Vec<ParamInfo>,
+}
+
+/// How a step applies the averaged gradients.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Apply {
+    /// Each bucket stepped as it arrives.
+    Fused,
+    /// Every bucket held until all arrived, then stepped.
+    Held,
+    /// Held, then clipped to this global norm and stepped.
+    Clipped(f32),
 }
 
 /// Refuses what sharding cannot do, naming both sides.

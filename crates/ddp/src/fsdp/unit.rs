@@ -283,9 +283,16 @@ impl UnitComm for UnitState {
         let buffer = work.and_then(|w| super::collectives::wait_gather(w, self.index));
         match buffer {
             Ok(buffer) => self.whole(&buffer),
-            // A block cannot run without its parameters, and a forward cannot return an error:
-            // the panic aborts the group (the trainer's `abort_on_panic`) naming the cause.
-            Err(e) => panic!("{}", self.failed("gathering its parameters", e)),
+            // A forward cannot return an error: the block runs on zeros, and the failure is the
+            // step's (the group is broken, so its collectives fail too, naming the root cause;
+            // under fault tolerance the ranks then re-form the group with the shards intact).
+            Err(e) => {
+                self.fail(self.failed("gathering its parameters", e));
+                self.shapes
+                    .iter()
+                    .map(|s| (vec![0.0; s.iter().product()], s.clone()))
+                    .collect()
+            }
         }
     }
 
