@@ -344,14 +344,20 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(send), opts);
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                let offsets = coll::segments::block_offsets(counts);
-                let kind = CollectiveKind::ReduceScatterV;
-                coll::reduce_scatter_shm(g, seq, send, recv, &offsets, op, kind)
-            }
-            _ => coll::reduce_scatter_v(self.native(), seq, send, recv, counts, op, opts),
+        let algo = self.reduce_scatter_v_in_place(seq, send, counts, op, opts)?;
+        let start: usize = counts[..self.rank()].iter().sum();
+        recv.copy_from_slice(&send[start..start + recv.len()]);
+        Ok(algo)
+    }
+
+    /// This rank in the group (the shared-memory group's or the transport's).
+    fn rank(&self) -> usize {
+        match &self.links {
+            Links::Native { transport, .. } => transport.rank(),
+            #[cfg(feature = "mpi")]
+            Links::Mpi(_) => unreachable!("reduce_scatter_v is native only"),
+            #[cfg(feature = "nccl")]
+            Links::Nccl(_) => unreachable!("reduce_scatter_v is native only"),
         }
     }
 

@@ -120,12 +120,13 @@ pub(crate) fn resync_sharded<M: Classifier>(
         }
     }
     // The parameters: one all-gather of every provided element.
-    let values = gather_provided(pg, &provides, n, |p, range| {
+    let every_param: Vec<usize> = (0..n).collect();
+    let values = gather_provided(pg, &provides, &every_param, |p, range| {
         let (held, v) = pieces[p].as_ref().expect("a rank provides what it holds");
         v[range.start - held.start..range.end - held.start].to_vec()
     })?;
     let mut whole: Vec<Vec<f32>> = infos.iter().map(|i| vec![0.0; i.numel()]).collect();
-    scatter(&provides, &values, |p, range, v| {
+    scatter(&provides, &every_param, &values, |p, range, v| {
         whole[p][range].copy_from_slice(v)
     });
     // The optimizer state: which fields and scalars each parameter has, from its holders.
@@ -168,7 +169,7 @@ pub(crate) fn resync_sharded<M: Classifier>(
             .map(|(p, f)| ((*p, f.clone()), vec![0.0; infos[*p].numel()]))
             .collect();
         for (p, f) in &order {
-            let values = gather_provided_one(pg, &provides, *p, |range| {
+            let values = gather_provided(pg, &provides, &[*p], |_, range| {
                 let (held, _) = pieces[*p].as_ref().expect("a rank provides what it holds");
                 let st = &mine_states[&id(*p)].tensors[f].1;
                 st[range.start - held.start..range.end - held.start].to_vec()
@@ -176,7 +177,7 @@ pub(crate) fn resync_sharded<M: Classifier>(
             let out = joined
                 .get_mut(&(*p, f.clone()))
                 .expect("every field listed");
-            scatter_one(&provides, *p, &values, |range, v| {
+            scatter(&provides, &[*p], &values, |_, range, v| {
                 out[range].copy_from_slice(v)
             });
         }
@@ -288,24 +289,23 @@ fn subtract(range: Range<usize>, covered: &[Range<usize>]) -> Vec<Range<usize>> 
     parts.into_iter().filter(|r| !r.is_empty()).collect()
 }
 
-/// Every rank's provided elements of every parameter, by one all-gather: rank by rank, then
-/// parameter by parameter, range by range.
+/// Every rank's provided elements of parameters `params`, by one all-gather: rank by rank,
+/// then parameter by parameter, range by range.
 fn gather_provided(
     pg: &ProcessGroup,
     provides: &[Vec<Vec<Range<usize>>>],
-    n: usize,
+    params: &[usize],
     mut values_of: impl FnMut(usize, &Range<usize>) -> Vec<f32>,
 ) -> Result<Vec<f32>> {
-    let me = pg.rank();
     let mut mine = Vec::new();
-    for (p, ranges) in provides[me].iter().enumerate().take(n) {
-        for range in ranges {
+    for &p in params {
+        for range in &provides[pg.rank()][p] {
             mine.extend(values_of(p, range));
         }
     }
     let counts: Vec<usize> = provides
         .iter()
-        .map(|r| r.iter().flatten().map(Range::len).sum())
+        .map(|r| params.iter().flat_map(|&p| &r[p]).map(Range::len).sum())
         .collect();
     let mut all = vec![0f32; counts.iter().sum()];
     pg.allgather_v(&mine, &mut all, &counts)?;
@@ -315,50 +315,17 @@ fn gather_provided(
 /// Lays [`gather_provided`]'s values out again.
 fn scatter(
     provides: &[Vec<Vec<Range<usize>>>],
+    params: &[usize],
     values: &[f32],
     mut put: impl FnMut(usize, Range<usize>, &[f32]),
 ) {
     let mut at = 0;
     for rank in provides {
-        for (p, ranges) in rank.iter().enumerate() {
-            for range in ranges {
+        for &p in params {
+            for range in &rank[p] {
                 put(p, range.clone(), &values[at..at + range.len()]);
                 at += range.len();
             }
-        }
-    }
-}
-
-/// [`gather_provided`] of one parameter.
-fn gather_provided_one(
-    pg: &ProcessGroup,
-    provides: &[Vec<Vec<Range<usize>>>],
-    p: usize,
-    mut values_of: impl FnMut(&Range<usize>) -> Vec<f32>,
-) -> Result<Vec<f32>> {
-    let me = pg.rank();
-    let mine: Vec<f32> = provides[me][p].iter().flat_map(&mut values_of).collect();
-    let counts: Vec<usize> = provides
-        .iter()
-        .map(|r| r[p].iter().map(Range::len).sum())
-        .collect();
-    let mut all = vec![0f32; counts.iter().sum()];
-    pg.allgather_v(&mine, &mut all, &counts)?;
-    Ok(all)
-}
-
-/// Lays [`gather_provided_one`]'s values out again.
-fn scatter_one(
-    provides: &[Vec<Vec<Range<usize>>>],
-    p: usize,
-    values: &[f32],
-    mut put: impl FnMut(Range<usize>, &[f32]),
-) {
-    let mut at = 0;
-    for rank in provides {
-        for range in &rank[p] {
-            put(range.clone(), &values[at..at + range.len()]);
-            at += range.len();
         }
     }
 }
