@@ -7,7 +7,9 @@
 //! replicas in the other groups still hold them (torchft's HSDP case). When the group is
 //! re-formed (without the dead rank, or with its replacement: Note [Generations]), every rank
 //! of the new group says which step its state belongs to and which elements of each parameter
-//! it holds; the lowest rank at the newest step that holds an element provides it. One
+//! it holds; a rank one step behind that holds that step's averaged gradients (its commit
+//! vote failed where another's completed: Note [Commit vote] in phalanx-ddp) takes the step
+//! first; the lowest rank at the newest step that holds an element provides it. One
 //! all-gather of the provided values (and one of the optimizer state's, field by field) makes
 //! every rank's model and optimizer state whole again, as a resumed checkpoint is: the trainer
 //! then shards them over the new group (whose shard groups are the old size when it divides
@@ -39,23 +41,49 @@ use crate::{Classifier, Error, Optim, Result};
 pub(crate) fn resync_sharded<M: Classifier>(
     pg: &ProcessGroup,
     template: &M,
-    local: Option<&LocalShard<M>>,
-    optim: &Optim,
+    mut local: Option<&mut LocalShard<M>>,
+    optim: &mut Optim,
     held: Option<Position>,
 ) -> Result<(M, Position, usize, Option<Vec<u8>>)> {
     let (rank, world) = (pg.rank(), pg.world_size());
     let mine = held.map_or(-1, |p| p.global_step as i64);
-    let mut steps = vec![0i64; world];
-    pg.allgather(&[mine], &mut steps)?;
-    let newest = *steps.iter().max().expect("a group has a rank");
+    let pending = local.as_ref().is_some_and(|l| l.pending.is_some());
+    let mut said = vec![0i64; 2 * world];
+    pg.allgather(&[mine, pending as i64], &mut said)?;
+    let newest = said
+        .chunks(2)
+        .map(|s| s[0])
+        .max()
+        .expect("a group has a rank");
+    // A rank one step behind with that step's gradients takes it: a vote completed, so every
+    // rank was to (Note [Commit vote] in phalanx-ddp).
+    let steps: Vec<i64> = said
+        .chunks(2)
+        .map(|s| match s[0] + 1 == newest && s[1] == 1 {
+            true => newest,
+            false => s[0],
+        })
+        .collect();
+    if steps[rank] != mine {
+        let l = local
+            .as_mut()
+            .expect("a rank with a pending step holds its shard");
+        l.commit_pending(|s, g| optim.step(s, g))?;
+        tracing::info!(
+            step = newest,
+            "fault tolerance: took step {newest}, which another rank's commit vote completed"
+        );
+    }
+    let local = local.as_deref();
     if newest < 0 {
         return Err(Error::Config(
             "fault tolerance: no rank of the new process group holds the training state".into(),
         ));
     }
-    let source = steps
-        .iter()
-        .position(|&s| s == newest)
+    // The position comes from a rank whose own step is the newest.
+    let source = said
+        .chunks(2)
+        .position(|s| s[0] == newest)
         .expect("the newest is someone's");
     let holding = steps[rank] == newest;
     let position = Handover {

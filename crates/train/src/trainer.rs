@@ -261,13 +261,15 @@ fn train_group<M: Classifier>(
             if let Some(since) = regroup {
                 let took = pos.is_none();
                 let from = if sharded {
-                    let template = local
-                        .as_ref()
-                        .map(|l| &l.module)
-                        .or(model.as_ref())
-                        .expect("a rank holds its shards or a freshly built model");
+                    // A replacement's template is its freshly built model; a survivor's, its
+                    // own module.
+                    let built = model.take();
+                    let (template, mine) = match local.as_mut() {
+                        Some(l) => (l.module.clone(), Some(l)),
+                        None => (built.expect("a replacement builds its model"), None),
+                    };
                     let (synced, at, from, state) =
-                        resync_sharded(&pg, template, local.as_ref(), &optim, pos)?;
+                        resync_sharded(&pg, &template, mine, &mut optim, pos)?;
                     model = Some(synced);
                     local = None;
                     optim = Optim::new(cfg.optim);
@@ -376,7 +378,12 @@ fn train_group<M: Classifier>(
                 pg.abort_on_panic();
                 regroup = Some(since);
             }
-            (Err(e), Some(ft)) if pg.failure().is_some() => {
+            // A subgroup's collective (a shard group's, a replica group's) can fail before the
+            // whole group learns of it: that rank breaks the group for everyone.
+            (Err(e), Some(ft)) if pg.failure().is_some() || broke_a_group(&e) => {
+                if pg.failure().is_none() {
+                    pg.abort(&e.to_string());
+                }
                 let failed_at = Instant::now();
                 tracing::warn!(
                     slot,
@@ -399,6 +406,15 @@ fn train_group<M: Classifier>(
             (Ok(Outcome::Advance(_)), None) => unreachable!("only fault tolerance advances"),
         }
     }
+}
+
+/// Whether `e` is a collective's failure (of the group or of one of its subgroups).
+fn broke_a_group(e: &Error) -> bool {
+    use phalanx_ddp::Error as Ddp;
+    matches!(
+        e,
+        Error::Pg(_) | Error::Ddp(Ddp::Collective { .. } | Ddp::Sync { .. } | Ddp::Setup { .. })
+    )
 }
 
 /// The seed of step `step`'s random draws: SplitMix64 of the run's seed and the step.

@@ -27,6 +27,21 @@
 //! which reduce-scatters its gradients through the reducer as above. So the gathered
 //! parameters alive at once are the root's plus the one or two blocks being computed (FSDP2
 //! with the root and each block wrapped).
+//!
+//! Note [Commit vote]
+//! A held step ([`sync_and_step_unfused`](FullyShardedDataParallel::sync_and_step_unfused),
+//! the clipped one: what fault tolerance runs) must leave every rank's shard either stepped or
+//! as it was, the same on every rank: under `hybrid` a rank's pieces are also its replicas',
+//! and a group re-formed after a failure needs one step's copy of each (Note [Regroup of
+//! shards] in phalanx-train). The collectives of one step run in several groups (the shard
+//! group's reduce-scatter, the replica group's allreduce), so a rank can die after some ranks
+//! finished theirs and before others did. So once every gradient has arrived (and the
+//! buffers are synchronised, and no block's gather failed) each rank enters one allreduce of
+//! the whole group, the vote, and steps only when it completes. The vote completes on a rank
+//! only after every rank entered it, that is after every rank holds its averaged gradients:
+//! a rank whose vote fails keeps them ([`LocalShard::pending`]), and when the re-formed group
+//! finds a rank one step ahead (its vote completed), the ranks one step behind that hold them
+//! take that step ([`LocalShard::commit_pending`]); when none is ahead, nobody stepped.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -107,6 +122,16 @@ pub struct FullyShardedDataParallel<M: Module> {
     hook: Arc<dyn CommHook>,
     /// Under `full`: whether the module holds the root's gathered parameters now.
     unsharded: bool,
+    /// A held step whose commit vote failed on this rank (Note [Commit vote]).
+    prepared: Option<Box<Prepared>>,
+}
+
+/// A held step's averaged gradients, waiting for the commit vote (Note [Commit vote]).
+#[derive(Debug)]
+struct Prepared {
+    /// Each unit's averaged (and clipped) gradients of this rank's block of it.
+    held: Vec<(usize, Vec<f32>)>,
+    agreement: Agreement,
 }
 
 impl<M: Module> FullyShardedDataParallel<M> {
@@ -327,6 +352,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             hook,
             // Under `full` every trainable tensor was freed above.
             unsharded: !free,
+            prepared: None,
         };
         Ok(fsdp)
     }
@@ -548,11 +574,34 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .enumerate()
             .map(|(i, (p, range))| Ok((*p, range.clone(), shard.value(i)?)))
             .collect::<Result<Vec<_>>>()?;
+        let pending = self.prepared.take().map(|p| PendingStep {
+            grads: self.piece_gradients(&p),
+            shard: shard.clone(),
+        });
         Ok(LocalShard {
             module: self.module.take().expect("module is present between calls"),
             pieces,
             infos: self.infos.clone(),
+            pending,
         })
+    }
+
+    /// A prepared step's gradients, piece by piece (the pieces the step updates).
+    fn piece_gradients(&self, prepared: &Prepared) -> Vec<(usize, Vec<f32>)> {
+        let rank = self.shard_pg.rank();
+        let mut grads = Vec::new();
+        for (u, own) in &prepared.held {
+            let unit = self.unit(*u);
+            let start = unit.block(rank).start;
+            for slot in unit.slots(&self.ownership, rank) {
+                if prepared.agreement.is_used(slot.param) {
+                    let piece = self.piece_of[slot.param].expect("a slot of this rank is a piece");
+                    let grad = own[slot.in_unit.start - start..slot.in_unit.end - start].to_vec();
+                    grads.push((piece, grad));
+                }
+            }
+        }
+        grads
     }
 
     /// The value of every float tensor of the model, in canonical order, the trainable ones
@@ -683,6 +732,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
         apply: Apply,
         step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<(Agreement, Option<f32>)> {
+        // A step not taken is kept for the regroup that follows its failure only.
+        self.prepared = None;
         let mut grads = grads;
         let table = GradTable::new(self.module());
         if grads.is_some() {
@@ -696,12 +747,70 @@ impl<M: Module> FullyShardedDataParallel<M> {
         }
         self.block_registry.end_step();
         let failure = self.blocks.iter().find_map(|b| b.take_failure());
-        let (agreement, norm) = result?;
+        let (prepared, norm) = result?;
         if let Some(reason) = failure {
             return Err(Error::Options { reason });
         }
-        self.sync_buffers(&agreement)?;
+        self.sync_buffers(&prepared.agreement)?;
+        let agreement = prepared.agreement.clone();
+        if apply == Apply::Fused {
+            return Ok((agreement, norm));
+        }
+        // Note [Commit vote]: every rank holds its averaged gradients once this completes.
+        if let Err(source) = self.pg.allreduce(&mut [1i64], phalanx_core::ReduceOp::Sum) {
+            self.prepared = Some(Box::new(prepared));
+            return Err(Error::Sync {
+                op: "allreduce(the step's commit vote)",
+                source,
+            });
+        }
+        self.apply_prepared(prepared, step)?;
         Ok((agreement, norm))
+    }
+
+    /// Steps the shard with a held step's gradients, and brings the updated parameters back
+    /// (Note [Sharded step]).
+    fn apply_prepared(
+        &mut self,
+        prepared: Prepared,
+        step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<()> {
+        let rank = self.shard_pg.rank();
+        let roots = self.units.len();
+        let gather = !self.options.sharding.shards_parameters();
+        let mut shard = self.shard.lock().expect("not poisoned").take();
+        let mut gathers = Vec::new();
+        let mut failed = None;
+        for (u, own) in &prepared.held {
+            let unit = self.unit(*u);
+            let s = shard.take().expect("shard is present between calls");
+            let (ownership, piece_of, agreed) =
+                (&self.ownership, &self.piece_of, &prepared.agreement);
+            let s = step_unit(unit, ownership, rank, piece_of, s, own, agreed, step);
+            if gather && *u < roots {
+                match own_values(unit, ownership, rank, piece_of, &s) {
+                    Ok(values) => gathers.push(gather_unit(&self.shard_pg, unit, values)),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            shard = Some(s);
+        }
+        *self.shard.lock().expect("not poisoned") = shard;
+        let gathered = wait_all(gathers);
+        failed.map_or(Ok(()), Err)?;
+        self.place_gathered(gathered?)
+    }
+
+    /// Puts the gathered updated parameters into the module, or frees the gathered ones where
+    /// parameters are sharded.
+    fn place_gathered(&mut self, gathered: Vec<Vec<f32>>) -> Result<()> {
+        match self.options.sharding.shards_parameters() {
+            false => self.write_gathered(gathered),
+            true => {
+                self.reshard();
+                Ok(())
+            }
+        }
     }
 
     fn step_all(
@@ -711,7 +820,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         apply: Apply,
         step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
         from_blocks: Vec<super::unit::UnitGradients>,
-    ) -> Result<(Agreement, Option<f32>)> {
+    ) -> Result<(Prepared, Option<f32>)> {
         let block_used: Vec<(usize, bool)> = self
             .blocks
             .iter()
@@ -803,54 +912,29 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 }
             }
             let norm = match apply {
-                Apply::Fused => None,
-                Apply::Held | Apply::Clipped(_) => {
-                    let (norm, coef) = match apply {
-                        Apply::Clipped(max_norm) => {
-                            let norm = self.global_norm(&held)?;
-                            (Some(norm), (max_norm / (norm + 1e-6)).min(1.0))
-                        }
-                        _ => (None, 1.0),
-                    };
-                    for (u, own) in &mut held {
-                        if coef < 1.0 {
+                Apply::Clipped(max_norm) => {
+                    let norm = self.global_norm(&held)?;
+                    let coef = (max_norm / (norm + 1e-6)).min(1.0);
+                    if coef < 1.0 {
+                        for (_, own) in &mut held {
                             own.iter_mut().for_each(|g| *g *= coef);
                         }
-                        let unit = self.unit(*u);
-                        let s = shard.take().expect("shard is present between calls");
-                        let s =
-                            step_unit(unit, ownership, rank, piece_of, s, own, &agreement, step);
-                        if gather && *u < roots {
-                            let values = own_values(unit, ownership, rank, piece_of, &s)?;
-                            gathers.push(gather_unit(shard_pg, unit, values));
-                        }
-                        shard = Some(s);
                     }
-                    norm
+                    Some(norm)
                 }
+                Apply::Fused | Apply::Held => None,
             };
             Ok((agreement, norm))
         });
-        // Every launched all-gather completes before anything is returned.
-        let mut gathered = Vec::with_capacity(gathers.len());
-        let mut first_err = None;
-        for (k, work) in gathers.into_iter().enumerate() {
-            match wait_gather(work, k) {
-                Ok(buffer) => gathered.push(buffer),
-                Err(e) => first_err = first_err.or(Some(e)),
-            }
-        }
         *self.shard.lock().expect("not poisoned") = shard;
+        // Every launched all-gather completes before anything is returned; a held step
+        // launches none before its vote (Note [Commit vote]).
+        let gathered = wait_all(gathers);
         let (agreement, norm) = result?;
-        if let Some(e) = first_err {
-            return Err(e);
+        if apply == Apply::Fused {
+            self.place_gathered(gathered?)?;
         }
-        if gather {
-            self.write_gathered(gathered)?;
-        } else {
-            self.reshard();
-        }
-        Ok((agreement, norm))
+        Ok((Prepared { held, agreement }, norm))
     }
 
     /// Unit `u`: the root's first, then the blocks'.
@@ -973,6 +1057,19 @@ impl<M: Module> FullyShardedDataParallel<M> {
     }
 }
 
+/// Waits for every all-gather in `gathers`; the first failure, after all have ended.
+fn wait_all(gathers: Vec<Work<Vec<f32>>>) -> Result<Vec<Vec<f32>>> {
+    let mut gathered = Vec::with_capacity(gathers.len());
+    let mut first_err = None;
+    for (k, work) in gathers.into_iter().enumerate() {
+        match wait_gather(work, k) {
+            Ok(buffer) => gathered.push(buffer),
+            Err(e) => first_err = first_err.or(Some(e)),
+        }
+    }
+    first_err.map_or(Ok(gathered), Err)
+}
+
 /// What one rank of a sharded model holds ([`FullyShardedDataParallel::into_local`]).
 #[derive(Debug)]
 pub struct LocalShard<M> {
@@ -984,6 +1081,41 @@ pub struct LocalShard<M> {
     pub pieces: Vec<(usize, Range<usize>, Vec<f32>)>,
     /// Names and shapes of the trainable parameters, in canonical order.
     pub infos: Vec<ParamInfo>,
+    /// A step whose commit vote failed on this rank: its gradients, kept in case another
+    /// rank's vote completed (Note [Commit vote]).
+    pub pending: Option<PendingStep>,
+}
+
+/// A step prepared on a rank and not taken ([`LocalShard::pending`]).
+#[derive(Debug)]
+pub struct PendingStep {
+    /// The shard as the step found it (ids and device for the optimizer).
+    shard: ShardParams,
+    /// Each updated piece (index into [`LocalShard::pieces`]) and its averaged gradient.
+    grads: Vec<(usize, Vec<f32>)>,
+}
+
+impl<M> LocalShard<M> {
+    /// Takes the pending step with `step` (the optimizer that would have taken it), when
+    /// there is one: another rank's vote completed, so every rank was to take it (Note
+    /// [Commit vote]). Returns whether there was one.
+    pub fn commit_pending(
+        &mut self,
+        step: impl FnOnce(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<bool> {
+        let Some(PendingStep { shard, grads }) = self.pending.take() else {
+            return Ok(false);
+        };
+        let mut params = GradientsParams::new();
+        for (piece, grad) in grads {
+            shard.register_grad(piece, grad, &mut params);
+        }
+        let shard = step(shard, params);
+        for (i, piece) in self.pieces.iter_mut().enumerate() {
+            piece.2 = shard.value(i)?;
+        }
+        Ok(true)
+    }
 }
 
 /// How a step applies the averaged gradients.
