@@ -95,10 +95,11 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// A phalanx process group (the native side of `phalanx_torch.ProcessGroupPhalanx`).
+/// A phalanx process group (the native side of `phalanx_torch.PhalanxBackend`).
 #[pyclass(frozen, module = "phalanx_torch._native")]
 pub(crate) struct Group {
     pg: Arc<ProcessGroup>,
+    timeout: Duration,
 }
 
 impl Group {
@@ -126,13 +127,17 @@ impl Group {
 impl Group {
     /// Connects rank `rank` of `world_size` through `store` (PyTorch's, as handed to the
     /// backend factory). `timeout_s` bounds every collective (`PHALANX_TIMEOUT` wins when set).
+    /// `subgroup`: the group is not the job's ranks in the job's order (`new_group`,
+    /// `split_group`, a DeviceMesh dimension), so the launcher's local ranks do not apply.
     #[new]
+    #[pyo3(signature = (store, rank, world_size, timeout_s, subgroup = false))]
     fn new(
         py: Python<'_>,
         store: Py<PyAny>,
         rank: usize,
         world_size: usize,
         timeout_s: f64,
+        subgroup: bool,
     ) -> PyResult<Group> {
         let timeout = match var("PHALANX_TIMEOUT") {
             Some(_) => phalanx_core::Timeout::from_env()
@@ -140,8 +145,8 @@ impl Group {
             None => Duration::from_secs_f64(timeout_s.max(0.001)),
         };
         let num = |k: &str, default: usize| var(k).and_then(|v| v.parse().ok()).unwrap_or(default);
-        // A subgroup (a group smaller than the job) has no launcher variables of its own.
-        let whole_job = num("WORLD_SIZE", world_size) == world_size;
+        // A subgroup has no launcher variables of its own.
+        let whole_job = !subgroup && num("WORLD_SIZE", world_size) == world_size;
         let placement = Placement {
             rank,
             world_size,
@@ -170,7 +175,16 @@ impl Group {
         let pg = py
             .detach(|| phalanx_pg::connect(placement, store, None, &auth, timeout, sel.ip, opts))
             .map_err(err)?;
-        Ok(Group { pg: Arc::new(pg) })
+        Ok(Group {
+            pg: Arc::new(pg),
+            timeout,
+        })
+    }
+
+    /// Seconds every wait of this group is bounded by (`PHALANX_TIMEOUT`, else the one given).
+    #[getter]
+    fn timeout_s(&self) -> f64 {
+        self.timeout.as_secs_f64()
     }
 
     #[getter]
@@ -217,6 +231,27 @@ impl Group {
         })
     }
 
+    /// Blocks of different sizes, in bytes: rank p's `send` (`counts[p]` bytes) lands at
+    /// `counts[..p].sum()` in every rank's `recv`.
+    fn allgather_v(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        counts: Vec<usize>,
+    ) -> PyResult<()> {
+        let mine = counts.get(self.pg.rank()).copied().unwrap_or(0);
+        let total = counts.iter().sum();
+        // SAFETY: see `slice`; send and recv do not overlap (Python copies an overlapping input).
+        self.detached(py, |pg| {
+            pg.allgather_v(
+                unsafe { slice::<u8>(send, mine) },
+                unsafe { slice_mut::<u8>(recv, total) },
+                &counts,
+            )
+        })
+    }
+
     /// `send` holds `world_size × n` elements; block `rank` of their reduction lands in `recv`.
     /// phalanx reduces in place, so `send` is copied first: the caller's input is left as it was.
     fn reduce_scatter(
@@ -235,6 +270,30 @@ impl Group {
             typed!(dt, T => {
                 let mut scratch = unsafe { slice::<T>(send, n * world) }.to_vec();
                 pg.reduce_scatter(&mut scratch, unsafe { slice_mut::<T>(recv, n) }, op)
+            })
+        })
+    }
+
+    /// Blocks of different sizes, in elements: block p of `send` (`counts[p]` elements, at
+    /// `counts[..p].sum()`) is reduced over the ranks into rank p's `recv`. `send` is copied
+    /// first, as for `reduce_scatter`.
+    fn reduce_scatter_v(
+        &self,
+        py: Python<'_>,
+        send: usize,
+        recv: usize,
+        counts: Vec<usize>,
+        dt: &str,
+        op: &str,
+    ) -> PyResult<()> {
+        let (dt, op) = (dtype(dt)?, reduce_op(op)?);
+        let mine = counts.get(self.pg.rank()).copied().unwrap_or(0);
+        let total = counts.iter().sum();
+        // SAFETY: see `slice`.
+        self.detached(py, |pg| {
+            typed!(dt, T => {
+                let mut scratch = unsafe { slice::<T>(send, total) }.to_vec();
+                pg.reduce_scatter_v(&mut scratch, unsafe { slice_mut::<T>(recv, mine) }, &counts, op)
             })
         })
     }

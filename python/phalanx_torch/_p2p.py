@@ -1,0 +1,164 @@
+"""Point-to-point operations of one backend: held sends and receives, and receives from any
+source.
+
+Note [Deferred point-to-point]: phalanx runs a group's operations one at a time, so an irecv
+run at once would block before the matching isend of the same rank is even posted (a ring of
+`irecv; isend; wait` would hang). Sends and receives are therefore held until something needs
+them: waiting on any of them, or the next collective. Then all held ones move together
+(phalanx's batch_isend_irecv, every direction at once), in order with the collectives around
+them. What this cannot do, where Gloo can: a receive still held when the next collective
+starts completes before it, so a peer that sends only after that collective makes both wait
+until the timeout (which names the peer).
+
+Note [Receive from any source]: phalanx's transport receives from a named peer. So that a
+receive from any source (`dist.recv(t)` without `src`) can name one, every send is announced
+in the group's store: a counter per (destination, source, tag), added to by a thread of its
+own so that the sender never waits for the store. This rank counts what it has received from
+each (source, tag); a receive from any source waits until some source's counter is ahead of
+what this rank received from it (the lowest such rank), then receives from that source like
+any other receive. Messages of one pair still arrive in the order sent, and a receive naming
+its source counts too, so the counters stay in step.
+"""
+
+import atexit
+import queue
+import threading
+import time
+
+from ._native import PhalanxError
+from ._tensors import raw, single
+from ._work import P2PWork, Work
+
+# How often a receive from any source looks at the store, at first and at most.
+_POLL_FIRST_S = 0.0005
+_POLL_MAX_S = 0.02
+
+
+def _announced(dst, src, tag):
+    return f"phalanx/p2p/{dst}/{src}/{tag}"
+
+
+class PointToPoint:
+    """Held sends and receives of one backend (`run` runs a job in the backend's order)."""
+
+    def __init__(self, native, store, run):
+        self._native = native
+        self._store = store
+        self._run = run
+        self._lock = threading.Lock()
+        self._held = []  # (is_send, tensor, peer or None, tag, work)
+        self._received = {}  # (source, tag) -> messages received from it
+        self._announcer = None
+
+    def pending(self):
+        return bool(self._held)
+
+    def send(self, tensors, dst, tag):
+        t = single(tensors, "send")
+        raw(t, "send")
+        self._announce(dst, tag)
+        return self._hold(True, t, dst, tag)
+
+    def recv(self, tensors, src, tag):
+        t = single(tensors, "recv")
+        raw(t, "recv")
+        return self._hold(False, t, src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        t = single(tensors, "recv from any source")
+        raw(t, "recv from any source")
+        return self._hold(False, t, None, tag)
+
+    def _hold(self, is_send, t, peer, tag):
+        work = P2PWork(self, [t], source=None if is_send else peer)
+        with self._lock:
+            self._held.append((is_send, t, peer, tag, work))
+        return work
+
+    def _announce(self, dst, tag):
+        if self._announcer is None:
+            self._announcer = _Announcer(self._store)
+        self._announcer.put(_announced(dst, self._native.rank, tag))
+
+    def flush(self):
+        """Moves every held operation, in one batch (Note [Deferred point-to-point])."""
+        with self._lock:
+            held, self._held = self._held, []
+        if not held:
+            return
+        try:
+            sources = [self._source(peer, tag) if not is_send else peer
+                       for is_send, _, peer, tag, _ in held]
+        except PhalanxError as e:
+            for *_, work in held:
+                work._started(Work([], error=e))
+            return
+        ops = [(is_send, t.data_ptr(), t.numel() * t.element_size(), peer, tag)
+               for (is_send, t, _, tag, _), peer in zip(held, sources)]
+        keep = [t for _, t, _, _, _ in held]
+        inner = self._run(None, keep, self._native.p2p_batch, ops)
+        for (is_send, _, _, _, work), peer in zip(held, sources):
+            work._started(inner, None if is_send else peer)
+
+    def _source(self, peer, tag):
+        """The source of a receive: its peer, or for a receive from any source the lowest rank
+        whose announced sends with `tag` are ahead of what came from it (Note [Receive from any
+        source]); counted as received."""
+        if peer is None:
+            peer = self._wait_for_sender(tag)
+        self._received[(peer, tag)] = self._received.get((peer, tag), 0) + 1
+        return peer
+
+    def _wait_for_sender(self, tag):
+        me, world = self._native.rank, self._native.world_size
+        others = [r for r in range(world) if r != me]
+        timeout = self._native.timeout_s
+        deadline = time.monotonic() + timeout
+        pause = _POLL_FIRST_S
+        while True:
+            for src in others:
+                if self._store.add(_announced(me, src, tag), 0) > self._received.get((src, tag), 0):
+                    return src
+            if time.monotonic() >= deadline:
+                raise PhalanxError(
+                    f"rank {me}: recv from any source (tag {tag}): none of ranks {others} sent "
+                    f"this rank a message with that tag within {timeout:g} s"
+                )
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_MAX_S)
+
+    def close(self):
+        if self._announcer is not None:
+            self._announcer.close()
+
+
+class _Announcer:
+    """A thread that adds to the store's send counters (Note [Receive from any source]), so
+    that a send never waits for the store."""
+
+    def __init__(self, store):
+        self._store = store
+        self._queue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="phalanx-announce", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)  # a send's announcement outlives a script that exits
+
+    def put(self, key):
+        self._queue.put(key)
+
+    def _loop(self):
+        while True:
+            key = self._queue.get()
+            if key is None:
+                return
+            try:
+                self._store.add(key, 1)
+            except Exception:  # noqa: BLE001 - the store is gone: the job is ending
+                return
+
+    def close(self):
+        """Waits until every announcement is in the store."""
+        if not self._thread.is_alive():
+            return
+        self._queue.put(None)
+        self._thread.join(timeout=5)
