@@ -2,7 +2,6 @@
 //! and restarts them after a failure while `--max-restarts` allows.
 
 use std::ffi::OsString;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +11,7 @@ use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore, TorchClien
 use sha2::{Digest, Sha256};
 
 use crate::coordinate::Coordinator;
+use crate::rdzv::{self, Host, Meeting};
 use crate::round::{End, Job};
 use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};
 
@@ -28,18 +28,32 @@ pub(crate) struct Agent<'a> {
     job: Job<'a>,
     /// This node's side of the conversation with the other agents.
     coord: Coordinator,
+    /// The node rank this agent took on arrival (c10d) and its identity, given back when it
+    /// ends (Note [c10d node ranks]).
+    arrival: Option<(u32, String)>,
     /// The store, hosted here on node 0 (kept alive until the agent ends).
     _server: Option<StoreServer>,
 }
 
 impl<'a> Agent<'a> {
-    /// Hosts the store (node 0) or connects to it (other nodes).
+    /// Hosts the store (node 0) or connects to it (other nodes), as the rendezvous flags say
+    /// (`rdzv.rs`).
     pub(crate) fn start(
-        args: &'a LaunchArgs,
+        args: &LaunchArgs,
         program: &'a [OsString],
         signature: String,
     ) -> anyhow::Result<Self> {
-        let timeout = Timeout::from_env()?;
+        let mut args = args.clone();
+        let timeout = match args.rdzv_conf.join_timeout {
+            Some(t) => t,
+            None => Timeout::from_env()?,
+        };
+        for note in args.rdzv_conf.unused_notes() {
+            eprintln!("phalanx launch: {note}");
+        }
+        if let Some(last_call) = args.rdzv_conf.last_call {
+            args.rdzv_last_call = last_call;
+        }
         let token = if args.nnodes.max > 1 {
             let t = Auth::from_env().token;
             if t.is_empty() {
@@ -61,10 +75,22 @@ impl<'a> Agent<'a> {
             None => hex(&Auth::random("").token[..6]),
         };
         let auth = Auth::new(run_id.clone(), token);
-        let (master_addr, requested) = if args.standalone {
-            ("127.0.0.1".to_string(), 0)
-        } else {
-            master_from_env(args, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        let meeting =
+            Meeting::from_args(&args, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))?;
+        let (master_addr, requested) = (meeting.addr.clone(), meeting.port);
+        let local_ifname = match &args.local_addr {
+            Some(a) => Some(interface_of(a)?),
+            None => None,
+        };
+        let host = hostname();
+        let nonce = hex(&Auth::random("").token[..8]);
+        let mut arrival = None;
+        let hosted = match meeting.host {
+            Host::There => None,
+            _ => {
+                let addr = rdzv::resolve(&master_addr, requested, timeout)?;
+                meeting.hosts_here(addr).then_some(addr)
+            }
         };
         #[allow(clippy::type_complexity)]
         let (server, store, ctl, master_port): (
@@ -72,8 +98,7 @@ impl<'a> Agent<'a> {
             Arc<dyn Store>,
             Arc<dyn Store>,
             u16,
-        ) = if args.node_rank == 0 {
-            let addr = resolve(&master_addr, requested)?;
+        ) = if let Some(addr) = hosted {
             // Note [Two protocols on one port] (phalanx-store): PyTorch workers reach this
             // store too; from other hosts only when asked, since their protocol cannot
             // authenticate.
@@ -97,6 +122,9 @@ impl<'a> Agent<'a> {
                 })?;
             let port = server.local_addr().port();
             let store: Arc<dyn Store> = Arc::new(server.local_store());
+            if meeting.ranks_on_arrival {
+                args.node_rank = Some(0);
+            }
             (Some(server), store.clone(), store, port)
         } else {
             let addr = format!("{master_addr}:{requested}");
@@ -113,17 +141,23 @@ impl<'a> Agent<'a> {
                     reason: e.to_string(),
                 }
             })?;
+            if meeting.ranks_on_arrival {
+                let me = format!("{host} {nonce}");
+                let k = rdzv::take_node_rank(&store, args.nnodes.max, &me)?;
+                eprintln!("phalanx launch: c10d rendezvous at {addr}: this is node {k}");
+                args.node_rank = Some(k);
+                arrival = Some((k, me));
+            }
             (None, Arc::new(store), Arc::new(ctl), requested)
         };
         let set_omp = args.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none();
         if set_omp {
             eprintln!("{}", crate::worker_env::OMP_WARNING);
         }
-        let host = hostname();
         let coord = Coordinator::new(
             ctl,
             args.nnodes.max,
-            args.node_rank,
+            args.node_rank(),
             host.clone(),
             timeout,
             args.monitor_interval,
@@ -137,7 +171,8 @@ impl<'a> Agent<'a> {
             master_addr,
             master_port,
             host,
-            nonce: hex(&Auth::random("").token[..8]),
+            nonce,
+            local_ifname,
             set_omp,
             store,
             timeout,
@@ -146,6 +181,7 @@ impl<'a> Agent<'a> {
         Ok(Agent {
             job,
             coord,
+            arrival,
             _server: server,
         })
     }
@@ -202,38 +238,12 @@ impl<'a> Agent<'a> {
     }
 }
 
-/// `--master-addr`/`--master-port`, except that a multi-node agent left at the defaults takes
-/// `MASTER_ADDR`/`MASTER_PORT` from its environment when no `PET_MASTER_*` is set: Kubeflow's
-/// PyTorchJob sets those (and `PET_NNODES`, `PET_NODE_RANK`) but not `PET_MASTER_ADDR`.
-fn master_from_env(args: &LaunchArgs, var: &dyn Fn(&str) -> Option<String>) -> (String, u16) {
-    let (mut addr, mut port) = (args.master_addr.clone(), args.master_port);
-    if args.nnodes.max > 1 {
-        let defaults = LaunchArgs::default();
-        if addr == defaults.master_addr && var("PET_MASTER_ADDR").is_none() {
-            if let Some(a) = var("MASTER_ADDR") {
-                eprintln!("phalanx launch: using MASTER_ADDR={a} from the environment");
-                addr = a;
-            }
-        }
-        if port == defaults.master_port && var("PET_MASTER_PORT").is_none() {
-            if let Some(p) = var("MASTER_PORT").and_then(|p| p.parse().ok()) {
-                port = p;
-            }
+impl Drop for Agent<'_> {
+    fn drop(&mut self) {
+        if let Some((k, me)) = &self.arrival {
+            rdzv::give_back_node_rank(&*self.job.store, *k, me);
         }
     }
-    (addr, port)
-}
-
-fn resolve(host: &str, port: u16) -> Result<SocketAddr, Error> {
-    let resolve_err = |reason: String| Error::Resolve {
-        addr: host.to_string(),
-        reason,
-    };
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|e| resolve_err(e.to_string()))?
-        .next()
-        .ok_or_else(|| resolve_err("no addresses".into()))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -241,7 +251,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// This machine's host name, for the summary table.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
@@ -253,40 +263,32 @@ fn hostname() -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kubeflow_master_variables_fill_in_defaults() {
-        let env = |k: &str| match k {
-            "MASTER_ADDR" => Some("job-master-0".to_string()),
-            "MASTER_PORT" => Some("23456".to_string()),
-            _ => None,
-        };
-        let multi = LaunchArgs {
-            nnodes: crate::Nnodes::fixed(2),
-            ..LaunchArgs::default()
-        };
-        assert_eq!(
-            master_from_env(&multi, &env),
-            ("job-master-0".into(), 23456)
-        );
-        // Explicit values and single-node jobs keep their own.
-        let explicit = LaunchArgs {
-            master_addr: "10.0.0.1".into(),
-            master_port: 29600,
-            ..multi.clone()
-        };
-        assert_eq!(master_from_env(&explicit, &env), ("10.0.0.1".into(), 29600));
-        let single = LaunchArgs::default();
-        assert_eq!(master_from_env(&single, &env), ("127.0.0.1".into(), 29500));
-        // PET_MASTER_ADDR (already in --master-addr through clap) wins over MASTER_ADDR.
-        let pet = |k: &str| {
-            (k == "PET_MASTER_ADDR")
-                .then(|| "127.0.0.1".to_string())
-                .or(env(k))
-        };
-        assert_eq!(master_from_env(&multi, &pet).0, "127.0.0.1");
-    }
+/// The interface that holds `--local-addr` (an address or a name resolving to one), for the
+/// workers' `PHALANX_SOCKET_IFNAME`.
+fn interface_of(addr: &str) -> Result<String, Error> {
+    use std::net::ToSocketAddrs;
+    let bad = |reason: String| Error::BadFlag {
+        flag: "--local-addr",
+        reason,
+    };
+    let ips: Vec<std::net::IpAddr> = (addr, 0)
+        .to_socket_addrs()
+        .map_err(|e| bad(format!("{addr:?} does not resolve: {e}")))?
+        .map(|a| a.ip())
+        .collect();
+    let ifaces = if_addrs::get_if_addrs().unwrap_or_default();
+    ifaces
+        .iter()
+        .find(|i| ips.contains(&i.ip()))
+        .map(|i| i.name.clone())
+        .ok_or_else(|| {
+            let held: Vec<String> = ifaces
+                .iter()
+                .map(|i| format!("{} {}", i.name, i.ip()))
+                .collect();
+            bad(format!(
+                "{addr:?} ({ips:?}) is not an address of this machine (its interfaces: {})",
+                held.join(", ")
+            ))
+        })
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::rdzv::{RdzvBackend, RdzvConf};
 use crate::tee::{Streams, Tee};
 use crate::Error;
 
@@ -27,10 +28,11 @@ use crate::Error;
 /// ```
 #[derive(clap::Args, Clone, Debug)]
 pub struct LaunchArgs {
-    /// Worker processes to start on this node.
+    /// Worker processes to start on this node: a number, or torchrun's `gpu` (one per GPU),
+    /// `cpu` (one per CPU this process may run on) or `auto` (`gpu` when there are GPUs, else
+    /// `cpu`).
     #[arg(long = "nproc-per-node", alias = "nproc_per_node", env = "PET_NPROC_PER_NODE",
-          default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..),
-          help_heading = "Launch")]
+          default_value = "1", value_parser = parse_nproc, help_heading = "Launch")]
     pub nproc_per_node: u32,
 
     /// Number of nodes (hosts) in the job: `N`, or `MIN:MAX` for an elastic job that starts
@@ -47,15 +49,42 @@ pub struct LaunchArgs {
           default_value = "3", value_parser = parse_secs, help_heading = "Launch")]
     pub rdzv_last_call: Duration,
 
-    /// Rank of this node, 0..nnodes. Node 0 hosts the rendezvous store.
+    /// Rank of this node, 0..nnodes (default 0). Node 0 hosts the rendezvous store. Under
+    /// `--rdzv-backend c10d` nodes take ranks as they arrive instead.
     #[arg(
         long = "node-rank",
         alias = "node_rank",
         env = "PET_NODE_RANK",
-        default_value_t = 0,
         help_heading = "Launch"
     )]
-    pub node_rank: u32,
+    pub node_rank: Option<u32>,
+
+    /// How the nodes meet (torchrun's flag): `static` (node 0 hosts the store at
+    /// --master-addr:--master-port, every node gives --node-rank) or `c10d` (the node at
+    /// --rdzv-endpoint hosts it, the others take node ranks as they arrive). etcd is refused:
+    /// phalanx's rendezvous needs no service of its own.
+    #[arg(long = "rdzv-backend", alias = "rdzv_backend", env = "PET_RDZV_BACKEND",
+          default_value = "static", value_parser = clap::value_parser!(RdzvBackend),
+          help_heading = "Launch")]
+    pub rdzv_backend: RdzvBackend,
+
+    /// `HOST[:PORT]` of the rendezvous (torchrun's flag; c10d's port defaults to 29400). Under
+    /// `static` it stands for --master-addr:--master-port.
+    #[arg(
+        long = "rdzv-endpoint",
+        alias = "rdzv_endpoint",
+        env = "PET_RDZV_ENDPOINT",
+        help_heading = "Launch"
+    )]
+    pub rdzv_endpoint: Option<String>,
+
+    /// torchrun's rendezvous options, `KEY=VALUE,...`: `timeout`/`join_timeout` (seconds to
+    /// wait for the store and the nodes, instead of PHALANX_TIMEOUT), `last_call_timeout`
+    /// (--rdzv-last-call), `is_host` (c10d: this node hosts the store). torchrun's other keys
+    /// are accepted and named as unused; unknown keys are refused.
+    #[arg(long = "rdzv-conf", alias = "rdzv_conf", env = "PET_RDZV_CONF", default_value = "",
+          value_parser = clap::value_parser!(RdzvConf), help_heading = "Launch")]
+    pub rdzv_conf: RdzvConf,
 
     /// Address of node 0; its agent binds the store to exactly this address.
     #[arg(
@@ -139,6 +168,40 @@ pub struct LaunchArgs {
           value_parser = Tee::from_str, help_heading = "Launch")]
     pub tee: Option<Tee>,
 
+    /// Which streams go to the --log-dir files *instead of* the console (torchrun's `-r`):
+    /// same values as --tee.
+    #[arg(short = 'r', long, env = "PET_REDIRECTS", value_parser = Tee::from_str,
+          help_heading = "Launch")]
+    pub redirects: Option<Tee>,
+
+    /// This node's address as the other nodes reach it (torchrun's flag): what its workers
+    /// publish for the mesh, instead of the address of the interface that routes to the master.
+    #[arg(
+        long = "local-addr",
+        alias = "local_addr",
+        env = "PET_LOCAL_ADDR",
+        help_heading = "Launch"
+    )]
+    pub local_addr: Option<String>,
+
+    /// The workers' role (torchrun's flag): `ROLE_NAME` and `${role_name}` in
+    /// --log-line-prefix-template.
+    #[arg(
+        long,
+        env = "PET_ROLE",
+        default_value = "default",
+        help_heading = "Launch"
+    )]
+    pub role: String,
+
+    /// The signals the agent catches and forwards to its workers before stopping them
+    /// (torchrun's flag), e.g. `SIGTERM,SIGINT,SIGUSR1` for Slurm's warning before a time
+    /// limit (`--signal=B:USR1@T`).
+    #[arg(long = "signals-to-handle", alias = "signals_to_handle",
+          env = "PET_SIGNALS_TO_HANDLE", default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+          value_parser = crate::signals::parse_signals, help_heading = "Launch")]
+    pub signals_to_handle: crate::signals::SignalSet,
+
     /// Show only these local ranks' output on the console, e.g. `0` or `0,2`
     /// (log files still get every rank).
     #[arg(
@@ -187,7 +250,10 @@ impl Default for LaunchArgs {
             nproc_per_node: 1,
             nnodes: Nnodes::fixed(1),
             rdzv_last_call: Duration::from_secs(3),
-            node_rank: 0,
+            node_rank: None,
+            rdzv_backend: RdzvBackend::Static,
+            rdzv_endpoint: None,
+            rdzv_conf: RdzvConf::default(),
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
             standalone: false,
@@ -197,6 +263,10 @@ impl Default for LaunchArgs {
             startup_window: Duration::from_secs(1),
             log_dir: None,
             tee: None,
+            redirects: None,
+            local_addr: None,
+            role: "default".into(),
+            signals_to_handle: crate::signals::SignalSet::default(),
             local_ranks_filter: None,
             log_line_prefix_template: None,
             torch_store: false,
@@ -215,7 +285,7 @@ impl LaunchArgs {
             Some(t) => t
                 .replace("${rank}", &rank.to_string())
                 .replace("${local_rank}", &local_rank.to_string())
-                .replace("${role_name}", "default"),
+                .replace("${role_name}", &self.role),
         }
     }
 
@@ -226,11 +296,20 @@ impl LaunchArgs {
         if self.nnodes.min == 0 {
             return bad("--nnodes", "must be at least 1".into());
         }
-        if self.node_rank >= self.nnodes.max {
+        if self.node_rank() >= self.nnodes.max {
             return bad(
                 "--node-rank",
-                format!("{} is not below --nnodes {}", self.node_rank, self.nnodes),
+                format!("{} is not below --nnodes {}", self.node_rank(), self.nnodes),
             );
+        }
+        if self.redirects.is_some() && self.log_dir.is_none() {
+            return bad(
+                "--redirects",
+                "needs --log-dir to know where to write".into(),
+            );
+        }
+        if self.role.is_empty() {
+            return bad("--role", "must not be empty".into());
         }
         if self.standalone && self.nnodes.max != 1 {
             return bad(
@@ -261,6 +340,20 @@ impl LaunchArgs {
         Ok(())
     }
 
+    /// This node's rank (`--node-rank`, 0 when not given).
+    pub fn node_rank(&self) -> u32 {
+        self.node_rank.unwrap_or(0)
+    }
+
+    /// The streams of `local_rank` that go to log files instead of the console
+    /// (`--redirects`).
+    pub fn redirected_streams(&self, local_rank: u32) -> Streams {
+        match &self.redirects {
+            None => Streams::NONE,
+            Some(r) => r.for_local_rank(local_rank),
+        }
+    }
+
     /// Whether `local_rank`'s output is shown on the console.
     pub fn shows(&self, local_rank: u32) -> bool {
         self.local_ranks_filter
@@ -273,7 +366,9 @@ impl LaunchArgs {
         match (&self.log_dir, &self.tee) {
             (None, _) => Streams::NONE,
             (Some(_), None) => Streams::BOTH,
-            (Some(_), Some(t)) => t.for_local_rank(local_rank),
+            (Some(_), Some(t)) => {
+                t.for_local_rank(local_rank) | self.redirected_streams(local_rank)
+            }
         }
     }
 }
@@ -369,6 +464,69 @@ pub(crate) fn parse_nnodes(text: &str) -> Result<Nnodes, String> {
     }
 }
 
+/// `--nproc-per-node`: a positive number, `gpu`, `cpu` or `auto` (torchrun's values).
+pub(crate) fn parse_nproc(text: &str) -> Result<u32, String> {
+    let cpus = || {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    };
+    match text.trim() {
+        "cpu" => Ok(cpus()),
+        "gpu" => match gpu_count() {
+            0 => Err(format!(
+                "gpu: no GPU is visible on this node ({}); give a number, `cpu` or `auto`",
+                gpu_visibility()
+            )),
+            n => Ok(n),
+        },
+        "auto" => Ok(match gpu_count() {
+            0 => cpus(),
+            n => n,
+        }),
+        n => match n.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "{n:?} is not a process count (a positive number, or gpu, cpu, auto)"
+            )),
+        },
+    }
+}
+
+/// GPUs this node's workers can use: the NVIDIA devices (`/dev/nvidiaN`, without loading
+/// CUDA), as many as `CUDA_VISIBLE_DEVICES` leaves visible when it is set.
+fn gpu_count() -> u32 {
+    let devices = std::fs::read_dir("/dev")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.strip_prefix("nvidia")
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count() as u32
+        })
+        .unwrap_or(0);
+    match std::env::var("CUDA_VISIBLE_DEVICES") {
+        // CUDA stops at the first entry that is not a device (`-1` hides every GPU).
+        Ok(v) => v
+            .split(',')
+            .take_while(|d| !d.trim().is_empty() && !d.trim().starts_with('-'))
+            .count()
+            .min(devices as usize) as u32,
+        Err(_) => devices,
+    }
+}
+
+/// What `gpu_count` looked at, for its error.
+fn gpu_visibility() -> String {
+    match std::env::var("CUDA_VISIBLE_DEVICES") {
+        Ok(v) => format!("no /dev/nvidiaN device, or CUDA_VISIBLE_DEVICES={v:?} hides them"),
+        Err(_) => "no /dev/nvidiaN device".into(),
+    }
+}
+
 /// Seconds as a number (`0.1`) or with a unit (`100ms`, `5s`).
 pub(crate) fn parse_secs(text: &str) -> Result<Duration, String> {
     phalanx_core::parse_duration(text).map_err(|e| e.to_string())
@@ -394,7 +552,7 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!(a.nproc_per_node, 1);
         assert_eq!(a.nnodes, Nnodes::fixed(1));
-        assert_eq!(a.node_rank, 0);
+        assert_eq!(a.node_rank(), 0);
         assert_eq!(a.master_addr, "127.0.0.1");
         assert_eq!(a.master_port, 29500);
         assert_eq!(a.max_restarts, 0);

@@ -32,6 +32,7 @@ mod error;
 mod output;
 mod program;
 pub mod progress;
+mod rdzv;
 mod rendezvous;
 mod report;
 mod round;
@@ -44,6 +45,7 @@ mod worker_env;
 pub use args::{LaunchArgs, Nnodes};
 pub use error::Error;
 pub use program::{program_argv, python};
+pub use rdzv::{RdzvBackend, RdzvConf, C10D_DEFAULT_PORT};
 pub use signals::signal_name;
 pub use tee::{Streams, Tee};
 
@@ -67,7 +69,7 @@ pub fn launch(args: &LaunchArgs, program: &[OsString]) -> anyhow::Result<ExitCod
     if program.is_empty() {
         return Err(Error::NoProgram.into());
     }
-    signals::install();
+    signals::install(&args.signals_to_handle);
     // What the nodes compare: a node's own launch flags (--node-rank, --nproc-per-node) differ
     // from the others' when `phalanx train` or `bench` relaunches itself; the rest should not.
     let signature = rendezvous::program_signature(&args::without_launch_flags(program));

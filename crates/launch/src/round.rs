@@ -60,7 +60,9 @@ const DRAIN_WAIT: Duration = Duration::from_millis(300);
 /// What every round of this node's job starts from: the flags, the program, and the identity
 /// and store that the agent set up once.
 pub(crate) struct Job<'a> {
-    pub(crate) args: &'a LaunchArgs,
+    /// The flags, with the node rank this agent took (`--rdzv-backend c10d`) and
+    /// `--rdzv-conf`'s values applied.
+    pub(crate) args: LaunchArgs,
     pub(crate) program: &'a [OsString],
     /// What the nodes compare to agree that they run the same program.
     pub(crate) signature: String,
@@ -74,6 +76,8 @@ pub(crate) struct Job<'a> {
     pub(crate) host: String,
     /// Identifies this agent in rendezvous claims.
     pub(crate) nonce: String,
+    /// The interface of `--local-addr`, for the workers' mesh.
+    pub(crate) local_ifname: Option<String>,
     /// Set OMP_NUM_THREADS=1 in the workers (it was unset and nproc > 1).
     pub(crate) set_omp: bool,
     /// The agent's handle on the store for the rendezvous, bounded by PHALANX_TIMEOUT.
@@ -124,7 +128,7 @@ impl Job<'_> {
                 &*self.store,
                 round,
                 &members,
-                self.args.node_rank,
+                self.args.node_rank(),
                 &self.claim(),
             );
         }
@@ -174,6 +178,8 @@ impl Job<'_> {
             // An admitted node's workers take their state from the running ones.
             replacement: joined.is_some(),
             first_world: joined.unwrap_or(layout.world_size),
+            role: self.args.role.clone(),
+            local_ifname: self.local_ifname.clone(),
         };
         // The sender stays alive here so that `recv_timeout` never reports disconnection.
         let (tx, rx) = mpsc::channel::<Exited>();
@@ -304,7 +310,7 @@ impl Job<'_> {
     /// others take in whom it admitted (Note [Admission]).
     fn admissions(&self, coord: &Coordinator, nodes: &mut Nodes) {
         let Some(store) = coord.store() else { return };
-        let result = match self.args.node_rank {
+        let result = match self.args.node_rank() {
             0 => nodes.admit_arrivals(store, coord, self.args.nnodes, &self.claim()),
             _ => nodes.follow(store, coord),
         };
@@ -448,7 +454,7 @@ impl Job<'_> {
             let joined = crate::elastic::join(
                 &*self.store,
                 round,
-                self.args.node_rank,
+                self.args.node_rank(),
                 &claim,
                 &crate::elastic::Rules {
                     nnodes,
@@ -463,7 +469,7 @@ impl Job<'_> {
         let layout = rendezvous(
             &*self.store,
             round,
-            self.args.node_rank,
+            self.args.node_rank(),
             &claim,
             self.timeout,
             &mut || signals::pending(),
@@ -482,6 +488,7 @@ impl Job<'_> {
         let prefix = self.args.line_prefix(rank, lr).into_bytes();
         let shown = self.args.shows(lr);
         let teed = self.args.logged_streams(lr);
+        let redirected = self.args.redirected_streams(lr);
         let dir = attempt_dir.map(|d| d.join(lr.to_string()));
         if let Some(d) = &dir {
             std::fs::create_dir_all(d).map_err(|e| Error::LogFile {
@@ -509,12 +516,12 @@ impl Job<'_> {
             rank,
             stdout: Sink {
                 prefix: prefix.clone(),
-                console: shown.then_some(Console::Stdout),
+                console: (shown && !redirected.stdout()).then_some(Console::Stdout),
                 file: file("stdout.log", teed.stdout())?,
             },
             stderr: Sink {
                 prefix,
-                console: shown.then_some(Console::Stderr),
+                console: (shown && !redirected.stderr()).then_some(Console::Stderr),
                 file: file("stderr.log", teed.stderr())?,
             },
             error_file: dir.map(|d| d.join("error.json")),

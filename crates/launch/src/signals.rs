@@ -1,6 +1,7 @@
-//! Signals: the agent catches SIGINT, SIGTERM, SIGHUP and SIGQUIT (torchrun's
-//! `--signals-to-handle`) and forwards them to its workers from the monitor loop, and names
-//! the signals that ended a worker.
+//! Signals: the agent catches the signals of `--signals-to-handle` (torchrun's flag; SIGTERM,
+//! SIGINT, SIGHUP and SIGQUIT by default, SIGUSR1 for Slurm's warning before a time limit) and
+//! forwards them to its workers from the monitor loop before stopping them, and names the
+//! signals that ended a worker.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -12,14 +13,82 @@ extern "C" fn on_signal(sig: libc::c_int) {
     RECEIVED.store(sig, Ordering::SeqCst);
 }
 
-/// Signals the agent forwards to its workers.
-pub(crate) const HANDLED: [libc::c_int; 4] =
-    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+/// The signals the agent catches and forwards to its workers (`--signals-to-handle`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalSet(Vec<libc::c_int>);
 
-/// Installs the agent's handlers. Workers run in their own process groups, so a terminal's
-/// Ctrl-C reaches only the agent, which decides what the workers get.
-pub(crate) fn install() {
-    for sig in HANDLED {
+impl Default for SignalSet {
+    /// torchrun's default: SIGTERM, SIGINT, SIGHUP, SIGQUIT.
+    fn default() -> Self {
+        SignalSet(vec![
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+        ])
+    }
+}
+
+impl SignalSet {
+    /// The signal numbers.
+    pub fn signals(&self) -> &[libc::c_int] {
+        &self.0
+    }
+}
+
+/// Signals an agent may catch: the ones that end or warn a process. SIGKILL and SIGSTOP cannot
+/// be caught, SIGCHLD and the faults (SIGSEGV, …) are the agent's own business.
+const CATCHABLE: [libc::c_int; 8] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGXCPU,
+];
+
+/// `--signals-to-handle`: a comma list of names (`SIGUSR1`, `USR1`) or numbers.
+pub(crate) fn parse_signals(text: &str) -> Result<SignalSet, String> {
+    let accepted = || {
+        CATCHABLE
+            .iter()
+            .map(|&s| signal_name(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let upper = item.to_ascii_uppercase();
+        let name = match upper.starts_with("SIG") {
+            true => upper.clone(),
+            false => format!("SIG{upper}"),
+        };
+        let sig = CATCHABLE
+            .iter()
+            .copied()
+            .find(|&s| signal_name(s) == name || item.parse::<libc::c_int>() == Ok(s))
+            .ok_or_else(|| {
+                format!(
+                    "{item:?} is not a signal the agent can handle (accepted: {})",
+                    accepted()
+                )
+            })?;
+        if !out.contains(&sig) {
+            out.push(sig);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("names no signal (accepted: {})", accepted()));
+    }
+    Ok(SignalSet(out))
+}
+
+/// Installs the agent's handlers for `set`. Workers run in their own process groups, so a
+/// terminal's Ctrl-C reaches only the agent, which decides what the workers get.
+pub(crate) fn install(set: &SignalSet) {
+    for &sig in set.signals() {
         // SAFETY: a zeroed sigaction with a handler that only stores an atomic is valid;
         // sigemptyset initialises the mask.
         unsafe {
@@ -90,5 +159,16 @@ mod tests {
         assert_eq!(signal_name(15), "SIGTERM");
         assert_eq!(signal_name(11), "SIGSEGV");
         assert_eq!(signal_name(64), "SIG64");
+    }
+
+    #[test]
+    fn signal_lists() {
+        let s = parse_signals("SIGTERM, usr1,10,SIGINT").unwrap();
+        assert_eq!(s.signals(), [libc::SIGTERM, libc::SIGUSR1, libc::SIGINT]);
+        let e = parse_signals("SIGFOO").unwrap_err();
+        assert!(e.contains("SIGFOO") && e.contains("SIGUSR1"), "{e}");
+        assert!(parse_signals("SIGKILL").unwrap_err().contains("SIGKILL"));
+        assert!(parse_signals(",").unwrap_err().contains("no signal"));
+        assert_eq!(SignalSet::default().signals().len(), 4);
     }
 }

@@ -37,6 +37,14 @@ impl Streams {
     }
 }
 
+impl std::ops::BitOr for Streams {
+    type Output = Streams;
+
+    fn bitor(self, other: Streams) -> Streams {
+        Streams(self.0 | other.0)
+    }
+}
+
 /// The value of `--tee`: one mask for every local rank, or one per local rank (`0:1,1:2`;
 /// ranks not listed get none), exactly as torchrun's `-t`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -61,6 +61,10 @@ pub(crate) struct JobEnv {
     pub(crate) replacement: bool,
     /// `--fault-tolerance`: the round's first world size (`PHALANX_FT_SLOTS`).
     pub(crate) first_world: u32,
+    /// `--role` (`ROLE_NAME`).
+    pub(crate) role: String,
+    /// `--local-addr`'s interface, as `PHALANX_SOCKET_IFNAME` (`=name`, exact).
+    pub(crate) local_ifname: Option<String>,
 }
 
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
@@ -75,7 +79,7 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
         ("GROUP_RANK", layout.group_rank.to_string()),
         ("GROUP_WORLD_SIZE", layout.group_world_size.to_string()),
         ("ROLE_RANK", rank),
-        ("ROLE_NAME", "default".into()),
+        ("ROLE_NAME", job.role.clone()),
         ("ROLE_WORLD_SIZE", world),
         ("MASTER_ADDR", job.master_addr.clone()),
         ("MASTER_PORT", job.master_port.to_string()),
@@ -103,6 +107,9 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
     }
     if job.replacement {
         v.push(("PHALANX_FT_REPLACEMENT", "1".into()));
+    }
+    if let Some(ifname) = &job.local_ifname {
+        v.push(("PHALANX_SOCKET_IFNAME", format!("={ifname}")));
     }
     if job.set_omp {
         v.push(("OMP_NUM_THREADS", "1".into()));
@@ -149,6 +156,8 @@ mod tests {
             fault_tolerance: false,
             replacement: false,
             first_world: 4,
+            role: "default".into(),
+            local_ifname: None,
         }
     }
 

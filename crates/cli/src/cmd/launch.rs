@@ -48,6 +48,7 @@ a signal ended it); 125 when --max-restarts K > 0 ran out; 128 + signal when the
 signalled. Full manual: docs/launch.md.";
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    refuse_unknown_flag(&args.program)?;
     let argv = phalanx_launch::program_argv(
         &args.program,
         args.module,
@@ -55,4 +56,44 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         &phalanx_launch::python(),
     )?;
     phalanx_launch::launch(&args.launch, &argv)
+}
+
+/// A first word of PROGRAM that looks like a flag is a flag `phalanx launch` does not know
+/// (clap takes everything from the first word it cannot place as the program): named as one,
+/// never started as the program.
+fn refuse_unknown_flag(program: &[OsString]) -> anyhow::Result<()> {
+    let Some(first) = program.first().and_then(|f| f.to_str()) else {
+        return Ok(());
+    };
+    if !first.starts_with('-') || first == "-" {
+        return Ok(());
+    }
+    use clap::CommandFactory;
+    let name = first.split_once('=').map_or(first, |(n, _)| n);
+    let cmd = crate::Cli::command();
+    let launch = cmd
+        .find_subcommand("launch")
+        .expect("the launch subcommand exists");
+    let known: Vec<String> = launch
+        .get_arguments()
+        .flat_map(|a| {
+            let longs = a
+                .get_long()
+                .into_iter()
+                .chain(a.get_all_aliases().unwrap_or_default());
+            longs.map(|l| format!("--{l}")).collect::<Vec<_>>()
+        })
+        .collect();
+    let near = known
+        .iter()
+        .map(|k| (strsim::levenshtein(name, k), k))
+        .filter(|(d, _)| *d <= 3)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| format!(" (did you mean {k}?)"))
+        .unwrap_or_default();
+    anyhow::bail!(
+        "unknown flag {name}{near}; the program starts at the first word that \
+         is not a launch flag, and a program cannot start with `-` (write ./{first} for a file \
+         of that name). `phalanx launch --help` lists the flags"
+    )
 }

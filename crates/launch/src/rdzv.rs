@@ -1,0 +1,597 @@
+//! Where a job's agents meet, in torchrun's two spellings, decided in one place.
+//!
+//! - `static` (the default): node 0 (`--node-rank 0`) hosts the store at
+//!   `--master-addr:--master-port` (a multi-node agent left at the defaults takes
+//!   `MASTER_ADDR`/`MASTER_PORT` from its environment, as Kubeflow's PyTorchJob sets them);
+//!   every node gives its `--node-rank`. `--rdzv-endpoint HOST[:PORT]` may stand for the
+//!   master address and port, as torchrun's static rendezvous takes it.
+//! - `c10d` (`--rdzv-backend c10d --rdzv-endpoint HOST[:PORT] --rdzv-id ID`, the spelling of
+//!   PyTorch's multi-node tutorials; port 29400 when none is given): the node whose own address
+//!   `HOST` is (or the one given `--rdzv-conf is_host=1`) hosts the store and is node 0; every
+//!   other node takes a node rank when it arrives (Note [c10d node ranks]), so no
+//!   `--node-rank` is needed (one given is ignored, as torchrun ignores it).
+//! - `--standalone`: 127.0.0.1 and a free port, whatever else is given.
+//!
+//! `--rdzv-backend etcd|etcd-v2|etcd-v3` is refused with the reason: phalanx's rendezvous is
+//! its own store, hosted by node 0, and needs no service of its own.
+//!
+//! ```
+//! use phalanx_launch::{RdzvBackend, RdzvConf};
+//! assert_eq!("c10d".parse::<RdzvBackend>().unwrap(), RdzvBackend::C10d);
+//! assert!("etcd".parse::<RdzvBackend>().unwrap_err().contains("etcd"));
+//! let conf: RdzvConf = "timeout=900,last_call_timeout=5,is_host=1".parse().unwrap();
+//! assert_eq!(conf.join_timeout.unwrap().as_secs(), 900);
+//! assert_eq!(conf.is_host, Some(true));
+//! assert!("colour=blue".parse::<RdzvConf>().unwrap_err().contains("colour"));
+//! ```
+
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use phalanx_store::Store;
+
+use crate::{Error, LaunchArgs};
+
+/// The port of a c10d endpoint given without one (torchrun's default).
+pub const C10D_DEFAULT_PORT: u16 = 29400;
+
+/// `--rdzv-backend`: how the agents meet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RdzvBackend {
+    /// Node 0 hosts the store at the master address; every node gives its `--node-rank`.
+    #[default]
+    Static,
+    /// The node at `--rdzv-endpoint` hosts the store; the others take node ranks on arrival.
+    C10d,
+}
+
+impl FromStr for RdzvBackend {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<RdzvBackend, String> {
+        match text.trim() {
+            "static" => Ok(RdzvBackend::Static),
+            "c10d" => Ok(RdzvBackend::C10d),
+            e @ ("etcd" | "etcd-v2" | "etcd-v3") => Err(format!(
+                "{e:?} is not supported: phalanx's rendezvous is its own store, hosted by node \
+                 0's agent, and needs no etcd; use `c10d` (with --rdzv-endpoint HOST[:PORT]) or \
+                 `static` (with --master-addr/--master-port and --node-rank)"
+            )),
+            other => Err(format!(
+                "{other:?} is not a rendezvous backend (accepted: static, c10d)"
+            )),
+        }
+    }
+}
+
+/// `--rdzv-conf K=V,...`: the keys of torchrun's rendezvous configuration that apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RdzvConf {
+    /// `timeout` / `join_timeout`: how long an agent waits for the store and the other nodes
+    /// (instead of `PHALANX_TIMEOUT`).
+    pub join_timeout: Option<Duration>,
+    /// `last_call_timeout`: `--rdzv-last-call`.
+    pub last_call: Option<Duration>,
+    /// `is_host`: whether this node hosts the store (c10d), instead of comparing addresses.
+    pub is_host: Option<bool>,
+    /// torchrun's keys that were given and that phalanx does not use.
+    pub unused: Vec<&'static str>,
+}
+
+/// Keys torchrun knows that phalanx has no use for, each with why.
+const IGNORED_KEYS: [(&str, &str); 6] = [
+    (
+        "read_timeout",
+        "store reads use PHALANX_TIMEOUT's progress rule",
+    ),
+    (
+        "close_timeout",
+        "node 0 waits for every node's exit barrier",
+    ),
+    ("keep_alive_interval", "agents heartbeat every 1 s"),
+    (
+        "keep_alive_max_attempt",
+        "a node is lost after 5 s without a heartbeat",
+    ),
+    (
+        "use_libuv",
+        "phalanx's store is its own server, not libuv's",
+    ),
+    (
+        "store_type",
+        "phalanx's store speaks phalanx's and PyTorch's protocols",
+    ),
+];
+
+impl FromStr for RdzvConf {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<RdzvConf, String> {
+        let mut conf = RdzvConf::default();
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not KEY=VALUE"))?;
+            let (key, value) = (key.trim(), value.trim());
+            let secs =
+                || phalanx_core::parse_duration(value).map_err(|e| format!("{key}={value}: {e}"));
+            match key {
+                "timeout" | "join_timeout" => conf.join_timeout = Some(secs()?),
+                "last_call_timeout" => conf.last_call = Some(secs()?),
+                "is_host" => {
+                    conf.is_host = Some(match value.to_ascii_lowercase().as_str() {
+                        "1" | "true" | "yes" => true,
+                        "0" | "false" | "no" => false,
+                        _ => return Err(format!("is_host={value}: expected true or false")),
+                    })
+                }
+                k if IGNORED_KEYS.iter().any(|(i, _)| *i == k) => {
+                    let (name, _) = IGNORED_KEYS.iter().find(|(i, _)| *i == k).expect("found");
+                    conf.unused.push(name);
+                }
+                other => {
+                    let known: Vec<&str> =
+                        ["timeout", "join_timeout", "last_call_timeout", "is_host"]
+                            .into_iter()
+                            .chain(IGNORED_KEYS.iter().map(|(k, _)| *k))
+                            .collect();
+                    return Err(format!(
+                        "unknown key {other:?} (known: {})",
+                        known.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(conf)
+    }
+}
+
+impl RdzvConf {
+    /// A note for each key given that phalanx accepts but does not use, one line each.
+    pub(crate) fn unused_notes(&self) -> Vec<String> {
+        self.unused
+            .iter()
+            .filter_map(|k| IGNORED_KEYS.iter().find(|(i, _)| i == k))
+            .map(|(k, why)| format!("--rdzv-conf {k}: not used ({why})"))
+            .collect()
+    }
+}
+
+/// Who hosts the store, as the flags say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Host {
+    /// This node (static node 0, `is_host=1`, standalone).
+    Here,
+    /// Another node.
+    There,
+    /// This node if the endpoint's port is free here (c10d with an endpoint that is one of
+    /// this machine's addresses: two agents on one machine, the first hosts).
+    HereIfFree,
+}
+
+/// Where this node's agent meets the others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Meeting {
+    /// The store's host as given (what workers get as `MASTER_ADDR`).
+    pub(crate) addr: String,
+    /// Its port (0: a free one, `--standalone`).
+    pub(crate) port: u16,
+    pub(crate) host: Host,
+    /// Whether node ranks are taken on arrival (c10d) rather than given.
+    pub(crate) ranks_on_arrival: bool,
+}
+
+impl Meeting {
+    /// Reads the flags (and `MASTER_ADDR`/`MASTER_PORT` through `var`, for static multi-node
+    /// jobs left at the default address).
+    pub(crate) fn from_args(
+        args: &LaunchArgs,
+        var: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Meeting, Error> {
+        if args.standalone {
+            return Ok(Meeting {
+                addr: "127.0.0.1".into(),
+                port: 0,
+                host: Host::Here,
+                ranks_on_arrival: false,
+            });
+        }
+        let endpoint = match &args.rdzv_endpoint {
+            Some(e) => {
+                Some(
+                    split_endpoint(e, args.rdzv_backend).map_err(|reason| Error::BadFlag {
+                        flag: "--rdzv-endpoint",
+                        reason,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        match args.rdzv_backend {
+            RdzvBackend::Static => {
+                let (addr, port) = match endpoint {
+                    Some(e) => e,
+                    None => master_from_env(args, var),
+                };
+                let host = match args.node_rank.unwrap_or(0) {
+                    0 => Host::Here,
+                    _ => Host::There,
+                };
+                Ok(Meeting {
+                    addr,
+                    port,
+                    host,
+                    ranks_on_arrival: false,
+                })
+            }
+            RdzvBackend::C10d => {
+                let Some((addr, port)) = endpoint else {
+                    return Err(Error::BadFlag {
+                        flag: "--rdzv-backend",
+                        reason: "c10d needs --rdzv-endpoint HOST[:PORT], the address of the \
+                                 node that hosts the rendezvous"
+                            .into(),
+                    });
+                };
+                if args.node_rank.is_some() && args.nnodes.max > 1 {
+                    eprintln!(
+                        "phalanx launch: --rdzv-backend c10d: --node-rank is ignored (node ranks \
+                         are given in order of arrival, the host of {addr} is node 0), as \
+                         torchrun ignores it"
+                    );
+                }
+                let host = match args.rdzv_conf.is_host {
+                    Some(true) => Host::Here,
+                    Some(false) => Host::There,
+                    None if args.nnodes.max == 1 => Host::Here,
+                    None if is_this_machine(&addr) => Host::HereIfFree,
+                    None => Host::There,
+                };
+                Ok(Meeting {
+                    addr,
+                    port,
+                    host,
+                    ranks_on_arrival: args.nnodes.max > 1,
+                })
+            }
+        }
+    }
+
+    /// Whether this node hosts the store: [`Host::HereIfFree`] asks whether the port can be
+    /// bound here (briefly binding it), as torchrun's c10d backend falls back to a client
+    /// when another agent on the machine already hosts it.
+    pub(crate) fn hosts_here(&self, addr: SocketAddr) -> bool {
+        match self.host {
+            Host::Here => true,
+            Host::There => false,
+            Host::HereIfFree => TcpListener::bind(addr).is_ok(),
+        }
+    }
+}
+
+/// `HOST[:PORT]` (`[v6]:PORT` for IPv6) of `--rdzv-endpoint`; a missing port is c10d's 29400,
+/// or static's `--master-port` default 29500.
+fn split_endpoint(text: &str, backend: RdzvBackend) -> Result<(String, u16), String> {
+    let default = match backend {
+        RdzvBackend::C10d => C10D_DEFAULT_PORT,
+        RdzvBackend::Static => LaunchArgs::default().master_port,
+    };
+    let text = text.trim();
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{text:?}: an IPv6 address needs its closing `]`"))?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (h, Some(p)),
+            _ => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!(
+            "{text:?} has no host (HOST[:PORT], e.g. node1:29400)"
+        ));
+    }
+    let port = match port {
+        None => default,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| format!("{text:?}: {p:?} is not a port (HOST[:PORT])"))?,
+    };
+    Ok((host.to_string(), port))
+}
+
+/// `--master-addr`/`--master-port`, except that a multi-node agent left at the defaults takes
+/// `MASTER_ADDR`/`MASTER_PORT` from its environment when no `PET_MASTER_*` is set: Kubeflow's
+/// PyTorchJob sets those (and `PET_NNODES`, `PET_NODE_RANK`) but not `PET_MASTER_ADDR`.
+pub(crate) fn master_from_env(
+    args: &LaunchArgs,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> (String, u16) {
+    let (mut addr, mut port) = (args.master_addr.clone(), args.master_port);
+    if args.nnodes.max > 1 {
+        let defaults = LaunchArgs::default();
+        if addr == defaults.master_addr && var("PET_MASTER_ADDR").is_none() {
+            if let Some(a) = var("MASTER_ADDR") {
+                eprintln!("phalanx launch: using MASTER_ADDR={a} from the environment");
+                addr = a;
+            }
+        }
+        if port == defaults.master_port && var("PET_MASTER_PORT").is_none() {
+            if let Some(p) = var("MASTER_PORT").and_then(|p| p.parse().ok()) {
+                port = p;
+            }
+        }
+    }
+    (addr, port)
+}
+
+/// Whether `host` names this machine: a loopback address, one of its interfaces' addresses,
+/// or its host name.
+fn is_this_machine(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") || host == crate::agent::hostname() {
+        return true;
+    }
+    let Ok(addrs) = (host, 0).to_socket_addrs() else {
+        return false;
+    };
+    let local: Vec<IpAddr> = if_addrs::get_if_addrs()
+        .map(|v| v.into_iter().map(|i| i.ip()).collect())
+        .unwrap_or_default();
+    addrs
+        .map(|a| a.ip())
+        .any(|ip| ip.is_loopback() || local.contains(&ip))
+}
+
+/// Resolves `host:port`, retrying until `timeout`: in Kubernetes a pod's own DNS name (node
+/// 0's `PET_MASTER_ADDR`) may resolve only some time after the pod started.
+pub(crate) fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketAddr, Error> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let reason = match (host, port).to_socket_addrs() {
+            Ok(mut a) => match a.next() {
+                Some(a) => return Ok(a),
+                None => "no addresses".to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() + backoff >= deadline {
+            return Err(Error::Resolve {
+                addr: host.to_string(),
+                reason: format!(
+                    "{reason} (retried for {:.0} s, PHALANX_TIMEOUT)",
+                    timeout.as_secs_f64()
+                ),
+            });
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+// Note [c10d node ranks]
+// torchrun's c10d rendezvous orders the nodes as they arrive; phalanx's rounds need a node
+// rank per agent below --nnodes MAX, with node 0 the store's host. So an agent that does not
+// host takes the lowest free slot 1..MAX-1 with compare_set on `rdzv/c10d/node/<k>` (the
+// store's compare_set is atomic: two agents arriving at once take two slots), writing its
+// identity (host name and a random nonce). It keeps that rank for the whole job, through
+// restarts and rounds, and gives it back when it exits; a node whose agent was killed keeps
+// its slot until the job ends, so a replacement node takes the next free one, and once MAX-1
+// have been taken an arriving node is refused with a sentence naming the holders.
+
+/// The key of c10d node slot `k`.
+fn slot_key(k: u32) -> String {
+    format!("rdzv/c10d/node/{k}")
+}
+
+/// Takes this agent's node rank on arrival (Note [c10d node ranks]).
+pub(crate) fn take_node_rank(store: &dyn Store, nnodes_max: u32, me: &str) -> Result<u32, Error> {
+    let store_err = |key: String, e: phalanx_store::Error| Error::Store {
+        op: "compare_set",
+        key,
+        reason: e.to_string(),
+    };
+    let mut holders = Vec::new();
+    for k in 1..nnodes_max {
+        let key = slot_key(k);
+        let held = store
+            .compare_set(&key, b"", me.as_bytes())
+            .map_err(|e| store_err(key.clone(), e))?;
+        if held == me.as_bytes() {
+            return Ok(k);
+        }
+        holders.push(String::from_utf8_lossy(&held).into_owned());
+    }
+    Err(Error::BadFlag {
+        flag: "--nnodes",
+        reason: format!(
+            "allows {nnodes_max} node(s), and every node rank after the host's is taken (by \
+             {holders:?}; a node whose agent was killed keeps its rank until the job ends): \
+             this node cannot join"
+        ),
+    })
+}
+
+/// Gives node rank `k` back (the agent ends), if `me` still holds it.
+pub(crate) fn give_back_node_rank(store: &dyn Store, k: u32, me: &str) {
+    let _ = store.compare_set(&slot_key(k), me.as_bytes(), b"");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: impl FnOnce(&mut LaunchArgs)) -> LaunchArgs {
+        let mut a = LaunchArgs::default();
+        extra(&mut a);
+        a
+    }
+
+    #[test]
+    fn endpoints() {
+        let c = RdzvBackend::C10d;
+        assert_eq!(split_endpoint("node1", c).unwrap(), ("node1".into(), 29400));
+        assert_eq!(
+            split_endpoint("node1:1234", c).unwrap(),
+            ("node1".into(), 1234)
+        );
+        assert_eq!(
+            split_endpoint("[::1]:29401", c).unwrap(),
+            ("::1".into(), 29401)
+        );
+        assert_eq!(split_endpoint("::1", c).unwrap(), ("::1".into(), 29400));
+        assert_eq!(split_endpoint("h", RdzvBackend::Static).unwrap().1, 29500);
+        assert!(split_endpoint("h:port", c).unwrap_err().contains("port"));
+        assert!(split_endpoint(":29400", c).unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn meetings() {
+        let none = |_: &str| None;
+        // c10d: the endpoint names the host; ranks on arrival.
+        let m = Meeting::from_args(
+            &args(|a| {
+                a.rdzv_backend = RdzvBackend::C10d;
+                a.rdzv_endpoint = Some("localhost:29999".into());
+                a.nnodes = crate::Nnodes::fixed(2);
+            }),
+            &none,
+        )
+        .unwrap();
+        assert_eq!((m.addr.as_str(), m.port), ("localhost", 29999));
+        assert_eq!(m.host, Host::HereIfFree);
+        assert!(m.ranks_on_arrival);
+        let m = Meeting::from_args(
+            &args(|a| {
+                a.rdzv_backend = RdzvBackend::C10d;
+                a.rdzv_endpoint = Some("192.0.2.7".into());
+                a.nnodes = crate::Nnodes::fixed(2);
+            }),
+            &none,
+        )
+        .unwrap();
+        assert_eq!((m.host, m.port), (Host::There, 29400));
+        // is_host decides over addresses.
+        let m = Meeting::from_args(
+            &args(|a| {
+                a.rdzv_backend = RdzvBackend::C10d;
+                a.rdzv_endpoint = Some("192.0.2.7".into());
+                a.rdzv_conf.is_host = Some(true);
+                a.nnodes = crate::Nnodes::fixed(2);
+            }),
+            &none,
+        )
+        .unwrap();
+        assert_eq!(m.host, Host::Here);
+        // c10d without an endpoint is named.
+        let e = Meeting::from_args(&args(|a| a.rdzv_backend = RdzvBackend::C10d), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--rdzv-endpoint"), "{e}");
+        // static: the endpoint stands for the master address; node 1 is a client.
+        let m = Meeting::from_args(
+            &args(|a| {
+                a.rdzv_endpoint = Some("10.0.0.1:29600".into());
+                a.node_rank = Some(1);
+                a.nnodes = crate::Nnodes::fixed(2);
+            }),
+            &none,
+        )
+        .unwrap();
+        assert_eq!(
+            (m.addr.as_str(), m.port, m.host),
+            ("10.0.0.1", 29600, Host::There)
+        );
+        assert!(!m.ranks_on_arrival);
+        // standalone wins.
+        let m = Meeting::from_args(&args(|a| a.standalone = true), &none).unwrap();
+        assert_eq!((m.port, m.host), (0, Host::Here));
+    }
+
+    #[test]
+    fn kubeflow_master_variables_fill_in_defaults() {
+        let env = |k: &str| match k {
+            "MASTER_ADDR" => Some("job-master-0".to_string()),
+            "MASTER_PORT" => Some("23456".to_string()),
+            _ => None,
+        };
+        let multi = LaunchArgs {
+            nnodes: crate::Nnodes::fixed(2),
+            ..LaunchArgs::default()
+        };
+        assert_eq!(
+            master_from_env(&multi, &env),
+            ("job-master-0".into(), 23456)
+        );
+        // Explicit values and single-node jobs keep their own.
+        let explicit = LaunchArgs {
+            master_addr: "10.0.0.1".into(),
+            master_port: 29600,
+            ..multi.clone()
+        };
+        assert_eq!(master_from_env(&explicit, &env), ("10.0.0.1".into(), 29600));
+        let single = LaunchArgs::default();
+        assert_eq!(master_from_env(&single, &env), ("127.0.0.1".into(), 29500));
+        // PET_MASTER_ADDR (already in --master-addr through clap) wins over MASTER_ADDR.
+        let pet = |k: &str| {
+            (k == "PET_MASTER_ADDR")
+                .then(|| "127.0.0.1".to_string())
+                .or(env(k))
+        };
+        assert_eq!(master_from_env(&multi, &pet).0, "127.0.0.1");
+    }
+
+    #[test]
+    fn node_ranks_are_taken_on_arrival_and_given_back() {
+        let store = phalanx_store::HashStore::new();
+        assert_eq!(take_node_rank(&store, 3, "a").unwrap(), 1);
+        assert_eq!(take_node_rank(&store, 3, "b").unwrap(), 2);
+        // A third arrival finds every slot taken, and the sentence names the holders.
+        let e = take_node_rank(&store, 3, "c").unwrap_err().to_string();
+        assert!(e.contains("\"a\"") && e.contains("\"b\""), "{e}");
+        // The same agent asking again keeps its slot; a slot given back is taken again.
+        assert_eq!(take_node_rank(&store, 3, "a").unwrap(), 1);
+        give_back_node_rank(&store, 1, "a");
+        assert_eq!(take_node_rank(&store, 3, "c").unwrap(), 1);
+        // Only the holder gives a slot back.
+        give_back_node_rank(&store, 2, "a");
+        let e = take_node_rank(&store, 3, "d").unwrap_err().to_string();
+        assert!(e.contains("\"b\""), "{e}");
+    }
+
+    #[test]
+    fn backends_and_conf() {
+        assert_eq!(
+            "static".parse::<RdzvBackend>().unwrap(),
+            RdzvBackend::Static
+        );
+        let e = "etcd-v2".parse::<RdzvBackend>().unwrap_err();
+        assert!(e.contains("etcd-v2") && e.contains("c10d"), "{e}");
+        assert!("zk"
+            .parse::<RdzvBackend>()
+            .unwrap_err()
+            .contains("static, c10d"));
+        let c: RdzvConf = "join_timeout=10s, use_libuv=1".parse().unwrap();
+        assert_eq!(c.join_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(
+            c.unused_notes(),
+            ["--rdzv-conf use_libuv: not used (phalanx's store is its own server, not libuv's)"]
+        );
+        assert!("timeout"
+            .parse::<RdzvConf>()
+            .unwrap_err()
+            .contains("KEY=VALUE"));
+        assert!("timeout=0"
+            .parse::<RdzvConf>()
+            .unwrap_err()
+            .contains("timeout=0"));
+        assert!("is_host=maybe"
+            .parse::<RdzvConf>()
+            .unwrap_err()
+            .contains("is_host"));
+        assert_eq!("".parse::<RdzvConf>().unwrap(), RdzvConf::default());
+    }
+}
