@@ -208,4 +208,39 @@ mod tests {
         assert_eq!((host, rail, local), (&[1, 3][..], vec![2, 3], 1));
         assert!(Hierarchy::from_host_keys(&["a", "a", "b"]).is_none());
     }
+
+    #[test]
+    fn select_takes_two_levels_only_when_asked_and_large() {
+        use crate::select::{select, Op, Placement, Plan};
+        use crate::Options;
+        let hosts = ["a", "a", "b", "b"];
+        let o = Options {
+            hierarchy: Hierarchy::from_host_keys(&hosts),
+            ..Options::default()
+        };
+        assert!(o.hierarchy.is_some());
+        let big = 1 << 20;
+        assert_eq!(
+            select(Op::Allreduce, big, 4, Placement::HostSharedMemory, &o),
+            Plan::HierarchicalShm
+        );
+        assert_eq!(
+            select(Op::Allreduce, big, 4, Placement::Tcp, &o),
+            Plan::Hierarchical
+        );
+        assert_eq!(
+            select(Op::Allreduce, 1024, 4, Placement::Tcp, &o),
+            Plan::Direct
+        );
+        // Another world size than the hierarchy's: flat.
+        assert_eq!(
+            select(Op::Allreduce, big, 3, Placement::Tcp, &o),
+            Plan::Ring
+        );
+        // Only allreduce has a two-level form.
+        assert_eq!(
+            select(Op::Broadcast, big, 4, Placement::Tcp, &o),
+            Plan::Ring
+        );
+    }
 }

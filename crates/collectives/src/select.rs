@@ -227,37 +227,4 @@ mod tests {
         );
         assert_eq!(select(Op::Barrier, 0, 2, shm(true), &o), Plan::ShmBuffers);
     }
-
-    #[test]
-    fn hierarchical_only_when_asked_and_large() {
-        let hosts = ["a", "a", "b", "b"];
-        let o = Options {
-            hierarchy: crate::Hierarchy::from_host_keys(&hosts),
-            ..Options::default()
-        };
-        assert!(o.hierarchy.is_some());
-        let big = 1 << 20;
-        assert_eq!(
-            select(Op::Allreduce, big, 4, Placement::HostSharedMemory, &o),
-            Plan::HierarchicalShm
-        );
-        assert_eq!(
-            select(Op::Allreduce, big, 4, Placement::Tcp, &o),
-            Plan::Hierarchical
-        );
-        assert_eq!(
-            select(Op::Allreduce, 1024, 4, Placement::Tcp, &o),
-            Plan::Direct
-        );
-        // Another world size than the hierarchy's: flat.
-        assert_eq!(
-            select(Op::Allreduce, big, 3, Placement::Tcp, &o),
-            Plan::Ring
-        );
-        // Only allreduce has a two-level form.
-        assert_eq!(
-            select(Op::Broadcast, big, 4, Placement::Tcp, &o),
-            Plan::Ring
-        );
-    }
 }

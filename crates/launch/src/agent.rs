@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use phalanx_core::{env, Timeout};
+use phalanx_core::Timeout;
 use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore, TorchClients};
 use sha2::{Digest, Sha256};
 
@@ -75,14 +75,15 @@ impl<'a> Agent<'a> {
             None => hex(&Auth::random("").token[..6]),
         };
         let auth = Auth::new(run_id.clone(), token);
-        let meeting =
-            Meeting::from_args(&args, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()))?;
+        let meeting = Meeting::from_spelling(&args.spelling(), &|k| {
+            std::env::var(k).ok().filter(|v| !v.is_empty())
+        })?;
         let (master_addr, requested) = (meeting.addr.clone(), meeting.port);
         let local_ifname = match &args.local_addr {
             Some(a) => Some(interface_of(a)?),
             None => None,
         };
-        let host = hostname();
+        let host = rdzv::hostname();
         let nonce = hex(&Auth::random("").token[..8]);
         let mut arrival = None;
         let hosted = match meeting.host {
@@ -248,19 +249,6 @@ impl Drop for Agent<'_> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// This machine's host name, for the summary table.
-pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    if ok && end > 0 {
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        env::get(env::MASTER_ADDR).unwrap_or_else(|| "localhost".into())
-    }
 }
 
 /// The interface that holds `--local-addr` (an address or a name resolving to one), for the

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::rdzv::{RdzvBackend, RdzvConf};
+use crate::rdzv::{RdzvBackend, RdzvConf, Spelling};
 use crate::tee::{Streams, Tee};
 use crate::Error;
 
@@ -338,6 +338,20 @@ impl LaunchArgs {
             );
         }
         Ok(())
+    }
+
+    /// The rendezvous flags, for `rdzv.rs`.
+    pub(crate) fn spelling(&self) -> Spelling {
+        Spelling {
+            backend: self.rdzv_backend,
+            endpoint: self.rdzv_endpoint.clone(),
+            is_host: self.rdzv_conf.is_host,
+            standalone: self.standalone,
+            node_rank: self.node_rank,
+            nnodes_max: self.nnodes.max,
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+        }
     }
 
     /// This node's rank (`--node-rank`, 0 when not given).

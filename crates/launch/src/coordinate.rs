@@ -142,7 +142,7 @@ impl Coordinator {
     /// Elastic jobs: whether a node waits to join the round after `round` (scale up: Note
     /// [Elastic rounds]). Checked by every agent, even one alone in its round.
     pub(crate) fn node_waiting(&self, round: u32) -> bool {
-        !self.lost.get() && crate::elastic::someone_waiting(&*self.ctl, round + 1)
+        !self.lost.get() && crate::rendezvous::someone_waiting(&*self.ctl, round + 1)
     }
 
     /// Starts this node's heartbeat for round `round` (nothing with one node, unless

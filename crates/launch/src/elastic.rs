@@ -158,14 +158,6 @@ pub(crate) fn join(
     }
 }
 
-/// Whether an agent has joined round `round` (the one after a running round): then the
-/// running round ends so that everyone meets there (scale up).
-pub(crate) fn someone_waiting(store: &dyn Store, round: u32) -> bool {
-    store
-        .check(&[&keys::agent(round, "joined")])
-        .unwrap_or(false)
-}
-
 fn newest_round(store: &dyn Store) -> Result<u32, Error> {
     let n = store
         .add(NEWEST_ROUND, 0)
@@ -437,7 +429,7 @@ mod tests {
         // Node 1 arrives while round 0 runs: it joins round 1, which the others see.
         let s = store.clone();
         let n1 = std::thread::spawn(move || join_on(&s, 0, 1, claim(1, 2, 3)));
-        while !someone_waiting(&*store, 1) {
+        while !crate::rendezvous::someone_waiting(&*store, 1) {
             std::thread::sleep(Duration::from_millis(5));
         }
         let s = store.clone();

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use phalanx_store::Store;
 
-use crate::{Error, LaunchArgs};
+use crate::Error;
 
 /// The port of a c10d endpoint given without one (torchrun's default).
 pub const C10D_DEFAULT_PORT: u16 = 29400;
@@ -158,6 +158,43 @@ impl RdzvConf {
     }
 }
 
+/// `--master-addr`'s default.
+pub(crate) const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";
+/// `--master-port`'s default (torchrun's).
+pub(crate) const DEFAULT_MASTER_PORT: u16 = 29500;
+
+/// The rendezvous flags of `phalanx launch`, as [`Meeting`] reads them
+/// (`LaunchArgs::spelling`).
+#[derive(Clone, Debug)]
+pub(crate) struct Spelling {
+    pub(crate) backend: RdzvBackend,
+    pub(crate) endpoint: Option<String>,
+    /// `--rdzv-conf is_host`.
+    pub(crate) is_host: Option<bool>,
+    pub(crate) standalone: bool,
+    pub(crate) node_rank: Option<u32>,
+    /// `MAX` of `--nnodes`.
+    pub(crate) nnodes_max: u32,
+    pub(crate) master_addr: String,
+    pub(crate) master_port: u16,
+}
+
+impl Default for Spelling {
+    /// The flags' defaults: static, one node, 127.0.0.1:29500.
+    fn default() -> Self {
+        Spelling {
+            backend: RdzvBackend::Static,
+            endpoint: None,
+            is_host: None,
+            standalone: false,
+            node_rank: None,
+            nnodes_max: 1,
+            master_addr: DEFAULT_MASTER_ADDR.into(),
+            master_port: DEFAULT_MASTER_PORT,
+        }
+    }
+}
+
 /// Who hosts the store, as the flags say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Host {
@@ -185,8 +222,8 @@ pub(crate) struct Meeting {
 impl Meeting {
     /// Reads the flags (and `MASTER_ADDR`/`MASTER_PORT` through `var`, for static multi-node
     /// jobs left at the default address).
-    pub(crate) fn from_args(
-        args: &LaunchArgs,
+    pub(crate) fn from_spelling(
+        args: &Spelling,
         var: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Meeting, Error> {
         if args.standalone {
@@ -197,18 +234,16 @@ impl Meeting {
                 ranks_on_arrival: false,
             });
         }
-        let endpoint = match &args.rdzv_endpoint {
-            Some(e) => {
-                Some(
-                    split_endpoint(e, args.rdzv_backend).map_err(|reason| Error::BadFlag {
-                        flag: "--rdzv-endpoint",
-                        reason,
-                    })?,
-                )
-            }
+        let endpoint = match &args.endpoint {
+            Some(e) => Some(
+                split_endpoint(e, args.backend).map_err(|reason| Error::BadFlag {
+                    flag: "--rdzv-endpoint",
+                    reason,
+                })?,
+            ),
             None => None,
         };
-        match args.rdzv_backend {
+        match args.backend {
             RdzvBackend::Static => {
                 let (addr, port) = match endpoint {
                     Some(e) => e,
@@ -234,17 +269,17 @@ impl Meeting {
                             .into(),
                     });
                 };
-                if args.node_rank.is_some() && args.nnodes.max > 1 {
+                if args.node_rank.is_some() && args.nnodes_max > 1 {
                     eprintln!(
                         "phalanx launch: --rdzv-backend c10d: --node-rank is ignored (node ranks \
                          are given in order of arrival, the host of {addr} is node 0), as \
                          torchrun ignores it"
                     );
                 }
-                let host = match args.rdzv_conf.is_host {
+                let host = match args.is_host {
                     Some(true) => Host::Here,
                     Some(false) => Host::There,
-                    None if args.nnodes.max == 1 => Host::Here,
+                    None if args.nnodes_max == 1 => Host::Here,
                     None if is_this_machine(&addr) => Host::HereIfFree,
                     None => Host::There,
                 };
@@ -252,7 +287,7 @@ impl Meeting {
                     addr,
                     port,
                     host,
-                    ranks_on_arrival: args.nnodes.max > 1,
+                    ranks_on_arrival: args.nnodes_max > 1,
                 })
             }
         }
@@ -275,7 +310,7 @@ impl Meeting {
 fn split_endpoint(text: &str, backend: RdzvBackend) -> Result<(String, u16), String> {
     let default = match backend {
         RdzvBackend::C10d => C10D_DEFAULT_PORT,
-        RdzvBackend::Static => LaunchArgs::default().master_port,
+        RdzvBackend::Static => DEFAULT_MASTER_PORT,
     };
     let text = text.trim();
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
@@ -307,19 +342,18 @@ fn split_endpoint(text: &str, backend: RdzvBackend) -> Result<(String, u16), Str
 /// `MASTER_ADDR`/`MASTER_PORT` from its environment when no `PET_MASTER_*` is set: Kubeflow's
 /// PyTorchJob sets those (and `PET_NNODES`, `PET_NODE_RANK`) but not `PET_MASTER_ADDR`.
 pub(crate) fn master_from_env(
-    args: &LaunchArgs,
+    args: &Spelling,
     var: &dyn Fn(&str) -> Option<String>,
 ) -> (String, u16) {
     let (mut addr, mut port) = (args.master_addr.clone(), args.master_port);
-    if args.nnodes.max > 1 {
-        let defaults = LaunchArgs::default();
-        if addr == defaults.master_addr && var("PET_MASTER_ADDR").is_none() {
+    if args.nnodes_max > 1 {
+        if addr == DEFAULT_MASTER_ADDR && var("PET_MASTER_ADDR").is_none() {
             if let Some(a) = var("MASTER_ADDR") {
                 eprintln!("phalanx launch: using MASTER_ADDR={a} from the environment");
                 addr = a;
             }
         }
-        if port == defaults.master_port && var("PET_MASTER_PORT").is_none() {
+        if port == DEFAULT_MASTER_PORT && var("PET_MASTER_PORT").is_none() {
             if let Some(p) = var("MASTER_PORT").and_then(|p| p.parse().ok()) {
                 port = p;
             }
@@ -331,7 +365,7 @@ pub(crate) fn master_from_env(
 /// Whether `host` names this machine: a loopback address, one of its interfaces' addresses,
 /// or its host name.
 fn is_this_machine(host: &str) -> bool {
-    if host.eq_ignore_ascii_case("localhost") || host == crate::agent::hostname() {
+    if host.eq_ignore_ascii_case("localhost") || host == hostname() {
         return true;
     }
     let Ok(addrs) = (host, 0).to_socket_addrs() else {
@@ -343,6 +377,19 @@ fn is_this_machine(host: &str) -> bool {
     addrs
         .map(|a| a.ip())
         .any(|ip| ip.is_loopback() || local.contains(&ip))
+}
+
+/// This machine's host name (rendezvous claims, the summary table).
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok && end > 0 {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        phalanx_core::env::get(phalanx_core::env::MASTER_ADDR).unwrap_or_else(|| "localhost".into())
+    }
 }
 
 /// Resolves `host:port`, retrying until `timeout`: in Kubernetes a pod's own DNS name (node
@@ -424,8 +471,8 @@ pub(crate) fn give_back_node_rank(store: &dyn Store, k: u32, me: &str) {
 mod tests {
     use super::*;
 
-    fn args(extra: impl FnOnce(&mut LaunchArgs)) -> LaunchArgs {
-        let mut a = LaunchArgs::default();
+    fn args(extra: impl FnOnce(&mut Spelling)) -> Spelling {
+        let mut a = Spelling::default();
         extra(&mut a);
         a
     }
@@ -452,11 +499,11 @@ mod tests {
     fn meetings() {
         let none = |_: &str| None;
         // c10d: the endpoint names the host; ranks on arrival.
-        let m = Meeting::from_args(
+        let m = Meeting::from_spelling(
             &args(|a| {
-                a.rdzv_backend = RdzvBackend::C10d;
-                a.rdzv_endpoint = Some("localhost:29999".into());
-                a.nnodes = crate::Nnodes::fixed(2);
+                a.backend = RdzvBackend::C10d;
+                a.endpoint = Some("localhost:29999".into());
+                a.nnodes_max = 2;
             }),
             &none,
         )
@@ -464,39 +511,39 @@ mod tests {
         assert_eq!((m.addr.as_str(), m.port), ("localhost", 29999));
         assert_eq!(m.host, Host::HereIfFree);
         assert!(m.ranks_on_arrival);
-        let m = Meeting::from_args(
+        let m = Meeting::from_spelling(
             &args(|a| {
-                a.rdzv_backend = RdzvBackend::C10d;
-                a.rdzv_endpoint = Some("192.0.2.7".into());
-                a.nnodes = crate::Nnodes::fixed(2);
+                a.backend = RdzvBackend::C10d;
+                a.endpoint = Some("192.0.2.7".into());
+                a.nnodes_max = 2;
             }),
             &none,
         )
         .unwrap();
         assert_eq!((m.host, m.port), (Host::There, 29400));
         // is_host decides over addresses.
-        let m = Meeting::from_args(
+        let m = Meeting::from_spelling(
             &args(|a| {
-                a.rdzv_backend = RdzvBackend::C10d;
-                a.rdzv_endpoint = Some("192.0.2.7".into());
-                a.rdzv_conf.is_host = Some(true);
-                a.nnodes = crate::Nnodes::fixed(2);
+                a.backend = RdzvBackend::C10d;
+                a.endpoint = Some("192.0.2.7".into());
+                a.is_host = Some(true);
+                a.nnodes_max = 2;
             }),
             &none,
         )
         .unwrap();
         assert_eq!(m.host, Host::Here);
         // c10d without an endpoint is named.
-        let e = Meeting::from_args(&args(|a| a.rdzv_backend = RdzvBackend::C10d), &none)
+        let e = Meeting::from_spelling(&args(|a| a.backend = RdzvBackend::C10d), &none)
             .unwrap_err()
             .to_string();
         assert!(e.contains("--rdzv-endpoint"), "{e}");
         // static: the endpoint stands for the master address; node 1 is a client.
-        let m = Meeting::from_args(
+        let m = Meeting::from_spelling(
             &args(|a| {
-                a.rdzv_endpoint = Some("10.0.0.1:29600".into());
+                a.endpoint = Some("10.0.0.1:29600".into());
                 a.node_rank = Some(1);
-                a.nnodes = crate::Nnodes::fixed(2);
+                a.nnodes_max = 2;
             }),
             &none,
         )
@@ -507,7 +554,7 @@ mod tests {
         );
         assert!(!m.ranks_on_arrival);
         // standalone wins.
-        let m = Meeting::from_args(&args(|a| a.standalone = true), &none).unwrap();
+        let m = Meeting::from_spelling(&args(|a| a.standalone = true), &none).unwrap();
         assert_eq!((m.port, m.host), (0, Host::Here));
     }
 
@@ -518,22 +565,22 @@ mod tests {
             "MASTER_PORT" => Some("23456".to_string()),
             _ => None,
         };
-        let multi = LaunchArgs {
-            nnodes: crate::Nnodes::fixed(2),
-            ..LaunchArgs::default()
+        let multi = Spelling {
+            nnodes_max: 2,
+            ..Spelling::default()
         };
         assert_eq!(
             master_from_env(&multi, &env),
             ("job-master-0".into(), 23456)
         );
         // Explicit values and single-node jobs keep their own.
-        let explicit = LaunchArgs {
+        let explicit = Spelling {
             master_addr: "10.0.0.1".into(),
             master_port: 29600,
             ..multi.clone()
         };
         assert_eq!(master_from_env(&explicit, &env), ("10.0.0.1".into(), 29600));
-        let single = LaunchArgs::default();
+        let single = Spelling::default();
         assert_eq!(master_from_env(&single, &env), ("127.0.0.1".into(), 29500));
         // PET_MASTER_ADDR (already in --master-addr through clap) wins over MASTER_ADDR.
         let pet = |k: &str| {

@@ -321,5 +321,13 @@ fn parse_claim(k: &str, v: &[u8]) -> Result<Claim, Error> {
     })
 }
 
+/// Whether an agent has joined round `round` (the one after a running round): then the
+/// running round ends so that everyone meets there (scale up).
+pub(crate) fn someone_waiting(store: &dyn Store, round: u32) -> bool {
+    store
+        .check(&[&keys::agent(round, "joined")])
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests;
