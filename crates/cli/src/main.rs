@@ -59,18 +59,24 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Logs go to stderr at the level `PHALANX_DEBUG` names (WARN by default; INFO prints each
-/// rank's interface, addresses, transports and algorithms, like `NCCL_DEBUG=INFO`).
+/// Logs go to stderr at the level `PHALANX_DEBUG` names, else `NCCL_DEBUG`, else
+/// `TORCH_DISTRIBUTED_DEBUG` (Note [Borrowed variables] in phalanx-core; WARN by default; INFO
+/// prints each rank's interface, addresses, transports and algorithms, like `NCCL_DEBUG=INFO`).
+/// A value that is no level is named with its variable, and WARN is used: a typo in a debug
+/// variable should not stop a job.
 fn init_logging() {
-    let level =
-        phalanx_core::env::get(phalanx_core::env::PHALANX_DEBUG).unwrap_or_else(|| "warn".into());
+    let level = match phalanx_core::env::log_level() {
+        Ok(s) => s.level,
+        Err(e) => {
+            eprintln!("phalanx: warning: {e}; logging at WARN");
+            phalanx_core::env::LogLevel::Warn
+        }
+    };
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            level.to_ascii_lowercase(),
-        ))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level.filter()))
         .try_init();
 }
 

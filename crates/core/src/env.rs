@@ -9,6 +9,17 @@
 //! assert!(env::REGISTRY.iter().any(|v| v.name == "PHALANX_TIMEOUT"));
 //! assert_eq!(env::closest("PHALANX_TIMEOTU"), Some("PHALANX_TIMEOUT"));
 //! ```
+//!
+//! Some settings can also come from the variables PyTorch users already set
+//! (`NCCL_SOCKET_IFNAME`, `NCCL_DEBUG`, …): [`socket_ifname`] and [`log_level`] read them in
+//! order and say which one decided (Note [Borrowed variables] in `env/fallback.rs`).
+
+mod fallback;
+
+pub use fallback::{
+    log_level, log_level_in, socket_ifname, socket_ifname_in, LogLevel, LogSetting, Origin,
+    SocketIfname, DEBUG_VARS, SOCKET_IFNAME_VARS,
+};
 
 /// Whether a variable configures the system or helps debugging (NCCL's split).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +77,9 @@ vars! {
     PHALANX_STORE_PREFIX = (Launcher, "", "Prefix of the store keys of the current worker group, `round/<n>` (use it with `PrefixStore`, giving keys `round/<n>/key`); `phalanx launch` sets a new one for each restart round so that a restarted group never reads the previous round's keys.");
     PHALANX_LAUNCHED = (Launcher, "", "Set to `1` by `phalanx launch` in every worker: a `phalanx train`/`bench` that sees it acts as one worker instead of launching itself.");
     PHALANX_TIMEOUT = (Config, "300s", "Progress timeout for store operations, rendezvous and collectives: a wait that makes no progress for this long fails. Accepts `300`, `300s`, `5m`, `250ms`.");
-    PHALANX_SOCKET_IFNAME = (Config, "", "Network interface(s) to use, NCCL's syntax: `eth0` (prefix), `eth,ib` (prefix list), `^docker0,lo` (exclude), `=eth0` (exact). Default: the interface that routes to MASTER_ADDR.");
+    PHALANX_SOCKET_IFNAME = (Config, "", "Network interface(s) to use, NCCL's syntax: `eth0` (prefix), `eth,ib` (prefix list), `^docker0,lo` (exclude), `=eth0` (exact). When unset, `GLOO_SOCKET_IFNAME`, then `NCCL_SOCKET_IFNAME` decide, each with its own syntax; when none is set: the interface that routes to MASTER_ADDR. `phalanx env`, `phalanx doctor` and the INFO logs say which variable decided.");
+    GLOO_SOCKET_IFNAME = (Config, "", "PyTorch's Gloo variable, read when `PHALANX_SOCKET_IFNAME` is unset: a comma list of exact interface names (`eth0,eth1`; no prefixes, no `^`). phalanx listens on one of the listed interfaces that has an address (IPv4 first, in the system's order, as for the other two variables); the NCCL backend gets it as `NCCL_SOCKET_IFNAME==eth0,eth1` when that is unset.");
+    NCCL_SOCKET_IFNAME = (Config, "", "NCCL's variable, read when `PHALANX_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` are unset, with NCCL's syntax (as `PHALANX_SOCKET_IFNAME`). NCCL itself reads it first: under `--backend nccl` it wins over the other two, which only fill it in when it is unset.");
     PHALANX_BACKEND = (Config, "native", "Process-group backend of `init_process_group` and the `--backend` flags: `native` (TCP and shared memory), `mpi` (build with the `mpi` cargo feature, run under mpirun), `nccl` (build with the `nccl` feature; GPUs).");
     PHALANX_NCCL_LIBRARY = (Config, "", "Path of the NCCL library for `--backend nccl` (e.g. `/opt/nccl/lib/libnccl.so.2`). Default: `libnccl.so.2`, then `libnccl.so`, through the loader's search path, then `nvidia/{nccl,cu13,cu12}/lib` under Python's site-packages (PyPI's nvidia-nccl-cu12/cu13 wheels, as PyTorch installs them). `PHALANX_DEBUG=INFO` logs the file loaded.");
     PHALANX_PYTHON = (Config, "python3", "The interpreter `phalanx launch` runs a `.py` program or `-m MODULE` with (torchrun runs them with its own Python).");
@@ -79,7 +92,9 @@ vars! {
     PHALANX_CHUNK_BYTES = (Config, "512K", "Largest frame of a pipelined TCP ring step (bytes; `512K`, `2M`). Must be equal on every rank.");
     PHALANX_SHM_DISABLE = (Config, "0", "Set to 1 to carry every collective over TCP even when all ranks share a host (shared memory is used by default then).");
     PHALANX_SHM_SINGLE_COPY = (Config, "1", "Set to 0 to keep shared-memory all_gather, all_to_all and broadcast on the shared buffers (two copies) even where the kernel lets ranks read each other's memory (`process_vm_readv`, one copy; used from 16 KiB per rank (two ranks) or 128 KiB (more) when every rank of the host can).");
-    PHALANX_DEBUG = (Debug, "WARN", "Log level: WARN, INFO (per rank: interface, addresses, transports, algorithms) or TRACE.");
+    PHALANX_DEBUG = (Debug, "WARN", "Log level: WARN, INFO (per rank: interface and the variable that chose it, addresses, transports, algorithms) or TRACE (ERROR and DEBUG are accepted too). When unset, `NCCL_DEBUG`, then `TORCH_DISTRIBUTED_DEBUG` decide. A value that is no level is named with its variable and WARN is used.");
+    NCCL_DEBUG = (Debug, "", "NCCL's log level, read when `PHALANX_DEBUG` is unset: `VERSION` and `WARN` → WARN, `INFO` and `ABORT` → INFO, `TRACE` → TRACE. Under `--backend nccl` NCCL reads it itself; when it is unset, phalanx's level fills it in (WARN, INFO or TRACE).");
+    TORCH_DISTRIBUTED_DEBUG = (Debug, "", "PyTorch's distributed debug level, read when `PHALANX_DEBUG` and `NCCL_DEBUG` are unset: `OFF` → WARN, `INFO` → INFO, `DETAIL` → TRACE.");
     PHALANX_TRACE = (Debug, "", "Path prefix for a Chrome/Perfetto trace per rank.");
 }
 
@@ -92,6 +107,7 @@ pub fn get(var: EnvVar) -> Option<String> {
 pub fn closest(name: &str) -> Option<&'static str> {
     REGISTRY
         .iter()
+        .filter(|v| v.name.starts_with("PHALANX_"))
         .map(|v| (edit_distance(name, v.name), v.name))
         .filter(|(d, _)| *d <= 3)
         .min_by_key(|(d, _)| *d)

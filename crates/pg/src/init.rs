@@ -2,8 +2,9 @@
 //!
 //! Steps: read the launcher's variables ([`DistEnv`]), reach the store (rank 0 hosts it
 //! unless the launcher's agent already does, `TORCHELASTIC_USE_AGENT_STORE=True`), pick the
-//! interface (`PHALANX_SOCKET_IFNAME` or the route to `MASTER_ADDR`), publish this rank's
-//! listen address, and connect the mesh.
+//! interface (`PHALANX_SOCKET_IFNAME`, else `GLOO_SOCKET_IFNAME`, else `NCCL_SOCKET_IFNAME`,
+//! Note [Borrowed variables] in phalanx-core; or the route to `MASTER_ADDR`), publish this
+//! rank's listen address, and connect the mesh.
 
 use std::{
     net::{IpAddr, SocketAddr, ToSocketAddrs},
@@ -31,8 +32,9 @@ pub struct InitOptions {
     pub auth: Auth,
     /// Progress timeout (`PHALANX_TIMEOUT`).
     pub timeout: Duration,
-    /// `PHALANX_SOCKET_IFNAME`.
-    pub socket_ifname: Option<String>,
+    /// The interface variable that decided and its value (`PHALANX_SOCKET_IFNAME`, else
+    /// `GLOO_SOCKET_IFNAME`, else `NCCL_SOCKET_IFNAME`); `None`: the route to `MASTER_ADDR`.
+    pub socket_ifname: Option<env::SocketIfname>,
     /// Key namespace of this restart round (`PHALANX_STORE_PREFIX`).
     pub store_prefix: String,
     /// Whether the launcher's agent hosts the store (`TORCHELASTIC_USE_AGENT_STORE`).
@@ -69,7 +71,7 @@ impl InitOptions {
             env: DistEnv::from_env()?,
             auth: Auth::from_env(),
             timeout: Timeout::from_env()?,
-            socket_ifname: env::get(env::PHALANX_SOCKET_IFNAME),
+            socket_ifname: env::socket_ifname(),
             store_prefix,
             agent_store,
             torch_store,
@@ -176,7 +178,7 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
             client,
         ))
     };
-    let sel = ifname::select(o.socket_ifname.as_deref(), &e.master_addr)
+    let sel = ifname::select_from(o.socket_ifname.as_ref(), &e.master_addr)
         .map_err(|source| Error::Setup { rank, source })?;
     tracing::info!(
         rank,
@@ -185,6 +187,7 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
         ifname = %sel.ifname,
         ip = %sel.ip,
         store = %format!("{}:{}", e.master_addr, e.master_port),
+        ifname_from = ?ifname_origin(o.socket_ifname.as_ref()),
         "phalanx: init"
     );
     let placement = Placement {
@@ -203,6 +206,15 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
         sel.ip,
         o.collectives,
     )
+}
+
+/// What chose the interface, for the INFO line: `NCCL_SOCKET_IFNAME=eth1`, or `route to
+/// MASTER_ADDR` when no interface variable is set (the line names the store's address).
+fn ifname_origin(setting: Option<&env::SocketIfname>) -> String {
+    match setting {
+        Some(s) => s.origin.to_string(),
+        None => "route to MASTER_ADDR".into(),
+    }
 }
 
 /// Connects the mesh through an existing store: every rank publishes its listen address and

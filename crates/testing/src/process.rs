@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 /// Removes from `c`'s environment every variable that would make it think a launcher started
 /// it or that configures phalanx: torchrun's (`RANK`, `WORLD_SIZE`, …, `PET_*`,
 /// `TORCHELASTIC_*`), phalanx's (`PHALANX_*`), MPI's and Slurm's (`OMPI_*`, `PMI_*`,
-/// `PMIX_*`, `SLURM_*`), and `OMP_NUM_THREADS`. Every test that starts phalanx uses it, so
+/// `PMIX_*`, `SLURM_*`), the PyTorch users' variables phalanx falls back to
+/// (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`, `NCCL_DEBUG`, `TORCH_DISTRIBUTED_DEBUG`), and
+/// `OMP_NUM_THREADS`. Every test that starts phalanx uses it, so
 /// the list lives here once.
 pub fn clean_env(c: &mut Command) -> &mut Command {
     const NAMES: &[&str] = &[
@@ -25,6 +27,12 @@ pub fn clean_env(c: &mut Command) -> &mut Command {
         "MASTER_ADDR",
         "MASTER_PORT",
         "OMP_NUM_THREADS",
+        // Read when the PHALANX_ ones are unset (Note [Borrowed variables] in phalanx-core):
+        // a developer's cluster profile must not move a test onto another interface.
+        "GLOO_SOCKET_IFNAME",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_DEBUG",
+        "TORCH_DISTRIBUTED_DEBUG",
     ];
     const PREFIXES: &[&str] = &[
         "PET_",

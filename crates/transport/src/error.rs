@@ -135,10 +135,16 @@ pub enum Error {
         /// The timeout.
         after: Duration,
     },
-    /// `PHALANX_SOCKET_IFNAME` matched no interface.
-    #[error("PHALANX_SOCKET_IFNAME={spec:?} matches no interface with an address; available: {available}")]
+    /// The interface variable that decided (`PHALANX_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME` or
+    /// `NCCL_SOCKET_IFNAME`, Note [Borrowed variables] in phalanx-core) matched no interface.
+    #[error(
+        "{var}={spec:?} matches no interface with an address ({}); available: {available}",
+        phalanx_core::env::SocketIfname::syntax_of(var)
+    )]
     NoInterface {
-        /// The spec given.
+        /// The variable that held the spec (its syntax follows from it).
+        var: &'static str,
+        /// The spec, as the user wrote it.
         spec: String,
         /// Interfaces present.
         available: String,

@@ -1,4 +1,7 @@
-//! Interface selection: `PHALANX_SOCKET_IFNAME` with NCCL's syntax, or the route to the master.
+//! Interface selection: the interface variable that decided (`PHALANX_SOCKET_IFNAME`, else
+//! `GLOO_SOCKET_IFNAME`, else `NCCL_SOCKET_IFNAME`: [`phalanx_core::env::socket_ifname`]), or
+//! the route to the master. The filter reads NCCL's syntax; Gloo's exact names reach it as
+//! `=name,…` ([`SocketIfname::nccl_spec`]).
 //!
 //! | spec | meaning |
 //! |---|---|
@@ -9,9 +12,11 @@
 
 use std::net::{IpAddr, UdpSocket};
 
+use phalanx_core::env::SocketIfname;
+
 use crate::{Error, Result};
 
-/// A parsed `PHALANX_SOCKET_IFNAME`.
+/// A parsed interface spec in NCCL's syntax.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfFilter {
     exclude: bool,
@@ -66,10 +71,21 @@ pub struct Selected {
     pub ip: IpAddr,
 }
 
-/// Chooses the address to listen on: the first interface matching `spec` (IPv4 first), or,
-/// without a spec, the interface whose address routes to `master_addr` (no packet is sent:
-/// connecting a UDP socket only consults the routing table).
+/// [`select_from`] for a spec in NCCL's syntax given as `PHALANX_SOCKET_IFNAME` (errors name
+/// that variable).
 pub fn select(spec: Option<&str>, master_addr: &str) -> Result<Selected> {
+    select_from(spec.map(SocketIfname::phalanx).as_ref(), master_addr)
+}
+
+/// Chooses the address to listen on: the first interface `setting` selects (IPv4 first), or,
+/// without a setting, the interface whose address routes to `master_addr` (no packet is sent:
+/// connecting a UDP socket only consults the routing table).
+///
+/// # Errors
+///
+/// [`Error::NoInterface`] when the setting selects no interface with an address; it names the
+/// variable that held the setting, its value and the interfaces present.
+pub fn select_from(setting: Option<&SocketIfname>, master_addr: &str) -> Result<Selected> {
     let ifaces = if_addrs::get_if_addrs().unwrap_or_default();
     let name_of = |ip: IpAddr| {
         ifaces
@@ -77,8 +93,8 @@ pub fn select(spec: Option<&str>, master_addr: &str) -> Result<Selected> {
             .find(|i| i.ip() == ip)
             .map_or_else(|| "?".to_string(), |i| i.name.clone())
     };
-    if let Some(spec) = spec {
-        let filter = IfFilter::parse(spec);
+    if let Some(setting) = setting {
+        let filter = IfFilter::parse(&setting.nccl_spec());
         let mut candidates: Vec<_> = ifaces.iter().filter(|i| filter.matches(&i.name)).collect();
         candidates.sort_by_key(|i| (!i.ip().is_ipv4(), i.is_loopback()));
         return match candidates.first() {
@@ -94,7 +110,8 @@ pub fn select(spec: Option<&str>, master_addr: &str) -> Result<Selected> {
                     }
                 }
                 Err(Error::NoInterface {
-                    spec: spec.to_string(),
+                    var: setting.origin.var,
+                    spec: setting.origin.value.clone(),
                     available: names.join(", "),
                 })
             }
@@ -157,5 +174,57 @@ mod tests {
             Err(Error::NoInterface { available, .. }) => assert!(available.contains("lo")),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn from(var: &'static str, value: &str) -> SocketIfname {
+        SocketIfname {
+            origin: phalanx_core::env::Origin {
+                var,
+                value: value.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn gloo_names_are_exact_nccl_names_are_prefixes() {
+        // "l" is a prefix of "lo": NCCL's syntax selects lo, Gloo's exact names do not.
+        let s = select_from(Some(&from("NCCL_SOCKET_IFNAME", "l")), "127.0.0.1").unwrap();
+        assert_eq!(s.ifname, "lo");
+        let s = select_from(
+            Some(&from("GLOO_SOCKET_IFNAME", "nonexistent0,lo")),
+            "127.0.0.1",
+        );
+        assert_eq!(s.unwrap().ifname, "lo");
+        match select_from(Some(&from("GLOO_SOCKET_IFNAME", "l")), "127.0.0.1") {
+            Err(e @ Error::NoInterface { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.starts_with("GLOO_SOCKET_IFNAME=\"l\" matches no interface"),
+                    "{text}"
+                );
+                assert!(
+                    text.contains("exact names") && text.contains("lo"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_spec_matching_nothing_names_the_variable_that_held_it() {
+        let e = select_from(Some(&from("NCCL_SOCKET_IFNAME", "bogus0")), "127.0.0.1").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("NCCL_SOCKET_IFNAME=\"bogus0\" matches no interface"),
+            "{text}"
+        );
+        assert!(!text.contains("PHALANX_SOCKET_IFNAME"), "{text}");
+        let e = select(Some("bogus0"), "127.0.0.1").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("PHALANX_SOCKET_IFNAME=\"bogus0\""),
+            "{e}"
+        );
     }
 }

@@ -18,7 +18,7 @@ pub(crate) struct Args {
     port: u16,
     /// Address to listen on: one interface's address to listen on that interface only,
     /// `0.0.0.0` (every IPv4 interface) or `::`. Default: the interface PHALANX_SOCKET_IFNAME
-    /// selects, else every interface.
+    /// (else GLOO_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME) selects, else every interface.
     #[arg(long)]
     host: Option<String>,
     /// Also serve PyTorch's TCPStore protocol to clients on other hosts (PyTorch workers
@@ -30,14 +30,20 @@ pub(crate) struct Args {
     torch_store: bool,
 }
 
+/// Serves until SIGINT or SIGTERM. Its warnings (refused clients, malformed input) go to
+/// stderr through the log setup of `main` (phalanx's log level).
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    init_logging();
-    let host = match (args.host, env::get(env::PHALANX_SOCKET_IFNAME)) {
+    let host = match (args.host, env::socket_ifname()) {
         (Some(h), _) => h,
         // Listen on the chosen interface only, as the ranks do.
-        (None, Some(spec)) => phalanx_transport::ifname::select(Some(&spec), "127.0.0.1")?
-            .ip
-            .to_string(),
+        (None, Some(setting)) => {
+            let sel = phalanx_transport::ifname::select_from(Some(&setting), "127.0.0.1")?;
+            eprintln!(
+                "phalanx store: interface {} (from {})",
+                sel.ifname, setting.origin
+            );
+            sel.ip.to_string()
+        }
         (None, None) => {
             eprintln!("phalanx store: listening on every interface (use --host or PHALANX_SOCKET_IFNAME to choose one)");
             "0.0.0.0".to_string()
@@ -94,25 +100,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     server.shutdown();
     Ok(ExitCode::SUCCESS)
-}
-
-/// Logs the server's warnings (refused clients, malformed input) to stderr at the level of
-/// `PHALANX_DEBUG` (default WARN).
-fn init_logging() {
-    let level = match env::get(env::PHALANX_DEBUG)
-        .as_deref()
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
-        Some("TRACE") => "trace",
-        Some("INFO") => "info",
-        _ => "warn",
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .try_init();
 }
 
 /// SIGINT and SIGTERM, blocked in this thread and received synchronously.

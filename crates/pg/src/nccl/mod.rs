@@ -2,9 +2,9 @@
 //! rank's GPU (`--backend nccl`, cargo feature `nccl`; docs/gpu.md).
 //!
 //! Setup (`init_nccl` in `init.rs`): NCCL and the CUDA driver are loaded at run time (Note [Finding NCCL]
-//! in `sys.rs`); the GPU is `LOCAL_RANK` (NCCL puts one rank on one GPU); `PHALANX_DEBUG`
-//! and `PHALANX_SOCKET_IFNAME` become `NCCL_DEBUG` and `NCCL_SOCKET_IFNAME` unless the user set
-//! those; the native process group is created as usual (its store and TCP mesh); rank 0 calls
+//! in `sys.rs`); the GPU is `LOCAL_RANK` (NCCL puts one rank on one GPU); phalanx's log
+//! level and interface setting become `NCCL_DEBUG` and `NCCL_SOCKET_IFNAME` unless the user set
+//! those (Note [NCCL variables]); the native process group is created as usual (its store and TCP mesh); rank 0 calls
 //! `ncclGetUniqueId` and sets the 128 bytes in the store, the other ranks wait for that one key
 //! (one request each); then `ncclCommInitRank`.
 //!
@@ -92,9 +92,16 @@ fn libraries() -> Result<(&'static Nccl, &'static Driver)> {
 }
 
 /// Note [NCCL variables]: users of torchrun set `NCCL_DEBUG` and `NCCL_SOCKET_IFNAME`; phalanx
-/// users set `PHALANX_DEBUG` and `PHALANX_SOCKET_IFNAME` (same syntax). The phalanx ones are
-/// copied onto the NCCL ones only when those are unset, before NCCL reads them (at its first
-/// call), so a user's NCCL setting always wins.
+/// users set `PHALANX_DEBUG` and `PHALANX_SOCKET_IFNAME` (same syntax). NCCL reads only its
+/// own, so phalanx's settings are copied onto them when they are unset, before NCCL reads them
+/// (at its first call), and a user's NCCL setting always wins for NCCL.
+///
+/// The settings copied are the ones phalanx itself uses, decided by the same functions
+/// (Note [Borrowed variables] in phalanx-core): the interface from `PHALANX_SOCKET_IFNAME`,
+/// else `GLOO_SOCKET_IFNAME` (Gloo's exact names, so `eth1,eth2` becomes `=eth1,eth2`); the
+/// level from `PHALANX_DEBUG`, else `TORCH_DISTRIBUTED_DEBUG`, as WARN, INFO or TRACE. So the
+/// NCCL backend and phalanx's own transport pick the same interface, whichever variable the
+/// user set. A level that does not parse is left out (the log setup already warned about it).
 fn map_env() {
     for (name, value) in nccl_env(&|k| std::env::var(k).ok().filter(|v| !v.is_empty())) {
         // Before any NCCL thread exists; phalanx's own threads do not read the environment.
@@ -105,18 +112,19 @@ fn map_env() {
 /// The NCCL variables to set, from a lookup of the environment.
 fn nccl_env(get: &dyn Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    if get("NCCL_DEBUG").is_none() {
-        let level = get(env::PHALANX_DEBUG.name).map(|v| v.to_ascii_uppercase());
-        match level.as_deref() {
-            Some("INFO" | "DEBUG") => out.push(("NCCL_DEBUG", "INFO".to_string())),
-            Some("TRACE") => out.push(("NCCL_DEBUG", "TRACE".to_string())),
-            Some("WARN" | "ERROR") => out.push(("NCCL_DEBUG", "WARN".to_string())),
-            _ => {}
+    if get(env::NCCL_DEBUG.name).is_none() {
+        // Only a level some variable asked for: NCCL's own default (nothing set) stays.
+        if let Ok(env::LogSetting {
+            level,
+            origin: Some(_),
+        }) = env::log_level_in(get)
+        {
+            out.push((env::NCCL_DEBUG.name, level.nccl().to_string()));
         }
     }
-    if get("NCCL_SOCKET_IFNAME").is_none() {
-        if let Some(v) = get(env::PHALANX_SOCKET_IFNAME.name) {
-            out.push(("NCCL_SOCKET_IFNAME", v));
+    if get(env::NCCL_SOCKET_IFNAME.name).is_none() {
+        if let Some(s) = env::socket_ifname_in(get) {
+            out.push((env::NCCL_SOCKET_IFNAME.name, s.nccl_spec()));
         }
     }
     out
@@ -149,6 +157,37 @@ mod tests {
                 ("NCCL_SOCKET_IFNAME", "^docker,lo".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn pytorch_variables_map_onto_unset_nccl_ones_in_nccls_syntax() {
+        let got = nccl_env(&lookup(&[
+            ("TORCH_DISTRIBUTED_DEBUG", "DETAIL"),
+            ("GLOO_SOCKET_IFNAME", "eth1,eth2"),
+        ]));
+        assert_eq!(
+            got,
+            vec![
+                ("NCCL_DEBUG", "TRACE".to_string()),
+                ("NCCL_SOCKET_IFNAME", "=eth1,eth2".to_string())
+            ]
+        );
+        // PHALANX_ wins over GLOO_/TORCH_ (the same precedence as the native transport).
+        let got = nccl_env(&lookup(&[
+            ("PHALANX_DEBUG", "WARN"),
+            ("TORCH_DISTRIBUTED_DEBUG", "DETAIL"),
+            ("PHALANX_SOCKET_IFNAME", "^docker"),
+            ("GLOO_SOCKET_IFNAME", "eth1"),
+        ]));
+        assert_eq!(
+            got,
+            vec![
+                ("NCCL_DEBUG", "WARN".to_string()),
+                ("NCCL_SOCKET_IFNAME", "^docker".to_string())
+            ]
+        );
+        // A level that is no level sets nothing (the log setup warns, naming the variable).
+        assert!(nccl_env(&lookup(&[("PHALANX_DEBUG", "LOUD")])).is_empty());
     }
 
     #[test]

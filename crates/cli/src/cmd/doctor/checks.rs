@@ -1,7 +1,7 @@
 //! The checks of `phalanx doctor`'s report, one function each: what passes, what only
 //! warns, and what fails the run (with the ranks and addresses involved).
 
-use super::data::{Check, Limits, LinkRow, RankResult, RankRow, Status};
+use super::data::{Check, IfnameFrom, Limits, LinkRow, RankResult, RankRow, Status};
 use super::render::{gbps_text, us_text};
 
 fn check(name: &str, status: Status, detail: String) -> Check {
@@ -27,7 +27,7 @@ pub(crate) fn interfaces(results: &[RankResult], nnodes: usize) -> Check {
     }
     // The classic multi-host mistake: a hostname that resolves to 127.0.1.1, or a route to
     // MASTER_ADDR over loopback, so peers on other hosts are told to dial themselves.
-    let lo: Vec<String> = results
+    let lo: Vec<&RankResult> = results
         .iter()
         .filter(|r| {
             nnodes > 1
@@ -37,38 +37,61 @@ pub(crate) fn interfaces(results: &[RankResult], nnodes: usize) -> Check {
                     .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
                     .is_some_and(|ip| ip.is_loopback())
         })
-        .map(|r| {
-            format!(
-                "rank {} ({} {})",
-                r.info.rank,
-                r.info.ifname.as_deref().unwrap_or("?"),
-                r.info.ip.as_deref().unwrap_or("?")
-            )
-        })
         .collect();
     if !lo.is_empty() {
+        let ranks: Vec<String> = lo
+            .iter()
+            .map(|r| {
+                format!(
+                    "rank {} ({} {}) {}",
+                    r.info.rank,
+                    r.info.ifname.as_deref().unwrap_or("?"),
+                    r.info.ip.as_deref().unwrap_or("?"),
+                    IfnameFrom::describe(r.info.ifname_from.as_ref())
+                )
+            })
+            .collect();
+        // Point at what to change: the variable that chose loopback, else the route.
+        let mut vars: Vec<&str> = lo
+            .iter()
+            .filter_map(|r| r.info.ifname_from.as_ref().map(|f| f.var.as_str()))
+            .collect();
+        vars.sort_unstable();
+        vars.dedup();
+        let fix = if vars.is_empty() {
+            "set PHALANX_SOCKET_IFNAME, or check the route to MASTER_ADDR".to_string()
+        } else {
+            format!(
+                "{} names an interface the other hosts cannot reach",
+                vars.join(", ")
+            )
+        };
         return check(
             "interfaces",
             Status::Fail,
             format!(
-                "loopback address in a {nnodes}-node job, other hosts cannot reach it: {} \
-                 (set PHALANX_SOCKET_IFNAME, or check the route to MASTER_ADDR)",
-                lo.join(", ")
+                "loopback address in a {nnodes}-node job, other hosts cannot reach it: {} ({fix})",
+                ranks.join(", ")
             ),
         );
     }
-    let mut names: Vec<&str> = results
+    // Each interface with what chose it: `eth1 from NCCL_SOCKET_IFNAME=eth1`.
+    let mut chosen: Vec<(&str, Option<&IfnameFrom>)> = results
         .iter()
-        .filter_map(|r| r.info.ifname.as_deref())
+        .filter_map(|r| Some((r.info.ifname.as_deref()?, r.info.ifname_from.as_ref())))
         .collect();
-    names.sort_unstable();
-    names.dedup();
+    chosen.sort_unstable();
+    chosen.dedup();
+    let chosen: Vec<String> = chosen
+        .into_iter()
+        .map(|(name, from)| format!("{name} {}", IfnameFrom::describe(from)))
+        .collect();
     check(
         "interfaces",
         Status::Ok,
         format!(
             "every rank has an address (interfaces: {})",
-            names.join(", ")
+            chosen.join("; ")
         ),
     )
 }

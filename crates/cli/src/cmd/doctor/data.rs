@@ -11,14 +11,37 @@ pub(crate) struct RankInfo {
     pub(crate) local_rank: usize,
     pub(crate) local_world_size: usize,
     pub(crate) hostname: String,
-    /// The interface `init_process_group` would listen on (`PHALANX_SOCKET_IFNAME` or the
-    /// route to `MASTER_ADDR`); `None` when the selection failed (`if_error` says why).
+    /// The interface `init_process_group` would listen on (`PHALANX_SOCKET_IFNAME`, else
+    /// `GLOO_SOCKET_IFNAME`, else `NCCL_SOCKET_IFNAME`, else the route to `MASTER_ADDR`);
+    /// `None` when the selection failed (`if_error` says why).
     pub(crate) ifname: Option<String>,
+    /// The variable that chose the interface and its value; `None`: the route to
+    /// `MASTER_ADDR` (no interface variable set). Absent from an older doctor's results.
+    #[serde(default)]
+    pub(crate) ifname_from: Option<IfnameFrom>,
     pub(crate) ip: Option<String>,
     /// The doctor's own listener on that address (the measurement sockets).
     pub(crate) port: Option<u16>,
     pub(crate) if_error: Option<String>,
     pub(crate) shm: ShmProbe,
+}
+
+/// The variable that chose a rank's interface (Note [Borrowed variables] in phalanx-core).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct IfnameFrom {
+    pub(crate) var: String,
+    pub(crate) value: String,
+}
+
+impl IfnameFrom {
+    /// How a report says what chose an interface: `from NCCL_SOCKET_IFNAME=eth1`, or `by the
+    /// route to MASTER_ADDR` for `None`.
+    pub(crate) fn describe(from: Option<&IfnameFrom>) -> String {
+        match from {
+            Some(f) => format!("from {}={}", f.var, f.value),
+            None => "by the route to MASTER_ADDR".into(),
+        }
+    }
 }
 
 /// Shared memory on this rank's host: free space of `/dev/shm` and whether a segment of the

@@ -1,6 +1,7 @@
 //! One rank of `phalanx doctor`, started by the launcher like any worker:
 //!
-//! 1. probe: interface and address (`ifname::select`, as `init_process_group` does), hostname,
+//! 1. probe: interface and address (`ifname::select_from`, as `init_process_group` does) and
+//!    the variable that chose them, hostname,
 //!    `/dev/shm`; listen on that address and publish it all under `doctor/rank/<rank>`;
 //! 2. connect to every rank and accept every rank's connection ([`link::connect_all`]),
 //!    publish the view under `doctor/reach/<rank>`;
@@ -21,7 +22,7 @@ use phalanx_store::{HashStore, PrefixStore, Store, TcpStore};
 use phalanx_transport::{ifname, shm};
 
 use super::args::Args;
-use super::data::{Half, Mesh, RankInfo, RankResult, Reach, ShmProbe};
+use super::data::{Half, IfnameFrom, Mesh, RankInfo, RankResult, Reach, ShmProbe};
 use super::link::{self, BwLimits};
 use super::report;
 
@@ -177,7 +178,7 @@ fn gather<T: serde::de::DeserializeOwned>(
 /// Where this rank is and what it would use, plus its listener on that address.
 fn probe(o: &InitOptions) -> (RankInfo, Option<TcpListener>) {
     let e = &o.env;
-    let (sel, if_error) = match ifname::select(o.socket_ifname.as_deref(), &e.master_addr) {
+    let (sel, if_error) = match ifname::select_from(o.socket_ifname.as_ref(), &e.master_addr) {
         Ok(s) => (Some(s), None),
         Err(err) => (None, Some(err.to_string())),
     };
@@ -195,6 +196,10 @@ fn probe(o: &InitOptions) -> (RankInfo, Option<TcpListener>) {
         local_world_size: e.local_world_size,
         hostname: hostname(),
         ifname: sel.as_ref().map(|s| s.ifname.clone()),
+        ifname_from: o.socket_ifname.as_ref().map(|s| IfnameFrom {
+            var: s.origin.var.to_string(),
+            value: s.origin.value.clone(),
+        }),
         ip: sel.as_ref().map(|s| s.ip.to_string()),
         port: listener
             .as_ref()

@@ -2,7 +2,7 @@
 //! link, and each check failing for the reason it names.
 
 use super::*;
-use crate::cmd::doctor::data::{Clock, Half, Mesh, Reach, Rtt, ShmProbe, Status};
+use crate::cmd::doctor::data::{Clock, Half, IfnameFrom, Mesh, Reach, Rtt, ShmProbe, Status};
 
 fn limits() -> Limits {
     Limits {
@@ -24,6 +24,7 @@ fn results(n: usize, gbps: impl Fn(usize, usize) -> f64) -> Vec<RankResult> {
                 local_world_size: 1,
                 hostname: format!("h{r}"),
                 ifname: Some("eth0".into()),
+                ifname_from: None,
                 ip: Some(format!("10.0.0.{}", r + 1)),
                 port: Some(4000 + r as u16),
                 if_error: None,
@@ -171,6 +172,49 @@ fn a_loopback_address_in_a_multi_node_job_fails_the_interfaces_check() {
     assert_eq!(s, Status::Fail);
     assert!(
         d.starts_with("loopback address in a 2-node job") && d.contains("rank 1 (lo 127.0.1.1)"),
+        "{d}"
+    );
+}
+
+#[test]
+fn the_interfaces_check_says_which_variable_chose_each_interface() {
+    let mut rs = results(3, |_, _| 5.0);
+    let nccl = IfnameFrom {
+        var: "NCCL_SOCKET_IFNAME".into(),
+        value: "eth1".into(),
+    };
+    for r in &mut rs[1..] {
+        r.info.ifname = Some("eth1".into());
+        r.info.ifname_from = Some(nccl.clone());
+    }
+    let (s, d) = status(&build(&rs, limits()), "interfaces");
+    assert_eq!(s, Status::Ok);
+    assert_eq!(
+        d,
+        "every rank has an address (interfaces: eth0 by the route to MASTER_ADDR; \
+         eth1 from NCCL_SOCKET_IFNAME=eth1)"
+    );
+    // --json carries the variable and its value per rank; null for the route.
+    let json = serde_json::to_value(build(&rs, limits())).unwrap();
+    assert_eq!(json["ranks"][0]["ifname_from"], serde_json::Value::Null);
+    assert_eq!(json["ranks"][2]["ifname_from"]["var"], "NCCL_SOCKET_IFNAME");
+    assert_eq!(json["ranks"][2]["ifname_from"]["value"], "eth1");
+}
+
+#[test]
+fn a_loopback_interface_chosen_by_a_variable_names_that_variable() {
+    let mut rs = results(2, |_, _| 5.0);
+    rs[1].info.ifname = Some("lo".into());
+    rs[1].info.ip = Some("127.0.0.1".into());
+    rs[1].info.ifname_from = Some(IfnameFrom {
+        var: "GLOO_SOCKET_IFNAME".into(),
+        value: "lo".into(),
+    });
+    let (s, d) = status(&build(&rs, limits()), "interfaces");
+    assert_eq!(s, Status::Fail);
+    assert!(
+        d.contains("rank 1 (lo 127.0.0.1) from GLOO_SOCKET_IFNAME=lo")
+            && d.contains("(GLOO_SOCKET_IFNAME names an interface the other hosts cannot reach)"),
         "{d}"
     );
 }
