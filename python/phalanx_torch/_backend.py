@@ -36,16 +36,21 @@ class PhalanxBackend(Backend):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx")
         self._lock = threading.Lock()
         self._queued = 0
+        self._seq = 0
         self._p2p = PointToPoint(self._group, store, self._run)
 
     # -- execution ---------------------------------------------------------------------------
 
-    def _run(self, opts, result, fn, *args, nbytes=0, keep=()):
+    def _run(self, opts, result, fn, *args, nbytes=0, keep=(), collective=True):
         """Runs `fn(*args)` in call order: on the caller's thread when the group is idle and
         the operation is small or blocking, else on the group's thread. `keep`: tensors whose
-        memory `fn` uses beyond `result`, held until it is done."""
-        if self._p2p.pending():
-            self._p2p.flush()
+        memory `fn` uses beyond `result`, held until it is done. A collective counts in the
+        group's sequence number (point-to-point batches move when a rank needs them, so
+        they do not)."""
+        if collective:
+            self._seq += 1
+            if self._p2p.pending():
+                self._p2p.flush()
         blocking = opts is not None and getattr(opts, "asyncOp", True) is False
         inline = nbytes <= INLINE_BYTES or blocking
         with self._lock:
@@ -122,6 +127,14 @@ class PhalanxBackend(Backend):
         timeout = getattr(opts, "_timeout", None) if opts is not None else None
         return PhalanxBackend(store, list(ranks).index(me), len(ranks),
                               timeout or self._timeout, subgroup=True)
+
+    # The collectives' sequence number, which TORCH_DISTRIBUTED_DEBUG=DETAIL's checks compare
+    # between ranks before every collective: every rank starts at 0 and counts the same calls.
+    def _set_sequence_number_for_group(self):
+        pass
+
+    def _get_sequence_number_for_group(self):
+        return self._seq
 
     def abort(self):
         self._group.abort("the process group was aborted")

@@ -96,7 +96,7 @@ class PointToPoint:
         ops = [(is_send, t.data_ptr(), t.numel() * t.element_size(), peer, tag)
                for (is_send, t, _, tag, _), peer in zip(held, sources)]
         keep = [t for _, t, _, _, _ in held]
-        inner = self._run(None, keep, self._native.p2p_batch, ops)
+        inner = self._run(None, keep, self._native.p2p_batch, ops, collective=False)
         for (is_send, _, _, _, work), peer in zip(held, sources):
             work._started(inner, None if is_send else peer)
 

@@ -1,28 +1,75 @@
-"""Two methods of c10d's `ProcessGroup` that a group whose CPU backend is phalanx answers itself,
-because torch 2.15's pybind trampoline for Python backends cannot carry the answer; every other
-group keeps torch's own method.
+"""Where torch 2.15's pybind trampoline for Python backends loses an answer, a phalanx group
+gives it; every other backend's groups and works keep torch's own methods, unchanged.
 
-Note [Source rank of an any-source receive]: the trampoline wraps the Work a Python backend
-returns in a C++ holder that answers `_source_rank()` with "may only be called on work objects
-that correspond to a recv", so `dist.recv(t)` without `src` could not learn the sender. Our
-`recv_anysource` Work knows its source, so it is handed out itself.
+Note [Work behind a holder]: c10d wraps the Work a Python backend returns in a C++ holder
+(`PyWorkHolder`) that forwards `wait()` and `get_future()` only: its `is_completed()` stays
+False for ever, `exception()` None, and `_source_rank()` (which `dist.recv(t)` without `src`
+needs) raises "may only be called on work objects that correspond to a recv". Asking the
+holder for its future calls our Work's `get_future`, which notes itself (per thread); so these
+methods of `Work` first ask torch, and when torch has no answer and a phalanx Work is behind
+the holder, ask that Work.
 
 Note [A rank outside a split]: c10d asks the backend of every rank of the parent to `split`,
 and a rank outside the new group is to answer "no backend" (nullptr); the trampoline turns a
-Python `None` into a null pointer that it then dereferences (a segmentation fault). So a rank
-outside every group of `dist.split_group` gets `None` (torch's NON_GROUP_MEMBER) before c10d
-asks its backend.
+Python `None` into a null pointer that it then dereferences (a segmentation fault). So for a
+phalanx parent, a rank outside every group of `dist.split_group` gets `None` (torch's
+NON_GROUP_MEMBER) before c10d asks its backend.
 """
 
+import threading
+
 import torch
-from torch._C._distributed_c10d import ProcessGroup
+from torch._C._distributed_c10d import ProcessGroup, Work
 
-_torch_recv_anysource = ProcessGroup.recv_anysource
-_torch_split_group = ProcessGroup.split_group
+_asked = threading.local()
 
 
-def _phalanx(pg):
-    """`pg`'s CPU backend when it is phalanx's, else None."""
+def noted(work):
+    """Called by our Work's `get_future`: the Work a holder on this thread leads to."""
+    _asked.work = work
+
+
+def _behind(holder):
+    """The phalanx Work behind a C++ holder, or None (another backend's work)."""
+    from ._work import Work as PhalanxWork
+
+    if isinstance(holder, PhalanxWork):
+        return holder
+    _asked.work = None
+    try:
+        holder.get_future()
+    except RuntimeError:  # a work without a future
+        return None
+    found, _asked.work = _asked.work, None
+    return found
+
+
+def _is_completed(self):
+    if _torch["is_completed"](self):
+        return True
+    ours = _behind(self)
+    return ours is not None and ours.is_completed()
+
+
+def _exception(self):
+    ours = _behind(self)
+    return ours.exception() if ours is not None else _torch["exception"](self)
+
+
+def _is_success(self):
+    ours = _behind(self)
+    return ours.is_success() if ours is not None else _torch["is_success"](self)
+
+
+def _source_rank(self):
+    ours = _behind(self)
+    return ours._source_rank() if ours is not None else _torch["_source_rank"](self)
+
+
+_torch = {}
+
+
+def _phalanx_backend(pg):
     from ._backend import PhalanxBackend
 
     try:
@@ -32,20 +79,18 @@ def _phalanx(pg):
     return backend if isinstance(backend, PhalanxBackend) else None
 
 
-def _recv_anysource(self, tensors, tag):
-    backend = _phalanx(self)
-    if backend is not None:
-        return backend.recv_anysource(tensors, tag)
-    return _torch_recv_anysource(self, tensors, tag)
-
-
 def _split_group(self, new_ranks, *args, **kwargs):
-    backend = _phalanx(self)
+    backend = _phalanx_backend(self)
     if backend is not None and backend.rank() not in new_ranks:
         return None
-    return _torch_split_group(self, new_ranks, *args, **kwargs)
+    return _torch["split_group"](self, new_ranks, *args, **kwargs)
 
 
 def install():
-    ProcessGroup.recv_anysource = _recv_anysource
+    for name, fn in (("is_completed", _is_completed), ("exception", _exception),
+                     ("is_success", _is_success), ("_source_rank", _source_rank),
+                     ("source_rank", _source_rank)):
+        _torch[name] = getattr(Work, name)
+        setattr(Work, name, fn)
+    _torch["split_group"] = ProcessGroup.split_group
     ProcessGroup.split_group = _split_group

@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from ._native import PhalanxError
+from ._shims import noted
 
 
 class Work(dist.Work):
@@ -60,6 +61,7 @@ class Work(dist.Work):
         return self._pending.exception() if self._pending.done() else None
 
     def get_future(self):
+        noted(self)  # Note [Work behind a holder]
         return self._future
 
     def result(self):
@@ -107,7 +109,9 @@ class P2PWork(Work):
 
     def get_future(self):
         self._move()
-        return self._inner.get_future()
+        future = self._inner.get_future()
+        noted(self)  # after the inner Work's note: Note [Work behind a holder]
+        return future
 
     def _source_rank(self):
         """The group rank this receive's message came from (torch's `dist.recv(src=None)`
