@@ -62,7 +62,15 @@ impl Drop for HostsFiles {
 fn pod(h: &Hosts, i: usize, nnodes: usize) -> std::process::Command {
     let mut c = h.phalanx(i);
     c.arg("train")
-        .args(["--dataset", "digits", "--epochs", "1", "--hidden", "32", "--json"])
+        .args([
+            "--dataset",
+            "digits",
+            "--epochs",
+            "1",
+            "--hidden",
+            "32",
+            "--json",
+        ])
         .env("PET_NNODES", nnodes.to_string())
         .env("PET_NPROC_PER_NODE", "auto")
         .env("PET_NODE_RANK", i.to_string())
@@ -124,7 +132,11 @@ fn needs_root_netns_a_master_name_that_never_resolves_is_named() {
     }
     let begin = Instant::now();
     let nodes = run_all(vec![p0, p1], Duration::from_secs(60));
-    assert!(begin.elapsed() < Duration::from_secs(30), "{:?}", begin.elapsed());
+    assert!(
+        begin.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        begin.elapsed()
+    );
     // Pod 0 cannot resolve its own name to bind the store; pod 1 cannot reach it: each says
     // which name, after retrying for the rendezvous timeout.
     let (e0, e1) = (&nodes[0].stderr, &nodes[1].stderr);
@@ -136,7 +148,9 @@ fn needs_root_netns_a_master_name_that_never_resolves_is_named() {
         "{e0}"
     );
     assert!(
-        e1.contains(&format!("cannot reach the store of node 0 at {MASTER}:29500")),
+        e1.contains(&format!(
+            "cannot reach the store of node 0 at {MASTER}:29500"
+        )),
         "{e1}"
     );
 }
