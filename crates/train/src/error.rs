@@ -49,6 +49,20 @@ pub enum Error {
         /// What is missing: the `cuda` feature, the driver, or the GPU.
         reason: String,
     },
+    /// The run stopped at a step boundary because a rank received `signal` (Note [Stop
+    /// agreement]); `checkpoint` is the one committed at that step, if the run has a directory.
+    #[error("stopped by signal {signal} after step {global_step}{}", match checkpoint {
+        Some(p) => format!("; checkpoint {} committed", p.display()),
+        None => String::new(),
+    })]
+    Stopped {
+        /// The signal number (SIGUSR1 is 10, SIGTERM 15).
+        signal: i32,
+        /// The global step the ranks completed and agreed on.
+        global_step: u64,
+        /// The checkpoint's JSON record (`step-<N>.json`), written at that step.
+        checkpoint: Option<std::path::PathBuf>,
+    },
     /// The tensor library failed to read a result.
     #[error("reading a tensor failed: {0}")]
     Tensor(String),

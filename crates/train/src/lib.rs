@@ -19,6 +19,7 @@ mod recovery;
 mod recovery_shards;
 mod snapshot;
 mod step;
+pub mod stop;
 pub mod throughput;
 pub mod trainer;
 

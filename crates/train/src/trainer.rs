@@ -29,7 +29,7 @@ use crate::{
     position::{self, Handover, Position},
     recovery::{resync, Regrouped},
     recovery_shards::resync_sharded,
-    snapshot, Classifier, Error, Optim, Result,
+    snapshot, stop, Classifier, Error, Optim, Result,
 };
 
 /// What a finished run reports (one per rank).
@@ -524,6 +524,37 @@ fn resume_from_disk<M: Classifier>(
 }
 
 impl Context<'_> {
+    /// Ends the run at `at`, the step every rank agreed to stop after (Note [Stop agreement]):
+    /// commits that step's checkpoint unless `saved` (the step's own was just written), waits
+    /// until it is committed on every rank, and returns [`Error::Stopped`] naming it.
+    #[allow(clippy::too_many_arguments)]
+    fn stop_at<M: Classifier>(
+        &self,
+        pg: &ProcessGroup,
+        par: &Parallel<M>,
+        optim: &Optim,
+        at: Position,
+        signal: i32,
+        saved: bool,
+        reporter: &mut dyn Reporter,
+    ) -> Result<Error> {
+        if !saved {
+            snapshot::save(pg, self.cfg, par, optim, &self.facts, at, reporter)?;
+        }
+        // Under DDP rank 0 alone writes: no rank exits (and no launcher reports the job over)
+        // before the commit.
+        pg.barrier()?;
+        Ok(Error::Stopped {
+            signal,
+            global_step: at.global_step,
+            checkpoint: self
+                .cfg
+                .checkpoint_dir
+                .as_deref()
+                .map(|d| checkpoint::record_path(d, at.global_step)),
+        })
+    }
+
     /// Trains from `at` to the end of the run, keeping `at` at the last completed step.
     #[allow(clippy::too_many_arguments)]
     fn epochs<M: Classifier>(
@@ -616,10 +647,10 @@ impl Context<'_> {
                 *n += 1;
                 *samples += batch.labels.len();
                 reporter.step(epoch, step_in_epoch, steps_total, loss);
-                if cfg.checkpoint_every > 0
+                let saved = cfg.checkpoint_every > 0
                     && at.global_step.is_multiple_of(cfg.checkpoint_every)
-                    && step_in_epoch < steps_total
-                {
+                    && step_in_epoch < steps_total;
+                if saved {
                     snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
                 }
                 if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
@@ -628,6 +659,12 @@ impl Context<'_> {
                     totals.comm_wait += par.stats().wait - wait_start;
                     totals.epochs_done = epoch;
                     break 'epochs;
+                }
+                // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
+                if stop::armed() && step_in_epoch < steps_total {
+                    if let Some(signal) = stop::agree(pg)? {
+                        return Err(self.stop_at(pg, par, optim, *at, signal, saved, reporter)?);
+                    }
                 }
                 if let Some(to) = boundary(pg)? {
                     totals.train_time += epoch_start.elapsed();
@@ -678,6 +715,11 @@ impl Context<'_> {
                 world: world as u64,
             };
             snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
+            if stop::armed() && epoch + 1 < cfg.epochs {
+                if let Some(signal) = stop::agree(pg)? {
+                    return Err(self.stop_at(pg, par, optim, *at, signal, true, reporter)?);
+                }
+            }
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);
         Ok(Outcome::Done(Summary {

@@ -158,6 +158,8 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         return phalanx_launch::relaunch_self(&args.launch);
     }
     super::limit_compute_threads();
+    // A worker, not an agent: SIGUSR1/SIGTERM stop it at a step boundary with a checkpoint.
+    super::train_stop::install(args.checkpoint_dir.is_some());
     // Before joining: a missing GPU fails this rank at once instead of after the rendezvous.
     let local_rank = phalanx_pg::DistEnv::from_env()
         .map(|e| e.local_rank)
@@ -258,6 +260,29 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 "rank {rank}: the run finished before this worker could join it; nothing to do"
             );
             return Ok(ExitCode::SUCCESS);
+        }
+        // Not a failure: the group is whole, nobody is aborted (Note [Stop agreement]).
+        Err(phalanx_train::Error::Stopped {
+            signal,
+            global_step,
+            checkpoint,
+        }) => {
+            let code = super::train_stop::exit_code(signal);
+            if rank == 0 {
+                let saved = match &checkpoint {
+                    Some(p) => format!(
+                        "checkpoint {} committed; --resume continues from it",
+                        p.display()
+                    ),
+                    None => "no --checkpoint-dir: nothing saved".into(),
+                };
+                eprintln!(
+                    "phalanx train: received {}: all ranks stopped after step {global_step}; \
+                     {saved}; exiting with {code}",
+                    phalanx_launch::signal_name(signal)
+                );
+            }
+            return Ok(ExitCode::from(code));
         }
         Err(e) => {
             let msg = format!("rank {rank} failed: {e}");

@@ -117,6 +117,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The commit record of the checkpoint at `global_step` in `dir` (`step-<N>.json`).
+pub fn record_path(dir: &Path, global_step: u64) -> PathBuf {
+    dir.join(format!("step-{global_step:012}.json"))
+}
+
 /// Saves `ck` as `step-<global_step>` in `dir` (see Note [Checkpoint commit]) and keeps the
 /// newest `keep` checkpoints. Returns the metadata path.
 pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
@@ -144,7 +149,7 @@ pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
     ck.meta.format = FORMAT.into();
     ck.meta.tensors_sha256 = hex(&Sha256::digest(&bytes));
     ck.meta.tensors_file = format!("{stem}.safetensors");
-    let meta_path = dir.join(format!("{stem}.json"));
+    let meta_path = record_path(dir, ck.meta.global_step);
     let json = serde_json::to_vec_pretty(&ck.meta).expect("metadata serialises");
     write_atomic(&meta_path, &json)?;
     File::open(dir)
