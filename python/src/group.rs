@@ -162,12 +162,11 @@ impl Group {
             },
             node_rank: num("GROUP_RANK", 0),
         };
-        // The interface: phalanx's variable, else the ones PyTorch users already set.
-        let ifname = var("PHALANX_SOCKET_IFNAME")
-            .or_else(|| var("GLOO_SOCKET_IFNAME"))
-            .or_else(|| var("NCCL_SOCKET_IFNAME"));
+        // The interface: phalanx's variable, else the ones PyTorch users already set, each
+        // in its own syntax (Note [Borrowed variables] in phalanx-core).
+        let ifname = phalanx_core::env::socket_ifname();
         let master = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-        let sel = phalanx_transport::ifname::select(ifname.as_deref(), &master)
+        let sel = phalanx_transport::ifname::select_from(ifname.as_ref(), &master)
             .map_err(|e| PhalanxError::new_err(format!("rank {rank}: {e}")))?;
         let opts = phalanx_pg::collective_options().map_err(err)?;
         let auth = Auth::from_env();

@@ -15,24 +15,26 @@ mod py_store;
 
 use pyo3::prelude::*;
 
+// Declared in the module `phalanx_torch` (which re-exports it) rather than `_native`: the name
+// pickle records must import, and PyTorch pickles a failed future's exception (DDP's reducer,
+// Ray's workers) to hand it on; `_native` alone is not an importable module.
 pyo3::create_exception!(
-    _native,
+    phalanx_torch,
     PhalanxError,
     pyo3::exceptions::PyRuntimeError,
     "A phalanx collective failed; the message names the rank at fault."
 );
 
-/// phalanx's log level: `PHALANX_DEBUG`, else PyTorch's `TORCH_DISTRIBUTED_DEBUG` (`INFO`, or
-/// `DETAIL` for debug), else warnings only; to stderr, as PyTorch's own logs.
+/// phalanx's log level: `PHALANX_DEBUG`, else `NCCL_DEBUG`, else PyTorch's
+/// `TORCH_DISTRIBUTED_DEBUG` (the same choice as phalanx's own programs:
+/// `phalanx_core::env::log_level`), else warnings only; to stderr, as PyTorch's own logs.
 fn init_logging() {
-    let level = match (
-        std::env::var("PHALANX_DEBUG").ok(),
-        std::env::var("TORCH_DISTRIBUTED_DEBUG").ok(),
-    ) {
-        (Some(l), _) => l.to_ascii_lowercase(),
-        (None, Some(t)) if t.eq_ignore_ascii_case("detail") => "debug".into(),
-        (None, Some(t)) if t.eq_ignore_ascii_case("info") => "info".into(),
-        _ => "warn".into(),
+    let level = match phalanx_core::env::log_level() {
+        Ok(s) => s.level.filter(),
+        Err(e) => {
+            eprintln!("phalanx_torch: {e}; logging warnings only");
+            "warn"
+        }
     };
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
