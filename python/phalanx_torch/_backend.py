@@ -3,6 +3,7 @@
 c10d builds a named `ProcessGroup` around it (Note [A c10d Backend] in `__init__.py`) and
 calls the methods below by their torch names; each returns a `Work` (`_work.py`)."""
 
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -147,6 +148,8 @@ class PhalanxBackend(Backend):
 
     def allreduce(self, tensors, opts=None):
         t = T.single(tensors, "allreduce")
+        if t.is_sparse:
+            return self.allreduce_sparse(tensors, opts)  # c10d sends sparse tensors here too
         ptr, n, dt = T.reducible(t, "allreduce")
         op, factor = T.op_scaled(opts, "allreduce", t)
         if factor is not None:
@@ -162,6 +165,35 @@ class PhalanxBackend(Backend):
                 self._group.allreduce(*c)
 
         return self._run(opts, tensors, each, nbytes=sum(T.nbytes(t) for t in tensors))
+
+    def allreduce_sparse(self, tensors, opts=None):
+        """A sparse (COO) tensor's SUM over the ranks: every rank's indices and values
+        gathered (phalanx's allgather_v: the ranks hold different numbers of elements), then
+        coalesced (duplicates added, in rank order) into the tensor."""
+        t = T.single(tensors, "allreduce of a sparse tensor")
+        if T.op(opts, "allreduce of a sparse tensor") != "sum":
+            raise PhalanxError("allreduce of a sparse tensor: phalanx adds sparse tensors (SUM) "
+                               "only")
+        mine = t.coalesce()
+        indices = mine.indices().t().contiguous()  # one row per element: a rank's block
+        values = mine.values().contiguous()
+        count = torch.tensor([values.shape[0]], dtype=torch.int64)
+        counts = torch.empty(self.size(), dtype=torch.int64)
+
+        def run():
+            self._group.allgather(count.data_ptr(), counts.data_ptr(), T.nbytes(count))
+            n = counts.tolist()
+            every = []
+            for mine_part in (indices, values):
+                row = mine_part.element_size() * math.prod(mine_part.shape[1:])
+                out = torch.empty((sum(n),) + tuple(mine_part.shape[1:]), dtype=mine_part.dtype)
+                self._group.allgather_v(mine_part.data_ptr(), out.data_ptr(),
+                                        [k * row for k in n])
+                every.append(out)
+            total = torch.sparse_coo_tensor(every[0].t(), every[1], t.shape).coalesce()
+            t.copy_(total)
+
+        return self._run(opts, tensors, run)
 
     def broadcast(self, tensors, opts):
         t = T.single(tensors, "broadcast")

@@ -32,6 +32,8 @@ _OPS = {
 def check(t, what):
     if t.device.type != "cpu":
         raise PhalanxError(f"{what}: the phalanx backend takes CPU tensors, got one on {t.device}")
+    if t.layout != torch.strided:
+        raise PhalanxError(f"{what}: the phalanx backend takes dense tensors here, got {t.layout}")
     if not t.is_contiguous():
         raise PhalanxError(f"{what}: the phalanx backend takes contiguous tensors (call .contiguous())")
     return t

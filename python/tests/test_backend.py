@@ -251,6 +251,57 @@ if rank % 2 == 0:
     assert e.eq((world + 1) // 2).all(), e
 dist.barrier()
 
+# all_gather and reduce_scatter of unequal sizes (phalanx's allgather_v / reduce_scatter_v):
+# rank p's piece has p + 1 rows of 3
+for dtype in [torch.float32, torch.int64, torch.bfloat16]:
+    outs = [torch.empty(p + 1, 3, dtype=dtype) for p in range(world)]
+    dist.all_gather(outs, torch.full((rank + 1, 3), rank + 1, dtype=dtype))
+    for p in range(world):
+        assert outs[p].eq(p + 1).all(), (dtype, p, outs[p])
+    mine = torch.empty(rank + 1, 3, dtype=dtype)
+    dist.reduce_scatter(mine, [torch.full((p + 1, 3), rank + p, dtype=dtype) for p in range(world)])
+    assert mine.eq(sum(r + rank for r in range(world))).all(), (dtype, mine)
+    checked += 2
+
+# all_gather_coalesced: tensors of several shapes in one call (torch wants one dtype)
+ins = [torch.full((2, 2), float(rank)), torch.full((3,), float(rank)), torch.ones(0)]
+outs = [[torch.empty_like(t) for t in ins] for _ in range(world)]
+dist.all_gather_coalesced(outs, ins)
+for p in range(world):
+    assert outs[p][0].eq(p).all() and outs[p][1].eq(p).all() and outs[p][2].numel() == 0
+checked += 1
+
+# a sparse tensor's sum (c10d hands it to allreduce)
+sp = torch.sparse_coo_tensor([[rank, world]], [1.0, float(rank)], (world + 1,))
+dist.all_reduce(sp)
+expect = torch.ones(world + 1)
+expect[world] = sum(range(world))
+assert torch.equal(sp.to_dense(), expect), sp
+checked += 1
+
+# receives from any source: every other rank sends twice, the source comes back
+if world > 1:
+    dist.barrier()
+    for dst in range(world):
+        if dst == rank:
+            got = []
+            for _ in range(2 * (world - 1)):
+                y = torch.empty(5)
+                got.append(dist.recv(y, tag=7))
+                assert y.eq(got[-1]).all(), (got, y)
+            assert sorted(got) == sorted([r for r in range(world) if r != rank] * 2), got
+        else:
+            dist.send(torch.full((5,), float(rank)), dst, tag=7)
+            dist.send(torch.full((5,), float(rank)), dst, tag=7)
+    checked += 1
+dist.barrier()
+
+# an async collective's Work answers is_completed() once done (behind c10d's C++ holder)
+w = dist.all_reduce(torch.ones(1 << 19), async_op=True)
+w.wait()
+assert w.is_completed() and w.exception() is None
+checked += 1
+
 # refusals name what is wrong
 try:
     dist.all_reduce(torch.ones(4, 4).t())
