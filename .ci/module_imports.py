@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Which modules of each crate import which, and whether two import each other.
+"""Which modules of each crate import which, and whether they import each other in a circle.
 
-STYLE: no two modules of a crate import each other (a folder's parent uses its children,
-never the reverse). This reads every crate's top-level modules (for the CLI, the subcommand
-modules under cmd/) and resolves `crate::module`, items re-exported by lib.rs/main.rs
-(`crate::Item`), nested use-groups and `super::sibling`.
+STYLE: no import circle between the modules of a crate, of any length (a -> b -> a, or
+a -> b -> c -> a; a folder's parent uses its children, never the reverse). This reads every
+crate's top-level modules (for the CLI, the subcommand modules under cmd/) and resolves
+`crate::module`, items re-exported by lib.rs/main.rs (`crate::Item`), nested use-groups and
+`super::sibling`; the circles are the strongly connected components of that graph (Tarjan's
+algorithm), each printed as one path around it.
 
-    python3 .ci/module_imports.py          # one line per crate; exit 1 on a mutual import
+    python3 .ci/module_imports.py [ROOT]   # one line per crate; exit 1 on a circle
     python3 .ci/module_imports.py -l       # also each module's imports
 """
-import os,re,sys,glob,itertools
+import os,re,sys,glob
 args=[a for a in sys.argv[1:] if not a.startswith('-')]
 root=args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)),'..')
 bad=False
@@ -41,6 +43,51 @@ def balanced_names(t, prefix):
 def strip(t):
     t=re.sub(r'//[^\n]*','',t)
     return t
+def circles(graph):
+    """Each import circle of `graph` (module -> set of modules) as a closed path [a, b, ..., a],
+    one per strongly connected component of two or more modules."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+    counter = [0]
+    def visit(v):
+        index[v] = low[v] = counter[0]; counter[0] += 1
+        stack.append(v); on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w); low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop(); on.discard(w); comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(path_around(graph, set(comp)))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+def path_around(graph, comp):
+    """A closed path through the component that starts at its first module: a shortest way
+    back to the start, found breadth first inside the component."""
+    start = min(comp)
+    prev, frontier = {start: None}, [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & comp):
+                if w == start:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    return list(reversed(path)) + [start]
+                if w not in prev:
+                    prev[w] = v; nxt.append(w)
+        frontier = nxt
+    return [start, start]
 def mods_of(src, base):
     """top-level module names -> files, where base is the folder whose children are 'modules'."""
     out={}
@@ -91,10 +138,10 @@ for crate in sorted(glob.glob(os.path.join(root,'crates/*/src'))):
                         n=mm.group(1)
                         if n in mods: graph[m].add(n)
             graph[m].discard(m)
-        mutual=[(a,b) for a,b in itertools.combinations(sorted(mods),2) if b in graph[a] and a in graph[b]]
-        bad = bad or bool(mutual)
+        found=circles(graph)
+        bad = bad or bool(found)
         label=name+('' if base==crate else ' (cmd)')
-        print(f'## {label}: {len(mods)} modules; mutual imports: {", ".join(a+" <-> "+b for a,b in mutual) if mutual else "none"}')
+        print(f'## {label}: {len(mods)} modules; import circles: {"; ".join(" -> ".join(c) for c in found) if found else "none"}')
         if listing:
             for a in sorted(graph):
                 print(f'   {a} -> {", ".join(sorted(graph[a])) or "-"}')

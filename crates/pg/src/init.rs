@@ -17,11 +17,7 @@ use phalanx_core::{env, Launcher, Timeout};
 use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore};
 use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
 
-use crate::{
-    bootstrap,
-    process_group::{GroupSeed, Placement},
-    DistEnv, Error, ProcessGroup, Result,
-};
+use crate::{bootstrap, process_group::GroupSeed, DistEnv, Error, Placement, ProcessGroup, Result};
 
 /// Everything `init_process_group` reads, made explicit.
 #[derive(Debug, Clone)]
@@ -370,7 +366,16 @@ pub fn init_nccl() -> Result<ProcessGroup> {
     };
     let store = native.store().clone();
     let abort = phalanx_transport::AbortHandle::default();
-    let comm = crate::nccl::NcclComm::init(nccl, driver, gpu, native, abort.clone())?;
+    let (rank, world_size) = (native.rank(), native.world_size());
+    let comm = crate::nccl::NcclComm::init(
+        nccl,
+        driver,
+        gpu,
+        (rank, world_size),
+        &*store,
+        Arc::new(native),
+        abort.clone(),
+    )?;
     Ok(ProcessGroup::with_links(
         placement,
         crate::exec::Links::Nccl(Box::new(comm)),
@@ -380,4 +385,25 @@ pub fn init_nccl() -> Result<ProcessGroup> {
         None,
         Options::default(),
     ))
+}
+
+/// The native group under an NCCL one (Note in `nccl/comm.rs`'s `NativeGroup`): its mesh
+/// carries the NCCL group's point-to-point traffic, as bytes.
+#[cfg(feature = "nccl")]
+impl crate::nccl::NativeGroup for ProcessGroup {
+    fn send_bytes(&self, buf: &[u8], peer: usize, tag: u32) -> Result<()> {
+        self.send(buf, peer, tag)
+    }
+
+    fn recv_bytes(&self, buf: &mut [u8], peer: usize, tag: u32) -> Result<()> {
+        self.recv(buf, peer, tag)
+    }
+
+    fn batch_bytes(&self, ops: Vec<crate::P2POp<u8>>) -> Result<Vec<crate::P2POp<u8>>> {
+        self.batch_isend_irecv(ops).wait()
+    }
+
+    fn abort(&self, cause: &str) {
+        ProcessGroup::abort(self, cause)
+    }
 }

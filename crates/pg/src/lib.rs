@@ -40,6 +40,7 @@ mod p2p_op;
 mod pending;
 #[cfg(feature = "nccl")]
 mod pinned;
+mod placement;
 mod process_group;
 mod progress;
 mod shared;
@@ -64,6 +65,7 @@ pub use p2p_op::P2POp;
 pub use phalanx_collectives::Options as CollectiveOptions;
 #[cfg(feature = "nccl")]
 pub use pinned::PinnedStaging;
-pub use process_group::{Placement, ProcessGroup};
+pub use placement::Placement;
+pub use process_group::ProcessGroup;
 pub use subgroup::{new_group, new_subgroups, new_subgroups_by_host, split_group};
 pub use work::Work;

@@ -32,7 +32,7 @@ use crate::{
     progress::Progress,
     shared::{Shared, Step},
     work::Work,
-    Error, P2POp, Result,
+    Error, P2POp, Placement, Result,
 };
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
@@ -74,21 +74,6 @@ impl std::fmt::Debug for ProcessGroup {
             .field("world_size", &self.shared.world_size)
             .finish_non_exhaustive()
     }
-}
-
-/// Where this rank sits, for [`ProcessGroup::new`].
-#[derive(Debug, Clone, Copy)]
-pub struct Placement {
-    /// Global rank.
-    pub rank: usize,
-    /// Number of ranks.
-    pub world_size: usize,
-    /// Rank on this host.
-    pub local_rank: usize,
-    /// Ranks on this host.
-    pub local_world_size: usize,
-    /// Rank of this host's launcher agent (ranks share memory only within one node).
-    pub node_rank: usize,
 }
 
 impl ProcessGroup {

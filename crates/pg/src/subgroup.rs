@@ -29,7 +29,7 @@ use std::sync::{atomic::Ordering, Arc};
 
 use phalanx_store::{PrefixStore, Store};
 
-use crate::{process_group::Placement, Error, ProcessGroup, Result};
+use crate::{placement::Placement, Error, ProcessGroup, Result};
 
 fn usage(pg: &ProcessGroup, op: &str, cause: String) -> Error {
     Error::Collective {

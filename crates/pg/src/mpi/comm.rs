@@ -10,7 +10,7 @@ use phalanx_core::{Element, ReduceOp};
 use super::types::{
     bytes_type, message_chunks, reduce_op, reduce_type, too_large, world, MAX_COUNT,
 };
-use crate::{process_group::Placement, Error, Result};
+use crate::{placement::Placement, Error, Result};
 
 type Ran = phalanx_transport::Result<Algorithm>;
 

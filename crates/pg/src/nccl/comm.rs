@@ -14,7 +14,7 @@ use phalanx_store::Store;
 
 use super::device::{DeviceBuffer, Gpu};
 use super::sys::{self, DevicePtr, Driver, Handle, Nccl, UniqueId, CUDA_ERROR_NOT_READY};
-use crate::{Error, ProcessGroup, Result};
+use crate::{Error, P2POp, Result};
 
 /// The store key of the NCCL unique id (under the round's prefix).
 const UNIQUE_ID_KEY: &str = "nccl/unique_id";
@@ -35,8 +35,24 @@ pub(crate) struct NcclComm {
     pub(crate) timeout: std::time::Duration,
     /// Set by the group's failure path; a wait that sees it aborts the communicator.
     pub(crate) abort: AbortHandle,
-    /// The native group: store, mesh for send/recv, and the failure protocol.
-    pub(crate) native: Arc<ProcessGroup>,
+    /// The native group: mesh for send/recv, and the failure protocol.
+    pub(crate) native: Arc<dyn NativeGroup>,
+}
+
+/// The native group an NCCL communicator rides on for point-to-point traffic and its
+/// failure protocol. `ProcessGroup` implements it (in `init.rs`, where the two meet): a
+/// group's executor holds this communicator, so `nccl` cannot name `ProcessGroup` without an
+/// import circle. Messages move as bytes, at both ends of an NCCL group's send and recv
+/// alike, so their counts are compared in bytes (not elements) by the native fingerprints.
+pub(crate) trait NativeGroup: Send + Sync {
+    /// `ProcessGroup::send` of bytes.
+    fn send_bytes(&self, buf: &[u8], peer: usize, tag: u32) -> Result<()>;
+    /// `ProcessGroup::recv` of bytes.
+    fn recv_bytes(&self, buf: &mut [u8], peer: usize, tag: u32) -> Result<()>;
+    /// `ProcessGroup::batch_isend_irecv` of bytes, waited for.
+    fn batch_bytes(&self, ops: Vec<P2POp<u8>>) -> Result<Vec<P2POp<u8>>>;
+    /// `ProcessGroup::abort`.
+    fn abort(&self, cause: &str);
 }
 
 // SAFETY: the handles are used under the process group's `Exec` lock only, one thread at a
@@ -72,23 +88,25 @@ pub(crate) fn nccl_op(op: ReduceOp) -> c_int {
 }
 
 impl NcclComm {
-    /// Creates the communicator of every rank of `native` on `gpu`: rank 0's unique id
-    /// through the store, `ncclCommInitRank`, and a non-blocking stream. `native` stays the
-    /// group's store, mesh (send/recv) and failure protocol; `abort` wakes a waiting call.
+    /// Creates the communicator of every rank of the native group `native` (rank `rank` of
+    /// `world_size`, its store `store`) on `gpu`: rank 0's unique id through the store,
+    /// `ncclCommInitRank`, and a non-blocking stream. `native` stays the group's mesh
+    /// (send/recv) and failure protocol; `abort` wakes a waiting call.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn init(
         nccl: &'static Nccl,
         driver: &'static Driver,
         gpu: Gpu,
-        native: ProcessGroup,
+        (rank, world_size): (usize, usize),
+        store: &dyn Store,
+        native: Arc<dyn NativeGroup>,
         abort: AbortHandle,
     ) -> Result<NcclComm> {
-        let rank = native.rank();
-        let world_size = native.world_size();
         let backend = |reason: String| Error::Backend {
             backend: "nccl",
             reason: format!("rank {rank}: {reason}"),
         };
-        let id = unique_id(&**native.store(), rank, nccl)?;
+        let id = unique_id(store, rank, nccl)?;
         gpu.make_current().map_err(backend)?;
         let mut comm: Handle = std::ptr::null_mut();
         // SAFETY: `comm` is an out-pointer; `id` is the job's id; rank < world_size.
@@ -124,7 +142,7 @@ impl NcclComm {
             scratch: None,
             timeout: Timeout::from_env()?,
             abort,
-            native: Arc::new(native),
+            native,
         })
     }
 
@@ -404,36 +422,44 @@ impl NcclComm {
     /// Point-to-point traffic goes over the native mesh (tags and all).
     pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
         self.native
-            .send(buf, peer, tag)
+            .send_bytes(bytemuck::cast_slice(buf), peer, tag)
             .map(|()| Algorithm::Direct)
             .map_err(|e| self.fail("send", e.to_string()))
     }
 
     pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
         self.native
-            .recv(buf, peer, tag)
+            .recv_bytes(bytemuck::cast_slice_mut(buf), peer, tag)
             .map(|()| Algorithm::Direct)
             .map_err(|e| self.fail("recv", e.to_string()))
     }
 
-    /// A point-to-point batch, over the native mesh like send/recv.
-    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [crate::P2POp<T>]) -> Ran {
-        let empty = || crate::P2POp::Send {
-            buf: Vec::new(),
-            peer: 0,
-            tag: 0,
-        };
-        let taken: Vec<_> = ops
-            .iter_mut()
-            .map(|op| std::mem::replace(op, empty()))
+    /// A point-to-point batch, over the native mesh like send/recv (as bytes, copied back
+    /// into the receives' buffers).
+    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {
+        let bytes = ops
+            .iter()
+            .map(|op| match op {
+                P2POp::Send { buf, peer, tag } => P2POp::Send {
+                    buf: bytemuck::cast_slice(buf).to_vec(),
+                    peer: *peer,
+                    tag: *tag,
+                },
+                P2POp::Recv { buf, peer, tag } => P2POp::Recv {
+                    buf: vec![0u8; std::mem::size_of_val(&buf[..])],
+                    peer: *peer,
+                    tag: *tag,
+                },
+            })
             .collect();
         let done = self
             .native
-            .batch_isend_irecv(taken)
-            .wait()
+            .batch_bytes(bytes)
             .map_err(|e| self.fail("batch_isend_irecv", e.to_string()))?;
         for (op, d) in ops.iter_mut().zip(done) {
-            *op = d;
+            if let (P2POp::Recv { buf, .. }, P2POp::Recv { buf: got, .. }) = (op, d) {
+                bytemuck::cast_slice_mut(buf).copy_from_slice(&got);
+            }
         }
         Ok(Algorithm::Direct)
     }
