@@ -10,7 +10,7 @@ use phalanx_core::Timeout;
 use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore, TorchClients};
 use sha2::{Digest, Sha256};
 
-use crate::coordinate::Coordinator;
+use crate::elastic::coordinate::Coordinator;
 use crate::rdzv::{self, Host, Meeting};
 use crate::round::{End, Job};
 use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};

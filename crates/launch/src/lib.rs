@@ -22,10 +22,8 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-mod admission;
 mod agent;
 mod args;
-mod coordinate;
 mod diagnosis;
 mod elastic;
 mod error;

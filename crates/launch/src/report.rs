@@ -7,8 +7,8 @@ use std::path::Path;
 
 use phalanx_store::keys;
 
-use crate::coordinate::Coordinator;
 use crate::diagnosis::{diagnose, RankView, Seen};
+use crate::elastic::coordinate::Coordinator;
 use crate::summary::{render, RootCause, Row};
 use crate::worker::Worker;
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use phalanx_store::Store;
 
-use crate::admission::Nodes;
-use crate::coordinate::{BarrierEnd, Coordinator, Polled};
+use crate::elastic::admission::Nodes;
+use crate::elastic::coordinate::{BarrierEnd, Coordinator, Polled};
 use crate::elastic::Membership;
 use crate::output::{Console, Sink};
 use crate::rendezvous::{rendezvous, Claim};
@@ -33,7 +33,7 @@ pub(crate) enum End {
     /// A worker failed (here or on another node), or another node stopped the job.
     Failed(RootCause),
     /// Elastic jobs: a node waits to join, so the round ended for a new one (Note [Elastic
-    /// rounds] in `elastic.rs`); not a failure.
+    /// rounds] in `elastic/mod.rs`); not a failure.
     Rejoin,
 }
 

@@ -3,7 +3,7 @@
 //! Note [Admission]
 //! Without fault tolerance a node that arrives while a round runs joins the next round, and
 //! every running agent ends its round to meet it there: all workers restart from the newest
-//! checkpoint (Note [Elastic rounds] in `elastic.rs`). Under `--fault-tolerance` the running
+//! checkpoint (Note [Elastic rounds] in `elastic/mod.rs`). Under `--fault-tolerance` the running
 //! workers can take new ranks in process (Note [Generations] in phalanx-pg), so the arriving
 //! node is admitted into the running round instead, and nobody restarts. Keys, in round `r`
 //! (`agent/<r>/…`):
@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
+use super::coordinate::Coordinator;
 use crate::args::Nnodes;
-use crate::coordinate::Coordinator;
 use crate::rendezvous::{store_err, Claim};
 use crate::Error;
 

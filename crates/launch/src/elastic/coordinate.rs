@@ -63,7 +63,7 @@ pub(crate) struct Coordinator {
     /// `--nnodes` (MAX of an elastic range): node ranks are below it.
     nnodes: u32,
     /// The node ranks in the current round: all of them in a static job, the round's members
-    /// in an elastic one (Note [Elastic rounds] in `elastic.rs`).
+    /// in an elastic one (Note [Elastic rounds] in `elastic/mod.rs`).
     members: RefCell<Vec<u32>>,
     /// `--node-rank`.
     pub(crate) node_rank: u32,

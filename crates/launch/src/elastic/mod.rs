@@ -1,3 +1,9 @@
+//! The elastic side of the agents: rounds of whichever nodes are there (`--nnodes MIN:MAX`,
+//! this file: `Membership`), the admission of a node into a running round (`admission`:
+//! `Nodes`), and what every agent keeps of the others while a round runs: members,
+//! heartbeats, failures, the exit barrier (`coordinate`: `Coordinator`). Each type owns its
+//! state; the children never import this parent.
+//!
 //! Elastic rendezvous (`--nnodes MIN:MAX`): each round is made of whichever nodes are there.
 //!
 //! Note [Elastic rounds]
@@ -24,15 +30,18 @@
 //! Under `--fault-tolerance` an agent that finds the newest round closed asks to be admitted
 //! into it instead (Note [Admission] in `admission.rs`): nobody restarts.
 
+pub(crate) mod admission;
+pub(crate) mod coordinate;
+
 use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
-use crate::admission::{self, Admitted, Arrival};
 use crate::args::Nnodes;
 use crate::rendezvous::{claim_node, read_claim, store_err, Claim};
 use crate::worker_env::Layout;
 use crate::Error;
+use admission::{Admitted, Arrival};
 
 /// The newest round any agent has joined (Note [Elastic rounds]).
 const NEWEST_ROUND: &str = "agent/elastic/round";
