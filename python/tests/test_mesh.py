@@ -8,18 +8,23 @@ argument), on 2 or 4 ranks under `phalanx launch` or torchrun.
   replicated placements, redistribution (all-gather, reduce-scatter, all-to-all, all-reduce of
   a Partial), a matmul and a sum of sharded tensors, each equal to the same computation on
   whole tensors.
+- Tensor parallelism: an MLP split by columns then rows over the 1-D mesh equals the whole
+  MLP, forward and backward.
 - A mesh larger than the world is refused with torch's sentence naming both sizes.
 
 Prints `mesh and dtensor over <backend> ok`.
 """
 
+import copy
 import json
 import sys
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import phalanx_torch  # noqa: F401 - registers "phalanx"
 
@@ -52,6 +57,23 @@ def check_dtensor(mesh, placements, rank):
     print(f"rank {rank}: dtensor on mesh {tuple(mesh.shape)} {placements} ok", flush=True)
 
 
+def check_tensor_parallel(mesh, rank):
+    """An MLP split by columns then rows (Megatron's layout) over the mesh computes what the
+    whole MLP does, forward and backward."""
+    torch.manual_seed(3)
+    whole = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    split = copy.deepcopy(whole)
+    parallelize_module(split, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(4, 8)
+    y = split(x)
+    assert torch.allclose(y, whole(x), atol=1e-5), "tensor-parallel forward"
+    y.sum().backward()
+    whole(x).sum().backward()
+    for (name, p), q in zip(split.named_parameters(), whole.parameters()):
+        assert torch.allclose(p.grad.full_tensor(), q.grad, atol=1e-5), name
+    print(f"rank {rank}: tensor parallel on mesh {tuple(mesh.shape)} ok", flush=True)
+
+
 def main():
     backend = sys.argv[1] if len(sys.argv) > 1 else "phalanx"
     dist.init_process_group(backend)
@@ -67,6 +89,7 @@ def main():
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
     groups["mesh 1-D"] = describe(mesh.get_group("dp"))
     check_dtensor(mesh, [Shard(0)], rank)
+    check_tensor_parallel(mesh, rank)
     if world == 4:
         mesh2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
         for name in ("replicate", "shard"):
