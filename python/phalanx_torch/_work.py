@@ -10,6 +10,31 @@ from ._native import PhalanxError
 from ._shims import noted
 
 
+class _Failure:
+    """What a failed operation's source future holds (Note [Failed futures])."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _outcome(source):
+    """The value of a Work's future: its source's, or the failure raised."""
+    value = source.value()
+    if isinstance(value, _Failure):
+        raise value.error
+    return value
+
+
+# Note [Failed futures]
+# `torch.futures.Future.set_exception` stores the exception as the future's *value* (with an
+# unwrap function that raises it in Python), so C++ consumers never see an error: DDP's
+# reducer parsed the exception object as its bucket's tensors and crashed the process in
+# `parseCppCommHookResult` (found under Ray, a peer SIGKILLed mid-step). From Python the only
+# way to give a future a real error is a `then` callback that raises: each Work's future is
+# `source.then(_outcome)`, and a failure completes the source with a `_Failure`, which
+# `_outcome` raises. Python and C++ waiters alike then get the PhalanxError's text.
+
+
 class Work(dist.Work):
     """A collective's handle: `wait()` returns when it is done (raising its failure), and
     `get_future()` is completed with its output tensors. It holds every tensor whose memory
@@ -21,21 +46,22 @@ class Work(dist.Work):
         self._pending = pending
         self._error = error
         self._keep = keep
-        self._future = torch.futures.Future()
+        self._source = torch.futures.Future()
+        self._future = self._source.then(_outcome)
         if pending is not None:
             pending.add_done_callback(self._finish)
         elif error is not None:
-            self._future.set_exception(error)
+            self._source.set_result(_Failure(error))
         else:
-            self._future.set_result(result)
+            self._source.set_result(result)
 
     def _finish(self, pending):
         e = pending.exception()
         self._keep = ()
         if e is None:
-            self._future.set_result(self._result)
+            self._source.set_result(self._result)
         else:
-            self._future.set_exception(e)
+            self._source.set_result(_Failure(e))
 
     def wait(self, timeout=None):
         if self._pending is not None:
