@@ -148,12 +148,24 @@ class _Announcer:
 
     def _loop(self):
         while True:
+            # Every announcement queued meanwhile, one store call per counter.
+            counts, last = {}, False
             key = self._queue.get()
-            if key is None:
-                return
+            while True:
+                if key is None:
+                    last = True
+                else:
+                    counts[key] = counts.get(key, 0) + 1
+                try:
+                    key = self._queue.get_nowait()
+                except queue.Empty:
+                    break
             try:
-                self._store.add(key, 1)
+                for k, n in counts.items():
+                    self._store.add(k, n)
             except Exception:  # noqa: BLE001 - the store is gone: the job is ending
+                return
+            if last:
                 return
 
     def close(self):
