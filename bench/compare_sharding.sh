@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sharded training next to DDP and PyTorch (FSDP2 and DDP, CPU, gloo) on the same MLP, same run,
+# Sharded training next to DDP and PyTorch (FSDP2 and DDP, CPU, gloo; FSDP2 also over backend
+# phalanx through phalanx_torch when it is installed) on the same MLP, same run,
 # interleaved: every round runs each phalanx mode and each PyTorch configuration once, in turn;
 # the table holds medians of samples/s and the median round's memory.
 #
@@ -29,6 +30,12 @@ for r in $(seq "$ROUNDS"); do
       --hidden "$HIDDEN" --depth "$DEPTH" --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" \
       --mode "$mode" 2>/dev/null | grep '^{' >> "$out"
   done
+  if "$PY" -c 'import phalanx_torch' 2>/dev/null; then
+    "$PY" -m torch.distributed.run --standalone --nproc_per_node "$RANKS" bench/fsdp2_torch.py \
+      --hidden "$HIDDEN" --depth "$DEPTH" --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" \
+      --mode fsdp2 --backend phalanx 2>/dev/null | grep '^{' \
+      | sed 's/"bench": "torch_fsdp2"/"bench": "torch_fsdp2 (phalanx)"/' >> "$out"
+  fi
 done
 "$PY" - "$out" <<'EOF'
 import json, sys, statistics
