@@ -3,6 +3,7 @@ pointer, a count, a dtype name. Every refusal is a ``PhalanxError`` naming the c
 the fix."""
 
 import torch
+import torch.distributed as dist
 
 from ._native import PhalanxError
 
@@ -68,17 +69,25 @@ def as_bytes(t):
     return flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
 
 
-def _op_name(opts):
-    name = opts.reduceOp.op.name if hasattr(opts.reduceOp, "op") else str(opts.reduceOp)
-    return name.split(".")[-1]
+# The same, by torch's enum member (a dict lookup: reading an enum's name costs microseconds).
+_OPS_BY_TYPE = {getattr(dist.ReduceOp.RedOpType, k): v for k, v in _OPS.items()}
+_PREMUL_SUM = dist.ReduceOp.RedOpType.PREMUL_SUM
+
+
+def _op_type(reduce_op):
+    return reduce_op.op if hasattr(reduce_op, "op") else reduce_op
 
 
 def op(opts, what):
     if opts is None:
         return "sum"
-    name = _op_name(opts)
-    found = _OPS.get(name)
+    return _op_of(_op_type(opts.reduceOp), what)
+
+
+def _op_of(kind, what):
+    found = _OPS_BY_TYPE.get(kind)
     if found is None:
+        name = str(kind).split(".")[-1]
         raise PhalanxError(f"{what}: phalanx has no reduce op {name} (it has {', '.join(_OPS)})")
     return found
 
@@ -87,9 +96,13 @@ def op_scaled(opts, what, t):
     """The op for a reduction of `t` that PREMUL_SUM may ask for: PyTorch's
     `_make_nccl_premul_sum(factor)` is a SUM of every rank's values multiplied by `factor`
     first. Returns (op, factor), factor None for any other op."""
-    if opts is None or _op_name(opts) != "PREMUL_SUM":
-        return op(opts, what), None
-    factor = getattr(opts.reduceOp, "factor", None)
+    if opts is None:
+        return "sum", None
+    reduce_op = opts.reduceOp
+    kind = _op_type(reduce_op)
+    if kind != _PREMUL_SUM:
+        return _op_of(kind, what), None
+    factor = getattr(reduce_op, "factor", None)
     if factor is None:
         raise PhalanxError(f"{what}: PREMUL_SUM without a factor")
     if not t.is_floating_point():
