@@ -1,0 +1,34 @@
+//! The crate's one error type.
+
+/// What can go wrong when the Learner runs across processes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The process group could not be formed from the launcher's environment.
+    #[error("phalanx-learner: joining the process group (RANK, WORLD_SIZE, MASTER_ADDR…): {0}")]
+    ProcessGroup(#[source] phalanx_pg::Error),
+    /// A collective of the strategy itself (the end-of-epoch agreement) failed.
+    #[error("phalanx-learner: rank {rank}: {operation} failed: {source}")]
+    Collective {
+        /// This process's rank.
+        rank: usize,
+        /// What the strategy was doing.
+        operation: &'static str,
+        /// The process group's error (a peer that died is named there).
+        #[source]
+        source: phalanx_pg::Error,
+    },
+    /// DistributedDataParallel refused or failed (the model differs across ranks, a peer died).
+    #[error("phalanx-learner: rank {rank}: {operation}: {source}")]
+    Ddp {
+        /// This process's rank.
+        rank: usize,
+        /// What the strategy was doing.
+        operation: &'static str,
+        /// DDP's error (boxed: it is large, and errors are rare).
+        #[source]
+        source: Box<phalanx_ddp::Error>,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
