@@ -29,7 +29,9 @@ use crate::{
     position::{self, Handover, Position},
     recovery::{resync, Regrouped},
     recovery_shards::resync_sharded,
-    snapshot, stop, Classifier, Error, Optim, Result,
+    snapshot,
+    stop::{self, StopCheck},
+    Classifier, Error, Optim, Result,
 };
 
 /// What a finished run reports (one per rank).
@@ -584,6 +586,7 @@ impl Context<'_> {
         let test_x = &test.features()[shard.start * test.dim()..shard.end * test.dim()];
         let test_y = &test.labels()[shard];
         totals.epochs_done = totals.epochs_done.max(at.epoch);
+        let mut stop_check = StopCheck::new();
         'epochs: for epoch in at.epoch..cfg.epochs {
             let first = epoch == at.epoch && at.is_mid_epoch();
             let (skip, step0) = if first {
@@ -661,8 +664,8 @@ impl Context<'_> {
                     break 'epochs;
                 }
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
-                if stop::armed() && step_in_epoch < steps_total {
-                    if let Some(signal) = stop::agree(pg)? {
+                if step_in_epoch < steps_total && stop_check.due(at.global_step) {
+                    if let Some(signal) = stop_check.agree(pg, at.global_step)? {
                         return Err(self.stop_at(pg, par, optim, *at, signal, saved, reporter)?);
                     }
                 }
@@ -716,7 +719,7 @@ impl Context<'_> {
             };
             snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
             if stop::armed() && epoch + 1 < cfg.epochs {
-                if let Some(signal) = stop::agree(pg)? {
+                if let Some(signal) = stop_check.agree(pg, at.global_step)? {
                     return Err(self.stop_at(pg, par, optim, *at, signal, true, reporter)?);
                 }
             }
