@@ -551,6 +551,13 @@ impl Job<'_> {
                     let lr = ev.local_rank;
                     record(workers, ev);
                     if failed {
+                        // Slurm's scancel and --signal reach every process of the job: a
+                        // worker that ended because of the signal this agent received too
+                        // (phalanx train exits 128 + it after its checkpoint) is not the
+                        // root cause; the signal is.
+                        if let Some(sig) = signals::take() {
+                            return Watch::Signal(sig);
+                        }
                         return Watch::Local(lr);
                     }
                     if workers.iter().all(|w| w.exit.is_some()) {
