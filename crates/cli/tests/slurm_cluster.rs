@@ -647,6 +647,11 @@ exec {PHALANX} launch --standalone --nproc-per-node 2 --signals-to-handle SIGTER
         want,
         "the requeued job's replicas differ from the uninterrupted run's:\n{text}"
     );
+    say(&format!(
+        "slurm_cluster: requeue: stopped after step {step}, requeued, resumed, digests equal to \
+         the uninterrupted run's ({})",
+        &want[0][..12]
+    ));
 }
 
 #[test]
@@ -691,7 +696,9 @@ exec {PHALANX} launch --standalone --nproc-per-node 2 --grace-period {}s \
         cancelled.elapsed().as_secs_f64()
     ));
     assert!(
-        text.contains("phalanx launch: received SIGTERM; forwarding it to 2 worker(s)"),
+        // Slurm signals the workers too: some may have stopped before the launcher forwards.
+        text.contains("phalanx launch: received SIGTERM; forwarding it to")
+            && !text.contains("job failed"),
         "the launcher's report names the signal:\n{text}"
     );
     assert_eq!(c.wait_job(&id, JOB_DEADLINE), "CANCELLED");
