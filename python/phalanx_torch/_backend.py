@@ -39,6 +39,7 @@ class PhalanxBackend(Backend):
         self._queued = 0
         self._seq = 0
         self._p2p = PointToPoint(self._group, store, self._run)
+        _ALIVE.add(self)  # Note [Backend lifetime]
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -143,6 +144,7 @@ class PhalanxBackend(Backend):
     def shutdown(self):
         self._p2p.close()
         self._executor.shutdown(wait=True)
+        _ALIVE.discard(self)
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -443,6 +445,14 @@ class PhalanxBackend(Backend):
 
     def recv_anysource(self, tensors, tag):
         return self._p2p.recv_anysource(tensors, tag)
+
+
+# Note [Backend lifetime]: c10d holds our backend as a C++ pointer; torch keeps the Python
+# object alive with it when the backend is registered on a group, but not when it is wrapped
+# first (TORCH_DISTRIBUTED_DEBUG=DETAIL wraps it in a ProcessGroupWrapper). Once Python
+# collected it, the trampoline found no Python methods and DDP's first collective failed with
+# "getBackendName is not implemented". Every backend stays here until c10d shuts it down.
+_ALIVE = set()
 
 
 def _scatter_flat(flat, outs):

@@ -56,7 +56,19 @@ fn launch_checks(py: &Path, nproc: u32, name: &str) -> Finished {
 /// `phalanx launch` of `script_and_args[0]` (in python/tests) with the rest as its arguments;
 /// `timeout` bounds every wait of the phalanx groups (`PHALANX_TIMEOUT`).
 fn launch_with(py: &Path, nproc: u32, timeout: &str, script_and_args: &[&str]) -> Finished {
+    launch_env(py, nproc, timeout, &[], script_and_args)
+}
+
+/// [`launch_with`], with these variables set for the workers.
+fn launch_env(
+    py: &Path,
+    nproc: u32,
+    timeout: &str,
+    env: &[(&str, &str)],
+    script_and_args: &[&str],
+) -> Finished {
     let mut c = phalanx();
+    c.envs(env.iter().copied());
     c.env("PHALANX_PYTHON", py)
         .env("PHALANX_TIMEOUT", timeout)
         .args([
@@ -110,6 +122,11 @@ fn ddp_over_phalanx_equals_whole_batch_training() {
         let f = launch_checks(&py, n, "test_ddp.py");
         every_rank_says(&f, n, "ddp over phalanx ok");
     }
+    // TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend in c10d's ProcessGroupWrapper, which
+    // checks every collective against the other ranks' (Note [Backend lifetime]).
+    let detail = [("TORCH_DISTRIBUTED_DEBUG", "DETAIL")];
+    let f = launch_env(&py, 2, "30s", &detail, &["test_ddp.py"]);
+    every_rank_says(&f, 2, "ddp over phalanx ok");
 }
 
 #[test]
