@@ -26,10 +26,12 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod agree;
+mod checkpointer;
 mod error;
 mod grads;
 mod share;
 mod strategy;
 
+pub use checkpointer::CrashSafeCheckpointer;
 pub use error::{Error, Result};
 pub use strategy::{Distributed, DEFAULT_REPORT};
