@@ -132,20 +132,26 @@ fn c10d_rendezvous_without_node_ranks() {
         &format!("--rdzv-endpoint={endpoint}"),
     ];
     let script = "echo R $RANK $WORLD_SIZE $GROUP_RANK $MASTER_PORT $TORCHELASTIC_RUN_ID";
+    // Started together: whichever binds the endpoint first hosts (node 0), the other joins.
     let a = start(node(&flags, script));
-    std::thread::sleep(Duration::from_millis(300));
     let b = start(node(&flags, script));
     let (fa, fb) = (a.wait(DEADLINE), b.wait(DEADLINE));
     assert_eq!(fa.code(), Some(0), "{fa:?}");
     assert_eq!(fb.code(), Some(0), "{fb:?}");
+    let joined = format!("c10d rendezvous at {endpoint}: this is node 1");
+    let (host, joiner) = match fb.stderr.contains(&joined) {
+        true => (&fa, &fb),
+        false => (&fb, &fa),
+    };
     assert!(
-        fb.stderr
-            .contains(&format!("c10d rendezvous at {endpoint}: this is node 1")),
-        "{}",
+        joiner.stderr.contains(&joined),
+        "{}\n{}",
+        fa.stderr,
         fb.stderr
     );
+    assert!(!host.stderr.contains("this is node"), "{}", host.stderr);
     let mut ranks = Vec::new();
-    for (f, group) in [(&fa, "0"), (&fb, "1")] {
+    for (f, group) in [(host, "0"), (joiner, "1")] {
         for (rank, body) in rank_lines(&f.stdout) {
             let p: Vec<&str> = body.split_whitespace().collect();
             assert_eq!(p[2..], ["4", group, port.as_str(), "job42"], "{body}");
@@ -154,6 +160,56 @@ fn c10d_rendezvous_without_node_ranks() {
     }
     ranks.sort();
     assert_eq!(ranks, [0, 1, 2, 3]);
+}
+
+/// A node whose agent is SIGKILLed keeps its c10d node rank only until node 0 declares it
+/// lost (its heartbeat stopped); the node started again takes that rank and the job, restarted
+/// once (`--max-restarts 1`), ends with both nodes.
+#[test]
+fn c10d_a_killed_node_started_again_takes_its_rank_back() {
+    let dir = TempDir::new("c10drejoin");
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    let flags = |is_host: u32| {
+        [
+            "--nnodes=2".to_string(),
+            "--max-restarts=1".into(),
+            "--rdzv-backend=c10d".into(),
+            format!("--rdzv-endpoint={endpoint}"),
+            format!("--rdzv-conf=is_host={is_host}"),
+        ]
+    };
+    // The first attempt runs until the kill; the second ends at once.
+    let script = format!(
+        "echo $$ > {d}/pid.$GROUP_RANK.$TORCHELASTIC_RESTART_COUNT; \
+         if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exec sleep 60; fi; echo R $RANK",
+        d = dir.str()
+    );
+    let host_flags = flags(1);
+    let a = start(node(
+        &host_flags.iter().map(String::as_str).collect::<Vec<_>>(),
+        &script,
+    ));
+    let join_flags = flags(0);
+    let join: Vec<&str> = join_flags.iter().map(String::as_str).collect();
+    let b = start(node(&join, &script));
+    wait_for_files(dir.path(), "pid.1.0", 1, DEADLINE);
+    signal(b.pid(), "KILL");
+    let _ = b.wait(DEADLINE);
+    let b2 = start(node(&join, &script));
+    let (fa, fb) = (a.wait(DEADLINE), b2.wait(DEADLINE));
+    assert_eq!(fa.code(), Some(0), "{fa:?}\n{fb:?}");
+    assert_eq!(fb.code(), Some(0), "{fb:?}");
+    assert!(
+        fb.stderr.contains("this is node 1"),
+        "the restarted node did not get its rank back: {}",
+        fb.stderr
+    );
+    let mut ranks: Vec<u32> = [&fa, &fb]
+        .iter()
+        .flat_map(|f| rank_lines(&f.stdout).into_iter().map(|(r, _)| r))
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1], "{fa:?}\n{fb:?}");
 }
 
 /// `--nnodes 1:2` with c10d: the job starts with the one node in, as torchrun's elastic line.

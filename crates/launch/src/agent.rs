@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::elastic::coordinate::Coordinator;
 use crate::rdzv::{self, Host, Meeting};
 use crate::round::{End, Job};
+use crate::signals;
 use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};
 
 /// Start-up failures in a row that may restart the group without using up `--max-restarts`;
@@ -86,11 +87,36 @@ impl<'a> Agent<'a> {
         let host = rdzv::hostname();
         let nonce = hex(&Auth::random("").token[..8]);
         let mut arrival = None;
+        // Note [Two protocols on one port] (phalanx-store): PyTorch workers reach this store
+        // too; from other hosts only when asked, since their protocol cannot authenticate.
+        let torch = match args.torch_store {
+            true => TorchClients::Anyone,
+            false => TorchClients::Loopback,
+        };
         let hosted = match meeting.host {
             Host::There => None,
-            _ => {
-                let addr = rdzv::resolve(&master_addr, requested, timeout)?;
-                meeting.hosts_here(addr).then_some(addr)
+            host => {
+                let addr = rdzv::resolve(&master_addr, requested, timeout, &signals::pending)?;
+                rdzv::warn_loopback_store(&master_addr, addr, args.nnodes.max);
+                let config = ServerConfig::default().with_torch_clients(torch);
+                match StoreServer::bind_with(addr, auth.clone(), config) {
+                    Ok(server) => Some(server),
+                    // Another agent on this machine bound the endpoint first: it hosts, this
+                    // one joins (torchrun's c10d backend falls back to a client the same way).
+                    Err(phalanx_store::Error::Bind { source, .. })
+                        if host == Host::HereIfFree
+                            && source.kind() == std::io::ErrorKind::AddrInUse =>
+                    {
+                        None
+                    }
+                    Err(e) => {
+                        return Err(Error::Bind {
+                            addr: addr.to_string(),
+                            reason: e.to_string(),
+                        }
+                        .into())
+                    }
+                }
             }
         };
         #[allow(clippy::type_complexity)]
@@ -99,29 +125,16 @@ impl<'a> Agent<'a> {
             Arc<dyn Store>,
             Arc<dyn Store>,
             u16,
-        ) = if let Some(addr) = hosted {
-            // Note [Two protocols on one port] (phalanx-store): PyTorch workers reach this
-            // store too; from other hosts only when asked, since their protocol cannot
-            // authenticate.
-            let torch = if args.torch_store {
-                if !addr.ip().is_loopback() {
-                    eprintln!(
-                        "phalanx launch: --torch-store: the store at {addr} serves PyTorch's \
-                         TCPStore protocol, which has no authentication, to every host that \
-                         reaches the port: they can read and write the PyTorch workers' keys"
-                    );
-                }
-                TorchClients::Anyone
-            } else {
-                TorchClients::Loopback
-            };
-            let config = ServerConfig::default().with_torch_clients(torch);
-            let server =
-                StoreServer::bind_with(addr, auth.clone(), config).map_err(|e| Error::Bind {
-                    addr: addr.to_string(),
-                    reason: e.to_string(),
-                })?;
-            let port = server.local_addr().port();
+        ) = if let Some(server) = hosted {
+            let addr = server.local_addr();
+            if args.torch_store && !addr.ip().is_loopback() {
+                eprintln!(
+                    "phalanx launch: --torch-store: the store at {addr} serves PyTorch's \
+                     TCPStore protocol, which has no authentication, to every host that \
+                     reaches the port: they can read and write the PyTorch workers' keys"
+                );
+            }
+            let port = addr.port();
             let store: Arc<dyn Store> = Arc::new(server.local_store());
             if meeting.ranks_on_arrival {
                 args.node_rank = Some(0);
@@ -144,7 +157,7 @@ impl<'a> Agent<'a> {
             })?;
             if meeting.ranks_on_arrival {
                 let me = format!("{host} {nonce}");
-                let k = rdzv::take_node_rank(&store, args.nnodes.max, &me)?;
+                let k = rdzv::take_node_rank(&store, args.nnodes.max, &me, timeout)?;
                 eprintln!("phalanx launch: c10d rendezvous at {addr}: this is node {k}");
                 args.node_rank = Some(k);
                 arrival = Some((k, me));
@@ -240,9 +253,12 @@ impl<'a> Agent<'a> {
 }
 
 impl Drop for Agent<'_> {
+    /// Gives back the node rank taken on arrival, through the control handle (bounded to
+    /// `CONTROL_TIMEOUT`; nothing when node 0's store is lost), so that an agent whose job
+    /// failed does not wait out the rendezvous timeout on its way out.
     fn drop(&mut self) {
-        if let Some((k, me)) = &self.arrival {
-            rdzv::give_back_node_rank(&*self.job.store, *k, me);
+        if let (Some((k, me)), Some(store)) = (&self.arrival, self.coord.store()) {
+            rdzv::give_back_node_rank(store, *k, me);
         }
     }
 }

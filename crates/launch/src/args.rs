@@ -296,7 +296,8 @@ impl LaunchArgs {
         if self.nnodes.min == 0 {
             return bad("--nnodes", "must be at least 1".into());
         }
-        if self.node_rank() >= self.nnodes.max {
+        // Under c10d a given --node-rank is ignored (node ranks are taken on arrival).
+        if self.node_rank() >= self.nnodes.max && self.rdzv_backend == RdzvBackend::Static {
             return bad(
                 "--node-rank",
                 format!("{} is not below --nnodes {}", self.node_rank(), self.nnodes),
@@ -352,6 +353,13 @@ impl LaunchArgs {
             master_addr: self.master_addr.clone(),
             master_port: self.master_port,
         }
+    }
+
+    /// Whether rounds are made of whichever nodes are there (Note [Elastic rounds]): an
+    /// elastic `--nnodes MIN:MAX`, and every multi-node c10d job, whose nodes may leave and
+    /// come back (a restarted node joins the next round, as with torchrun's c10d rendezvous).
+    pub fn dynamic_rounds(&self) -> bool {
+        self.nnodes.is_elastic() || (self.rdzv_backend == RdzvBackend::C10d && self.nnodes.max > 1)
     }
 
     /// This node's rank (`--node-rank`, 0 when not given).

@@ -25,7 +25,7 @@
 //! assert!("colour=blue".parse::<RdzvConf>().unwrap_err().contains("colour"));
 //! ```
 
-use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -202,8 +202,9 @@ pub(crate) enum Host {
     Here,
     /// Another node.
     There,
-    /// This node if the endpoint's port is free here (c10d with an endpoint that is one of
-    /// this machine's addresses: two agents on one machine, the first hosts).
+    /// This node unless another agent on this machine bound the endpoint first (c10d with an
+    /// endpoint that is one of this machine's addresses: the first agent to bind hosts, the
+    /// others join it).
     HereIfFree,
 }
 
@@ -290,17 +291,6 @@ impl Meeting {
                     ranks_on_arrival: args.nnodes_max > 1,
                 })
             }
-        }
-    }
-
-    /// Whether this node hosts the store: [`Host::HereIfFree`] asks whether the port can be
-    /// bound here (briefly binding it), as torchrun's c10d backend falls back to a client
-    /// when another agent on the machine already hosts it.
-    pub(crate) fn hosts_here(&self, addr: SocketAddr) -> bool {
-        match self.host {
-            Host::Here => true,
-            Host::There => false,
-            Host::HereIfFree => TcpListener::bind(addr).is_ok(),
         }
     }
 }
@@ -392,9 +382,15 @@ pub(crate) fn hostname() -> String {
     }
 }
 
-/// Resolves `host:port`, retrying until `timeout`: in Kubernetes a pod's own DNS name (node
-/// 0's `PET_MASTER_ADDR`) may resolve only some time after the pod started.
-pub(crate) fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketAddr, Error> {
+/// Resolves `host:port`, retrying until `timeout` or until `interrupted` (a signal to the
+/// agent): in Kubernetes a pod's own DNS name (node 0's `PET_MASTER_ADDR`) may resolve only
+/// some time after the pod started.
+pub(crate) fn resolve(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<SocketAddr, Error> {
     let deadline = Instant::now() + timeout;
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -405,7 +401,7 @@ pub(crate) fn resolve(host: &str, port: u16, timeout: Duration) -> Result<Socket
             },
             Err(e) => e.to_string(),
         };
-        if Instant::now() + backoff >= deadline {
+        if Instant::now() + backoff >= deadline || interrupted() {
             return Err(Error::Resolve {
                 addr: host.to_string(),
                 reason: format!(
@@ -419,47 +415,85 @@ pub(crate) fn resolve(host: &str, port: u16, timeout: Duration) -> Result<Socket
     }
 }
 
+/// Warns when the store of a multi-node job would listen on loopback only because the name
+/// given resolves there (Debian and Ubuntu map a machine's own host name to 127.0.1.1 in
+/// /etc/hosts): the other hosts could not reach it.
+pub(crate) fn warn_loopback_store(name: &str, addr: SocketAddr, nnodes_max: u32) {
+    let loopback_name = name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if nnodes_max > 1 && addr.ip().is_loopback() && !loopback_name {
+        eprintln!(
+            "phalanx launch: warning: {name} resolves to {} on this host, a loopback address: \
+             the store listens there and other hosts cannot reach it; give the address of an \
+             interface the other hosts reach (--master-addr or --rdzv-endpoint)",
+            addr.ip()
+        );
+    }
+}
+
+/// Frees node rank `k` of a node that was lost (its heartbeat stopped): its agent is gone, so
+/// a node that arrives later (that node restarted, or another) may take it (Note [c10d node
+/// ranks]).
+pub(crate) fn release_node_rank(store: &dyn Store, k: u32) {
+    let _ = store.set(&slot_key(k), b"");
+}
+
 // Note [c10d node ranks]
 // torchrun's c10d rendezvous orders the nodes as they arrive; phalanx's rounds need a node
 // rank per agent below --nnodes MAX, with node 0 the store's host. So an agent that does not
 // host takes the lowest free slot 1..MAX-1 with compare_set on `rdzv/c10d/node/<k>` (the
 // store's compare_set is atomic: two agents arriving at once take two slots), writing its
 // identity (host name and a random nonce). It keeps that rank for the whole job, through
-// restarts and rounds, and gives it back when it exits; a node whose agent was killed keeps
-// its slot until the job ends, so a replacement node takes the next free one, and once MAX-1
-// have been taken an arriving node is refused with a sentence naming the holders.
+// restarts and rounds, and gives it back when it exits. A node whose agent was killed holds
+// its slot until node 0 declares it lost (its heartbeat stopped: docs/launch.md), when node 0
+// frees it, so the node restarted (or another) takes it again; an arriving node that finds
+// every slot held is refused with a sentence naming the holders.
 
 /// The key of c10d node slot `k`.
 fn slot_key(k: u32) -> String {
     format!("rdzv/c10d/node/{k}")
 }
 
-/// Takes this agent's node rank on arrival (Note [c10d node ranks]).
-pub(crate) fn take_node_rank(store: &dyn Store, nnodes_max: u32, me: &str) -> Result<u32, Error> {
+/// Takes this agent's node rank on arrival (Note [c10d node ranks]), waiting up to `timeout`
+/// for one to be freed when every one is held (a node restarted before node 0 declared its
+/// old agent lost).
+pub(crate) fn take_node_rank(
+    store: &dyn Store,
+    nnodes_max: u32,
+    me: &str,
+    timeout: Duration,
+) -> Result<u32, Error> {
     let store_err = |key: String, e: phalanx_store::Error| Error::Store {
         op: "compare_set",
         key,
         reason: e.to_string(),
     };
-    let mut holders = Vec::new();
-    for k in 1..nnodes_max {
-        let key = slot_key(k);
-        let held = store
-            .compare_set(&key, b"", me.as_bytes())
-            .map_err(|e| store_err(key.clone(), e))?;
-        if held == me.as_bytes() {
-            return Ok(k);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut holders = Vec::new();
+        for k in 1..nnodes_max {
+            let key = slot_key(k);
+            let held = store
+                .compare_set(&key, b"", me.as_bytes())
+                .map_err(|e| store_err(key.clone(), e))?;
+            if held == me.as_bytes() {
+                return Ok(k);
+            }
+            holders.push(String::from_utf8_lossy(&held).into_owned());
         }
-        holders.push(String::from_utf8_lossy(&held).into_owned());
+        if Instant::now() >= deadline {
+            return Err(Error::BadFlag {
+                flag: "--nnodes",
+                reason: format!(
+                    "allows {nnodes_max} node(s), and every node rank after the host's stayed \
+                     taken for {:.0} s (by {holders:?}; a node whose agent was killed keeps \
+                     its rank until node 0 declares it lost): this node cannot join",
+                    timeout.as_secs_f64()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
-    Err(Error::BadFlag {
-        flag: "--nnodes",
-        reason: format!(
-            "allows {nnodes_max} node(s), and every node rank after the host's is taken (by \
-             {holders:?}; a node whose agent was killed keeps its rank until the job ends): \
-             this node cannot join"
-        ),
-    })
 }
 
 /// Gives node rank `k` back (the agent ends), if `me` still holds it.
@@ -594,18 +628,22 @@ mod tests {
     #[test]
     fn node_ranks_are_taken_on_arrival_and_given_back() {
         let store = phalanx_store::HashStore::new();
-        assert_eq!(take_node_rank(&store, 3, "a").unwrap(), 1);
-        assert_eq!(take_node_rank(&store, 3, "b").unwrap(), 2);
+        assert_eq!(take_node_rank(&store, 3, "a", Duration::ZERO).unwrap(), 1);
+        assert_eq!(take_node_rank(&store, 3, "b", Duration::ZERO).unwrap(), 2);
         // A third arrival finds every slot taken, and the sentence names the holders.
-        let e = take_node_rank(&store, 3, "c").unwrap_err().to_string();
+        let e = take_node_rank(&store, 3, "c", Duration::ZERO)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"a\"") && e.contains("\"b\""), "{e}");
         // The same agent asking again keeps its slot; a slot given back is taken again.
-        assert_eq!(take_node_rank(&store, 3, "a").unwrap(), 1);
+        assert_eq!(take_node_rank(&store, 3, "a", Duration::ZERO).unwrap(), 1);
         give_back_node_rank(&store, 1, "a");
-        assert_eq!(take_node_rank(&store, 3, "c").unwrap(), 1);
+        assert_eq!(take_node_rank(&store, 3, "c", Duration::ZERO).unwrap(), 1);
         // Only the holder gives a slot back.
         give_back_node_rank(&store, 2, "a");
-        let e = take_node_rank(&store, 3, "d").unwrap_err().to_string();
+        let e = take_node_rank(&store, 3, "d", Duration::ZERO)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"b\""), "{e}");
     }
 

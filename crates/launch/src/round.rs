@@ -116,7 +116,7 @@ impl Job<'_> {
             let end = self.run_layout(coord, round, &layout, nodes, Some(a.first_world))?;
             return Ok((round, end));
         }
-        if self.args.nnodes.is_elastic() {
+        if self.args.dynamic_rounds() {
             eprintln!(
                 "phalanx launch: round {round}: nodes {members:?} ({} workers; this node is \
                  group rank {})",
@@ -428,7 +428,11 @@ impl Job<'_> {
         Claim {
             nproc: self.args.nproc_per_node,
             nnodes: nnodes.max,
-            min_nnodes: if nnodes.is_elastic() { nnodes.min } else { 0 },
+            min_nnodes: if self.args.dynamic_rounds() {
+                nnodes.min
+            } else {
+                0
+            },
             nonce: self.nonce.clone(),
             host: self.host.clone(),
             program: self.signature.clone(),
@@ -450,7 +454,7 @@ impl Job<'_> {
             return Ok(Some(fixed(layout, vec![0])));
         }
         let claim = self.claim();
-        if nnodes.is_elastic() {
+        if self.args.dynamic_rounds() {
             let joined = crate::elastic::join(
                 &*self.store,
                 round,
@@ -528,6 +532,14 @@ impl Job<'_> {
         })
     }
 
+    /// Node 0 under `--rdzv-backend c10d`: frees the node rank of node `g`, whose heartbeat
+    /// stopped, so that the node restarted (or another) can take it (Note [c10d node ranks]).
+    fn free_lost_node_rank(&self, g: u32) {
+        if self.args.rdzv_backend == crate::RdzvBackend::C10d && self.args.node_rank() == 0 {
+            crate::rdzv::release_node_rank(&*self.store, g);
+        }
+    }
+
     /// Waits for the first worker failure, the end of all workers, a signal, or (multi-node)
     /// another node's failure, checking signals and the store every `--monitor-interval`.
     fn monitor(
@@ -576,12 +588,14 @@ impl Job<'_> {
                 }
                 match coord.poll(round) {
                     Polled::Quiet => {}
-                    Polled::Silent(g, cause) if self.goes_on_without(coord, g) => {
+                    Polled::Silent(g, cause) => {
+                        self.free_lost_node_rank(g);
+                        if !self.goes_on_without(coord, g) {
+                            return Watch::Remote(cause);
+                        }
                         self.leave_behind(coord, round, nodes, g, &cause)
                     }
-                    Polled::Failed(cause) | Polled::Silent(_, cause) => {
-                        return Watch::Remote(cause)
-                    }
+                    Polled::Failed(cause) => return Watch::Remote(cause),
                 }
                 // Only a Python program can be a PyTorch worker; for anything else a refused
                 // PyTorch client is a stranger, logged by the store and not the job's end
@@ -593,7 +607,7 @@ impl Job<'_> {
                 if let Some((lr, stopped_for)) = stopped.check(workers, self.timeout) {
                     return Watch::Stopped(lr, stopped_for);
                 }
-                if self.args.nnodes.is_elastic() && coord.node_waiting(round) {
+                if self.args.dynamic_rounds() && coord.node_waiting(round) {
                     return Watch::Rejoin;
                 }
             }

@@ -85,10 +85,15 @@ pub(crate) fn parse_signals(text: &str) -> Result<SignalSet, String> {
     Ok(SignalSet(out))
 }
 
-/// Installs the agent's handlers for `set`. Workers run in their own process groups, so a
-/// terminal's Ctrl-C reaches only the agent, which decides what the workers get.
+/// Installs the agent's handlers for `set`, and always for SIGINT and SIGTERM: an agent that
+/// died of those would leave its workers to be SIGKILLed with it, with no grace period (and
+/// torchrun's Python agent also stops cleanly on Ctrl-C, through KeyboardInterrupt, whatever
+/// `--signals-to-handle` says). Workers run in their own process groups, so a terminal's
+/// Ctrl-C reaches only the agent, which decides what the workers get.
 pub(crate) fn install(set: &SignalSet) {
-    for &sig in set.signals() {
+    let always = [libc::SIGINT, libc::SIGTERM];
+    let extra = always.iter().filter(|s| !set.signals().contains(s));
+    for &sig in set.signals().iter().chain(extra) {
         // SAFETY: a zeroed sigaction with a handler that only stores an atomic is valid;
         // sigemptyset initialises the mask.
         unsafe {
