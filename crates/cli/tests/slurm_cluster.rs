@@ -10,6 +10,9 @@
 //!   `--signal=B:USR1@T` delivers), the run stops with a checkpoint and exits 138, the
 //!   cluster's `RequeueExit=138` requeues it, the requeued job resumes and ends bitwise equal
 //!   to the uninterrupted run;
+//! - the same across two nodes: SIGUSR1 to the job's steps (`scancel --signal=USR1`, what
+//!   `--signal=USR1@T` delivers) reaches every node's launcher and workers, `srun` exits 138,
+//!   the requeued job ends bitwise equal to the same job run uninterrupted;
 //! - `scancel`: the launcher and its workers gone within the launcher's grace period.
 //!
 //! Skipped, with one line saying why, without the Slurm and munge binaries or without root
@@ -702,4 +705,93 @@ exec {PHALANX} launch --standalone --nproc-per-node 2 --grace-period {}s \
         "the launcher's report names the signal:\n{text}"
     );
     assert_eq!(c.wait_job(&id, JOB_DEADLINE), "CANCELLED");
+}
+
+/// The multi-node requeue line: `srun` runs `phalanx launch` on each node and SIGUSR1 goes to
+/// the job's steps (`scancel --signal=USR1 JOBID`, what `--signal=USR1@T` without `B:`
+/// delivers): every node's launcher and workers get it, `srun` and the script exit 138, Slurm
+/// requeues, and the requeued job ends with the parameters of the same job run uninterrupted.
+#[test]
+fn sigusr1_to_every_node_requeues_a_multinode_job_bitwise_equal() {
+    let test = "sigusr1_to_every_node_requeues_a_multinode_job_bitwise_equal";
+    let Some((_turn, c)) = cluster(test, "multireq") else {
+        return;
+    };
+    let nodes = c.nodes.len();
+    let flags = [
+        TRAIN,
+        &["--epochs", "30", "--checkpoint-every", "10", "--resume"],
+    ]
+    .concat()
+    .join(" ");
+    let script = |ck: &Path| {
+        format!(
+            "#!/bin/sh
+echo \"run with SLURM_RESTART_COUNT=${{SLURM_RESTART_COUNT:-0}}\"
+export PHALANX_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')
+first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)
+export MASTER_ADDR=$(scontrol show node \"$first\" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+export MASTER_PORT={port}
+srun --ntasks-per-node=1 sh -c 'exec {PHALANX} launch --nnodes \"$SLURM_NNODES\" \
+--node-rank \"$SLURM_NODEID\" --master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \
+--nproc-per-node 2 --signals-to-handle SIGTERM,SIGINT,SIGUSR1 \
+-- {PHALANX} train {flags} --checkpoint-dir {ck}'
+",
+            port = free_port(),
+            ck = ck.display(),
+        )
+    };
+    let submit = |name: &str, ck: &Path| {
+        let out = c.path(&format!("{name}.out"));
+        let id = c.submit(
+            &script(ck),
+            &[
+                &format!("--nodes={nodes}"),
+                "--ntasks-per-node=1",
+                "--requeue",
+                "--open-mode=append",
+                &format!("--output={}", out.display()),
+            ],
+        );
+        (id, out)
+    };
+    // The same job, uninterrupted: the reference (its reduction spans the two nodes).
+    let (clean, clean_out) = submit("multi-clean", &c.path("ck-clean"));
+    let state = c.wait_job(&clean, JOB_DEADLINE);
+    let clean_text = fs::read_to_string(&clean_out).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{clean_text}\n{}", c.logs());
+    let want = digests(&clean_text);
+    assert_eq!(want.len(), 2 * nodes, "{clean_text}");
+
+    let ck = c.path("ck");
+    let (id, out) = submit("multi-requeue", &ck);
+    c.wait_until("a checkpoint at step 20", JOB_DEADLINE, || {
+        newest_step(&ck) >= 20
+    });
+    c.output("scancel", &["--signal=USR1", &id]);
+    c.wait_until(&format!("job {id} requeued"), JOB_DEADLINE, || {
+        c.job_field(&id, "Restarts") == "1"
+    });
+    let state = c.wait_job(&id, JOB_DEADLINE);
+    let text = fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "job {id}:\n{text}\n{}", c.logs());
+    let stop = text
+        .lines()
+        .find(|l| l.contains("all ranks stopped after step"))
+        .unwrap_or_else(|| panic!("no stop line:\n{text}"));
+    assert!(stop.contains("exiting with"), "{text}");
+    // Every node's launcher ended the first run with 138 (srun names each non-zero task).
+    assert_eq!(
+        text.matches("Exited with exit code 138").count(),
+        nodes,
+        "{text}"
+    );
+    assert_eq!(text.matches("\"event\":\"epoch\"").count(), 30, "{text}");
+    assert_eq!(text.matches("no checkpoint in").count(), 1, "{text}");
+    assert_eq!(
+        digests(&text),
+        want,
+        "the requeued job's replicas differ from the uninterrupted job's:\n{text}"
+    );
+    say(&format!("slurm_cluster: multi-node requeue: {stop}"));
 }

@@ -3,14 +3,14 @@
 //!
 //! Whoever catches the signal (the `phalanx train` binary installs the handler) calls
 //! [`request`], which only stores the signal number, so it is async-signal-safe. The trainer
-//! checks [`requested`] at each step boundary of an [`armed`] run and agrees with the other
+//! of an [`armed`] run reads [`requested`] at agreed step boundaries and agrees with the other
 //! ranks whether to stop (Note [Stop agreement]).
 //!
 //! Note [Stop agreement]: the signal reaches the ranks at different moments (Slurm signals
 //! every task, the launcher forwards it worker by worker), so one rank may see it a step
 //! before another. The ranks therefore agree through a collective: at agreed step boundaries
-//! each contributes its flag (the signal number, 0 for none) to one 16-byte MAX allreduce (two `i64`), and
-//! all of them stop after the same step. That step's checkpoint is committed (rank 0 writes it
+//! each contributes its flag (the signal number, 0 for none) to one MAX allreduce of two
+//! `i64`, and all of them stop after the same step. That step's checkpoint is committed (rank 0 writes it
 //! under DDP, every rank its shard under a sharded mode), every rank waits for the commit, and
 //! the run ends with [`Error::Stopped`](crate::Error::Stopped). Only armed runs (a checkpoint
 //! directory and the handler installed) pay for it. At an epoch's last step the epoch finishes
@@ -44,8 +44,8 @@ pub fn request(signal: i32) {
     REQUESTED.store(signal, Ordering::SeqCst);
 }
 
-/// Makes the trainer check for a stop request at every step boundary (one 8-byte allreduce
-/// per step: Note [Stop agreement]).
+/// Makes the trainer check for a stop request at agreed step boundaries (one small allreduce
+/// every few steps: Note [Stop agreement]).
 pub fn arm() {
     ARMED.store(true, Ordering::SeqCst);
 }
