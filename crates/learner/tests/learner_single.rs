@@ -9,12 +9,13 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, Relu};
 use burn::optim::AdamConfig;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use burn_train::logger::InMemoryMetricLogger;
 use burn_train::metric::{AccuracyMetric, LossMetric};
-use burn_train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
-};
+use burn_train::{ClassificationOutput, Learner, SupervisedTraining};
+
+mod common;
+use common::{classifier_steps, digits, stack, Batch, Digit};
 
 #[derive(Module, Debug)]
 struct Net {
@@ -25,7 +26,7 @@ struct Net {
 }
 
 impl Net {
-    fn forward_classification(&self, batch: Batch) -> ClassificationOutput {
+    fn classify(&self, batch: Batch) -> ClassificationOutput {
         let x = self.relu.forward(self.hidden.forward(batch.x));
         // BatchNorm over features: [batch, 32] as [batch, 32, 1].
         let [n, d] = x.dims();
@@ -38,55 +39,14 @@ impl Net {
     }
 }
 
-impl TrainStep for Net {
-    type Input = Batch;
-    type Output = ClassificationOutput;
-    fn step(&self, batch: Batch) -> TrainOutput<ClassificationOutput> {
-        let item = self.forward_classification(batch);
-        TrainOutput::new(self, item.loss.backward(), item)
-    }
-}
-
-impl InferenceStep for Net {
-    type Input = Batch;
-    type Output = ClassificationOutput;
-    fn step(&self, batch: Batch) -> ClassificationOutput {
-        self.forward_classification(batch)
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Batch {
-    x: Tensor<2>,
-    y: Tensor<1, Int>,
-}
-
-#[derive(Clone, Debug)]
-struct Item {
-    x: Vec<f32>,
-    y: i64,
-}
+classifier_steps!(Net);
 
 struct Stack;
 
-impl Batcher<Item, Batch> for Stack {
-    fn batch(&self, items: Vec<Item>, device: &Device) -> Batch {
-        let n = items.len();
-        let x: Vec<f32> = items.iter().flat_map(|i| i.x.iter().copied()).collect();
-        let y: Vec<i64> = items.iter().map(|i| i.y).collect();
-        Batch {
-            x: Tensor::from_data(TensorData::new(x, [n, 64]), device),
-            y: Tensor::from_data(TensorData::new(y, [n]), device),
-        }
+impl Batcher<Digit, Batch> for Stack {
+    fn batch(&self, items: Vec<Digit>, device: &Device) -> Batch {
+        stack(&items, device)
     }
-}
-
-fn items(d: &phalanx_data::Dataset) -> Vec<Item> {
-    d.features()
-        .chunks(64)
-        .zip(d.labels())
-        .map(|(x, &y)| Item { x: x.to_vec(), y })
-        .collect()
 }
 
 /// Trains 2 epochs on the digits with burn-train's default strategy or `Distributed`, with
@@ -98,7 +58,7 @@ fn train(distributed: bool, accumulation: Option<usize>) -> Vec<u32> {
     let loader = |d, shuffle: bool| {
         let b = DataLoaderBuilder::new(Stack).batch_size(32);
         let b = if shuffle { b.shuffle(3) } else { b };
-        b.build(InMemDataset::new(items(d)))
+        b.build(InMemDataset::new(digits(d)))
     };
     let dir = phalanx_testing::process::TempDir::new("learner-single");
     let training = SupervisedTraining::new(dir.path(), loader(&train, true), loader(&valid, false))
