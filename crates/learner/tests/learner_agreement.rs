@@ -57,6 +57,7 @@ classifier_steps!(Net);
 struct Counting {
     built: Arc<AtomicUsize>,
     stop: Option<(Interrupter, usize)>,
+    panic_at: Option<usize>,
 }
 
 impl Batcher<Digit, Batch> for Counting {
@@ -67,13 +68,16 @@ impl Batcher<Digit, Batch> for Counting {
                 interrupter.stop(Some("rank 1 was told to stop"));
             }
         }
+        if self.panic_at == Some(built) {
+            panic!("the batcher of this rank gives up at batch {built}");
+        }
         stack(&items, device)
     }
 }
 
 /// One rank of a job: `early` (learning rate 0, so the validation loss never improves and
 /// rank 0's early stopping ends the run after epoch 2) or `interrupt` (rank 1 stops itself
-/// 15 batches into epoch 2).
+/// 15 batches into epoch 2) or `panic` (rank 1's batcher panics there).
 fn work(mode: &str) {
     let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
     let device = Device::flex().autodiff();
@@ -82,9 +86,11 @@ fn work(mode: &str) {
     let interrupter = Interrupter::new();
     let built = Arc::new(AtomicUsize::new(0));
     let stop = (mode == "interrupt" && rank == 1).then(|| (interrupter.clone(), 60));
+    let panic_at = (mode == "panic" && rank == 1).then_some(60);
     let train_loader = DataLoaderBuilder::new(Counting {
         built: built.clone(),
         stop,
+        panic_at,
     })
     .batch_size(32)
     .shuffle(1)
@@ -92,6 +98,7 @@ fn work(mode: &str) {
     let valid_loader = DataLoaderBuilder::new(Counting {
         built: Arc::new(AtomicUsize::new(0)),
         stop: None,
+        panic_at: None,
     })
     .batch_size(128)
     .build(InMemDataset::new(digits(&valid)));
@@ -136,8 +143,8 @@ fn worker() {
     }
 }
 
-/// Launches 2 workers in `mode`; each rank's line and rank 0's validation lines.
-fn launch(mode: &str) -> Option<(Vec<(u32, String)>, usize)> {
+/// Launches 2 workers in `mode` and waits for the launcher, within the deadline.
+fn launch_raw(mode: &str) -> Option<phalanx_testing::process::Finished> {
     let exe = std::env::current_exe().unwrap();
     let phalanx: PathBuf = exe.parent()?.parent()?.join("phalanx");
     if !phalanx.exists() {
@@ -155,7 +162,13 @@ fn launch(mode: &str) -> Option<(Vec<(u32, String)>, usize)> {
         .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let f = run(cmd, DEADLINE);
+    Some(run(cmd, DEADLINE))
+}
+
+/// Launches 2 workers in `mode`, which must succeed; each rank's line and the number of rank
+/// 0's validation lines.
+fn launch(mode: &str) -> Option<(Vec<(u32, String)>, usize)> {
+    let f = launch_raw(mode)?;
     assert_eq!(
         f.code(),
         Some(0),
@@ -202,4 +215,26 @@ fn an_interruption_on_rank_1_stops_every_rank_after_that_epoch() {
         };
         assert_eq!(line, &format!("rank {rank}: epochs 2 interrupted {reason}"));
     }
+}
+
+#[test]
+fn a_panic_on_rank_1_fails_the_job_naming_rank_1() {
+    let Some(f) = launch_raw("panic") else {
+        return;
+    };
+    assert_ne!(
+        f.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        f.stdout,
+        f.stderr
+    );
+    let all = format!("{}{}", f.stdout, f.stderr);
+    assert!(
+        all.contains("gives up at batch 60"),
+        "the panic's message:\n{all}"
+    );
+    // Rank 0 names rank 1 and its panic (phalanx-pg fails a collective with the peer's reason).
+    assert!(all.contains("rank 1 failed: panic"), "rank 1 named:\n{all}");
+    assert!(f.elapsed < Duration::from_secs(60), "took {:?}", f.elapsed);
 }
