@@ -382,6 +382,20 @@ impl<M: LearnerModel> EpochRun<'_, M> {
                 break;
             }
         }
+        // A stop that came during a step can leave a window's `no_sync` gradients behind:
+        // average them now (an empty backward of this rank's own), as Burn steps at the end.
+        if self.ddp.has_accumulated() {
+            let empty = to_autodiff(
+                self.ddp.module(),
+                burn::optim::GradientsParams::new(),
+                &self.strategy.device,
+            );
+            let averaged = self
+                .ddp
+                .sync_gradients(empty)
+                .map_err(ddp_error("averaging the accumulated gradients"))?;
+            self.step(averaged);
+        }
         // Ranks with fewer batches shadow the others' last steps (Note [Uneven inputs] in
         // phalanx-ddp): the same averaged gradients, the same optimizer and scheduler steps.
         let learner = &mut *self.learner;
