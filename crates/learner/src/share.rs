@@ -9,7 +9,9 @@
 //! batches at positions `rank, rank + world, rank + 2 * world, …`: over all ranks every sample
 //! is trained on exactly once per epoch, and the order changes every epoch, the same on every
 //! rank: `DistributedSampler`'s semantics at the granularity of batches. The price: every rank
-//! assembles the batches it skips (Burn builds a batch when its iterator reaches it).
+//! assembles the batches it skips (Burn builds a batch when its iterator reaches it). It needs
+//! the pass in the same order on every rank: Burn's multi-worker loader (`num_workers > 1`)
+//! yields batches as its threads finish them, so with it coverage is no longer exact.
 //! `DistributedSampler` pads the ranks to equal lengths by repeating samples; here the ranks
 //! left with one batch fewer join (`DistributedDataParallel::join`, PyTorch's `Join`) and average
 //! over the ranks that still have data, so nothing is seen twice.

@@ -32,7 +32,9 @@ pub const DEFAULT_REPORT: [&str; 2] = ["Loss", "Accuracy"];
 /// * wraps the model in [`DistributedDataParallel`] (rank 0's parameters broadcast, gradients
 ///   averaged after every backward, BatchNorm statistics rank 0's after every step: the
 ///   replicas stay bitwise identical);
-/// * gives each rank every `world`-th batch of the train loader's pass (Note [Batch striding]);
+/// * gives each rank every `world`-th batch of the train loader's pass (Note [Batch striding];
+///   build the train loader with one worker, Burn's default, so that the pass has the same
+///   order on every rank);
 /// * validates on rank 0 over the whole validation loader (Note [Validation on rank 0]);
 /// * sends the dashboard's events, checkpoints and the end-of-training summary from rank 0
 ///   only;
