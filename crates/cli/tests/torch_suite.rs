@@ -1,6 +1,8 @@
 //! PyTorch's own backend suite (`torch.testing._internal.distributed.distributed_test`) on the
 //! `"phalanx"` backend: its collective and point-to-point tests on 3 ranks, through
-//! python/tests/run_torch_suite.py, with no failure. Skipped with a line saying why when no
+//! python/tests/run_torch_suite.py, with no failure, and as many passed as with Gloo when
+//! phalanx is given the tests the suite chooses for Gloo (as a plugin it skips those it
+//! reserves for the backends it names). Skipped with a line saying why when no
 //! Python has torch, phalanx_torch, expecttest and hypothesis (the suite imports the last two).
 
 mod launch_util;
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use launch_util::*;
 
-/// The selection takes about 30 s on 2 cores; every test has 60 s of its own.
+/// One run of the selection takes about 40 s on 2 cores; every test has 60 s of its own.
 const DEADLINE: Duration = Duration::from_secs(600);
 
 #[test]
@@ -34,30 +36,43 @@ fn pytorch_backend_suite_collectives_and_point_to_point_pass_on_3_ranks() {
     }
     let runner =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/tests/run_torch_suite.py");
-    let dir = TempDir::new("torch_suite");
-    let mut c = Command::new(&py);
-    clean_env(&mut c)
-        .arg(runner)
-        .args(["--backend", "phalanx", "--world-size", "3"])
-        .env("TEMP_DIR", dir.str())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let f = run(c, DEADLINE);
-    let summary = f
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("suite phalanx"))
-        .unwrap_or_else(|| panic!("no summary line\n{}\n{}", f.stdout, f.stderr))
-        .to_string();
-    say(&summary);
-    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
-    assert!(summary.contains(" 0 failed"), "{summary}\n{}", f.stdout);
-    let passed: u32 = summary
-        .split(": ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(passed > 0, "{summary}");
+    // (passed, failed) of one run of the selection.
+    let suite = |args: &[&str]| -> (u32, u32, String) {
+        let dir = TempDir::new("torch_suite");
+        let mut c = Command::new(&py);
+        clean_env(&mut c)
+            .arg(&runner)
+            .args(args)
+            .args(["--world-size", "3"])
+            .env("TEMP_DIR", dir.str())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let f = run(c, DEADLINE);
+        let summary = f
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("suite "))
+            .unwrap_or_else(|| panic!("no summary line\n{}\n{}", f.stdout, f.stderr))
+            .to_string();
+        say(&summary);
+        assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+        let count = |what: &str| -> u32 {
+            summary
+                .split([':', ','])
+                .find_map(|part| part.trim().strip_suffix(what))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {what:?} count in {summary}"))
+        };
+        (count(" passed"), count(" failed"), summary)
+    };
+    // Gloo, the reference; phalanx as a plugin (the suite skips the tests it reserves for
+    // the backends it names); and phalanx given the tests chosen for Gloo.
+    let (gloo, gloo_failed, _) = suite(&["--backend", "gloo"]);
+    assert_eq!(gloo_failed, 0, "Gloo itself failed tests here");
+    let (plugin, plugin_failed, summary) = suite(&["--backend", "phalanx"]);
+    assert!(plugin > 0 && plugin_failed == 0, "{summary}");
+    let (as_gloo, failed, summary) = suite(&["--backend", "phalanx", "--selected-as", "gloo"]);
+    assert_eq!(failed, 0, "{summary}");
+    assert!(as_gloo >= gloo, "{summary}: fewer than Gloo's {gloo}");
 }

@@ -70,7 +70,7 @@ pub enum Error {
         source: FrameError,
     },
     /// No progress for the configured timeout.
-    #[error("timed out after {after:?} without progress in {during}, waiting for rank(s) {waiting_for:?}")]
+    #[error("collective timeout after {after:?} without progress in {during}, waiting for rank(s) {waiting_for:?}")]
     Timeout {
         /// The collective in progress.
         during: String,
