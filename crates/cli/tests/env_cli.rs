@@ -14,13 +14,7 @@ fn env(vars: &[(&str, &str)], flags: &[&str]) -> launch_util::Finished {
     let mut cmd = phalanx();
     cmd.arg("env").args(flags).envs(vars.iter().copied());
     let f = run(cmd, DEADLINE);
-    assert_eq!(
-        f.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        f.stdout,
-        f.stderr
-    );
+    f.assert_ok();
     f
 }
 

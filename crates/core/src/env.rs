@@ -129,7 +129,9 @@ pub fn unknown_phalanx_vars() -> Vec<(String, Option<&'static str>)> {
     out
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance between `a` and `b`, for "did you mean" suggestions (variable names
+/// here, flags in `phalanx launch`).
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

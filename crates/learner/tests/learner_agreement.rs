@@ -169,13 +169,7 @@ fn launch_raw(mode: &str) -> Option<phalanx_testing::process::Finished> {
 /// 0's validation lines.
 fn launch(mode: &str) -> Option<(Vec<(u32, String)>, usize)> {
     let f = launch_raw(mode)?;
-    assert_eq!(
-        f.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        f.stdout,
-        f.stderr
-    );
+    f.assert_ok();
     let lines = rank_lines(&f.stdout);
     let valid = lines
         .iter()

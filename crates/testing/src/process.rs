@@ -73,6 +73,18 @@ impl Finished {
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }
+
+    /// Asserts the process exited 0, showing both streams when it did not.
+    pub fn assert_ok(&self) -> &Self {
+        assert_eq!(
+            self.code(),
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
 }
 
 fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {

@@ -86,7 +86,7 @@ fn refuse_unknown_flag(program: &[OsString]) -> anyhow::Result<()> {
         .collect();
     let near = known
         .iter()
-        .map(|k| (strsim::levenshtein(name, k), k))
+        .map(|k| (phalanx_core::env::edit_distance(name, k), k))
         .filter(|(d, _)| *d <= 3)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| format!(" (did you mean {k}?)"))
