@@ -23,6 +23,8 @@ need that name. A factory returning a ``ProcessGroup`` subclass (this package be
 c10d's old path for Python groups, which never names the group.
 """
 
+import os
+
 import torch.distributed as dist
 
 from . import _shims
@@ -38,7 +40,14 @@ def _create(dist_opts, _backend_opts):
     ranks = list(dist_opts.global_ranks_in_group)
     world = dist.get_world_size() if dist.is_initialized() else dist_opts.group_size
     subgroup = bool(ranks) and ranks != list(range(world))
-    return PhalanxBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+    store = dist_opts.store
+    # `phalanx launch` keeps one store for every round of a job (torchrun makes a new one per
+    # round): a restarted round's ranks would find the last round's rendezvous keys and
+    # refuse them ("two processes claim rank 1"), so each round rendezvouses under its own.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt and attempt != "0":
+        store = dist.PrefixStore(f"phalanx_round_{attempt}/", store)
+    return PhalanxBackend(store, dist_opts.group_rank, dist_opts.group_size,
                           dist_opts.timeout, subgroup=subgroup)
 
 
