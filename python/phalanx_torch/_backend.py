@@ -8,7 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from torch._C._distributed_c10d import Backend
+from torch._C._distributed_c10d import Backend, PrefixStore
 
 from . import _tensors as T
 from ._native import Group, PhalanxError
@@ -34,6 +34,7 @@ class PhalanxBackend(Backend):
         seconds = timeout.total_seconds() if timeout is not None else 1800.0
         self._timeout = timeout
         self._group = Group(store, rank, world_size, seconds, subgroup)
+        self._store, self._shrinks = store, 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx")
         self._lock = threading.Lock()
         self._queued = 0
@@ -103,7 +104,7 @@ class PhalanxBackend(Backend):
 
     @property
     def supports_shrinking(self):
-        return False
+        return True
 
     @property
     def supports_reconfigure(self):
@@ -129,6 +130,22 @@ class PhalanxBackend(Backend):
         timeout = getattr(opts, "_timeout", None) if opts is not None else None
         return PhalanxBackend(store, list(ranks).index(me), len(ranks),
                               timeout or self._timeout, subgroup=True)
+
+    def shrink(self, excluded, flags, opts):
+        """`dist.shrink_group`: this group without the ranks `excluded`, connected afresh
+        through this group's store among the ranks left (which all call it, in the same
+        order, and only they), ranks renumbered in order. The old group is not used: it may
+        have failed, which is when programs shrink."""
+        me = self.rank()
+        left = [r for r in range(self.size()) if r not in set(excluded)]
+        if me not in left:
+            raise PhalanxError(f"shrink_group: rank {me} is in ranks_to_exclude {list(excluded)}; "
+                               "only the ranks left call it")
+        self._shrinks += 1
+        store = PrefixStore(f"phalanx_shrink/{self._shrinks}/", self._store)
+        timeout = getattr(opts, "_timeout", None) if opts is not None else None
+        return PhalanxBackend(store, left.index(me), len(left), timeout or self._timeout,
+                              subgroup=True)
 
     # The collectives' sequence number, which TORCH_DISTRIBUTED_DEBUG=DETAIL's checks compare
     # between ranks before every collective: every rank starts at 0 and counts the same calls.

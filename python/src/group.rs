@@ -103,6 +103,19 @@ pub(crate) struct Group {
 }
 
 impl Group {
+    /// A group connected on the Rust side (a fault-tolerance generation: `fault_tolerance.rs`),
+    /// its waits bounded by `timeout` as the launcher's `PHALANX_TIMEOUT` bounds them.
+    pub(crate) fn connected(pg: ProcessGroup, timeout: Duration) -> Group {
+        Group {
+            pg: Arc::new(pg),
+            timeout,
+        }
+    }
+
+    pub(crate) fn process_group(&self) -> &ProcessGroup {
+        &self.pg
+    }
+
     /// Runs `f` on the group with the GIL released, so other Python threads run meanwhile; a
     /// failure becomes a `PhalanxError` carrying phalanx's sentence.
     fn detached<F>(&self, py: Python<'_>, f: F) -> PyResult<()>
@@ -194,6 +207,13 @@ impl Group {
     #[getter]
     fn world_size(&self) -> usize {
         self.pg.world_size()
+    }
+
+    /// Why this group failed (its first failure's root cause, naming the rank), or `None`
+    /// while it works: after a failure every collective raises.
+    #[getter]
+    fn failure(&self) -> Option<String> {
+        self.pg.failure()
     }
 
     /// Whether ranks on this host exchange through shared memory.

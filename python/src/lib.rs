@@ -10,6 +10,7 @@
 //! dist.all_reduce(t)  # phalanx's shared memory on a host, TCP between hosts
 //! ```
 
+mod fault_tolerance;
 mod group;
 mod py_store;
 
@@ -48,6 +49,8 @@ fn init_logging() {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     init_logging();
     m.add_class::<group::Group>()?;
+    m.add_class::<fault_tolerance::FaultTolerance>()?;
+    m.add("EXIT_NO_REGROUP", phalanx_core::EXIT_NO_REGROUP)?;
     m.add("PhalanxError", m.py().get_type::<PhalanxError>())?;
     Ok(())
 }

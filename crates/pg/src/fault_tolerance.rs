@@ -238,6 +238,18 @@ impl FaultTolerance {
         Ok(())
     }
 
+    /// Tells the launcher that this program re-forms its group itself
+    /// ([`keys::FT_TAKES_PART`]): a program it cannot vouch for (a Python interpreter) has its
+    /// dead workers replaced alone only after one of its ranks said so.
+    pub fn take_part(&self) -> Result<()> {
+        self.round
+            .set(keys::FT_TAKES_PART, b"1")
+            .map_err(|source| Error::Store {
+                rank: self.slot(),
+                source,
+            })
+    }
+
     /// The newest generation, read from the store at most every 50 ms (a training
     /// rank calls it every step); the ranks must agree on one value (allreduce MAX) before
     /// they [`advance`](Self::advance).

@@ -71,6 +71,12 @@ pub fn generation_open(generation: u64) -> String {
     format!("ft/{generation}/open")
 }
 
+/// Set (under the round's prefix) by a worker that re-forms its process group itself: a Python
+/// program through `phalanx_torch.ft.Manager`. The launcher cannot tell a Python program that
+/// does from one that does not, so it replaces a dead Python worker alone only once this key
+/// is there, and restarts the group otherwise (Note [Generations] in phalanx-pg).
+pub const FT_TAKES_PART: &str = "ft/takes_part";
+
 /// The key prefix of generation `generation` inside a round: generation 0 is the round's own
 /// prefix, a later one `ft/<generation>` under it, so no generation reads another's keys.
 pub fn generation_prefix(generation: u64) -> Option<String> {
