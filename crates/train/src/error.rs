@@ -24,6 +24,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A checkpoint that verifies but does not fit the module or optimizer it is loaded into
+    /// (`checkpoint::state_dict::load`): nothing was loaded.
+    #[error("checkpoint {}: {mismatch}", path.display())]
+    CheckpointMismatch {
+        /// Its commit record (`step-<N>.json`).
+        path: std::path::PathBuf,
+        /// The tensor that does not fit, and how.
+        mismatch: Mismatch,
+    },
     /// Metrics or plots could not be written.
     #[error("writing {}: {reason}", path.display())]
     Output {
@@ -66,6 +75,41 @@ pub enum Error {
     /// The tensor library failed to read a result.
     #[error("reading a tensor failed: {0}")]
     Tensor(String),
+}
+
+/// How a checkpoint does not fit the module it is loaded into (shapes in the checkpoint's
+/// layout, PyTorch's: a `Linear` weight is `[out, in]`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Mismatch {
+    /// The module has a tensor the checkpoint lacks.
+    #[error("the module's tensor {name} {shape:?} is not in the checkpoint")]
+    Missing {
+        /// Module path.
+        name: String,
+        /// Its shape in the module.
+        shape: Vec<usize>,
+    },
+    /// The checkpoint has a tensor the module lacks (another architecture).
+    #[error("its tensor {name} {shape:?} is not in the module")]
+    Unexpected {
+        /// Module path.
+        name: String,
+        /// Its shape in the checkpoint.
+        shape: Vec<usize>,
+    },
+    /// A tensor of both, of different shapes.
+    #[error("tensor {name} is {checkpoint:?} in the checkpoint, {model:?} in the module")]
+    Shape {
+        /// Module path.
+        name: String,
+        /// The checkpoint's shape.
+        checkpoint: Vec<usize>,
+        /// The module's.
+        model: Vec<usize>,
+    },
+    /// The optimizer's state does not fit the module's parameters or the optimizer.
+    #[error("the optimizer's state: {0}")]
+    OptimizerState(String),
 }
 
 /// `Result` with [`Error`].

@@ -26,7 +26,7 @@ pub mod trainer;
 pub use config::{Reporter, TrainConfig};
 pub use ddp_step::{accumulate_step, train_step, train_step_clipped, train_step_unfused};
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
-pub use error::{Error, Result};
+pub use error::{Error, Mismatch, Result};
 pub use model::{
     freeze_matching, with_model, with_stable_ids, Classifier, Cnn, Encoder, Mlp, MlpConfig,
     ModelKind, ModelSpec, Transformer, WithModel,

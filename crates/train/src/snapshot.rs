@@ -5,11 +5,10 @@ use std::collections::HashMap;
 
 use phalanx_core::trace;
 use phalanx_data::Dataset;
-use phalanx_ddp::adapter::burn as adapter;
 use phalanx_pg::ProcessGroup;
 
 use crate::{
-    checkpoint::{self, sharded, transposed, Checkpoint, Meta, NamedTensor},
+    checkpoint::{self, sharded, state_dict, Checkpoint, Meta},
     config::{Reporter, TrainConfig},
     parallel::Parallel,
     position::Position,
@@ -113,24 +112,7 @@ pub(crate) fn save<M: Classifier>(
         return Ok(());
     }
     let _s = trace::span("checkpoint", "io");
-    let infos = adapter::param_infos(ddp.module());
-    let values = adapter::params_to_flat(ddp.module())?;
-    let tensors = infos
-        .iter()
-        .zip(values)
-        .map(|(info, data)| {
-            let (shape, data) = if info.shape.len() == 2 {
-                transposed(&info.shape, &data)
-            } else {
-                (info.shape.clone(), data)
-            };
-            NamedTensor {
-                name: info.name.clone(),
-                shape,
-                data,
-            }
-        })
-        .collect();
+    let tensors = state_dict::module_tensors(ddp.module())?;
     let mut ck = Checkpoint {
         meta: meta(None),
         tensors,
@@ -141,37 +123,4 @@ pub(crate) fn save<M: Classifier>(
     let path = checkpoint::save(dir, &mut ck, checkpoint::DEFAULT_KEEP)?;
     reporter.checkpoint(&path);
     Ok(())
-}
-
-pub(crate) fn load_params<M: Classifier>(model: M, ck: &Checkpoint) -> Result<M> {
-    let infos = adapter::param_infos(&model);
-    let mut values = Vec::with_capacity(infos.len());
-    for info in &infos {
-        let t = ck
-            .tensors
-            .iter()
-            .find(|t| t.name == info.name)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "the checkpoint has no tensor {} (do --model, --hidden and --depth match?)",
-                    info.name
-                ))
-            })?;
-        let data = if info.shape.len() == 2 {
-            let (shape, data) = transposed(&t.shape, &t.data);
-            if shape != info.shape {
-                return Err(Error::Config(format!(
-                    "checkpoint tensor {} has shape {:?}, the model needs {:?}",
-                    info.name,
-                    t.shape,
-                    [info.shape[1], info.shape[0]]
-                )));
-            }
-            data
-        } else {
-            t.data.clone()
-        };
-        values.push(data);
-    }
-    Ok(adapter::set_params_from_flat(model, &values)?)
 }

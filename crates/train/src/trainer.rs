@@ -490,15 +490,10 @@ fn resume_from_disk<M: Classifier>(
         }
         if let Some(ck) = newest.checkpoint {
             snapshot::check_compatible(&ck.meta, facts, cfg)?;
-            *model = snapshot::load_params(model.clone(), &ck)?;
+            let path = checkpoint::record_path(dir, ck.meta.global_step);
+            *model = checkpoint::state_dict::load_module(model.clone(), &ck, &path)?;
             handover = Handover {
-                position: Some(Position {
-                    epoch: ck.meta.epoch,
-                    step_in_epoch: ck.meta.step_in_epoch,
-                    global_step: ck.meta.global_step,
-                    samples_in_epoch: ck.meta.samples_in_epoch,
-                    world: ck.meta.world_size,
-                }),
+                position: Some(ck.meta.position()),
                 optim_bytes: ck.optim_state.as_ref().map(Vec::len),
             };
             optim_state = ck.optim_state;

@@ -24,9 +24,10 @@ use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{Error, Result};
+use crate::{position::Position, Error, Result};
 
 pub mod sharded;
+pub mod state_dict;
 
 /// Format tag written in every metadata file.
 pub const FORMAT: &str = "phalanx-checkpoint-v1";
@@ -76,6 +77,19 @@ pub struct Meta {
     /// `sharded.rs`); absent for one written whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharded: Option<sharded::Sharded>,
+}
+
+impl Meta {
+    /// Where the run that wrote it stood.
+    pub fn position(&self) -> Position {
+        Position {
+            epoch: self.epoch,
+            step_in_epoch: self.step_in_epoch,
+            global_step: self.global_step,
+            samples_in_epoch: self.samples_in_epoch,
+            world: self.world_size,
+        }
+    }
 }
 
 /// A checkpoint in memory.

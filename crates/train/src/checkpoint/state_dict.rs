@@ -1,0 +1,487 @@
+//! A user's own loop: a Burn module and its optimizer to a checkpoint and back, one call each
+//! way (`torch.distributed.checkpoint`'s `save` and `load` of a model's and an optimizer's
+//! state dict).
+//!
+//! [`save`] writes every float tensor of the module (trainable and frozen parameters,
+//! BatchNorm's running statistics), the optimizer's state (momentum, Adam's moments and step
+//! counts) and where the loop stands ([`Position`]: epoch, steps, the sampler's position and
+//! the world size that consumed it) as one checkpoint of `phalanx train`'s format, committed
+//! the same crash-safe way (Note [Checkpoint commit]). [`load`] takes the newest checkpoint
+//! that verifies and puts it back into a freshly built module and optimizer; a checkpoint
+//! that does not fit them is refused with [`Error::CheckpointMismatch`] naming the file and the
+//! tensor (missing, unexpected, another shape) before anything is loaded.
+//!
+//! Note [Optimizer state by position]: Burn's optimizer keys its state by `ParamId`, random
+//! per process. [`save`] rewrites each key to the parameter's position in canonical order
+//! plus one (the ids `phalanx train`'s models carry: Note [Stable parameter ids]) and [`load`]
+//! rewrites them back to the ids of the module it loads into, so a user's loop needs no stable
+//! ids of its own, and a checkpoint of `phalanx train` and one of a user's loop are one
+//! format.
+//!
+//! The checkpoint is whole, so it resumes at any world size: under DDP every rank loads it
+//! (one host or a shared filesystem; DDP's construction then broadcasts rank 0's values), and
+//! [`position::epoch_indices`](crate::position::epoch_indices) gives each rank the rest of a
+//! mid-epoch sampler position at its new world size. [`load`] also reads a sharded checkpoint
+//! of `phalanx train --sharding` (joined whole on the way in). Under DDP only one rank saves.
+//!
+//! ```
+//! use burn::module::Module;
+//! use burn::nn::{Linear, LinearConfig};
+//! use burn::optim::{AdamConfig, GradientsParams};
+//! use burn::tensor::{Device, Tensor};
+//! use phalanx_train::checkpoint::state_dict;
+//! use phalanx_train::position::Position;
+//!
+//! #[derive(Module, Debug)]
+//! struct Net { fc: Linear }
+//!
+//! let device = Device::flex().autodiff();
+//! let dir = std::env::temp_dir().join(format!("state-dict-doc-{}", std::process::id()));
+//! let mut net = Net { fc: LinearConfig::new(4, 2).init(&device) };
+//! let mut optim = AdamConfig::new().init();
+//! let loss = net.fc.forward(Tensor::ones([3, 4], &device)).sum();
+//! let grads = GradientsParams::from_grads(loss.backward(), &net);
+//! net = optim.step(1e-3, net, grads);
+//! let at = Position { epoch: 1, global_step: 1, world: 1, ..Position::default() };
+//! state_dict::save(&dir, &net, &optim, at)?;
+//!
+//! // The next run: a fresh module and optimizer, then the checkpoint, if there is one.
+//! let fresh = Net { fc: LinearConfig::new(4, 2).init(&device) };
+//! let resumed = state_dict::load(&dir, fresh, AdamConfig::new().init())?.expect("saved above");
+//! assert_eq!(resumed.position, at);
+//! assert_eq!(
+//!     resumed.module.fc.weight.val().into_data(),
+//!     net.fc.weight.val().into_data()
+//! );
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), phalanx_train::Error>(())
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::optim::{ModuleOptimizer, OptimizerRecord};
+use burn::tensor::Bytes;
+use phalanx_ddp::adapter::burn as adapter;
+
+use super::{to_torch_layout, transposed, Checkpoint, Meta, NamedTensor};
+use crate::error::Mismatch;
+use crate::optim::state;
+use crate::position::Position;
+use crate::{model, Error, Result};
+
+/// What [`load`] returns: the module and the optimizer with the checkpoint's values, and where
+/// the loop stood.
+pub struct Loaded<M> {
+    /// The module given to [`load`], its float tensors the checkpoint's.
+    pub module: M,
+    /// The optimizer given to [`load`], its state the checkpoint's.
+    pub optim: ModuleOptimizer,
+    /// Where the run that saved it stood.
+    pub position: Position,
+    /// The checkpoint's commit record (`step-<N>.json`).
+    pub path: PathBuf,
+}
+
+impl<M: std::fmt::Debug> std::fmt::Debug for Loaded<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Burn's optimizer has no Debug.
+        f.debug_struct("Loaded")
+            .field("module", &self.module)
+            .field("position", &self.position)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Saves `module`, `optim`'s state and `at` as checkpoint `step-<at.global_step>` in `dir`,
+/// crash-safe (Note [Checkpoint commit]), and keeps the newest
+/// [`DEFAULT_KEEP`](super::DEFAULT_KEEP). Returns the commit record's path. Under DDP, call it
+/// on one rank (the replicas are equal).
+pub fn save<M: Module>(
+    dir: &Path,
+    module: &M,
+    optim: &ModuleOptimizer,
+    at: Position,
+) -> Result<PathBuf> {
+    let meta = Meta {
+        format: String::new(),
+        epoch: at.epoch,
+        step_in_epoch: at.step_in_epoch,
+        global_step: at.global_step,
+        samples_in_epoch: at.samples_in_epoch,
+        seed: 0,
+        world_size: at.world,
+        batch_size: 0,
+        config: HashMap::new(),
+        tensors_sha256: String::new(),
+        tensors_file: String::new(),
+        sharded: None,
+    };
+    let ids = model::float_param_ids(module);
+    let optim_state = optim_state_by_position(optim, &ids)
+        .map_err(|e| Error::Config(format!("saving the optimizer's state: {e}")))?;
+    let mut ck = Checkpoint {
+        meta,
+        tensors: module_tensors(module)?,
+        optim_state,
+    };
+    super::save(dir, &mut ck, super::DEFAULT_KEEP)
+}
+
+/// The newest checkpoint in `dir` that verifies (Note [Checkpoint commit]; newer damaged ones
+/// are skipped with a warning), loaded into `module` and `optim`; `None` when `dir` holds
+/// none.
+pub fn load<M: Module>(dir: &Path, module: M, optim: ModuleOptimizer) -> Result<Option<Loaded<M>>> {
+    let newest = super::load_newest_intact(dir)?;
+    for d in &newest.damaged {
+        tracing::warn!("skipping a damaged checkpoint: {}", d.error);
+    }
+    let Some(ck) = newest.checkpoint else {
+        return Ok(None);
+    };
+    let path = super::record_path(dir, ck.meta.global_step);
+    apply(&path, &ck, module, optim).map(Some)
+}
+
+/// The checkpoint whose commit record is `path`, loaded into `module` and `optim`.
+pub fn load_from<M: Module>(path: &Path, module: M, optim: ModuleOptimizer) -> Result<Loaded<M>> {
+    let ck = super::load(path)?;
+    apply(path, &ck, module, optim)
+}
+
+fn apply<M: Module>(
+    path: &Path,
+    ck: &Checkpoint,
+    module: M,
+    optim: ModuleOptimizer,
+) -> Result<Loaded<M>> {
+    let ids = model::float_param_ids(&module);
+    let module = load_module(module, ck, path)?;
+    let optim = match &ck.optim_state {
+        Some(bytes) => {
+            let bytes = optim_state_by_id(bytes, &ids).map_err(|e| mismatch(path, e))?;
+            let record = OptimizerRecord::from_bytes(Bytes::from_bytes_vec(bytes))
+                .map_err(|e| mismatch(path, Mismatch::OptimizerState(e.to_string())))?;
+            optim.load_record(record)
+        }
+        None => optim,
+    };
+    Ok(Loaded {
+        module,
+        optim,
+        position: ck.meta.position(),
+        path: path.to_path_buf(),
+    })
+}
+
+fn mismatch(path: &Path, mismatch: Mismatch) -> Error {
+    Error::CheckpointMismatch {
+        path: path.to_path_buf(),
+        mismatch,
+    }
+}
+
+/// Every float tensor of `module` in canonical order, in the checkpoint's (PyTorch's) layout:
+/// what a checkpoint of it holds, `phalanx train`'s and a user's loop's alike.
+pub(crate) fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> {
+    let infos = adapter::param_infos(module);
+    let values = adapter::params_to_flat(module)?;
+    Ok(infos
+        .into_iter()
+        .zip(values)
+        .map(|(info, data)| {
+            let (shape, data) = to_torch_layout(&info.shape, data);
+            NamedTensor {
+                name: info.name,
+                shape,
+                data,
+            }
+        })
+        .collect())
+}
+
+/// `module` with every float tensor taken from `ck` (whose commit record is `path`), by name,
+/// strictly: a tensor of the module missing from the checkpoint, one of the checkpoint the
+/// module lacks, or another shape is refused, naming it, before anything is set.
+pub(crate) fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result<M> {
+    let infos = adapter::param_infos(&module);
+    let by_name: HashMap<&str, &NamedTensor> =
+        ck.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    let mut values = Vec::with_capacity(infos.len());
+    for info in &infos {
+        let want = match info.shape.len() {
+            2 => vec![info.shape[1], info.shape[0]],
+            _ => info.shape.clone(),
+        };
+        let Some(t) = by_name.get(info.name.as_str()) else {
+            return Err(mismatch(
+                path,
+                Mismatch::Missing {
+                    name: info.name.clone(),
+                    shape: want,
+                },
+            ));
+        };
+        if t.shape != want || t.data.len() != info.numel() {
+            return Err(mismatch(
+                path,
+                Mismatch::Shape {
+                    name: info.name.clone(),
+                    checkpoint: t.shape.clone(),
+                    model: want,
+                },
+            ));
+        }
+        values.push(match info.shape.len() {
+            2 => transposed(&t.shape, &t.data).1,
+            _ => t.data.clone(),
+        });
+    }
+    if let Some(extra) = ck
+        .tensors
+        .iter()
+        .find(|t| !infos.iter().any(|i| i.name == t.name))
+    {
+        return Err(mismatch(
+            path,
+            Mismatch::Unexpected {
+                name: extra.name.clone(),
+                shape: extra.shape.clone(),
+            },
+        ));
+    }
+    Ok(adapter::set_params_from_flat(module, &values)?)
+}
+
+/// `optim`'s state with each parameter's id replaced by its position among `ids` (the module's
+/// float parameters in canonical order) plus one (Note [Optimizer state by position]); `None`
+/// when it has none.
+fn optim_state_by_position(
+    optim: &ModuleOptimizer,
+    ids: &[u64],
+) -> std::result::Result<Option<Vec<u8>>, String> {
+    let record = optim.to_record();
+    if record.is_empty() {
+        return Ok(None);
+    }
+    let bytes = record.into_bytes().map_err(|e| e.to_string())?;
+    let position: HashMap<u64, u64> = ids
+        .iter()
+        .enumerate()
+        .map(|(p, &id)| (id, p as u64 + 1))
+        .collect();
+    let mut states = state::decode(&bytes)?;
+    for st in states.values_mut() {
+        st.id = *position.get(&st.id).ok_or_else(|| {
+            format!(
+                "it holds state for parameter id {} that is not one of the module's",
+                st.id
+            )
+        })?;
+    }
+    state::encode(states.values()).map(Some)
+}
+
+/// A checkpoint's optimizer state, keyed by position, rekeyed to the ids of the module whose
+/// float parameters, in canonical order, have `ids`.
+fn optim_state_by_id(bytes: &[u8], ids: &[u64]) -> std::result::Result<Vec<u8>, Mismatch> {
+    let states = state::decode(bytes).map_err(Mismatch::OptimizerState)?;
+    let mut rekeyed = BTreeMap::new();
+    for (position, mut st) in states {
+        let id = usize::try_from(position)
+            .ok()
+            .and_then(|p| p.checked_sub(1))
+            .and_then(|p| ids.get(p))
+            .ok_or_else(|| {
+                Mismatch::OptimizerState(format!(
+                    "it holds state for parameter {position} (by position), the module has {}",
+                    ids.len()
+                ))
+            })?;
+        st.id = *id;
+        rekeyed.insert(*id, st);
+    }
+    state::encode(rekeyed.values()).map_err(Mismatch::OptimizerState)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::Param;
+    use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+    use burn::optim::{AdamConfig, GradientsParams};
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    #[derive(Module, Debug)]
+    struct Net {
+        fc: Linear,
+        bn: BatchNorm,
+        out: Linear,
+    }
+
+    fn net(width: usize, device: &Device) -> Net {
+        Net {
+            fc: LinearConfig::new(3, width).init(device),
+            bn: BatchNormConfig::new(width).init(device),
+            out: LinearConfig::new(width, 2).init(device),
+        }
+    }
+
+    fn forward(n: &Net, x: Tensor<2>) -> Tensor<2> {
+        let h = n.bn.forward(n.fc.forward(x).unsqueeze_dim::<3>(2));
+        n.out.forward(h.squeeze_dim::<2>(2))
+    }
+
+    /// Two Adam steps: moments and step counts non-zero, running statistics moved.
+    fn trained(device: &Device) -> (Net, ModuleOptimizer) {
+        let mut n = net(5, device);
+        let mut optim = AdamConfig::new().with_epsilon(1e-8).init();
+        for step in 0..2 {
+            let x = Tensor::from_data(
+                TensorData::new((0..12).map(|i| (i + step) as f32 * 0.1).collect(), [4, 3]),
+                device,
+            );
+            let loss = forward(&n, x).powf_scalar(2.0).mean();
+            let grads = GradientsParams::from_grads(loss.backward(), &n);
+            n = optim.step(1e-2, n, grads);
+        }
+        (n, optim)
+    }
+
+    fn bits(values: &[Vec<f32>]) -> Vec<Vec<u32>> {
+        values
+            .iter()
+            .map(|v| v.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    }
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("phalanx-sd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn save_then_load_is_bitwise_module_and_adam_state() {
+        let device = Device::flex().autodiff();
+        let (n, optim) = trained(&device);
+        let d = tmpdir("rt");
+        let at = Position {
+            epoch: 3,
+            step_in_epoch: 2,
+            global_step: 17,
+            samples_in_epoch: 128,
+            world: 4,
+        };
+        let path = save(&d, &n, &optim, at).unwrap();
+        // A fresh module (other random ids, other values) and a fresh optimizer.
+        let fresh = net(5, &device);
+        assert_ne!(
+            model::float_param_ids(&fresh),
+            model::float_param_ids(&n),
+            "the test needs other ids"
+        );
+        let got = load(&d, fresh, AdamConfig::new().with_epsilon(1e-8).init())
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.path, path);
+        assert_eq!(got.position, at);
+        assert_eq!(
+            bits(&adapter::params_to_flat(&got.module).unwrap()),
+            bits(&adapter::params_to_flat(&n).unwrap()),
+            "parameters and running statistics"
+        );
+        // Adam's state, rekeyed to the fresh ids: the same moments and step counts, field by
+        // field, under the positions both modules share.
+        let by_position = |m: &Net, o: &ModuleOptimizer| {
+            let ids = model::float_param_ids(m);
+            let bytes = optim_state_by_position(o, &ids).unwrap().unwrap();
+            state::decode(&bytes).unwrap()
+        };
+        let (want, have) = (
+            by_position(&n, &optim),
+            by_position(&got.module, &got.optim),
+        );
+        // fc, bn (gamma, beta) and out: 6 parameters at positions 1-4, 7, 8 (5 and 6 are bn's
+        // running statistics, buffers without state).
+        assert_eq!(want.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4, 7, 8]);
+        assert_eq!(have, want);
+        // And the next step is the same step, bitwise.
+        let x = Tensor::from_data(TensorData::new(vec![0.3f32; 12], [4, 3]), &device);
+        let step = |m: Net, mut o: ModuleOptimizer| {
+            let loss = forward(&m, x.clone()).powf_scalar(2.0).mean();
+            let grads = GradientsParams::from_grads(loss.backward(), &m);
+            adapter::params_to_flat(&o.step(1e-2, m, grads)).unwrap()
+        };
+        assert_eq!(bits(&step(got.module, got.optim)), bits(&step(n, optim)));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_that_does_not_fit_is_named_with_the_tensor() {
+        let device = Device::flex().autodiff();
+        let (n, optim) = trained(&device);
+        let d = tmpdir("mismatch");
+        let path = save(&d, &n, &optim, Position::default()).unwrap();
+        let adam = || AdamConfig::new().init();
+        // Another width: fc.weight's shape.
+        let e = load(&d, net(6, &device), adam()).unwrap_err();
+        let Error::CheckpointMismatch { path: p, mismatch } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(p, &path);
+        assert_eq!(
+            mismatch,
+            &Mismatch::Shape {
+                name: "fc.weight".into(),
+                checkpoint: vec![5, 3],
+                model: vec![6, 3],
+            }
+        );
+        assert!(e.to_string().contains("step-000000000000.json"), "{e}");
+        // A module with a tensor the checkpoint lacks, and one lacking a checkpoint's tensor.
+        #[derive(Module, Debug)]
+        struct Wider {
+            fc: Linear,
+            bn: BatchNorm,
+            out: Linear,
+            extra: Param<Tensor<1>>,
+        }
+        let w = Wider {
+            fc: LinearConfig::new(3, 5).init(&device),
+            bn: BatchNormConfig::new(5).init(&device),
+            out: LinearConfig::new(5, 2).init(&device),
+            extra: Param::from_tensor(Tensor::zeros([2], &device)),
+        };
+        let e = load(&d, w, adam()).unwrap_err().to_string();
+        assert!(
+            e.contains("extra") && e.contains("not in the checkpoint"),
+            "{e}"
+        );
+        #[derive(Module, Debug)]
+        struct Narrower {
+            fc: Linear,
+            bn: BatchNorm,
+        }
+        let s = Narrower {
+            fc: LinearConfig::new(3, 5).init(&device),
+            bn: BatchNormConfig::new(5).init(&device),
+        };
+        let e = load(&d, s, adam()).unwrap_err().to_string();
+        assert!(e.contains("out.") && e.contains("not in the module"), "{e}");
+        // A damaged tensor file: the file and the check named, nothing loaded.
+        let t = d.join("step-000000000000.safetensors");
+        let mut bytes = std::fs::read(&t).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xFF;
+        std::fs::write(&t, &bytes).unwrap();
+        let e = load(&d, net(5, &device), adam()).unwrap_err().to_string();
+        assert!(
+            e.contains("step-000000000000.safetensors") && e.contains("checksum mismatch"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
