@@ -9,10 +9,11 @@ SIGKILLed mid-run, in two shapes:
   ``phalanx launch --max-restarts`` or ``torchrun --max-restarts``: a death restarts the group.
 
 ``--kill-at K``: rank 1 SIGKILLs itself before step K in its first life (it prints the time
-first). ``--hold-for-join``: after the kill, steps wait 20 ms each while the group is short, so a
+first). ``--hold-for-join``: after the kill, steps wait 50 ms each while the group is short, so a
 replacement (which needs seconds to import torch) joins before the run ends. Every rank prints
 one ``result`` line (slot, step, loss, test accuracy, a digest of its model and optimizer
-state, its world size); survivors print when their first step after the failure completed.
+state, its world size); survivors print when their first step after the failure completed;
+slot 0 prints the undisturbed run's accuracy (the same steps on the whole batch, in process).
 The global batch of every step is fixed; a rank's share is decided by its slot.
 """
 
@@ -69,9 +70,23 @@ def maybe_die(step, rank):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def accuracy():
+def accuracy(m):
     with torch.no_grad():
-        return (model(X[TEST]).argmax(1) == Y[TEST]).float().mean().item()
+        return (m(X[TEST]).argmax(1) == Y[TEST]).float().mean().item()
+
+
+def undisturbed():
+    """The undisturbed run's test accuracy: the same steps on the whole global batch in one
+    process (what data parallelism over equal shards computes, up to rounding)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    o = torch.optim.Adam(m.parameters(), lr=3e-3)
+    for step in range(a.steps):
+        x, y = batch(step, 0, 1)
+        o.zero_grad()
+        loss_fn(m(x), y).backward()
+        o.step()
+    return accuracy(m)
 
 
 loss_fn = nn.CrossEntropyLoss()
@@ -86,7 +101,7 @@ if a.mode == "api":
         step = manager.step
         maybe_die(step, slot)
         if a.hold_for_join and a.kill_at and step >= a.kill_at and manager.world_size < slots:
-            time.sleep(0.02)
+            time.sleep(0.05)
         time.sleep(a.step_time)
         x, y = batch(step, slot, slots)
         opt.zero_grad()
@@ -130,6 +145,8 @@ else:
     world, raw = slots, opt
     dist.destroy_process_group()
 
-print(f"result slot {slot} step {a.steps} loss {loss.item():.4f} accuracy {accuracy():.4f} "
+if slot == 0:
+    print(f"undisturbed accuracy {undisturbed():.4f}", flush=True)
+print(f"result slot {slot} step {a.steps} loss {loss.item():.4f} accuracy {accuracy(model):.4f} "
       f"digest {ft.state_digest(model, raw)} world {world} "
       f"restart {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", flush=True)

@@ -9,30 +9,12 @@
 
 mod launch_util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use launch_util::*;
 
 const DEADLINE: Duration = Duration::from_secs(180);
-
-/// A Python with torch in which `phalanx_torch` imports, or `None` after saying why not.
-fn backend_python(test: &str) -> Option<PathBuf> {
-    let py = torch_python(test)?;
-    let ok = std::process::Command::new(&py)
-        .args(["-c", "import phalanx_torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        say(&format!(
-            "SKIPPED {test}: phalanx_torch is not installed in {} (`pip install ./python`; \
-             .ci/run does it)",
-            py.display()
-        ));
-        return None;
-    }
-    Some(py)
-}
 
 fn script(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -56,15 +38,17 @@ fn launch_checks(py: &Path, nproc: u32, name: &str) -> Finished {
 /// `phalanx launch` of `script_and_args[0]` (in python/tests) with the rest as its arguments;
 /// `timeout` bounds every wait of the phalanx groups (`PHALANX_TIMEOUT`).
 fn launch_with(py: &Path, nproc: u32, timeout: &str, script_and_args: &[&str]) -> Finished {
-    launch_env(py, nproc, timeout, &[], script_and_args)
+    launch_flags(py, nproc, timeout, &[], &[], script_and_args)
 }
 
-/// [`launch_with`], with these variables set for the workers.
-fn launch_env(
+/// [`launch_with`], with these variables set for the workers and these flags for
+/// `phalanx launch`.
+fn launch_flags(
     py: &Path,
     nproc: u32,
     timeout: &str,
     env: &[(&str, &str)],
+    flags: &[&str],
     script_and_args: &[&str],
 ) -> Finished {
     let mut c = phalanx();
@@ -77,6 +61,7 @@ fn launch_env(
             "--nproc-per-node",
             &nproc.to_string(),
         ])
+        .args(flags)
         .arg(script(script_and_args[0]))
         .args(&script_and_args[1..]);
     run(c, DEADLINE)
@@ -125,7 +110,7 @@ fn ddp_over_phalanx_equals_whole_batch_training() {
     // TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend in c10d's ProcessGroupWrapper, which
     // checks every collective against the other ranks' (Note [Backend lifetime]).
     let detail = [("TORCH_DISTRIBUTED_DEBUG", "DETAIL")];
-    let f = launch_env(&py, 2, "30s", &detail, &["test_ddp.py"]);
+    let f = launch_flags(&py, 2, "30s", &detail, &[], &["test_ddp.py"]);
     every_rank_says(&f, 2, "ddp over phalanx ok");
 }
 
@@ -209,4 +194,147 @@ fn dcp_checkpoint_saved_at_4_ranks_loads_at_4_3_and_2() {
         let f = launch_with(&py, n, "60s", &["test_dcp.py", "load", dir.str()]);
         every_rank_says(&f, n, "dcp load ok");
     }
+}
+
+/// The `result slot S … accuracy A digest D world W restart R` line of each rank, by slot.
+fn results(f: &Finished) -> Vec<(u32, f64, String, String)> {
+    let mut out: Vec<(u32, f64, String, String)> = f
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let at = w.iter().position(|&x| x == "result")?;
+            let field = |name: &str| {
+                let i = w[at..].iter().position(|&x| x == name)?;
+                w.get(at + i + 1).map(|v| v.to_string())
+            };
+            Some((
+                field("slot")?.parse().ok()?,
+                field("accuracy")?.parse().ok()?,
+                field("digest")?,
+                format!("world {} restart {}", field("world")?, field("restart")?),
+            ))
+        })
+        .collect();
+    out.sort_by_key(|r| r.0);
+    out
+}
+
+/// The seconds after `at` in a line `… <what> <seconds since the epoch>` of each rank.
+fn stamps(f: &Finished, what: &str) -> Vec<(u32, f64)> {
+    rank_lines(&f.stdout)
+        .into_iter()
+        .filter_map(|(r, l)| Some((r, l.strip_prefix(what)?.trim().parse().ok()?)))
+        .collect()
+}
+
+#[test]
+fn a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank() {
+    let Some(py) = backend_python("a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank")
+    else {
+        return;
+    };
+    let ft = ["--fault-tolerance", "--max-restarts", "1"];
+    // With the API: rank 1 dies before step 60 of 300; the others go on, its replacement
+    // joins them (steps take 50 ms while the group is short, so it joins before the end).
+    let started = std::time::Instant::now();
+    let api = [
+        "test_ft.py",
+        "api",
+        "--steps",
+        "300",
+        "--kill-at",
+        "60",
+        "--hold-for-join",
+    ];
+    let f = launch_flags(&py, 3, "30s", &[], &ft, &api);
+    let api_s = started.elapsed().as_secs_f64();
+    let dump = format!("{}\n{}", f.stdout, f.stderr);
+    assert_eq!(f.code(), Some(0), "{dump}");
+    let kill = stamps(&f, "kill at");
+    assert_eq!(kill.len(), 1, "{dump}");
+    let next = stamps(&f, "first step after the failure done at");
+    let mut survivors: Vec<u32> = next.iter().map(|&(r, _)| r).collect();
+    survivors.sort_unstable();
+    assert_eq!(survivors, [0, 2], "{dump}");
+    for (r, t) in &next {
+        let took = t - kill[0].1;
+        say(&format!(
+            "rank {r}: kill -> its next step completed in {took:.3} s"
+        ));
+        assert!(
+            (0.0..1.0).contains(&took),
+            "rank {r} took {took:.3} s\n{dump}"
+        );
+    }
+    // The replacement took its state from a peer (the others handed it over at a boundary).
+    assert!(
+        f.stdout
+            .contains("[rank 1]: recovery joined generation 2 members [0, 1, 2]"),
+        "{dump}"
+    );
+    assert!(
+        f.stdout
+            .contains("[rank 0]: recovery regrouped generation 1 members [0, 2]"),
+        "{dump}"
+    );
+    let ours = results(&f);
+    assert_eq!(ours.len(), 3, "{dump}");
+    assert!(
+        ours.iter()
+            .all(|r| r.2 == ours[0].2 && r.3 == "world 3 restart 0"),
+        "replicas differ: {ours:?}"
+    );
+    // Within noise of the undisturbed run (the same steps on the whole batch, which slot 0
+    // replays in process): 300 test digits, a few of them either way.
+    let undisturbed: Vec<f64> = rank_lines(&f.stdout)
+        .into_iter()
+        .filter_map(|(_, l)| l.strip_prefix("undisturbed accuracy")?.trim().parse().ok())
+        .collect();
+    assert_eq!(undisturbed.len(), 1, "{dump}");
+    let (a, b) = (ours[0].1, undisturbed[0]);
+    assert!(
+        (a - b).abs() <= 0.03,
+        "accuracy {a} against {b} undisturbed"
+    );
+    assert!(b > 0.85, "the undisturbed run did not learn: {b}");
+    // Without the API the same kill restarts the group (the launcher finds no word from the
+    // program that it re-forms its group), which then trains from scratch.
+    let started = std::time::Instant::now();
+    // Two ranks are enough to show it and start faster.
+    let plain = ["test_ft.py", "plain", "--steps", "30", "--kill-at", "10"];
+    let g = launch_flags(&py, 2, "30s", &[], &ft, &plain);
+    let plain_s = started.elapsed().as_secs_f64();
+    let dump = format!("{}\n{}", g.stdout, g.stderr);
+    assert_eq!(g.code(), Some(0), "{dump}");
+    assert!(g.stderr.contains("restart 1 of --max-restarts 1"), "{dump}");
+    let theirs = results(&g);
+    assert_eq!(theirs.len(), 2, "{dump}");
+    assert!(
+        theirs
+            .iter()
+            .all(|r| r.2 == theirs[0].2 && r.3 == "world 2 restart 1"),
+        "{theirs:?}"
+    );
+    say(&format!(
+        "test accuracy with the API and a kill {a:.4}, undisturbed {b:.4}; runs took \
+         {api_s:.1} s and {plain_s:.1} s"
+    ));
+}
+
+#[test]
+fn shrink_group_over_phalanx_leaves_the_ranks_left_a_smaller_named_group() {
+    let Some(py) =
+        backend_python("shrink_group_over_phalanx_leaves_the_ranks_left_a_smaller_named_group")
+    else {
+        return;
+    };
+    let f = launch_checks(&py, 3, "test_shrink.py");
+    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+    let ok: Vec<u32> = rank_lines(&f.stdout)
+        .into_iter()
+        .filter(|(_, l)| l.contains("shrink_group over phalanx ok") && l.contains("size 2"))
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(ok.len(), 2, "{}\n{}", f.stdout, f.stderr);
 }

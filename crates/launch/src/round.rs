@@ -151,9 +151,10 @@ impl Job<'_> {
     ) -> anyhow::Result<End> {
         if self.args.fault_tolerance && self.runs_python() && round == 0 {
             eprintln!(
-                "phalanx launch: warning: --fault-tolerance needs a program that re-forms its \
-                 process group (phalanx train, or Rust through phalanx_pg::FaultTolerance); a \
-                 Python program's failures restart the group as without it (--max-restarts)"
+                "phalanx launch: note: --fault-tolerance needs a program that re-forms its \
+                 process group: a Python program does through phalanx_torch.ft.Manager; one \
+                 that does not has its failures restart the group as without it \
+                 (--max-restarts)"
             );
         }
         let layout = layout.clone();
@@ -300,8 +301,9 @@ impl Job<'_> {
     }
 
     /// `--fault-tolerance` with `--nnodes MIN:MAX`: nodes come and go inside a round (Note
-    /// [Admission], Note [Generations] in phalanx-pg). Not for a Python program, whose ranks
-    /// cannot take new ones in: its nodes meet at the next round.
+    /// [Admission], Note [Generations] in phalanx-pg). Not for a Python program: whether it
+    /// re-forms its group (phalanx_torch.ft) is known only once its workers run, after the
+    /// rendezvous decided; its nodes meet at the next round.
     fn admits(&self) -> bool {
         self.args.fault_tolerance && self.args.nnodes.is_elastic() && !self.runs_python()
     }
@@ -360,6 +362,14 @@ impl Job<'_> {
         )
     }
 
+    /// Whether a worker of round `round` said it re-forms its group itself
+    /// ([`phalanx_store::keys::FT_TAKES_PART`]); an unreachable store counts as no.
+    fn takes_part(&self, round: u32) -> bool {
+        use phalanx_store::keys;
+        let key = keys::in_round(round, keys::FT_TAKES_PART);
+        self.store.check(&[&key]).unwrap_or(false)
+    }
+
     /// `--fault-tolerance`: starts a replacement for local worker `lr`, which failed, in a new
     /// generation of the round's process group (Note [Generations] in phalanx-pg), while
     /// `--max-restarts` allows; `None` when it is not replaced and the round ends as usual.
@@ -379,9 +389,13 @@ impl Job<'_> {
         };
         // A rank that waited for a replacement in vain: nothing would join a new one either.
         let gave_up = exit == Exit::Code(phalanx_core::EXIT_NO_REGROUP.into());
-        // A Python program (PyTorch's ranks) cannot re-form its group: its other ranks fail
-        // with the dead one, and replacing them one by one would only spend the restarts.
-        if !self.args.fault_tolerance || gave_up || used >= k || self.runs_python() {
+        // A Python program re-forms its group only through phalanx_torch.ft.Manager, which
+        // says so in the store: without it its other ranks fail with the dead one, and
+        // replacing them one by one would only spend the restarts.
+        if !self.args.fault_tolerance || gave_up || used >= k {
+            return Ok(None);
+        }
+        if self.runs_python() && !self.takes_part(round) {
             return Ok(None);
         }
         // Note [Generations]: the others go on without this rank in a new generation; the
