@@ -29,9 +29,11 @@ mod agree;
 mod checkpointer;
 mod error;
 mod grads;
+mod resume;
 mod share;
 mod strategy;
 
 pub use checkpointer::CrashSafeCheckpointer;
 pub use error::{Error, Result};
+pub use resume::newest_checkpoint;
 pub use strategy::{Distributed, DEFAULT_REPORT};

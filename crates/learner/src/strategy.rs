@@ -176,6 +176,11 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
     ) -> (M, SupervisedTrainingEventProcessor<M>) {
         let (rank, world) = (self.pg.rank(), self.pg.world_size());
         let train = dataloader_train.to_device(&self.device);
+        // Note [Shuffle on resume]: a resumed run draws the permutations the uninterrupted
+        // run would have drawn for its remaining epochs.
+        for _ in 1..starting_epoch {
+            drop(train.iter());
+        }
         let valid = dataloader_valid.to_device(&self.device.clone().inner());
         learner.fork(&self.device);
         // Checks that every rank built the same model and gives every replica rank 0's values.
@@ -438,6 +443,17 @@ impl<M: LearnerModel> EpochRun<'_, M> {
         self.ddp.map_module(|_| model);
     }
 }
+
+// Note [Shuffle on resume]: Burn's shuffled loader draws each pass's permutation from its own
+// generator, seeded once by `DataLoaderBuilder::shuffle(seed)` and advanced by every `iter()`;
+// the generator is not part of the Learner's checkpoint. A program restarted to resume after
+// epoch `c` builds its loader afresh, so its first pass would repeat epoch 1's permutation
+// (burn-train's own strategies do that). Epoch `k`'s permutation depends only on the seed and
+// `k`, so the strategy opens and drops `c` passes before the first epoch it trains: epoch
+// `c + 1` then gets the permutation the uninterrupted run gave it, on every rank. Opening a
+// pass of a one-worker loader permutes indices and builds no batch. What a resume still cannot
+// restore is the device's random generator (dropout masks): Burn keeps its state private
+// (burn-flex's `SEED`), and the checkpoint does not hold it (docs/learner.md, "Resume").
 
 /// Puts `module`'s values into the Learner's model (Note [Buffers into the Learner]).
 ///

@@ -77,8 +77,17 @@ impl Batcher<Digit, Batch> for Counting {
 
 /// One rank of a job: `early` (learning rate 0, so the validation loss never improves and
 /// rank 0's early stopping ends the run after epoch 2) or `interrupt` (rank 1 stops itself
-/// 15 batches into epoch 2) or `panic` (rank 1's batcher panics there).
+/// 15 batches into epoch 2) or `panic` (rank 1's batcher panics there) or `model` (rank 1
+/// builds its layer without a bias) or `env` (only forms the process group).
 fn work(mode: &str) {
+    if mode == "env" {
+        // Under a launcher whose environment lacks WORLD_SIZE: the error, not a panic.
+        match phalanx_learner::Distributed::new(Device::flex().autodiff()) {
+            Ok(_) => println!("joined"),
+            Err(e) => println!("error: {e}"),
+        }
+        return;
+    }
     let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
     let device = Device::flex().autodiff();
     device.seed(5);
@@ -127,8 +136,10 @@ fn work(mode: &str) {
         }
         _ => 0.1,
     };
+    // `model`: rank 1 was built with another model (no bias).
+    let bias = !(mode == "model" && rank == 1);
     let net = Net {
-        linear: LinearConfig::new(64, 10).init(&device),
+        linear: LinearConfig::new(64, 10).with_bias(bias).init(&device),
     };
     let result = training.launch(Learner::new(net, SgdConfig::new().init(), lr));
     let epochs = built.load(Ordering::SeqCst).div_ceil(BATCHES_PER_EPOCH);
@@ -231,4 +242,34 @@ fn a_panic_on_rank_1_fails_the_job_naming_rank_1() {
     // Rank 0 names rank 1 and its panic (phalanx-pg fails a collective with the peer's reason).
     assert!(all.contains("rank 1 failed: panic"), "rank 1 named:\n{all}");
     assert!(f.elapsed < Duration::from_secs(60), "took {:?}", f.elapsed);
+}
+
+#[test]
+fn a_rank_built_with_another_model_is_named_with_its_parameter() {
+    let Some(f) = launch_raw("model") else {
+        return;
+    };
+    assert_ne!(f.code(), Some(0), "{}", f.stdout);
+    let all = format!("{}{}", f.stdout, f.stderr);
+    assert!(
+        all.contains("model mismatch: rank 1"),
+        "rank 1 named:\n{all}"
+    );
+    assert!(all.contains("linear.bias"), "the parameter named:\n{all}");
+}
+
+#[test]
+fn an_incomplete_launcher_environment_names_the_missing_variable() {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    clean_env(&mut cmd)
+        .env(ROLE, "env")
+        .env("RANK", "1")
+        .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let f = run(cmd, DEADLINE);
+    f.assert_ok();
+    let error = f.stdout.lines().find_map(|l| l.split("error: ").nth(1));
+    let error = error.unwrap_or_else(|| panic!("no error:\n{}", f.stdout));
+    assert!(error.contains("WORLD_SIZE"), "{error}");
 }

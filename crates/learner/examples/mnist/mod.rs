@@ -1,0 +1,283 @@
+//! What the two MNIST Learner programs share (`mnist_burn.rs`, `mnist_learner.rs`): the
+//! model, the data, the command line, and what runs around the training (evaluating a saved
+//! model, the replicas' digest). Laid out as Burn's book lays out its MNIST guide (a model
+//! file, a data file, a training function): the training itself is in each program.
+
+use std::path::PathBuf;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::{Dataset as _, InMemDataset};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, Relu};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn_train::{ClassificationOutput, InferenceStep, LearningResult, TrainOutput, TrainStep};
+
+pub(crate) type Error = Box<dyn std::error::Error>;
+
+// The model.
+#[derive(Module, Debug)]
+pub(crate) struct Model {
+    conv1: Conv2d,
+    norm1: BatchNorm,
+    pool: MaxPool2d,
+    conv2: Conv2d,
+    dropout: Dropout,
+    linear1: Linear,
+    linear2: Linear,
+    activation: Relu,
+}
+
+impl Model {
+    pub(crate) fn new(device: &Device, dropout: f64) -> Self {
+        Self {
+            conv1: Conv2dConfig::new([1, 8], [3, 3]).init(device), // 28x28 -> 26x26
+            norm1: BatchNormConfig::new(8).init(device),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(), // -> 13x13, 5x5
+            conv2: Conv2dConfig::new([8, 16], [3, 3]).init(device),         // 13x13 -> 11x11
+            dropout: DropoutConfig::new(dropout).init(),
+            linear1: LinearConfig::new(16 * 5 * 5, 64).init(device),
+            linear2: LinearConfig::new(64, 10).init(device),
+            activation: Relu::new(),
+        }
+    }
+
+    /// Images `[batch, 28, 28]` to logits `[batch, 10]`.
+    fn forward(&self, images: Tensor<3>) -> Tensor<2> {
+        let [batch, height, width] = images.dims();
+        let x = images.reshape([batch, 1, height, width]);
+        let x = self
+            .activation
+            .forward(self.norm1.forward(self.conv1.forward(x)));
+        let x = self.pool.forward(x);
+        let x = self
+            .pool
+            .forward(self.activation.forward(self.conv2.forward(x)));
+        let x = self.dropout.forward(x.reshape([batch, 16 * 5 * 5]));
+        let x = self.activation.forward(self.linear1.forward(x));
+        self.linear2.forward(x)
+    }
+
+    fn forward_classification(&self, batch: MnistBatch) -> ClassificationOutput {
+        let output = self.forward(batch.images);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&output.device())
+            .forward(output.clone(), batch.targets.clone());
+        ClassificationOutput::new(loss, output, batch.targets)
+    }
+}
+
+impl TrainStep for Model {
+    type Input = MnistBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: MnistBatch) -> TrainOutput<ClassificationOutput> {
+        let item = self.forward_classification(batch);
+        TrainOutput::new(self, item.loss.backward(), item)
+    }
+}
+
+impl InferenceStep for Model {
+    type Input = MnistBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: MnistBatch) -> ClassificationOutput {
+        self.forward_classification(batch)
+    }
+}
+
+// The data: one image and its label, and the batcher that stacks them.
+#[derive(Clone, Debug)]
+pub(crate) struct MnistItem {
+    pixels: Vec<f32>, // 28 * 28, in [0, 1]
+    label: i64,
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct MnistBatcher;
+
+#[derive(Clone, Debug)]
+pub(crate) struct MnistBatch {
+    images: Tensor<3>,
+    targets: Tensor<1, Int>,
+}
+
+impl Batcher<MnistItem, MnistBatch> for MnistBatcher {
+    fn batch(&self, items: Vec<MnistItem>, device: &Device) -> MnistBatch {
+        let n = items.len();
+        // Normalised with MNIST's mean and standard deviation, as the book does.
+        let pixels: Vec<f32> = items
+            .iter()
+            .flat_map(|item| item.pixels.iter().map(|p| (p - 0.1307) / 0.3081))
+            .collect();
+        let labels: Vec<i64> = items.iter().map(|item| item.label).collect();
+        MnistBatch {
+            images: Tensor::from_data(TensorData::new(pixels, [n, 28, 28]), device),
+            targets: Tensor::from_data(TensorData::new(labels, [n]), device),
+        }
+    }
+}
+
+/// The MNIST sample shipped in `data/`: 4,000 images to train on, 1,000 to validate.
+pub(crate) fn datasets() -> Result<(InMemDataset<MnistItem>, InMemDataset<MnistItem>), Error> {
+    let (train, valid) = phalanx_data::mnist5k()?.split(0.2, 0)?;
+    let items = |d: &phalanx_data::Dataset| -> Vec<MnistItem> {
+        d.features()
+            .chunks(784)
+            .zip(d.labels())
+            .map(|(pixels, &label)| MnistItem {
+                pixels: pixels.to_vec(),
+                label,
+            })
+            .collect()
+    };
+    Ok((
+        InMemDataset::new(items(&train)),
+        InMemDataset::new(items(&valid)),
+    ))
+}
+
+/// The command line (`--help`-free: the flags are listed in the error for an unknown one).
+pub(crate) struct Args {
+    pub(crate) epochs: usize,
+    pub(crate) artifact_dir: PathBuf,
+    pub(crate) grads_accumulation: Option<usize>,
+    /// The global batch: every optimizer step averages over this many images, whatever the
+    /// number of processes (docs/learner.md, "The batch size").
+    batch_size: usize,
+    pub(crate) dropout: f64,
+    resume: bool,
+    evaluate: bool,
+}
+
+const USAGE: &str = "expected --epochs N (default 2), --artifact-dir DIR (default mnist_learner \
+in the temporary directory), --batch-size GLOBAL (default 64), --grads-accumulation K, \
+--dropout P (default 0.2), --resume auto, --evaluate";
+
+impl Args {
+    /// The flags; with `--evaluate`, evaluates the newest checkpoint and exits.
+    pub(crate) fn parse() -> Result<Args, Error> {
+        let mut a = Args {
+            epochs: 2,
+            artifact_dir: std::env::temp_dir().join("mnist_learner"),
+            grads_accumulation: None,
+            batch_size: 64,
+            dropout: 0.2,
+            resume: false,
+            evaluate: false,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--epochs" => a.epochs = value()?.parse()?,
+                "--artifact-dir" => a.artifact_dir = PathBuf::from(value()?),
+                "--batch-size" => a.batch_size = value()?.parse()?,
+                "--grads-accumulation" => a.grads_accumulation = Some(value()?.parse()?),
+                "--dropout" => a.dropout = value()?.parse()?,
+                "--resume" => match value()?.as_str() {
+                    "auto" => a.resume = true,
+                    other => return Err(format!("--resume {other:?}: expected auto").into()),
+                },
+                "--evaluate" => a.evaluate = true,
+                _ => return Err(format!("unknown flag {flag:?}: {USAGE}").into()),
+            }
+        }
+        if a.evaluate {
+            evaluate(&a)?;
+            std::process::exit(0);
+        }
+        Ok(a)
+    }
+
+    /// This process's share of the global batch: the global batch over the number of
+    /// processes of the job (`WORLD_SIZE`, which every launcher sets; 1 without one), as a
+    /// PyTorch script divides its batch by `dist.get_world_size()`.
+    pub(crate) fn batch_size_per_rank(&self) -> Result<usize, Error> {
+        let world: usize = match std::env::var("WORLD_SIZE") {
+            Ok(w) => w.parse()?,
+            Err(_) => 1,
+        };
+        if !self.batch_size.is_multiple_of(world) {
+            let b = self.batch_size;
+            return Err(format!("--batch-size {b} does not divide over {world} processes").into());
+        }
+        Ok(self.batch_size / world)
+    }
+
+    /// With `--resume auto`, the newest complete checkpoint in the artifact directory (a run
+    /// restarted by its launcher continues from it); `None` trains from the start.
+    pub(crate) fn resume_from(&self) -> Option<usize> {
+        let epoch = phalanx_learner::newest_checkpoint(&self.artifact_dir.join("checkpoint"))
+            .filter(|_| self.resume)?;
+        let restart = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|_| "0".into());
+        println!("resuming after epoch {epoch} (restart {restart})");
+        Some(epoch)
+    }
+}
+
+/// `--evaluate`: the newest checkpoint's model over the whole validation set, in this one
+/// process, printed as the training prints its validation line.
+fn evaluate(args: &Args) -> Result<(), Error> {
+    let dir = args.artifact_dir.join("checkpoint");
+    let epoch = phalanx_learner::newest_checkpoint(&dir)
+        .ok_or(format!("no checkpoint in {}", dir.display()))?;
+    let device = Device::flex();
+    let model =
+        Model::new(&device, args.dropout).try_load_file(dir.join(format!("model-{epoch}.bpk")))?;
+    let (_, valid) = datasets()?;
+    let items = (0..valid.len())
+        .map(|i| valid.get(i))
+        .collect::<Result<Vec<MnistItem>, _>>()?;
+    let n = items.len();
+    let batch = MnistBatcher.batch(items, &device);
+    let predicted = model.forward(batch.images).argmax(1).reshape([n]);
+    let correct = predicted
+        .equal(batch.targets)
+        .int()
+        .sum()
+        .into_data()
+        .iter::<i64>()
+        .sum::<i64>();
+    println!(
+        "evaluate epoch {epoch}: Accuracy {:.4} ({correct} of {n})",
+        100.0 * correct as f64 / n as f64
+    );
+    Ok(())
+}
+
+/// The end of a run: the error, or every rank's digest of its trained model.
+pub(crate) fn finish(result: LearningResult<Model>) -> Result<(), Error> {
+    if let Some(error) = result.error {
+        return Err(format!("training failed: {error}").into());
+    }
+    // Not part of a Learner program: the check that every rank ends with the same model.
+    let rank = std::env::var("RANK").unwrap_or_else(|_| "0".into());
+    println!(
+        "rank {rank}: parameter digest {:016x}",
+        digest(&result.model)
+    );
+    Ok(())
+}
+
+/// FNV-1a over every float of the model (parameters and BatchNorm statistics), in visiting order.
+fn digest(model: &Model) -> u64 {
+    struct Fnv(u64);
+    impl ModuleVisitor for Fnv {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let values = param
+                .val()
+                .into_data()
+                .try_to_vec::<f32>()
+                .expect("f32 parameters");
+            for v in values {
+                self.0 = (self.0 ^ u64::from(v.to_bits())).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    let mut fnv = Fnv(0xcbf2_9ce4_8422_2325);
+    model.visit(&mut fnv);
+    fnv.0
+}
