@@ -1,8 +1,9 @@
 //! Tutorial: your own Burn model, trained data-parallel with phalanx.
 //!
 //! A user-defined module with BatchNorm, the user's own training loop, PyTorch's
-//! `DistributedSampler`, `DistributedDataParallel`, Adam, and a crash-safe checkpoint that the
-//! next run resumes from. It runs as one process:
+//! `DistributedSampler`, `DistributedDataParallel`, Adam, and a crash-safe checkpoint of the
+//! model and Adam's state (one call to save it, one to load it) that the next run resumes
+//! from, at any world size. It runs as one process:
 //!
 //! ```sh
 //! cargo run --release -p phalanx-ddp --example own_model
@@ -20,21 +21,22 @@
 //! system's temporary directory; a second run resumes from its newest checkpoint), `--fresh`
 //! (ignore existing checkpoints).
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{path::PathBuf, sync::Arc};
 
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
-use burn::optim::{AdamConfig, ModuleOptimizer, OptimizerRecord};
+use burn::optim::AdamConfig;
 use burn::tensor::activation::relu;
-use burn::tensor::{Bytes, Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use phalanx_core::ReduceOp;
 use phalanx_data::{DataLoader, DistributedSampler};
-use phalanx_ddp::adapter::burn::{param_infos, params_to_flat, set_params_from_flat};
+use phalanx_ddp::adapter::burn::params_to_flat;
 use phalanx_ddp::{DdpOptions, DistributedDataParallel};
-use phalanx_train::checkpoint::{self, Checkpoint, Meta, NamedTensor};
+use phalanx_train::checkpoint::state_dict;
+use phalanx_train::position::Position;
 
 // 1. The model: any Burn module. BatchNorm's running statistics are buffers: DDP keeps them
 //    equal on every rank (rank 0's values after every step), gradients travel only for the
@@ -119,40 +121,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let train = Arc::new(train);
     let sampler = DistributedSampler::new(train.len(), world, rank)?.with_seed(0);
 
-    // 4. Model and optimizer, then the checkpoint to resume from, if any. Every rank reads it
-    //    (one host, or a shared filesystem); DDP's construction broadcasts rank 0's values.
+    // 4. Model and optimizer, then the newest checkpoint, if any, loaded into both in one
+    //    call: the model's tensors, BatchNorm's statistics included, Adam's state, and where
+    //    the loop stood. Every rank reads it (one host, or a shared filesystem); DDP's
+    //    construction broadcasts rank 0's values. It was written whole, so any world size
+    //    resumes it.
     let device = Device::flex().autodiff();
     let mut model = Net::new(&device);
     let mut optim = AdamConfig::new().with_epsilon(1e-8).init();
-    let mut start_epoch = 0;
-    let resume = match flags.fresh {
-        true => None,
-        false => checkpoint::load_latest(&flags.checkpoint_dir)?,
+    let mut at = Position {
+        world: world as u64,
+        ..Position::default()
     };
-    if let Some(ck) = resume {
-        let values: HashMap<&str, &NamedTensor> =
-            ck.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
-        let flat = param_infos(&model)
-            .iter()
-            .map(|i| {
-                values
-                    .get(i.name.as_str())
-                    .map(|t| t.data.clone())
-                    .ok_or(format!("the checkpoint has no tensor {}", i.name))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        model = set_params_from_flat(model, &flat)?;
-        if let Some(state) = ck.optim_state {
-            optim = optim.load_record(OptimizerRecord::from_bytes(Bytes::from_bytes_vec(state))?);
-        }
-        start_epoch = ck.meta.epoch;
-        if rank == 0 {
-            println!("resumed from epoch {start_epoch}");
+    if !flags.fresh {
+        if let Some(resumed) = state_dict::load(&flags.checkpoint_dir, &mut model, &mut optim)? {
+            // The steps counted on; this run's world size consumes the next epoch.
+            at = Position {
+                world: world as u64,
+                ..resumed.position
+            };
+            if rank == 0 {
+                println!("resumed from epoch {}", at.epoch);
+            }
         }
     }
-    // Adam's state is keyed by parameter id, random per process: give them ids by position so
-    // that the state saved by one process applies in the next.
-    let model = phalanx_train::with_stable_ids(model);
 
     // 5. DDP: checks that every rank built the same model, broadcasts rank 0's parameters and
     //    buffers.
@@ -160,7 +152,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
 
     // 6. The loop: forward, backward, gradients averaged over ranks, optimizer step.
-    for epoch in start_epoch..flags.epochs {
+    for epoch in at.epoch..flags.epochs {
         let loader = DataLoader::new(train.clone(), sampler.indices(epoch), 32)?;
         let mut loss_sum = 0.0;
         for batch in loader.iter() {
@@ -169,6 +161,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             loss_sum += loss.clone().into_scalar::<f32>();
             let grads = ddp.sync_gradients(loss.backward())?;
             ddp.map_module(|m| optim.step(1e-3, m, grads));
+            at.global_step += 1;
         }
         // Uneven shards would need `ddp.join(...)` here; DistributedSampler pads every rank's
         // share to the same length, so each rank took the same number of steps.
@@ -180,7 +173,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 loss_sum / loader.num_batches() as f32,
                 100.0 * accuracy
             );
-            save(&flags.checkpoint_dir, &ddp, &optim, epoch + 1, world)?;
+        }
+        // A crash-safe checkpoint (temporary file, fsync, rename), from one rank: the
+        // replicas are equal. Saved at the epoch's end, so the next run starts epoch + 1;
+        // a loop that saves mid-epoch records `step_in_epoch` and `samples_in_epoch` too, and
+        // `phalanx_train::position::epoch_indices` gives each rank the rest of that epoch.
+        at.epoch = epoch + 1;
+        if rank == 0 {
+            state_dict::save(&flags.checkpoint_dir, ddp.module(), &optim, at)?;
         }
     }
 
@@ -224,51 +224,6 @@ fn evaluate(
     let mut counts = [correct, shard.len() as i64];
     pg.allreduce(&mut counts, ReduceOp::Sum)?;
     Ok(counts[0] as f64 / counts[1].max(1) as f64)
-}
-
-/// A crash-safe checkpoint (Note [Checkpoint commit] in phalanx-train): every float tensor of
-/// the model, buffers included, and Adam's state, committed atomically; the three newest kept.
-fn save(
-    dir: &std::path::Path,
-    ddp: &DistributedDataParallel<Net>,
-    optim: &ModuleOptimizer,
-    epoch: u64,
-    world: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let tensors = param_infos(ddp.module())
-        .into_iter()
-        .zip(params_to_flat(ddp.module())?)
-        .map(|(info, data)| NamedTensor {
-            name: info.name,
-            shape: info.shape,
-            data,
-        })
-        .collect();
-    let record = optim.to_record();
-    let optim_state = match record.is_empty() {
-        true => None,
-        false => Some(record.into_bytes()?.to_vec()),
-    };
-    let mut ck = Checkpoint {
-        meta: Meta {
-            format: String::new(),
-            epoch,
-            step_in_epoch: 0,
-            global_step: epoch,
-            samples_in_epoch: 0,
-            seed: 0,
-            world_size: world as u64,
-            batch_size: 32,
-            config: HashMap::from([("model".into(), "own_model".into())]),
-            tensors_sha256: String::new(),
-            tensors_file: String::new(),
-            sharded: None,
-        },
-        tensors,
-        optim_state,
-    };
-    checkpoint::save(dir, &mut ck, checkpoint::DEFAULT_KEEP)?;
-    Ok(())
 }
 
 /// FNV-1a over the values' bits: equal digests, bitwise equal replicas (with overwhelming odds).

@@ -6,9 +6,11 @@ use std::time::Duration;
 use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
 use phalanx_ddp::{DdpOptions, DistributedDataParallel};
 use phalanx_testing::spawn_ranks;
+use phalanx_train::checkpoint::state_dict;
+use phalanx_train::position::Position;
 use phalanx_train::{
     accumulate_step, device, param_digest, train_step, train_step_local, Mlp, MlpConfig, Optim,
-    OptimOptions,
+    OptimOptions, OptimizerKind,
 };
 
 const INPUT: usize = 16;
@@ -115,4 +117,71 @@ fn accumulation_keeps_ranks_identical() {
         })
     });
     assert!(digests.iter().all(|d| d == &digests[0]), "{digests:?}");
+}
+
+/// A checkpoint of a user's loop (`state_dict::save` on rank 0 of 2) resumed by 3 ranks
+/// (`state_dict::load` on each) ends where the uninterrupted 2-rank run ends: the same global
+/// batches (rows split 3+3, then 2+2+2), Adam's moments and step counts carried over (a fresh
+/// Adam's first step after 3 would land elsewhere), the replicas bitwise equal.
+#[test]
+fn a_checkpoint_resumes_at_another_world_size_where_the_uninterrupted_run_ends() {
+    const GLOBAL: usize = 6;
+    let (save_after, steps) = (3, 5);
+    let dir = std::env::temp_dir().join(format!("phalanx-sd-world-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let adam = || {
+        Optim::new(OptimOptions {
+            kind: OptimizerKind::Adam,
+            lr: 0.01,
+            ..OptimOptions::default()
+        })
+    };
+    let run = |world: usize, resume: bool| {
+        let dir = dir.clone();
+        with_deadline(move || {
+            spawn_ranks(world, |pg| {
+                let rank = pg.rank();
+                let b = GLOBAL / world;
+                let mut model = Mlp::new(&config(), 100 + rank as u64, &device());
+                let mut opt = adam();
+                let mut first = 0;
+                if resume {
+                    let r = state_dict::load(&dir, &mut model, opt.inner_mut())
+                        .unwrap()
+                        .expect("rank 0 of the first run saved one");
+                    assert_eq!(r.position.world, 2);
+                    first = r.position.global_step as usize;
+                }
+                let mut ddp =
+                    DistributedDataParallel::new(model, Arc::new(pg), DdpOptions::default())
+                        .unwrap();
+                for step in first..steps {
+                    let (x, y) = rows(step, rank * b, b);
+                    train_step(&mut ddp, &mut opt, &x, &y).unwrap();
+                    if !resume && rank == 0 && step + 1 == save_after {
+                        let at = Position {
+                            global_step: save_after as u64,
+                            step_in_epoch: save_after as u64,
+                            samples_in_epoch: (save_after * GLOBAL) as u64,
+                            world: world as u64,
+                            ..Position::default()
+                        };
+                        state_dict::save(&dir, ddp.module(), opt.inner(), at).unwrap();
+                    }
+                }
+                params_to_flat(ddp.module()).unwrap()
+            })
+        })
+    };
+    let whole = run(2, false);
+    let resumed = run(3, true);
+    assert!(resumed.iter().all(|p| p == &resumed[0]), "replicas differ");
+    let worst = whole[0]
+        .iter()
+        .flatten()
+        .zip(resumed[0].iter().flatten())
+        .map(|(a, r)| (a - r).abs() / a.abs().max(1e-3))
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-4, "largest relative difference {worst}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -7,9 +7,9 @@
 //! counts) and where the loop stands ([`Position`]: epoch, steps, the sampler's position and
 //! the world size that consumed it) as one checkpoint of `phalanx train`'s format, committed
 //! the same crash-safe way (Note [Checkpoint commit]). [`load`] takes the newest checkpoint
-//! that verifies and puts it back into a freshly built module and optimizer; a checkpoint
-//! that does not fit them is refused with [`Error::CheckpointMismatch`] naming the file and the
-//! tensor (missing, unexpected, another shape) before anything is loaded.
+//! that verifies and loads it into the module and the optimizer the program built, in place; a
+//! checkpoint that does not fit them is refused with [`Error::CheckpointMismatch`] naming the
+//! file and the tensor (missing, unexpected, another shape), and neither is touched.
 //!
 //! Note [Optimizer state by position]: Burn's optimizer keys its state by `ParamId`, random
 //! per process. [`save`] rewrites each key to the parameter's position in canonical order
@@ -39,20 +39,18 @@
 //! let dir = std::env::temp_dir().join(format!("state-dict-doc-{}", std::process::id()));
 //! let mut net = Net { fc: LinearConfig::new(4, 2).init(&device) };
 //! let mut optim = AdamConfig::new().init();
-//! let loss = net.fc.forward(Tensor::ones([3, 4], &device)).sum();
+//! let loss = net.fc.forward(Tensor::<2>::ones([3, 4], &device)).sum();
 //! let grads = GradientsParams::from_grads(loss.backward(), &net);
 //! net = optim.step(1e-3, net, grads);
 //! let at = Position { epoch: 1, global_step: 1, world: 1, ..Position::default() };
 //! state_dict::save(&dir, &net, &optim, at)?;
 //!
 //! // The next run: a fresh module and optimizer, then the checkpoint, if there is one.
-//! let fresh = Net { fc: LinearConfig::new(4, 2).init(&device) };
-//! let resumed = state_dict::load(&dir, fresh, AdamConfig::new().init())?.expect("saved above");
+//! let mut fresh = Net { fc: LinearConfig::new(4, 2).init(&device) };
+//! let mut fresh_optim = AdamConfig::new().init();
+//! let resumed = state_dict::load(&dir, &mut fresh, &mut fresh_optim)?.expect("saved above");
 //! assert_eq!(resumed.position, at);
-//! assert_eq!(
-//!     resumed.module.fc.weight.val().into_data(),
-//!     net.fc.weight.val().into_data()
-//! );
+//! assert_eq!(fresh.fc.weight.val().into_data(), net.fc.weight.val().into_data());
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! # Ok::<(), phalanx_train::Error>(())
 //! ```
@@ -71,28 +69,13 @@ use crate::optim::state;
 use crate::position::Position;
 use crate::{model, Error, Result};
 
-/// What [`load`] returns: the module and the optimizer with the checkpoint's values, and where
-/// the loop stood.
-pub struct Loaded<M> {
-    /// The module given to [`load`], its float tensors the checkpoint's.
-    pub module: M,
-    /// The optimizer given to [`load`], its state the checkpoint's.
-    pub optim: ModuleOptimizer,
-    /// Where the run that saved it stood.
+/// Where the loop that saved a checkpoint stood, as [`load`] found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// Epoch, steps, the sampler's position and the world size that consumed it.
     pub position: Position,
     /// The checkpoint's commit record (`step-<N>.json`).
     pub path: PathBuf,
-}
-
-impl<M: std::fmt::Debug> std::fmt::Debug for Loaded<M> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Burn's optimizer has no Debug.
-        f.debug_struct("Loaded")
-            .field("module", &self.module)
-            .field("position", &self.position)
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Saves `module`, `optim`'s state and `at` as checkpoint `step-<at.global_step>` in `dir`,
@@ -130,10 +113,15 @@ pub fn save<M: Module>(
     super::save(dir, &mut ck, super::DEFAULT_KEEP)
 }
 
-/// The newest checkpoint in `dir` that verifies (Note [Checkpoint commit]; newer damaged ones
-/// are skipped with a warning), loaded into `module` and `optim`; `None` when `dir` holds
-/// none.
-pub fn load<M: Module>(dir: &Path, module: M, optim: ModuleOptimizer) -> Result<Option<Loaded<M>>> {
+/// Loads the newest checkpoint in `dir` that verifies (Note [Checkpoint commit]; newer
+/// damaged ones are skipped with a warning) into `module` and `optim`, in place, as
+/// `torch.distributed.checkpoint.load` does; `None`, and both untouched, when `dir` holds
+/// none. A checkpoint that does not fit leaves both untouched too.
+pub fn load<M: Module>(
+    dir: &Path,
+    module: &mut M,
+    optim: &mut ModuleOptimizer,
+) -> Result<Option<Resumed>> {
     let newest = super::load_newest_intact(dir)?;
     for d in &newest.damaged {
         tracing::warn!("skipping a damaged checkpoint: {}", d.error);
@@ -145,8 +133,12 @@ pub fn load<M: Module>(dir: &Path, module: M, optim: ModuleOptimizer) -> Result<
     apply(&path, &ck, module, optim).map(Some)
 }
 
-/// The checkpoint whose commit record is `path`, loaded into `module` and `optim`.
-pub fn load_from<M: Module>(path: &Path, module: M, optim: ModuleOptimizer) -> Result<Loaded<M>> {
+/// Loads the checkpoint whose commit record is `path` into `module` and `optim`, in place.
+pub fn load_from<M: Module>(
+    path: &Path,
+    module: &mut M,
+    optim: &mut ModuleOptimizer,
+) -> Result<Resumed> {
     let ck = super::load(path)?;
     apply(path, &ck, module, optim)
 }
@@ -154,23 +146,28 @@ pub fn load_from<M: Module>(path: &Path, module: M, optim: ModuleOptimizer) -> R
 fn apply<M: Module>(
     path: &Path,
     ck: &Checkpoint,
-    module: M,
-    optim: ModuleOptimizer,
-) -> Result<Loaded<M>> {
-    let ids = model::float_param_ids(&module);
-    let module = load_module(module, ck, path)?;
-    let optim = match &ck.optim_state {
+    module: &mut M,
+    optim: &mut ModuleOptimizer,
+) -> Result<Resumed> {
+    let ids = model::float_param_ids(module);
+    // Both built before either is set, so that a mismatch leaves both as they were. Burn's
+    // clones share the tensors' storage: nothing is copied.
+    let loaded = load_module(module.clone(), ck, path)?;
+    let record = match &ck.optim_state {
         Some(bytes) => {
             let bytes = optim_state_by_id(bytes, &ids).map_err(|e| mismatch(path, e))?;
-            let record = OptimizerRecord::from_bytes(Bytes::from_bytes_vec(bytes))
-                .map_err(|e| mismatch(path, Mismatch::OptimizerState(e.to_string())))?;
-            optim.load_record(record)
+            Some(
+                OptimizerRecord::from_bytes(Bytes::from_bytes_vec(bytes))
+                    .map_err(|e| mismatch(path, Mismatch::OptimizerState(e.to_string())))?,
+            )
         }
-        None => optim,
+        None => None,
     };
-    Ok(Loaded {
-        module,
-        optim,
+    *module = loaded;
+    if let Some(record) = record {
+        *optim = optim.clone().load_record(record);
+    }
+    Ok(Resumed {
         position: ck.meta.position(),
         path: path.to_path_buf(),
     })
@@ -377,19 +374,18 @@ mod tests {
         };
         let path = save(&d, &n, &optim, at).unwrap();
         // A fresh module (other random ids, other values) and a fresh optimizer.
-        let fresh = net(5, &device);
+        let mut fresh = net(5, &device);
+        let mut fresh_optim = AdamConfig::new().with_epsilon(1e-8).init();
         assert_ne!(
             model::float_param_ids(&fresh),
             model::float_param_ids(&n),
             "the test needs other ids"
         );
-        let got = load(&d, fresh, AdamConfig::new().with_epsilon(1e-8).init())
-            .unwrap()
-            .unwrap();
+        let got = load(&d, &mut fresh, &mut fresh_optim).unwrap().unwrap();
         assert_eq!(got.path, path);
         assert_eq!(got.position, at);
         assert_eq!(
-            bits(&adapter::params_to_flat(&got.module).unwrap()),
+            bits(&adapter::params_to_flat(&fresh).unwrap()),
             bits(&adapter::params_to_flat(&n).unwrap()),
             "parameters and running statistics"
         );
@@ -400,10 +396,7 @@ mod tests {
             let bytes = optim_state_by_position(o, &ids).unwrap().unwrap();
             state::decode(&bytes).unwrap()
         };
-        let (want, have) = (
-            by_position(&n, &optim),
-            by_position(&got.module, &got.optim),
-        );
+        let (want, have) = (by_position(&n, &optim), by_position(&fresh, &fresh_optim));
         // fc, bn (gamma, beta) and out: 6 parameters at positions 1-4, 7, 8 (5 and 6 are bn's
         // running statistics, buffers without state).
         assert_eq!(want.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 4, 7, 8]);
@@ -415,7 +408,7 @@ mod tests {
             let grads = GradientsParams::from_grads(loss.backward(), &m);
             adapter::params_to_flat(&o.step(1e-2, m, grads)).unwrap()
         };
-        assert_eq!(bits(&step(got.module, got.optim)), bits(&step(n, optim)));
+        assert_eq!(bits(&step(fresh, fresh_optim)), bits(&step(n, optim)));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -425,9 +418,12 @@ mod tests {
         let (n, optim) = trained(&device);
         let d = tmpdir("mismatch");
         let path = save(&d, &n, &optim, Position::default()).unwrap();
-        let adam = || AdamConfig::new().init();
-        // Another width: fc.weight's shape.
-        let e = load(&d, net(6, &device), adam()).unwrap_err();
+        let mut adam = AdamConfig::new().init();
+        // Another width: fc.weight's shape; the module is left as it was.
+        let mut wide = net(6, &device);
+        let before = bits(&adapter::params_to_flat(&wide).unwrap());
+        let e = load(&d, &mut wide, &mut adam).unwrap_err();
+        assert_eq!(bits(&adapter::params_to_flat(&wide).unwrap()), before);
         let Error::CheckpointMismatch { path: p, mismatch } = &e else {
             panic!("{e}")
         };
@@ -449,13 +445,13 @@ mod tests {
             out: Linear,
             extra: Param<Tensor<1>>,
         }
-        let w = Wider {
+        let mut w = Wider {
             fc: LinearConfig::new(3, 5).init(&device),
             bn: BatchNormConfig::new(5).init(&device),
             out: LinearConfig::new(5, 2).init(&device),
             extra: Param::from_tensor(Tensor::zeros([2], &device)),
         };
-        let e = load(&d, w, adam()).unwrap_err().to_string();
+        let e = load(&d, &mut w, &mut adam).unwrap_err().to_string();
         assert!(
             e.contains("extra") && e.contains("not in the checkpoint"),
             "{e}"
@@ -465,11 +461,11 @@ mod tests {
             fc: Linear,
             bn: BatchNorm,
         }
-        let s = Narrower {
+        let mut s = Narrower {
             fc: LinearConfig::new(3, 5).init(&device),
             bn: BatchNormConfig::new(5).init(&device),
         };
-        let e = load(&d, s, adam()).unwrap_err().to_string();
+        let e = load(&d, &mut s, &mut adam).unwrap_err().to_string();
         assert!(e.contains("out.") && e.contains("not in the module"), "{e}");
         // A damaged tensor file: the file and the check named, nothing loaded.
         let t = d.join("step-000000000000.safetensors");
@@ -477,7 +473,9 @@ mod tests {
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0xFF;
         std::fs::write(&t, &bytes).unwrap();
-        let e = load(&d, net(5, &device), adam()).unwrap_err().to_string();
+        let e = load(&d, &mut net(5, &device), &mut adam)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("step-000000000000.safetensors") && e.contains("checksum mismatch"),
             "{e}"

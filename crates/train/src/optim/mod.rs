@@ -180,6 +180,11 @@ impl Optim {
         &self.optim
     }
 
+    /// Burn's optimizer, to load state into (`checkpoint::state_dict::load`).
+    pub fn inner_mut(&mut self) -> &mut ModuleOptimizer {
+        &mut self.optim
+    }
+
     /// The optimizer's state (momentum buffers, Adam's moments and step counts) in Burn's
     /// burnpack format, keyed by parameter id; `None` when there is none (plain SGD, or no step
     /// taken yet). Ids are stable across processes (Note [Stable parameter ids]), so a resumed
