@@ -35,6 +35,9 @@ enum Command {
     /// Preflight with the launch flags: interfaces, reachability, per-link latency and
     /// bandwidth, shared memory, clock skew, and the slowest link.
     Doctor(cmd::doctor::Args),
+    /// Read a job's flight-recorder dumps (`TORCH_FR_DUMP_TEMP_FILE`, PyTorch's format) and
+    /// name the culprit rank and collective of each process group, without PyTorch.
+    FrTrace(cmd::fr_trace::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -49,6 +52,7 @@ fn main() -> std::process::ExitCode {
         Command::Sampler(a) => cmd::sampler::run(a),
         Command::Env(a) => cmd::env::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::FrTrace(a) => cmd::fr_trace::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,12 +1,78 @@
 //! Hangs and mismatches through the real binary: a SIGSTOPped rank is named by the launcher's
 //! hang diagnosis within 10 s (PHALANX_TIMEOUT=5s), and ranks that call allreduce with
-//! different sizes all print both sides within 1 s.
+//! different sizes all print both sides within 1 s. Both jobs also write flight-recorder
+//! dumps (`TORCH_FR_DUMP_TEMP_FILE`), in which `phalanx fr-trace` and PyTorch's own `fr_trace`
+//! (when the venv is there) name the culprit rank and collective; so do they for a PyTorch
+//! program whose rank 2 skips a collective (python/tests/test_flight_recorder.py). Bad
+//! flight-recorder input (a size that is no number, a dump directory that does not exist)
+//! is one line each and leaves the job's result as it was.
 
 mod launch_util;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use launch_util::{alive, phalanx, rank_lines, run, start, survivors, wait_for_workers};
+use launch_util::{
+    alive, backend_python, phalanx, rank_lines, run, start, survivors, torch_python,
+    wait_for_workers, Finished, TempDir,
+};
+
+/// `phalanx fr-trace PREFIX`'s output (it must succeed).
+fn fr_trace(prefix: &str) -> String {
+    let mut c = phalanx();
+    c.args(["fr-trace", prefix]);
+    let f = run(c, Duration::from_secs(20));
+    f.assert_ok();
+    f.stdout
+}
+
+/// PyTorch 2.15's `python -m torch.distributed.flight_recorder.fr_trace DIR -p PREFIX ARGS`
+/// (both streams), or `None` after saying why it is skipped.
+fn torch_fr_trace(test: &str, dir: &Path, prefix: &str, args: &[&str]) -> Option<String> {
+    let py = torch_python(test)?;
+    let mut c = std::process::Command::new(py);
+    c.args(["-m", "torch.distributed.flight_recorder.fr_trace"])
+        .arg(dir)
+        .args(["-p", prefix])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let f = run(c, Duration::from_secs(60));
+    Some(format!("{}{}", f.stdout, f.stderr))
+}
+
+/// A job of `nproc` ranks in which rank 1 calls allreduce with 2048 elements, the others with
+/// 1024.
+fn sizes_mismatch(nproc: u32) -> std::process::Command {
+    let exe = env!("CARGO_BIN_EXE_phalanx");
+    let script = format!(
+        "if [ \"$RANK\" = 1 ]; then exec '{exe}' bench allreduce --sizes 8K --iters 5 --warmup 0; \
+         else exec '{exe}' bench allreduce --sizes 4K --iters 5 --warmup 0; fi"
+    );
+    let mut cmd = phalanx();
+    cmd.args([
+        "launch",
+        "--nproc-per-node",
+        &nproc.to_string(),
+        "--standalone",
+        "--",
+    ])
+    .args(["sh", "-c", &script]);
+    cmd
+}
+
+/// The dump files `trace_<rank>` in `dir`, by rank.
+fn dumps(dir: &Path) -> Vec<u32> {
+    let mut ranks: Vec<u32> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("trace_")?.parse().ok()
+        })
+        .collect();
+    ranks.sort();
+    ranks
+}
 
 /// Continues and kills a stopped process when the test ends, however it ends.
 struct Resume(i32);
@@ -25,20 +91,24 @@ impl Drop for Resume {
 
 #[test]
 fn a_stopped_rank_is_named_by_the_hang_diagnosis_within_ten_seconds() {
+    let dir = TempDir::new("fr-stop");
+    let prefix = format!("{}/trace_", dir.str());
     let mut cmd = phalanx();
-    cmd.env("PHALANX_TIMEOUT", "5s").args([
-        "bench",
-        "allreduce",
-        "--nproc-per-node",
-        "3",
-        "--standalone",
-        "--sizes",
-        "64K",
-        "--iters",
-        "1000000",
-        "--warmup",
-        "0",
-    ]);
+    cmd.env("PHALANX_TIMEOUT", "5s")
+        .env("TORCH_FR_DUMP_TEMP_FILE", &prefix)
+        .args([
+            "bench",
+            "allreduce",
+            "--nproc-per-node",
+            "3",
+            "--standalone",
+            "--sizes",
+            "64K",
+            "--iters",
+            "1000000",
+            "--warmup",
+            "0",
+        ]);
     let run = start(cmd);
     let procs = wait_for_workers(run.pid(), 3);
     // Let them get into the allreduce loop.
@@ -92,21 +162,52 @@ fn a_stopped_rank_is_named_by_the_hang_diagnosis_within_ten_seconds() {
         "workers left behind\n{report}"
     );
     eprintln!("SIGSTOP diagnosed in {took:?}");
+    // The flight recorder: the waiting ranks dumped, the stopped one could not.
+    assert_eq!(dumps(dir.path()), vec![0, 2], "{report}");
+    let ours = fr_trace(&prefix);
+    assert!(
+        ours.lines()
+            .any(|l| l.starts_with("  culprit: rank 1 wrote no dump")
+                && l.contains("ranks 0, 2 wait in #")
+                && l.contains(" all_reduce [[16384]] ['Float']")),
+        "{ours}"
+    );
+    // PyTorch's analyser needs every member's dump to match entries; it names the missing one.
+    let test = "a stopped rank (PyTorch's fr_trace)";
+    if let Some(torch) = torch_fr_trace(test, dir.path(), "trace_", &["--allow-incomplete-ranks"]) {
+        assert!(
+            torch.contains("we missed FR dumps from ranks ({1})"),
+            "{torch}"
+        );
+    }
 }
 
 #[test]
 fn allreduce_with_different_sizes_names_both_sides_on_every_rank_within_one_second() {
-    let exe = env!("CARGO_BIN_EXE_phalanx");
-    let script = format!(
-        "if [ \"$RANK\" = 1 ]; then exec '{exe}' bench allreduce --sizes 8K --iters 5 --warmup 0; \
-         else exec '{exe}' bench allreduce --sizes 4K --iters 5 --warmup 0; fi"
-    );
-    let mut cmd = phalanx();
-    cmd.args(["launch", "--nproc-per-node", "3", "--standalone", "--"])
-        .args(["sh", "-c", &script]);
+    let dir = TempDir::new("fr-mismatch");
+    let prefix = format!("{}/trace_", dir.str());
+    let mut cmd = sizes_mismatch(3);
+    cmd.env("TORCH_FR_DUMP_TEMP_FILE", &prefix);
     let f = run(cmd, Duration::from_secs(30));
     let report = format!("stdout:\n{}\nstderr:\n{}", f.stdout, f.stderr);
     assert_ne!(f.code(), Some(0), "{report}");
+    assert_eq!(dumps(dir.path()), vec![0, 1, 2], "{report}");
+    let ours = fr_trace(&prefix);
+    assert!(
+        ours.contains(
+            "  culprit: rank 1 ran #0 all_reduce [[2048]] ['Float'] where ranks 0, 2 ran #0 \
+             all_reduce [[1024]] ['Float']"
+        ),
+        "{ours}"
+    );
+    let test = "a size mismatch (PyTorch's fr_trace)";
+    if let Some(torch) = torch_fr_trace(test, dir.path(), "trace_", &[]) {
+        assert!(
+            torch.contains("Culprit rank 1; Error type: SIZE_OR_SYNTAX_MISMATCH")
+                && torch.contains("collective: phalanx:all_reduce"),
+            "{torch}"
+        );
+    }
     // Start-up included; the mismatch itself is found in the first collective.
     assert!(
         f.elapsed < Duration::from_secs(5),
@@ -141,5 +242,105 @@ fn allreduce_with_different_sizes_names_both_sides_on_every_rank_within_one_seco
     assert!(
         after < 1.0,
         "mismatch reported {after} s after start\n{report}"
+    );
+}
+
+#[test]
+fn a_pytorch_rank_that_skips_a_collective_is_named_in_the_flight_recorder_dumps() {
+    let test = "a PyTorch rank that skips a collective";
+    let Some(py) = backend_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("fr-skip");
+    let prefix = format!("{}/trace_", dir.str());
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/tests/test_flight_recorder.py");
+    let mut cmd = phalanx();
+    cmd.env("PHALANX_TIMEOUT", "10s")
+        .env("PHALANX_PYTHON", &py)
+        .env("TORCH_FR_DUMP_TEMP_FILE", &prefix)
+        .args(["launch", "--nproc-per-node", "3", "--standalone"])
+        .arg(&script);
+    let f = run(cmd, Duration::from_secs(60));
+    let report = format!("stdout:\n{}\nstderr:\n{}", f.stdout, f.stderr);
+    f.assert_ok();
+    for r in 0..3 {
+        assert!(f.stdout.contains(&format!("rank {r} caught: ")), "{report}");
+    }
+    assert_eq!(dumps(dir.path()), vec![0, 1, 2], "{report}");
+    let ours = fr_trace(&prefix);
+    // The backend hands broadcast its tensor's bytes, so the dumps record bytes.
+    assert!(
+        ours.contains(
+            "  culprit: rank 2 ran #5 broadcast [[64]] ['Byte'] where ranks 0, 1 ran #5 \
+             all_reduce [[16]] ['Float']"
+        ),
+        "{ours}"
+    );
+    // PyTorch's analyser takes the first dump it lists as the reference: it names rank 2, or,
+    // when it starts from rank 2's dump, ranks 0 and 1 (the odd one out by elimination).
+    if let Some(torch) = torch_fr_trace(test, dir.path(), "trace_", &[]) {
+        let named: Vec<&str> = torch
+            .lines()
+            .filter_map(|l| l.strip_prefix("error msg: "))
+            .collect();
+        assert_eq!(named.len(), 1, "{torch}");
+        let from_0 = named[0].contains("Culprit rank 2; Error type: COLLECTIVE_TYPE_MISMATCH")
+            && named[0].contains("'all_reduce' does not match found collective type: 'broadcast'");
+        let from_2 = ["Culprit rank 0;", "Culprit rank 1;"]
+            .iter()
+            .all(|c| named[0].contains(c))
+            && named[0].contains("'broadcast' does not match found collective type: 'all_reduce'");
+        assert!(from_0 || from_2, "{torch}");
+        assert!(
+            torch.contains("Collective sequence number: 5 has errors"),
+            "{torch}"
+        );
+    }
+}
+
+#[test]
+fn bad_flight_recorder_input_is_one_line_and_leaves_the_result_alone() {
+    // A size that is no number: one warning per rank, the default kept, the job succeeds.
+    let mut cmd = phalanx();
+    cmd.env("TORCH_FR_BUFFER_SIZE", "lots").args([
+        "bench",
+        "allreduce",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        "--sizes",
+        "4K",
+        "--iters",
+        "5",
+        "--warmup",
+        "0",
+    ]);
+    let f: Finished = run(cmd, Duration::from_secs(30));
+    f.assert_ok();
+    let warned = f
+        .stderr
+        .lines()
+        .filter(|l| l.contains("phalanx: warning: flight recorder: TORCH_FR_BUFFER_SIZE=\"lots\" is not a number of entries"))
+        .count();
+    assert_eq!(warned, 2, "{}", f.stderr);
+    // A dump directory that does not exist: each rank names the path and the OS error, and
+    // the job fails with the mismatch it would have failed with.
+    let mut cmd = sizes_mismatch(2);
+    cmd.env("TORCH_FR_DUMP_TEMP_FILE", "/nonexistent-phalanx-fr/trace_");
+    let f = run(cmd, Duration::from_secs(30));
+    assert_ne!(f.code(), Some(0), "{}", f.stderr);
+    for r in 0..2 {
+        let line = format!(
+            "phalanx: warning: flight recorder: cannot write the dump \
+             /nonexistent-phalanx-fr/trace_{r}: No such file or directory (os error 2)"
+        );
+        assert!(f.stderr.contains(&line), "no {line:?}\n{}", f.stderr);
+    }
+    assert!(
+        f.stderr.lines().any(|l| l.starts_with("root cause: "))
+            && f.stderr.contains("collective mismatch"),
+        "{}",
+        f.stderr
     );
 }

@@ -9,30 +9,12 @@
 
 mod launch_util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use launch_util::*;
 
 const DEADLINE: Duration = Duration::from_secs(180);
-
-/// A Python with torch in which `phalanx_torch` imports, or `None` after saying why not.
-fn backend_python(test: &str) -> Option<PathBuf> {
-    let py = torch_python(test)?;
-    let ok = std::process::Command::new(&py)
-        .args(["-c", "import phalanx_torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        say(&format!(
-            "SKIPPED {test}: phalanx_torch is not installed in {} (`pip install ./python`; \
-             .ci/run does it)",
-            py.display()
-        ));
-        return None;
-    }
-    Some(py)
-}
 
 fn script(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))

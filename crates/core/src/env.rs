@@ -96,6 +96,14 @@ vars! {
     NCCL_DEBUG = (Debug, "", "NCCL's log level, read when `PHALANX_DEBUG` is unset: `VERSION` and `WARN` → WARN, `INFO` and `ABORT` → INFO, `TRACE` → TRACE. Under `--backend nccl` NCCL reads it itself; when it is unset, phalanx's level fills it in (WARN, INFO or TRACE).");
     TORCH_DISTRIBUTED_DEBUG = (Debug, "", "PyTorch's distributed debug level, read when `PHALANX_DEBUG` and `NCCL_DEBUG` are unset: `OFF` → WARN, `INFO` → INFO, `DETAIL` → TRACE.");
     PHALANX_TRACE = (Debug, "", "Path prefix for a Chrome/Perfetto trace per rank.");
+    PHALANX_FR_BUFFER_SIZE = (Debug, "2000", "Flight recorder: how many of the last collectives (all process groups together) each rank keeps, with group, sequence number, operation, sizes, dtypes, state and times (docs/flight-recorder.md); `0` turns recording off. When unset, `TORCH_FR_BUFFER_SIZE`, then `TORCH_NCCL_TRACE_BUFFER_SIZE` decide. A value that is no number is named on stderr and the default is kept.");
+    TORCH_FR_BUFFER_SIZE = (Debug, "", "PyTorch's flight-recorder size, read when `PHALANX_FR_BUFFER_SIZE` is unset (same meaning; `0` turns it off).");
+    TORCH_NCCL_TRACE_BUFFER_SIZE = (Debug, "", "PyTorch's older name of `TORCH_FR_BUFFER_SIZE`, read when both that and `PHALANX_FR_BUFFER_SIZE` are unset.");
+    PHALANX_FR_DUMP_TEMP_FILE = (Debug, "", "Flight recorder: path prefix of the per-rank dump (file = prefix + rank, e.g. `/tmp/fr/trace_` gives `/tmp/fr/trace_0`, …) written when a collective fails (timeout, mismatch, a peer's failure), in the format of PyTorch's `fr_trace` and `phalanx fr-trace`. Setting it turns dumps on. When unset, `TORCH_FR_DUMP_TEMP_FILE`, then `TORCH_NCCL_DEBUG_INFO_TEMP_FILE` decide. A dump that cannot be written is one line on stderr naming the path and the OS error; the job's own result is unchanged.");
+    TORCH_FR_DUMP_TEMP_FILE = (Debug, "", "PyTorch's flight-recorder dump prefix, read when `PHALANX_FR_DUMP_TEMP_FILE` is unset.");
+    TORCH_NCCL_DEBUG_INFO_TEMP_FILE = (Debug, "", "PyTorch's older name of `TORCH_FR_DUMP_TEMP_FILE`, read when both that and `PHALANX_FR_DUMP_TEMP_FILE` are unset.");
+    PHALANX_FR_DUMP_ON_TIMEOUT = (Debug, "", "Flight recorder: `1` dumps on a failed collective even with no prefix set (to PyTorch's default `/tmp/nccl_trace_rank_`), `0` never dumps. When unset (and `TORCH_NCCL_DUMP_ON_TIMEOUT` too), dumps are written exactly when a dump prefix is set: unlike PyTorch, nothing lands in /tmp by default.");
+    TORCH_NCCL_DUMP_ON_TIMEOUT = (Debug, "", "PyTorch's switch, read when `PHALANX_FR_DUMP_ON_TIMEOUT` is unset (same meaning).");
 }
 
 /// Reads a registered variable; empty values count as unset.

@@ -34,8 +34,13 @@ pub struct DeviceSlice {
 }
 
 impl DeviceSlice {
-    /// Its size in bytes.
-    pub(crate) fn bytes(&self) -> usize {
-        self.len * self.dtype.size()
+    /// What the flight recorder notes of it (Note [Flight recorder]).
+    pub(crate) fn shape(&self) -> crate::flight_recorder::Shape {
+        crate::flight_recorder::Shape {
+            dtype: self.dtype,
+            input: self.len,
+            output: self.len,
+            peer: None,
+        }
     }
 }

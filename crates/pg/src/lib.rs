@@ -31,6 +31,7 @@ mod dist_env;
 mod error;
 mod exec;
 mod fault_tolerance;
+pub mod flight_recorder;
 mod init;
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -28,6 +28,7 @@ use phalanx_transport::{
 use crate::DeviceSlice;
 use crate::{
     exec::{Exec, Links},
+    flight_recorder::{self, Shape},
     pending::Pending,
     progress::Progress,
     shared::{Shared, Step},
@@ -125,6 +126,11 @@ impl ProcessGroup {
                 progress: Progress::default(),
                 opts,
                 reported: Mutex::new(Vec::new()),
+                fr: flight_recorder::register(
+                    placement.rank,
+                    placement.world_size,
+                    phalanx_core::Timeout::from_env().unwrap_or(phalanx_core::DEFAULT_TIMEOUT),
+                ),
             }),
             queue: Mutex::new(None),
             worker: Mutex::new(None),
@@ -142,6 +148,7 @@ impl ProcessGroup {
     /// Makes this group a subgroup: its ranks are these ranks of the job, and its errors say
     /// so.
     pub(crate) fn set_job_ranks(&mut self, job_ranks: Vec<usize>) {
+        flight_recorder::set_ranks(self.shared.fr, &job_ranks);
         let _ = self
             .shared
             .label
@@ -199,8 +206,8 @@ impl ProcessGroup {
     /// Reduces `buf` across ranks in place.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         self.check_op::<T>("allreduce", op)?;
-        let bytes = std::mem::size_of_val(buf);
-        self.blocking("allreduce", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(buf.len(), buf.len());
+        self.blocking("allreduce", shape, |s, t, seq| {
             Ok(((), t.allreduce(seq, buf, op, &s.opts)?))
         })
     }
@@ -221,8 +228,8 @@ impl ProcessGroup {
         if let Err(e) = self.check_op::<T>("allreduce", op) {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(buf.as_mut());
-        self.enqueue("allreduce", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(buf.as_mut().len(), buf.as_mut().len());
+        self.enqueue("allreduce", shape, move |s, t, seq| {
             let algo = t.allreduce(seq, buf.as_mut(), op, &s.opts)?;
             Ok((buf, algo))
         })
@@ -231,8 +238,8 @@ impl ProcessGroup {
     /// Copies `root`'s `buf` to every rank.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_rank(root, "broadcast root")?;
-        let bytes = std::mem::size_of_val(buf);
-        self.blocking("broadcast", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(buf.len(), buf.len());
+        self.blocking("broadcast", shape, |s, t, seq| {
             Ok(((), t.broadcast(seq, buf, root, &s.opts)?))
         })
     }
@@ -246,8 +253,8 @@ impl ProcessGroup {
                 send.len() * self.world_size()
             )));
         }
-        let bytes = std::mem::size_of_val(recv);
-        self.blocking("allgather", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.blocking("allgather", shape, |s, t, seq| {
             Ok(((), t.allgather(seq, send, recv, &s.opts)?))
         })
     }
@@ -318,15 +325,17 @@ impl ProcessGroup {
     ) -> Result<()> {
         self.check_op::<T>("reduce_scatter", op)?;
         self.check_reduce_scatter(send, recv)?;
-        let bytes = std::mem::size_of_val(send);
-        self.blocking("reduce_scatter", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.blocking("reduce_scatter", shape, |s, t, seq| {
             Ok(((), t.reduce_scatter(seq, send, recv, op, &s.opts)?))
         })
     }
 
     /// Returns when every rank has called it.
     pub fn barrier(&self) -> Result<()> {
-        self.blocking("barrier", 0, |_, t, seq| Ok(((), t.barrier(seq)?)))
+        self.blocking("barrier", Shape::none(), |_, t, seq| {
+            Ok(((), t.barrier(seq)?))
+        })
     }
 
     /// Starts a broadcast of `root`'s `buf`; every rank's buffer comes back from
@@ -335,8 +344,8 @@ impl ProcessGroup {
         if let Err(e) = self.check_rank(root, "broadcast root") {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(&buf[..]);
-        self.enqueue("broadcast", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(buf.len(), buf.len());
+        self.enqueue("broadcast", shape, move |s, t, seq| {
             let algo = t.broadcast(seq, &mut buf, root, &s.opts)?;
             Ok((buf, algo))
         })
@@ -346,8 +355,8 @@ impl ProcessGroup {
     /// comes back from [`Work::wait`].
     pub fn allgather_async<T: Element>(&self, send: Vec<T>) -> Work<Vec<T>> {
         let mut recv = vec![T::zeroed(); send.len() * self.world_size()];
-        let bytes = std::mem::size_of_val(&recv[..]);
-        self.enqueue("allgather", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.enqueue("allgather", shape, move |s, t, seq| {
             let algo = t.allgather(seq, &send, &mut recv, &s.opts)?;
             Ok((recv, algo))
         })
@@ -367,8 +376,8 @@ impl ProcessGroup {
             ))));
         }
         let mut recv = vec![T::zeroed(); send.len() / n];
-        let bytes = std::mem::size_of_val(&send[..]);
-        self.enqueue("reduce_scatter", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.enqueue("reduce_scatter", shape, move |s, t, seq| {
             let algo = t.reduce_scatter(seq, &mut send, &mut recv, op, &s.opts)?;
             Ok((recv, algo))
         })
@@ -376,7 +385,9 @@ impl ProcessGroup {
 
     /// Starts a barrier; [`Work::wait`] returns once every rank has entered it.
     pub fn barrier_async(&self) -> Work<()> {
-        self.enqueue("barrier", 0, |_, t, seq| Ok(((), t.barrier(seq)?)))
+        self.enqueue("barrier", Shape::none(), |_, t, seq| {
+            Ok(((), t.barrier(seq)?))
+        })
     }
 
     /// Reduces `buf` across ranks into `root`'s `buf` (bitwise the allreduce's result there);
@@ -385,8 +396,8 @@ impl ProcessGroup {
         self.require_native("reduce")?;
         self.check_op::<T>("reduce", op)?;
         self.check_rank(root, "reduce root")?;
-        let bytes = std::mem::size_of_val(buf);
-        self.blocking("reduce", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(buf.len(), buf.len());
+        self.blocking("reduce", shape, |s, t, seq| {
             Ok(((), t.reduce(seq, buf, op, root, &s.opts)?))
         })
     }
@@ -405,8 +416,8 @@ impl ProcessGroup {
         {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(&buf[..]);
-        self.enqueue("reduce", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(buf.len(), buf.len());
+        self.enqueue("reduce", shape, move |s, t, seq| {
             let algo = t.reduce(seq, &mut buf, op, root, &s.opts)?;
             Ok((buf, algo))
         })
@@ -425,8 +436,8 @@ impl ProcessGroup {
                 send.len() * self.world_size()
             )));
         }
-        let bytes = std::mem::size_of_val(send);
-        self.blocking("gather", bytes, |_, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.blocking("gather", shape, |_, t, seq| {
             Ok(((), t.gather(seq, send, recv, root)?))
         })
     }
@@ -443,8 +454,8 @@ impl ProcessGroup {
                 recv.len() * self.world_size()
             )));
         }
-        let bytes = std::mem::size_of_val(recv);
-        self.blocking("scatter", bytes, |_, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.blocking("scatter", shape, |_, t, seq| {
             Ok(((), t.scatter(seq, send, recv, root)?))
         })
     }
@@ -498,8 +509,8 @@ impl ProcessGroup {
                 send_splits[r], recv_splits[r]
             )));
         }
-        let bytes = std::mem::size_of_val(send);
-        self.blocking("all_to_all", bytes, |_, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.blocking("all_to_all", shape, |_, t, seq| {
             Ok((
                 (),
                 t.all_to_all(seq, send, send_splits, recv, recv_splits, equal)?,
@@ -522,8 +533,8 @@ impl ProcessGroup {
         }
         let counts = vec![send.len() / n; n];
         let mut recv = vec![T::zeroed(); send.len()];
-        let bytes = std::mem::size_of_val(&send[..]);
-        self.enqueue("all_to_all", bytes, move |_, t, seq| {
+        let shape = Shape::of::<T>(send.len(), recv.len());
+        self.enqueue("all_to_all", shape, move |_, t, seq| {
             let algo = t.all_to_all(seq, &send, &counts, &mut recv, &counts, true)?;
             Ok((recv, algo))
         })
@@ -542,8 +553,8 @@ impl ProcessGroup {
         self.require_native("allgather_v")?;
         self.check_splits("allgather_v", "recv", recv.len(), counts)?;
         self.check_own_count("allgather_v", "send", send.len(), counts)?;
-        let bytes = std::mem::size_of_val(recv);
-        self.blocking("allgather_v", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(recv.len(), recv.len());
+        self.blocking("allgather_v", shape, |s, t, seq| {
             Ok(((), t.allgather_v(seq, send, recv, counts, &s.opts)?))
         })
     }
@@ -572,8 +583,8 @@ impl ProcessGroup {
             return Work::ready(Err(e));
         }
         let mut recv = vec![T::zeroed(); total];
-        let bytes = std::mem::size_of_val(&recv[..]);
-        self.enqueue("allgather_v", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(recv.len(), recv.len());
+        self.enqueue("allgather_v", shape, move |s, t, seq| {
             let algo = t.allgather_v(seq, &send, &mut recv, &counts, &s.opts)?;
             Ok((recv, algo))
         })
@@ -597,8 +608,8 @@ impl ProcessGroup {
         {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(buf.as_mut());
-        self.enqueue("reduce_scatter_v", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(len, len);
+        self.enqueue("reduce_scatter_v", shape, move |s, t, seq| {
             let algo = t.reduce_scatter_v_in_place(seq, buf.as_mut(), &counts, op, &s.opts)?;
             Ok((buf, algo))
         })
@@ -621,8 +632,8 @@ impl ProcessGroup {
         self.check_op::<T>("reduce_scatter_v", op)?;
         self.check_splits("reduce_scatter_v", "send", send.len(), counts)?;
         self.check_own_count("reduce_scatter_v", "recv", recv.len(), counts)?;
-        let bytes = std::mem::size_of_val(send);
-        self.blocking("reduce_scatter_v", bytes, |s, t, seq| {
+        let shape = Shape::of::<T>(send.len(), send.len());
+        self.blocking("reduce_scatter_v", shape, |s, t, seq| {
             Ok((
                 (),
                 t.reduce_scatter_v(seq, send, recv, counts, op, &s.opts)?,
@@ -646,8 +657,8 @@ impl ProcessGroup {
             return Work::ready(Err(e));
         }
         let mut recv = vec![T::zeroed(); counts[self.rank()]];
-        let bytes = std::mem::size_of_val(&send[..]);
-        self.enqueue("reduce_scatter_v", bytes, move |s, t, seq| {
+        let shape = Shape::of::<T>(send.len(), send.len());
+        self.enqueue("reduce_scatter_v", shape, move |s, t, seq| {
             let algo = t.reduce_scatter_v(seq, &mut send, &mut recv, &counts, op, &s.opts)?;
             Ok((recv, algo))
         })
@@ -737,19 +748,19 @@ impl ProcessGroup {
     /// the messages of one pair must be received in the order they were sent.
     pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
         self.check_peer(peer, "send")?;
-        let bytes = std::mem::size_of_val(buf);
+        let shape = Shape::p2p::<T>(buf.len(), peer);
         self.pending.wait_idle();
         self.shared
-            .run_p2p("send", bytes, |t| Ok(((), t.send(buf, peer, tag)?)))
+            .run_p2p("send", shape, |t| Ok(((), t.send(buf, peer, tag)?)))
     }
 
     /// Receives into `buf` from `peer` the message [`send`](Self::send) sent with `tag`.
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
         self.check_peer(peer, "recv")?;
-        let bytes = std::mem::size_of_val(buf);
+        let shape = Shape::p2p::<T>(buf.len(), peer);
         self.pending.wait_idle();
         self.shared
-            .run_p2p("recv", bytes, |t| Ok(((), t.recv(buf, peer, tag)?)))
+            .run_p2p("recv", shape, |t| Ok(((), t.recv(buf, peer, tag)?)))
     }
 
     /// Starts sending `buf` to `peer`; the buffer comes back from [`Work::wait`]. Runs in issue
@@ -760,8 +771,8 @@ impl ProcessGroup {
         if let Err(e) = self.check_peer(peer, "isend") {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(&buf[..]);
-        self.enqueue_p2p("isend", bytes, move |t| {
+        let shape = Shape::p2p::<T>(buf.len(), peer);
+        self.enqueue_p2p("isend", shape, move |t| {
             let algo = t.send(&buf, peer, tag)?;
             Ok((buf, algo))
         })
@@ -773,8 +784,8 @@ impl ProcessGroup {
         if let Err(e) = self.check_peer(peer, "irecv") {
             return Work::ready(Err(e));
         }
-        let bytes = std::mem::size_of_val(&buf[..]);
-        self.enqueue_p2p("irecv", bytes, move |t| {
+        let shape = Shape::p2p::<T>(buf.len(), peer);
+        self.enqueue_p2p("irecv", shape, move |t| {
             let algo = t.recv(&mut buf, peer, tag)?;
             Ok((buf, algo))
         })
@@ -817,8 +828,8 @@ impl ProcessGroup {
                 ),
             }));
         }
-        let bytes = ops.iter().map(|op| std::mem::size_of_val(op.buf())).sum();
-        self.enqueue_p2p("batch_isend_irecv", bytes, move |t| {
+        let n = ops.iter().map(|op| op.buf().len()).sum();
+        self.enqueue_p2p("batch_isend_irecv", Shape::of::<T>(n, n), move |t| {
             let algo = t.send_recv_batch(&mut ops)?;
             Ok((ops, algo))
         })
@@ -964,23 +975,23 @@ impl ProcessGroup {
     pub(crate) fn blocking<R>(
         &self,
         name: &'static str,
-        bytes: usize,
+        shape: Shape,
         f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
     ) -> Result<R> {
         // Run behind anything queued to keep issue order (Note [Issue order]).
         self.pending.wait_idle();
-        self.shared.run(name, bytes, f)
+        self.shared.run(name, shape, f)
     }
 
     fn enqueue<T: Send + 'static>(
         &self,
         name: &'static str,
-        bytes: usize,
+        shape: Shape,
         f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<T> + Send + 'static,
     ) -> Work<T> {
         let (work, slot) = Work::new();
         self.submit(Box::new(move |s: &Shared| {
-            slot.complete(s.run(name, bytes, f))
+            slot.complete(s.run(name, shape, f))
         }));
         work
     }
@@ -988,12 +999,12 @@ impl ProcessGroup {
     fn enqueue_p2p<T: Send + 'static>(
         &self,
         name: &'static str,
-        bytes: usize,
+        shape: Shape,
         f: impl FnOnce(&mut Exec) -> Step<T> + Send + 'static,
     ) -> Work<T> {
         let (work, slot) = Work::new();
         self.submit(Box::new(move |s: &Shared| {
-            slot.complete(s.run_p2p(name, bytes, f))
+            slot.complete(s.run_p2p(name, shape, f))
         }));
         work
     }
@@ -1045,7 +1056,7 @@ impl ProcessGroup {
             });
         }
         // SAFETY: the caller's contract.
-        self.blocking("allreduce", buf.bytes(), |_, t, _| unsafe {
+        self.blocking("allreduce", buf.shape(), |_, t, _| unsafe {
             t.allreduce_device(buf, op).map(|algo| ((), algo))
         })
     }
@@ -1059,7 +1070,7 @@ impl ProcessGroup {
         self.require_device_buffers("broadcast_device")?;
         self.check_rank(root, "broadcast root")?;
         // SAFETY: the caller's contract.
-        self.blocking("broadcast", buf.bytes(), |_, t, _| unsafe {
+        self.blocking("broadcast", buf.shape(), |_, t, _| unsafe {
             t.broadcast_device(buf, root).map(|algo| ((), algo))
         })
     }

@@ -13,6 +13,7 @@ use phalanx_transport::{shm::ShmAbortHandle, AbortHandle};
 
 use crate::{
     exec::{Exec, Links},
+    flight_recorder::{self, GroupId, Shape},
     progress::Progress,
     Error, Result,
 };
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     /// Which subgroup this is, for errors (`subgroup of job ranks [0, 2]`); unset for the
     /// world.
     pub(crate) label: std::sync::OnceLock<String>,
+    /// This group in the flight recorder (Note [Flight recorder]).
+    pub(crate) fr: GroupId,
     /// Whether the backend is MPI (aborting then ends the whole MPI job).
     #[cfg(feature = "mpi")]
     pub(crate) mpi: bool,
@@ -64,10 +67,10 @@ impl Shared {
     pub(crate) fn run<R>(
         &self,
         name: &'static str,
-        bytes: usize,
+        shape: Shape,
         f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
     ) -> Result<R> {
-        self.run_in(name, bytes, Stream::Group, f)
+        self.run_in(name, shape, Stream::Group, f)
     }
 
     /// Runs point-to-point operation `name` like [`run`](Self::run), but without taking a
@@ -75,19 +78,20 @@ impl Shared {
     pub(crate) fn run_p2p<R>(
         &self,
         name: &'static str,
-        bytes: usize,
+        shape: Shape,
         f: impl FnOnce(&mut Exec) -> Step<R>,
     ) -> Result<R> {
-        self.run_in(name, bytes, Stream::PointToPoint, |_, exec, _| f(exec))
+        self.run_in(name, shape, Stream::PointToPoint, |_, exec, _| f(exec))
     }
 
     fn run_in<R>(
         &self,
         name: &'static str,
-        bytes: usize,
+        shape: Shape,
         stream: Stream,
         f: impl FnOnce(&Shared, &mut Exec, u64) -> Step<R>,
     ) -> Result<R> {
+        let bytes = shape.bytes();
         if let Some(cause) = self.failed.lock().unwrap().clone() {
             return Err(Error::Failed {
                 rank: self.rank,
@@ -99,6 +103,8 @@ impl Shared {
         if stream == Stream::Group {
             exec.seq += 1;
         }
+        let record =
+            flight_recorder::start(self.fr, seq, stream == Stream::PointToPoint, name, shape);
         let span = trace::span(name, "collective").arg("bytes", bytes);
         let span = match stream {
             Stream::Group => span.arg("seq", seq),
@@ -106,6 +112,7 @@ impl Shared {
         };
         match f(self, &mut exec, seq) {
             Ok((r, algo)) => {
+                flight_recorder::complete(record);
                 if stream == Stream::Group {
                     self.progress.complete(seq);
                 }
@@ -126,6 +133,8 @@ impl Shared {
                 }
                 self.progress.publish(&*self.store, self.rank, &e, &op);
                 self.fail(&cause, origin);
+                // After the peers were told: they stop at once and write theirs too.
+                flight_recorder::dump_on_failure();
                 Err(Error::Collective {
                     rank: self.rank,
                     op,

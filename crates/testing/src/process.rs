@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 /// it or that configures phalanx: torchrun's (`RANK`, `WORLD_SIZE`, …, `PET_*`,
 /// `TORCHELASTIC_*`), phalanx's (`PHALANX_*`), MPI's and Slurm's (`OMPI_*`, `PMI_*`,
 /// `PMIX_*`, `SLURM_*`), the PyTorch users' variables phalanx falls back to
-/// (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`, `NCCL_DEBUG`, `TORCH_DISTRIBUTED_DEBUG`), and
-/// `OMP_NUM_THREADS`. Every test that starts phalanx uses it, so
-/// the list lives here once.
+/// (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`, `NCCL_DEBUG`, `TORCH_DISTRIBUTED_DEBUG`, the
+/// flight recorder's `TORCH_FR_*` and `TORCH_NCCL_*`), and `OMP_NUM_THREADS`. Every test
+/// that starts phalanx uses it, so the list lives here once.
 pub fn clean_env(c: &mut Command) -> &mut Command {
     const NAMES: &[&str] = &[
         "RANK",
@@ -37,6 +37,8 @@ pub fn clean_env(c: &mut Command) -> &mut Command {
     const PREFIXES: &[&str] = &[
         "PET_",
         "PHALANX_",
+        "TORCH_FR_",
+        "TORCH_NCCL_",
         "TORCHELASTIC_",
         "OMPI_",
         "PMI_",

@@ -3,6 +3,7 @@ pub(crate) mod bench;
 pub(crate) mod checkpoint;
 pub(crate) mod doctor;
 pub(crate) mod env;
+pub(crate) mod fr_trace;
 pub(crate) mod launch;
 pub(crate) mod sampler;
 pub(crate) mod sizes;

@@ -89,3 +89,21 @@ pub fn newest_step(dir: &std::path::Path) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// A Python with torch in which `phalanx_torch` imports, or `None` after saying why not.
+pub fn backend_python(test: &str) -> Option<std::path::PathBuf> {
+    let py = torch_python(test)?;
+    let ok = std::process::Command::new(&py)
+        .args(["-c", "import phalanx_torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        say(&format!(
+            "SKIPPED {test}: phalanx_torch is not installed in {} (`pip install ./python`; \
+             .ci/run does it)",
+            py.display()
+        ));
+        return None;
+    }
+    Some(py)
+}
