@@ -17,6 +17,7 @@
 //! Flags: `--epochs N` (default 2), `--artifact-dir DIR` (metric logs and checkpoints; default
 //! `mnist_learner` in the system's temporary directory), `--batch-size B` (the global batch,
 //! default 64: each of W processes loads B / W), `--grads-accumulation K`, `--dropout P`,
+//! `--model small|cnn` (`cnn`: `phalanx train --model cnn`'s layers, for the benchmark),
 //! `--resume auto` (continue after the newest complete checkpoint in the artifact directory,
 //! as a run restarted by `phalanx launch --max-restarts` must), `--evaluate` (the newest
 //! checkpoint's accuracy on the whole validation set, in one process). At the end every rank
@@ -57,10 +58,6 @@ fn main() -> Result<(), mnist::Error> {
     if let Some(epoch) = args.resume_from() {
         training = training.checkpoint(epoch);
     }
-    let learner = Learner::new(
-        Model::new(&device, args.dropout),
-        AdamConfig::new().init(),
-        1e-3,
-    );
+    let learner = Learner::new(Model::new(&device, &args), AdamConfig::new().init(), 1e-3);
     mnist::finish(training.launch(learner))
 }

@@ -2,6 +2,7 @@
 //! `DistributedDataParallel`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use burn::data::dataloader::Progress;
 use burn::tensor::Device;
@@ -223,9 +224,12 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                     total_items: train.num_items(),
                 }));
             }
+            let started = Instant::now();
             epoch_run
                 .train(&train, self.lead().then_some(&mut processor), &interrupter)
                 .unwrap_or_else(|e| fatal(e));
+            // Every rank's pass covers the whole loader (its share trained, the rest skipped).
+            let throughput = train.num_items() as f64 / started.elapsed().as_secs_f64();
             let mut early_stop = false;
             if self.lead() {
                 interrupter.fail_on_error(processor.process_train(LearnerEvent::EndSplit(epoch)));
@@ -241,7 +245,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                         .fail_on_error(processor.process_train(LearnerEvent::EndEpoch(epoch)));
                     // The store holds the epoch's values only once the processor is flushed.
                     interrupter.fail_on_error(processor.flush());
-                    self.report(epoch, total, world, &components.event_store);
+                    self.report(epoch, total, world, throughput, &components.event_store);
                 }
                 if !interrupter.should_stop() {
                     if let Some(checkpointer) = &mut checkpointer {
@@ -275,8 +279,17 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
 }
 
 impl Distributed {
-    /// One line on rank 0 after every epoch with the validation metrics named in `report`.
-    fn report(&self, epoch: usize, total: usize, world: usize, store: &EventStoreClient) {
+    /// One line on rank 0 after every epoch with the validation metrics named in `report`, and
+    /// the epoch's training throughput (samples of the whole loader, all ranks, per second of
+    /// rank 0's training pass: what `phalanx train` reports as `samples_per_s`).
+    fn report(
+        &self,
+        epoch: usize,
+        total: usize,
+        world: usize,
+        throughput: f64,
+        store: &EventStoreClient,
+    ) {
         let values: Vec<String> = self
             .report
             .iter()
@@ -288,7 +301,7 @@ impl Distributed {
             .collect();
         if !values.is_empty() {
             println!(
-                "epoch {epoch}/{total} valid {} ({world} rank{})",
+                "epoch {epoch}/{total} valid {} ({world} rank{}) train {throughput:.0} samples/s",
                 values.join(" "),
                 if world == 1 { "" } else { "s" }
             );

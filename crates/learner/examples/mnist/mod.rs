@@ -11,7 +11,9 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, Relu};
+use burn::nn::{
+    BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d, Relu,
+};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_train::{ClassificationOutput, InferenceStep, LearningResult, TrainOutput, TrainStep};
 
@@ -24,6 +26,7 @@ pub(crate) struct Model {
     norm1: BatchNorm,
     pool: MaxPool2d,
     conv2: Conv2d,
+    norm2: Option<BatchNorm>,
     dropout: Dropout,
     linear1: Linear,
     linear2: Linear,
@@ -31,14 +34,29 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    pub(crate) fn new(device: &Device, dropout: f64) -> Self {
+    /// `--model small` (the default, seconds to train):
+    /// Conv(1,8,3) BatchNorm ReLU MaxPool2 → Conv(8,16,3) ReLU MaxPool2 → Dropout →
+    /// Linear(400,64) ReLU → Linear(64,10). `--model cnn`, `phalanx train --model cnn`'s layers
+    /// (crates/train/src/model/cnn.rs; the benchmark's like-for-like): Conv(1,16,3,pad 1)
+    /// BatchNorm ReLU MaxPool2 → Conv(16,32,3,pad 1) BatchNorm ReLU MaxPool2 → Dropout →
+    /// Linear(1568,64) ReLU → Linear(64,10).
+    pub(crate) fn new(device: &Device, args: &Args) -> Self {
+        let cnn = args.model == "cnn";
+        let (c1, c2, pad) = if cnn { (16, 32, 1) } else { (8, 16, 0) };
+        let side = if cnn { 7 } else { 5 }; // 28 -> 14 -> 7, or 28 -> 26 -> 13 -> 11 -> 5
+        let conv = |i, o| {
+            Conv2dConfig::new([i, o], [3, 3])
+                .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+                .init(device)
+        };
         Self {
-            conv1: Conv2dConfig::new([1, 8], [3, 3]).init(device), // 28x28 -> 26x26
-            norm1: BatchNormConfig::new(8).init(device),
-            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(), // -> 13x13, 5x5
-            conv2: Conv2dConfig::new([8, 16], [3, 3]).init(device),         // 13x13 -> 11x11
-            dropout: DropoutConfig::new(dropout).init(),
-            linear1: LinearConfig::new(16 * 5 * 5, 64).init(device),
+            conv1: conv(1, c1),
+            norm1: BatchNormConfig::new(c1).init(device),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            conv2: conv(c1, c2),
+            norm2: cnn.then(|| BatchNormConfig::new(c2).init(device)),
+            dropout: DropoutConfig::new(args.dropout).init(),
+            linear1: LinearConfig::new(c2 * side * side, 64).init(device),
             linear2: LinearConfig::new(64, 10).init(device),
             activation: Relu::new(),
         }
@@ -52,10 +70,13 @@ impl Model {
             .activation
             .forward(self.norm1.forward(self.conv1.forward(x)));
         let x = self.pool.forward(x);
-        let x = self
-            .pool
-            .forward(self.activation.forward(self.conv2.forward(x)));
-        let x = self.dropout.forward(x.reshape([batch, 16 * 5 * 5]));
+        let x = self.conv2.forward(x);
+        let x = match &self.norm2 {
+            Some(norm) => norm.forward(x),
+            None => x,
+        };
+        let x = self.pool.forward(self.activation.forward(x));
+        let x = self.dropout.forward(x.flatten(1, 3));
         let x = self.activation.forward(self.linear1.forward(x));
         self.linear2.forward(x)
     }
@@ -148,13 +169,15 @@ pub(crate) struct Args {
     /// number of processes (docs/learner.md, "The batch size").
     batch_size: usize,
     pub(crate) dropout: f64,
+    /// `small` or `cnn` ([`Model::new`]).
+    model: String,
     resume: bool,
     evaluate: bool,
 }
 
 const USAGE: &str = "expected --epochs N (default 2), --artifact-dir DIR (default mnist_learner \
 in the temporary directory), --batch-size GLOBAL (default 64), --grads-accumulation K, \
---dropout P (default 0.2), --resume auto, --evaluate";
+--dropout P (default 0.2), --model small|cnn, --resume auto, --evaluate";
 
 impl Args {
     /// The flags; with `--evaluate`, evaluates the newest checkpoint and exits.
@@ -165,6 +188,7 @@ impl Args {
             grads_accumulation: None,
             batch_size: 64,
             dropout: 0.2,
+            model: "small".into(),
             resume: false,
             evaluate: false,
         };
@@ -177,6 +201,10 @@ impl Args {
                 "--batch-size" => a.batch_size = value()?.parse()?,
                 "--grads-accumulation" => a.grads_accumulation = Some(value()?.parse()?),
                 "--dropout" => a.dropout = value()?.parse()?,
+                "--model" => match value()?.as_str() {
+                    m @ ("small" | "cnn") => a.model = m.into(),
+                    other => return Err(format!("--model {other:?}: expected small or cnn").into()),
+                },
                 "--resume" => match value()?.as_str() {
                     "auto" => a.resume = true,
                     other => return Err(format!("--resume {other:?}: expected auto").into()),
@@ -225,8 +253,7 @@ fn evaluate(args: &Args) -> Result<(), Error> {
     let epoch = phalanx_learner::newest_checkpoint(&dir)
         .ok_or(format!("no checkpoint in {}", dir.display()))?;
     let device = Device::flex();
-    let model =
-        Model::new(&device, args.dropout).try_load_file(dir.join(format!("model-{epoch}.bpk")))?;
+    let model = Model::new(&device, args).try_load_file(dir.join(format!("model-{epoch}.bpk")))?;
     let (_, valid) = datasets()?;
     let items = (0..valid.len())
         .map(|i| valid.get(i))
