@@ -7,11 +7,13 @@
 //! of a ring of `TORCH_FR_BUFFER_SIZE` entries (default 2000, 0 turns recording off, as in
 //! PyTorch): its group, sequence number, operation, element counts and dtype, and the times it
 //! started and completed. An entry is a fixed-size `Copy` value written into a slot allocated
-//! once, under one process-wide mutex that only the thread running a collective takes (a
-//! group's collectives already run one at a time), so a call costs two uncontended lock/unlock
-//! pairs and two clock reads (docs/flight-recorder.md has the measurement). Entries are
-//! recorded when a collective starts to run, not when it is queued: a queued one waits behind
-//! the one that hangs, which is the one the recorder must name.
+//! once, under one process-wide mutex taken once per operation, when it finishes: completed,
+//! or failed (then it stays `started`, and the dump follows). The times are CPU time-stamp
+//! counter reads, turned into nanoseconds only when a dump is written. So a call costs one
+//! uncontended lock and two counter reads, ~30 ns (docs/flight-recorder.md has the
+//! measurement). The operation that hangs is the one that fails and is recorded before the
+//! dump; another group's operation still running in another thread is not in that dump, and
+//! is in the one its own failure writes (each failure rewrites the file).
 //!
 //! When a collective fails (a timeout, a fingerprint mismatch, a peer's failure: the error path
 //! of `run_in`, after the peers were told), the rank writes every group's entries to
@@ -120,8 +122,9 @@ struct Entry {
     is_p2p: bool,
     op: &'static str,
     shape: Shape,
-    created_ns: u64,
-    completed_ns: u64,
+    /// [`ticks`] when it started and completed (0: not completed).
+    created: u64,
+    completed: u64,
     state: State,
 }
 
@@ -142,6 +145,8 @@ struct Ring {
     entries: Vec<Entry>,
     next_id: u64,
     groups: Vec<Group>,
+    /// The clock when the recorder started ([`Clock`]).
+    epoch: Clock,
 }
 
 /// The process's recorder: `None` when `TORCH_FR_BUFFER_SIZE=0`.
@@ -240,6 +245,7 @@ fn recorder() -> Option<&'static Recorder> {
                     entries: Vec::with_capacity(s.capacity),
                     next_id: 0,
                     groups: Vec::new(),
+                    epoch: Clock::now(),
                 }),
                 prefix: s.prefix,
             })
@@ -247,18 +253,63 @@ fn recorder() -> Option<&'static Recorder> {
         .as_ref()
 }
 
-fn now_ns() -> u64 {
+/// A timestamp in the cheapest clock there is: the CPU's time-stamp counter on x86-64 (~12 ns
+/// here, where reading the system clock costs ~57 ns in a VM), converted to nanoseconds only
+/// when a dump is written ([`Clock`]); elsewhere the system clock's nanoseconds.
+#[inline]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions; every x86-64 CPU has it.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        wall_ns()
+    }
+}
+
+fn wall_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// How [`ticks`] map to the wall clock: one pair read when the recorder starts, one when a dump
+/// is written, and the line through them (the counter is invariant on CPUs that run phalanx's
+/// shared-memory collectives; a dump's times are as good as that).
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    ticks: u64,
+    ns: u64,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        Clock {
+            ticks: ticks(),
+            ns: wall_ns(),
+        }
+    }
+
+    /// Wall-clock nanoseconds of `t` ticks, on the line from `self` to `later`.
+    fn ns(&self, later: &Clock, t: u64) -> u64 {
+        let dt = later.ticks.saturating_sub(self.ticks);
+        let dns = later.ns.saturating_sub(self.ns);
+        if dt == 0 || cfg!(not(target_arch = "x86_64")) {
+            return t;
+        }
+        let per_tick = dns as f64 / dt as f64;
+        (self.ns as f64 + (t as f64 - self.ticks as f64) * per_tick) as u64
+    }
+}
+
 /// A group's handle in the recorder.
 pub(crate) type GroupId = u32;
 
-/// An entry's handle, to mark it completed.
+/// An operation that started running: when (in [`ticks`]); nothing is locked or written yet.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Record(u64);
+pub(crate) struct Started(u64);
 
 /// Registers a group of `world_size` ranks in which this process is `rank`; its ranks are
 /// `0..world_size` until [`set_ranks`] maps them to the job's.
@@ -286,65 +337,66 @@ pub(crate) fn set_ranks(pg: GroupId, ranks: &[usize]) {
     }
 }
 
-/// Records that operation `op` of group `pg` starts: a collective numbered `seq`, or a
-/// point-to-point operation (`seq` is then the group's next collective, as in PyTorch).
+/// Notes the time an operation starts to run (Note [Flight recorder]).
 #[inline]
-pub(crate) fn start(pg: GroupId, seq: u64, is_p2p: bool, op: &'static str, shape: Shape) -> Record {
-    let Some(r) = recorder() else {
-        return Record(u64::MAX);
-    };
-    let created_ns = now_ns();
+pub(crate) fn start() -> Started {
+    Started(if recorder().is_some() { ticks() } else { 0 })
+}
+
+/// What finished: operation `op` of group `pg`, a collective numbered `seq`, or a
+/// point-to-point operation (`seq` is then the group's next collective, as in PyTorch).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Op {
+    pub(crate) pg: GroupId,
+    pub(crate) seq: u64,
+    pub(crate) is_p2p: bool,
+    pub(crate) name: &'static str,
+    pub(crate) shape: Shape,
+}
+
+/// Records `op`, which started at `started`, as completed or (`completed == false`: it failed,
+/// and a dump follows) as started and never completed. The one lock of an operation.
+#[inline]
+pub(crate) fn finish(started: Started, op: Op, completed: bool) {
+    let Some(r) = recorder() else { return };
+    let done = if completed { ticks() } else { 0 };
     let mut ring = r.ring.lock().unwrap();
-    let Some(g) = ring.groups.get_mut(pg as usize) else {
-        return Record(u64::MAX);
+    let Some(g) = ring.groups.get_mut(op.pg as usize) else {
+        return;
     };
-    let p2p_seq = if is_p2p {
+    let p2p_seq = if op.is_p2p {
         g.next_p2p += 1;
         g.next_p2p - 1
     } else {
-        g.last_started = Some(seq);
+        g.last_started = Some(op.seq);
+        if completed {
+            g.last_completed = Some(op.seq);
+        }
         0
     };
     let record_id = ring.next_id;
     ring.next_id += 1;
     let e = Entry {
         record_id,
-        pg,
-        collective_seq: seq,
+        pg: op.pg,
+        collective_seq: op.seq,
         p2p_seq,
-        is_p2p,
-        op,
-        shape,
-        created_ns,
-        completed_ns: 0,
-        state: State::Started,
+        is_p2p: op.is_p2p,
+        op: op.name,
+        shape: op.shape,
+        created: started.0,
+        completed: done,
+        state: if completed {
+            State::Completed
+        } else {
+            State::Started
+        },
     };
     if ring.entries.len() < r.capacity {
         ring.entries.push(e);
     } else {
         let slot = (record_id % r.capacity as u64) as usize;
         ring.entries[slot] = e;
-    }
-    Record(record_id)
-}
-
-/// Marks `rec` completed (a no-op once the ring has moved past it).
-#[inline]
-pub(crate) fn complete(rec: Record) {
-    let Some(r) = recorder() else { return };
-    let done = now_ns();
-    let mut ring = r.ring.lock().unwrap();
-    let slot = (rec.0 % r.capacity as u64) as usize;
-    let Some(e) = ring.entries.get_mut(slot).filter(|e| e.record_id == rec.0) else {
-        return;
-    };
-    e.state = State::Completed;
-    e.completed_ns = done;
-    let (pg, seq, p2p) = (e.pg, e.collective_seq, e.is_p2p);
-    if !p2p {
-        if let Some(g) = ring.groups.get_mut(pg as usize) {
-            g.last_completed = Some(seq);
-        }
     }
 }
 
@@ -382,7 +434,7 @@ fn s(text: &str) -> Value {
     Value::from(text)
 }
 
-fn entry_value(e: &Entry, g: &Group) -> Value {
+fn entry_value(e: &Entry, g: &Group, ns: &dyn Fn(u64) -> u64) -> Value {
     let op = torch_op(e.op);
     let profiling_name = match (op, e.shape.peer) {
         ("send", Some(p)) => format!("phalanx:send {}->{p}", g.rank),
@@ -394,7 +446,8 @@ fn entry_value(e: &Entry, g: &Group) -> Value {
     let sizes = |n: usize| Value::List(vec![Value::List(vec![int(n as u64)])]);
     let dtypes = Value::List(vec![s(torch_dtype(e.shape.dtype))]);
     let done = e.state == State::Completed;
-    let started_ns = int(e.created_ns);
+    let (created_ns, completed_ns) = (ns(e.created), ns(e.completed));
+    let started_ns = int(created_ns);
     Value::Dict(vec![
         (s("record_id"), int(e.record_id)),
         (s("pg_id"), int(e.pg.into())),
@@ -413,7 +466,7 @@ fn entry_value(e: &Entry, g: &Group) -> Value {
             }),
         ),
         (s("profiling_name"), Value::Str(profiling_name)),
-        (s("time_created_ns"), int(e.created_ns)),
+        (s("time_created_ns"), int(created_ns)),
         (s("input_sizes"), sizes(e.shape.input)),
         (s("input_dtypes"), dtypes.clone()),
         (s("output_sizes"), sizes(e.shape.output)),
@@ -422,11 +475,7 @@ fn entry_value(e: &Entry, g: &Group) -> Value {
         (s("time_discovered_started_ns"), started_ns),
         (
             s("time_discovered_completed_ns"),
-            if done {
-                int(e.completed_ns)
-            } else {
-                Value::None
-            },
+            if done { int(completed_ns) } else { Value::None },
         ),
         (s("retired"), Value::Bool(done)),
         (s("timeout_ms"), int(g.timeout_ms)),
@@ -434,7 +483,7 @@ fn entry_value(e: &Entry, g: &Group) -> Value {
         (
             s("duration_ms"),
             if done {
-                Value::Float(e.completed_ns.saturating_sub(e.created_ns) as f64 / 1e6)
+                Value::Float(completed_ns.saturating_sub(created_ns) as f64 / 1e6)
             } else {
                 Value::None
             },
@@ -458,11 +507,13 @@ fn ranks_text(ranks: &[usize]) -> String {
 
 /// The whole recorder as PyTorch's dump dict.
 fn dump_value(ring: &Ring) -> Value {
+    let now = Clock::now();
+    let ns = |t: u64| ring.epoch.ns(&now, t);
     let mut entries: Vec<&Entry> = ring.entries.iter().collect();
     entries.sort_by_key(|e| e.record_id);
     let entries = entries
         .into_iter()
-        .filter_map(|e| Some(entry_value(e, ring.groups.get(e.pg as usize)?)))
+        .filter_map(|e| Some(entry_value(e, ring.groups.get(e.pg as usize)?, &ns)))
         .collect();
     let pg_config = ring
         .groups
@@ -603,8 +654,29 @@ mod tests {
     }
 
     #[test]
+    fn ticks_map_onto_the_wall_clock_line() {
+        let epoch = Clock {
+            ticks: 100,
+            ns: 1_000,
+        };
+        let later = Clock {
+            ticks: 300,
+            ns: 1_400,
+        };
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(epoch.ns(&later, 200), 1_200);
+            assert_eq!(epoch.ns(&later, 300), 1_400);
+        } else {
+            assert_eq!(epoch.ns(&later, 1_234), 1_234);
+        }
+        let (a, b) = (Clock::now(), Clock::now());
+        assert!(b.ticks >= a.ticks && b.ns >= a.ns);
+    }
+
+    #[test]
     fn a_dump_has_every_key_pytorch_reads_and_reads_back() {
         let mut ring = Ring {
+            epoch: Clock::now(),
             entries: Vec::new(),
             next_id: 0,
             groups: vec![Group {
@@ -625,8 +697,8 @@ mod tests {
             is_p2p: false,
             op: "allreduce",
             shape: Shape::of::<f32>(16, 16),
-            created_ns: 1,
-            completed_ns: 0,
+            created: 1,
+            completed: 0,
             state: State::Started,
         });
         let v = pickle::decode(&pickle::encode(&dump_value(&ring))).unwrap();

@@ -103,8 +103,14 @@ impl Shared {
         if stream == Stream::Group {
             exec.seq += 1;
         }
-        let record =
-            flight_recorder::start(self.fr, seq, stream == Stream::PointToPoint, name, shape);
+        let started = flight_recorder::start();
+        let fr_op = flight_recorder::Op {
+            pg: self.fr,
+            seq,
+            is_p2p: stream == Stream::PointToPoint,
+            name,
+            shape,
+        };
         let span = trace::span(name, "collective").arg("bytes", bytes);
         let span = match stream {
             Stream::Group => span.arg("seq", seq),
@@ -112,7 +118,7 @@ impl Shared {
         };
         match f(self, &mut exec, seq) {
             Ok((r, algo)) => {
-                flight_recorder::complete(record);
+                flight_recorder::finish(started, fr_op, true);
                 if stream == Stream::Group {
                     self.progress.complete(seq);
                 }
@@ -124,6 +130,7 @@ impl Shared {
                 Ok(r)
             }
             Err(e) => {
+                flight_recorder::finish(started, fr_op, false);
                 let (cause, origin) = self.root_cause(&e);
                 drop(exec);
                 let mut op = describe_op(&e, name, (stream == Stream::Group).then_some(seq));
