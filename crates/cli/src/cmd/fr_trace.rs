@@ -50,6 +50,8 @@ struct Call {
     sizes: String,
     dtypes: String,
     state: String,
+    /// Completed, or retired (Gloo's dumps leave every entry `scheduled` but mark it retired).
+    done: bool,
 }
 
 impl Call {
@@ -171,6 +173,31 @@ fn groups(
             out.entry(name).or_insert((desc.to_string(), ranks));
         }
     }
+    // Groups the entries name but `pg_config` does not (Gloo's own dumps key their one group
+    // by "" while its entries say "0": PyTorch's analyser stops there with a KeyError): their
+    // ranks are the dumps that hold entries of them.
+    let configured: BTreeSet<String> = out.keys().cloned().collect();
+    for (rank, d) in dumps {
+        for e in d.get("entries").and_then(Value::as_seq).unwrap_or(&[]) {
+            let pg = e
+                .get("process_group")
+                .and_then(Value::as_seq)
+                .unwrap_or(&[]);
+            let Some(name) = pg.first().and_then(Value::as_str) else {
+                continue;
+            };
+            if configured.contains(name) {
+                continue;
+            }
+            let desc = pg.get(1).and_then(Value::as_str).unwrap_or("undefined");
+            let (_, ranks) = out
+                .entry(name.to_string())
+                .or_insert_with(|| (desc.to_string(), Vec::new()));
+            if !ranks.contains(rank) {
+                ranks.push(*rank);
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -211,6 +238,7 @@ fn calls_of(dumps: &BTreeMap<usize, Value>, name: &str) -> BTreeMap<usize, BTree
                 .get("profiling_name")
                 .and_then(Value::as_str)
                 .unwrap_or("?");
+            let state = e.get("state").and_then(Value::as_str).unwrap_or("?");
             by_seq.insert(
                 seq,
                 Call {
@@ -221,11 +249,9 @@ fn calls_of(dumps: &BTreeMap<usize, Value>, name: &str) -> BTreeMap<usize, BTree
                         .to_string(),
                     sizes: text("input_sizes"),
                     dtypes: text("input_dtypes"),
-                    state: e
-                        .get("state")
-                        .and_then(Value::as_str)
-                        .unwrap_or("?")
-                        .to_string(),
+                    state: state.to_string(),
+                    done: state == "completed"
+                        || e.get("retired").and_then(Value::as_int) == Some(1),
                 },
             );
         }
@@ -315,7 +341,7 @@ fn verdict(
         let waiting: Vec<usize> = present
             .iter()
             .copied()
-            .filter(|&r| of(r)[&seq].state != "completed")
+            .filter(|&r| !of(r)[&seq].done)
             .collect();
         if !waiting.is_empty() {
             let head = head(&last_done);
@@ -361,5 +387,89 @@ fn ranks_word(rs: &[usize]) -> String {
         format!("rank {}", rs[0])
     } else {
         format!("ranks {}", join(rs.iter()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dump of group "0" over `ranks` holding `calls` (sequence number, op, count, state).
+    fn dump(ranks: &str, cfg_key: &str, calls: &[(i64, &str, i64, &str)]) -> Value {
+        let s = |t: &str| Value::from(t);
+        let entries = calls
+            .iter()
+            .map(|&(seq, op, n, state)| {
+                Value::Dict(vec![
+                    (
+                        s("process_group"),
+                        Value::Tuple(vec![s("0"), s("default_pg")]),
+                    ),
+                    (s("collective_seq_id"), Value::Int(seq)),
+                    (s("is_p2p"), Value::Bool(false)),
+                    (s("profiling_name"), Value::Str(format!("nccl:{op}"))),
+                    (
+                        s("input_sizes"),
+                        Value::List(vec![Value::List(vec![Value::Int(n)])]),
+                    ),
+                    (s("input_dtypes"), Value::List(vec![s("Float")])),
+                    (s("state"), s(state)),
+                    (s("retired"), Value::Bool(state != "started")),
+                ])
+            })
+            .collect();
+        let cfg = Value::Dict(vec![(s("desc"), s("default_pg")), (s("ranks"), s(ranks))]);
+        Value::Dict(vec![
+            (s("pg_config"), Value::Dict(vec![(s(cfg_key), cfg)])),
+            (s("entries"), Value::List(entries)),
+        ])
+    }
+
+    fn report(dumps: BTreeMap<usize, Value>) -> String {
+        let (name, (_, ranks)) = groups(&dumps).unwrap().into_iter().next_back().unwrap();
+        verdict(&ranks, &dumps, &calls_of(&dumps, &name))
+    }
+
+    #[test]
+    fn a_rank_that_never_issued_a_collective_is_named_with_its_last() {
+        let full = [
+            (0, "all_reduce", 4, "completed"),
+            (1, "all_reduce", 4, "started"),
+        ];
+        let short = [(0, "all_reduce", 4, "completed")];
+        let dumps = BTreeMap::from([
+            (0, dump("[0, 1, 2]", "0", &full)),
+            (1, dump("[0, 1, 2]", "0", &full)),
+            (2, dump("[0, 1, 2]", "0", &short)),
+        ]);
+        assert_eq!(
+            report(dumps),
+            "every rank completed #0 all_reduce\n  culprit: rank 2 never issued #1 all_reduce \
+             [[4]] ['Float'] that ranks 0, 1 wait in (rank 2's last: #0 all_reduce (completed))"
+        );
+    }
+
+    #[test]
+    fn every_rank_alike_and_every_dump_there_names_nobody() {
+        let calls = [(3, "barrier", 1, "started")];
+        let dumps = BTreeMap::from([
+            (0, dump("[0, 1]", "0", &calls)),
+            (1, dump("[0, 1]", "0", &calls)),
+        ]);
+        let r = report(dumps);
+        assert!(
+            r.contains("no culprit in the dumps: ranks 0, 1 are in #3 barrier"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn a_group_its_config_misnames_is_read_from_its_entries_as_gloo_writes_it() {
+        // Gloo leaves its entries `scheduled` and marks them retired once done.
+        let calls = [(1, "all_reduce", 8, "scheduled")];
+        let dumps = BTreeMap::from([(0, dump("[0]", "", &calls))]);
+        let g = groups(&dumps).unwrap();
+        assert_eq!(g["0"], ("default_pg".to_string(), vec![0]));
+        assert!(report(dumps).ends_with("every recorded collective matches and completed"));
     }
 }
