@@ -216,10 +216,18 @@ def run_module(args):
     except Exception as e:  # the module's own imports: the wheel lacks what it names
         print(f"module-error {name}: {type(e).__name__}: {e}", flush=True)
         return 2
-    tests = unittest.TestSuite()
-    for test in _flatten(unittest.defaultTestLoader.loadTestsFromModule(module)):
-        if re.search(pattern, _short(test)):
-            tests.addTest(test)
+    chosen = [
+        t
+        for t in _flatten(unittest.defaultTestLoader.loadTestsFromModule(module))
+        if re.search(pattern, _short(t))
+    ]
+    # The tests whose ranks are processes first: a test that runs in this process (ranks as
+    # threads: MultiThreadedTestCase, FSDPTestMultiThread) starts autograd's threads, after
+    # which a forked rank's backward raises "Unable to handle autograd's threading in
+    # combination with fork-based multiprocessing".
+    forked = common_distributed.MultiProcessTestCase
+    chosen.sort(key=lambda t: not isinstance(t, forked))
+    tests = unittest.TestSuite(chosen)
     result = _Result()
     tests.run(result)
     return 1 if result.failed else 0
