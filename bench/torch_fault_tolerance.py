@@ -13,7 +13,8 @@ Each round runs every mode once undisturbed and once with rank 1 SIGKILLed befor
 `--kill-at` (by default half a checkpoint interval after a checkpoint: a restart's average
 redo). Lost time: the killed run's wall time minus the undisturbed run's, same mode, same
 round. For the API also the time from the kill to the survivors' next completed step, and what
-the replacement's join cost them (the boundary where they hand it the state).
+the replacement's join cost them (the boundary where they hand it the state); for a restart the
+time from the kill to the restarted group's first step.
 
 Usage: bench/torch_fault_tolerance.py [--rounds 3] [--nproc 3] [--steps 600] [--kill-at 150]
                                       [--every 100] [--step-time 0.02] [--phalanx PATH]
@@ -90,7 +91,7 @@ def main():
     venv = os.environ.get("ANCHORS_VENV", os.path.expanduser("~/.cache/phalanx-anchors"))
     modes = a.modes.split(",")
     lost = {m: [] for m in modes}
-    back, joins = [], []
+    back, joins, restarts = [], [], {}
     for r in range(a.rounds):
         for mode in modes:
             base, _ = run(mode, a, venv, False)
@@ -107,12 +108,19 @@ def main():
                     joins.append(max(join))
                 extra = f"  kill -> survivors' next step {nxt:.3f} s, " + \
                     (f"join took {max(join):.3f} s" if join else "the replacement came too late")
+            else:
+                kill, again = stamp(lines, "kill at"), stamp(lines, "first step after the restart done at")
+                if kill and again:
+                    restarts.setdefault(mode, []).append(max(again) - kill[0])
+                    extra = f"  kill -> first step of the restarted group {restarts[mode][-1]:.2f} s"
             print(f"round {r + 1} {mode:24} undisturbed {base:6.2f} s  killed {hit:6.2f} s  "
                   f"lost {hit - base:5.2f} s{extra}", flush=True)
     print("medians:")
     for mode in modes:
         print(f"  {mode:24} lost {st.median(lost[mode]):5.2f} s per kill "
-              f"({min(lost[mode]):.2f}-{max(lost[mode]):.2f})")
+              f"({min(lost[mode]):.2f}-{max(lost[mode]):.2f})" +
+              (f"; kill -> first step restarted {st.median(restarts[mode]):.2f} s"
+               if mode in restarts else ""))
     if back:
         print(f"  phalanx_torch.ft: kill -> survivors' next step {st.median(back):.3f} s "
               f"({min(back):.3f}-{max(back):.3f}); the replacement's join cost the others "

@@ -138,6 +138,8 @@ else:
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
+        if step == start and not first_life:
+            print(f"first step after the restart done at {time.time():.6f}", flush=True)
         if path and slot == 0 and (step + 1) % a.ckpt_every == 0:
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                         "step": step + 1}, path + ".tmp")
