@@ -62,7 +62,7 @@ pub(crate) fn try_join(
         }
     };
     let all_ok = crate::bootstrap::vote(store, "pg/shm/ok", rank, world, own.is_some(), timeout)?;
-    let Some(own) = own.filter(|_| all_ok) else {
+    let Some(mut own) = own.filter(|_| all_ok) else {
         return Ok(None);
     };
     let setup = |source| Error::Setup { rank, source };
@@ -73,8 +73,12 @@ pub(crate) fn try_join(
                 .then(|| ShmSegment::open(&name(p), bytes))
                 .transpose()
         })
-        .collect::<phalanx_transport::Result<Vec<_>>>()
-        .map_err(setup)?;
+        .collect::<phalanx_transport::Result<Vec<_>>>();
+    // Every peer mapped every segment (or gave up): the names can go, so that nothing is left
+    // in /dev/shm however the processes end.
+    crate::bootstrap::vote(store, "pg/shm/opened", rank, world, peers.is_ok(), timeout)?;
+    own.unlink();
+    let peers = peers.map_err(setup)?;
     let group = ShmGroup::new(local, members.len(), own, peers, timeout).map_err(setup)?;
     tracing::info!(rank, members = ?members, segment = %name(rank), buffer_bytes = DEFAULT_BUFFER_BYTES, "phalanx: shared memory joined");
     Ok(Some(group))

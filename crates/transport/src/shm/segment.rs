@@ -195,6 +195,19 @@ fn unmap(ptr: NonNull<u8>, len: usize) {
     unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
 }
 
+impl ShmSegment {
+    /// Removes the segment's name from `/dev/shm` once every peer has mapped it: the mappings
+    /// stay valid, and the memory goes back to the system when the last process unmaps it,
+    /// however it ends (a SIGKILLed process runs no destructor, and neither does a Python
+    /// interpreter that exits with the group still referenced).
+    pub fn unlink(&mut self) {
+        if self.owner {
+            let _ = std::fs::remove_file(&self.path);
+            self.owner = false;
+        }
+    }
+}
+
 impl Drop for ShmSegment {
     fn drop(&mut self) {
         unmap(self.ptr, self.len);
