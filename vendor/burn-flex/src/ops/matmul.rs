@@ -14,7 +14,7 @@ use crate::{FlexTensor, Layout};
 
 /// Types that can be used with gemm-based matmul.
 /// Only implement for types that `gemm::gemm` dispatches on via TypeId (f32, f64, f16).
-trait GemmScalar: Element + bytemuck::Pod {
+pub(crate) trait GemmScalar: Element + bytemuck::Pod {
     fn zero() -> Self;
     fn one() -> Self;
 }

@@ -90,6 +90,8 @@ pub(crate) fn float_storage_as_f32(tensor: &FlexTensor) -> Cow<'_, [f32]> {
 
 pub mod activation;
 pub mod attention;
+// phalanx patch: fused BatchNorm training passes (PHALANX.md).
+mod batch_norm;
 pub mod binary;
 mod bool;
 pub mod cat;
@@ -97,6 +99,8 @@ pub mod comparison;
 #[macro_use]
 mod conv_common;
 pub mod conv;
+// phalanx patch: NCHW im2col + GEMM conv2d forward/backward (PHALANX.md).
+mod conv2d_nchw;
 pub mod conv_transpose;
 pub mod cumulative;
 pub mod deform_conv;
@@ -112,6 +116,8 @@ pub mod interpolate;
 pub mod mask;
 pub mod matmul;
 mod module;
+#[cfg(test)]
+mod phalanx_kernel_tests;
 pub mod pool;
 mod qtensor;
 pub mod reduce;

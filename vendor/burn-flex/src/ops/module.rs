@@ -2,12 +2,12 @@
 //!
 //! These operations power neural network modules like convolutions and pooling.
 
-use crate::ops::{conv, conv_transpose, deform_conv, interpolate, pool};
+use crate::ops::{batch_norm, conv, conv_transpose, conv2d_nchw, deform_conv, interpolate, pool};
 use crate::{Flex, FlexTensor, Layout};
 use burn_backend::{
     DType, Element, TensorMetadata,
     ops::{
-        AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
+        AttentionModuleOptions, BatchNormTrain, BatchNormTrainBackward, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
         DeformConvOptions, FloatTensorOps, IntTensorOps, InterpolateMode, InterpolateOptions,
         MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, conv::pad_asymmetric_conv_input,
     },
@@ -73,6 +73,66 @@ impl ModuleOps<Flex> for Flex {
             DType::BF16 => conv::conv2d_bf16(x, weight, bias, &options),
             dtype => panic!("conv2d: unsupported dtype {:?}", dtype),
         }
+    }
+
+    // phalanx patch (PHALANX.md): conv2d's backward passes as im2col + GEMM
+    // on NCHW data, instead of burn-backend's generic dim-swapped
+    // convolutions; bitwise the same for any thread count.
+    fn conv2d_x_backward(
+        x: FloatTensor<Flex>,
+        weight: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Flex> {
+        conv2d_nchw::conv2d_x_backward_any(x, weight, output_grad, &options)
+    }
+
+    fn conv2d_weight_backward(
+        x: FloatTensor<Flex>,
+        weight: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Flex> {
+        conv2d_nchw::conv2d_weight_backward_any(x, weight, output_grad, &options)
+    }
+
+    fn conv2d_bias_backward(
+        _x: FloatTensor<Flex>,
+        bias: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+    ) -> FloatTensor<Flex> {
+        conv2d_nchw::conv2d_bias_backward_any(bias, output_grad)
+    }
+
+    // phalanx patch (PHALANX.md): BatchNorm training forward and backward as
+    // fused per-channel passes instead of swap_dims + reshape + mean_dim.
+    fn batch_norm_train(
+        x: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+        beta: FloatTensor<Flex>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Flex> {
+        let (output, mean, variance) = batch_norm::batch_norm_train_any(x, gamma, beta, epsilon);
+        BatchNormTrain::new(output, mean, variance)
+    }
+
+    fn batch_norm_train_backward(
+        x: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+        mean: FloatTensor<Flex>,
+        variance: FloatTensor<Flex>,
+        epsilon: f64,
+        output_grad: FloatTensor<Flex>,
+    ) -> BatchNormTrainBackward<Flex> {
+        let (x_grad, gamma_grad, beta_grad) = batch_norm::batch_norm_train_backward_any(
+            x,
+            gamma,
+            mean,
+            variance,
+            epsilon,
+            output_grad,
+        );
+        BatchNormTrainBackward::new(x_grad, gamma_grad, beta_grad)
     }
 
     fn deform_conv2d(
