@@ -50,7 +50,11 @@ impl NormScalar for f64 {
 fn dims(shape: &Shape) -> [usize; 3] {
     let batch = shape[0];
     let channels = shape[1];
-    [batch, channels, shape.num_elements() / (batch * channels).max(1)]
+    [
+        batch,
+        channels,
+        shape.num_elements() / (batch * channels).max(1),
+    ]
 }
 
 fn slice<T: NormScalar>(tensor: &FlexTensor) -> &[T] {
@@ -201,7 +205,10 @@ pub(crate) fn batch_norm_train_backward<T: NormScalar>(
         let (m, s) = (md[c].to_f64(), inv_std(c));
         let (mut dy_sum, mut dy_xhat_sum) = (0.0, 0.0);
         for b in 0..batch {
-            let (xp, gp) = (&xd[plane(b, c)..][..spatial], &dyd[plane(b, c)..][..spatial]);
+            let (xp, gp) = (
+                &xd[plane(b, c)..][..spatial],
+                &dyd[plane(b, c)..][..spatial],
+            );
             dy_sum += lane_sum(spatial, |i| gp[i].to_f64());
             dy_xhat_sum += lane_sum(spatial, |i| gp[i].to_f64() * (xp[i].to_f64() - m) * s);
         }
@@ -214,7 +221,10 @@ pub(crate) fn batch_norm_train_backward<T: NormScalar>(
         let (m, s) = (md[c].to_f64(), inv_std(c));
         let scale = gd[c].to_f64() * s;
         let (mean_dy, mean_dy_xhat) = (sums[c].0 / count, sums[c].1 / count);
-        let (xp, gp) = (&xd[plane(b, c)..][..spatial], &dyd[plane(b, c)..][..spatial]);
+        let (xp, gp) = (
+            &xd[plane(b, c)..][..spatial],
+            &dyd[plane(b, c)..][..spatial],
+        );
         for ((d, &xv), &g) in dst.iter_mut().zip(xp).zip(gp) {
             let xhat = (xv.to_f64() - m) * s;
             *d = T::from_f64(scale * (g.to_f64() - mean_dy - xhat * mean_dy_xhat));

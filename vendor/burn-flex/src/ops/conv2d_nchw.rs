@@ -1,6 +1,5 @@
-//! 2D convolution in NCHW as im2col + GEMM: the forward pass and the three
-//! backward passes (input, weight and bias gradients). (phalanx patch, see
-//! PHALANX.md.)
+//! 2D convolution's three backward passes (input, weight and bias
+//! gradients) in NCHW as im2col + GEMM. (phalanx patch, see PHALANX.md.)
 //!
 //! Without these overrides the flex backend inherits burn-backend's generic
 //! backward passes: the weight gradient as a convolution of dim-swapped
@@ -9,7 +8,6 @@
 //! convolution, the bias gradient as swap + reshape + sum, each with
 //! contiguous copies. Here every pass works on NCHW data in place:
 //!
-//! - forward: `y_b = W · im2col(x_b) + bias`, written straight into the output;
 //! - weight gradient: `dW = Σ_b dY_b · im2col(x_b)ᵀ`;
 //! - input gradient: `dx_b = col2im(Wᵀ · dY_b)`;
 //! - bias gradient: per-channel sums of `dY`.
@@ -145,13 +143,8 @@ fn im2col<T: ConvScalar>(g: &Geometry, x: &[T], col: &mut [T]) {
     for c in 0..g.cg {
         let plane = &x[c * g.in_len()..(c + 1) * g.in_len()];
         for ki in 0..g.kernel_h {
-            let (y_lo, y_hi) = valid_range(
-                g.out_h,
-                g.stride[0],
-                ki * g.dilation[0],
-                g.pad[0],
-                g.in_h,
-            );
+            let (y_lo, y_hi) =
+                valid_range(g.out_h, g.stride[0], ki * g.dilation[0], g.pad[0], g.in_h);
             for kj in 0..g.kernel_w {
                 let offset_w = kj * g.dilation[1];
                 let (x_lo, x_hi) = valid_range(ow, g.stride[1], offset_w, g.pad[1], g.in_w);
@@ -187,13 +180,8 @@ fn col2im<T: ConvScalar>(g: &Geometry, col: &[T], dx: &mut [T]) {
     for c in 0..g.cg {
         let plane = &mut dx[c * g.in_len()..(c + 1) * g.in_len()];
         for ki in 0..g.kernel_h {
-            let (y_lo, y_hi) = valid_range(
-                g.out_h,
-                g.stride[0],
-                ki * g.dilation[0],
-                g.pad[0],
-                g.in_h,
-            );
+            let (y_lo, y_hi) =
+                valid_range(g.out_h, g.stride[0], ki * g.dilation[0], g.pad[0], g.in_h);
             for kj in 0..g.kernel_w {
                 let offset_w = kj * g.dilation[1];
                 let (x_lo, x_hi) = valid_range(ow, g.stride[1], offset_w, g.pad[1], g.in_w);
@@ -324,64 +312,6 @@ fn out_tensor<T: ConvScalar>(data: Vec<T>, shape: [usize; 4]) -> FlexTensor {
     )
 }
 
-/// Forward: `y_b[o, :] = W[o, :] · im2col(x_b) + bias[o]`, in parallel over
-/// the batch. `x` must already carry any asymmetric padding explicitly (the
-/// caller pads it), so `options` is symmetric here.
-pub(crate) fn conv2d<T: ConvScalar>(
-    x: FlexTensor,
-    weight: FlexTensor,
-    bias: Option<FlexTensor>,
-    options: &ConvOptions<2>,
-) -> FlexTensor {
-    let x = x.to_contiguous();
-    let weight = weight.to_contiguous();
-    let xs = x.layout().shape();
-    let ws = weight.layout().shape();
-    let out_hw = [0, 1].map(|i| {
-        burn_backend::ops::conv::calculate_conv_output_size(
-            ws[2 + i],
-            options.stride[i],
-            options.padding_begin()[i],
-            options.dilation[i],
-            xs[2 + i],
-        )
-    });
-    let g = Geometry::new(xs, ws, out_hw, options);
-    let (l, kc) = (g.out_len(), g.col_rows());
-    let xd: &[T] = contiguous_slice(&x);
-    let wd: &[T] = contiguous_slice(&weight);
-    let bias = bias.map(|b| b.to_contiguous());
-    let bd: Option<&[T]> = bias.as_ref().map(contiguous_slice);
-
-    let mut out = vec![T::zero(); g.batch * g.channels_out * l];
-    for_each_chunk(&mut out, g.channels_out * l, |b, yb| {
-        let mut col = vec![T::zero(); if g.is_pointwise() { 0 } else { kc * l }];
-        for gi in 0..g.groups {
-            let xg = &xd[(b * g.channels_in + gi * g.cg) * g.in_len()..][..g.cg * g.in_len()];
-            let rhs = if g.is_pointwise() {
-                Mat::row_major(xg, l)
-            } else {
-                im2col(&g, xg, &mut col);
-                Mat::row_major(&col, l)
-            };
-            let lhs = Mat::row_major(&wd[gi * g.og * kc..(gi + 1) * g.og * kc], kc);
-            gemm(
-                &mut yb[gi * g.og * l..(gi + 1) * g.og * l],
-                [g.og, l, kc],
-                lhs,
-                rhs,
-                false,
-            );
-        }
-        if let Some(bd) = bd {
-            for (row, &bo) in yb.chunks_mut(l).zip(bd) {
-                row.iter_mut().for_each(|v| *v = *v + bo);
-            }
-        }
-    });
-    out_tensor(out, [g.batch, g.channels_out, g.out_h, g.out_w])
-}
-
 /// Input gradient: `dx_b = col2im(Wᵀ · dY_b)` per group, in parallel over
 /// the batch (each item's gradient is computed by one thread).
 pub(crate) fn conv2d_x_backward<T: ConvScalar>(
@@ -393,7 +323,12 @@ pub(crate) fn conv2d_x_backward<T: ConvScalar>(
     let weight = weight.to_contiguous();
     let dy = output_grad.to_contiguous();
     let ds = dy.layout().shape();
-    let g = Geometry::new(x.layout().shape(), weight.layout().shape(), [ds[2], ds[3]], options);
+    let g = Geometry::new(
+        x.layout().shape(),
+        weight.layout().shape(),
+        [ds[2], ds[3]],
+        options,
+    );
     let (l, kc) = (g.out_len(), g.col_rows());
     let wd: &[T] = contiguous_slice(&weight);
     let dyd: &[T] = contiguous_slice(&dy);
@@ -523,18 +458,7 @@ macro_rules! by_dtype {
         }
     };
     (@cast $h:ident, t, $arg:expr) => { cast_to_f32($arg, $h::to_f32) };
-    (@cast $h:ident, o, $arg:expr) => { $arg.map(|t| cast_to_f32(t, $h::to_f32)) };
     (@cast $h:ident, p, $arg:expr) => { $arg };
-}
-
-/// [conv2d] for any float dtype.
-pub(crate) fn conv2d_any(
-    x: FlexTensor,
-    weight: FlexTensor,
-    bias: Option<FlexTensor>,
-    options: &ConvOptions<2>,
-) -> FlexTensor {
-    by_dtype!(x.dtype(), conv2d(x, weight, bias, options), [t, t, o, p])
 }
 
 /// [conv2d_x_backward] for any float dtype.
