@@ -1,0 +1,508 @@
+//! Tests of the phalanx patches (PHALANX.md): each new kernel, called through
+//! `ModuleOps for Flex`, against a direct-loop f64 evaluation of its
+//! definition on random shapes (odd sizes, stride, padding incl. asymmetric,
+//! dilation, groups, batch 1), bitwise across 1, 2 and 4 rayon threads, and
+//! one finite-difference gradient check per op family.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use burn_backend::TensorData;
+use burn_backend::ops::{ConvOptions, ModuleOps};
+
+use crate::{Flex, FlexTensor};
+
+/// xorshift64*: reproducible inputs without a dev-dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+        bits as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+
+    fn values(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+}
+
+fn f32_tensor(values: &[f64], shape: &[usize]) -> FlexTensor {
+    let data: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    FlexTensor::from_data(TensorData::new(data, shape.to_vec()))
+}
+
+fn f64_tensor(values: &[f64], shape: &[usize]) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values.to_vec(), shape.to_vec()))
+}
+
+fn f32_values(t: FlexTensor) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+fn f64_values(t: FlexTensor) -> Vec<f64> {
+    t.into_data().try_to_vec::<f64>().unwrap()
+}
+
+/// Runs `f` on a rayon pool of `threads` threads.
+fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
+#[track_caller]
+fn assert_close(what: &str, got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g as f64 - w).abs() <= 1e-5 * scale * (want.len() as f64).sqrt().max(4.0),
+            "{what}[{i}]: got {g}, want {w}"
+        );
+    }
+}
+
+#[track_caller]
+fn assert_bitwise(what: &str, a: &[f32], b: &[f32]) {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(a), bits(b), "{what}: differs across thread counts");
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    batch: usize,
+    c_in: usize,
+    hw: [usize; 2],
+    c_out: usize,
+    groups: usize,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [(usize, usize); 2],
+    dilation: [usize; 2],
+}
+
+const fn case(
+    batch: usize,
+    c_in: usize,
+    hw: [usize; 2],
+    c_out: usize,
+    groups: usize,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [(usize, usize); 2],
+    dilation: [usize; 2],
+) -> Case {
+    Case {
+        batch,
+        c_in,
+        hw,
+        c_out,
+        groups,
+        kernel,
+        stride,
+        padding,
+        dilation,
+    }
+}
+
+const CASES: &[Case] = &[
+    // The CNN's two layers (3×3, "same" padding), smaller batch.
+    case(
+        3,
+        1,
+        [28, 28],
+        16,
+        1,
+        [3, 3],
+        [1, 1],
+        [(1, 1), (1, 1)],
+        [1, 1],
+    ),
+    case(
+        2,
+        16,
+        [14, 14],
+        32,
+        1,
+        [3, 3],
+        [1, 1],
+        [(1, 1), (1, 1)],
+        [1, 1],
+    ),
+    // Batch 1, odd sizes, non-square kernel, stride 2, no padding.
+    case(1, 3, [9, 7], 5, 1, [3, 2], [2, 2], [(0, 0), (0, 0)], [1, 1]),
+    // Dilation 2 with padding 2, stride (1, 3).
+    case(
+        2,
+        2,
+        [11, 10],
+        3,
+        1,
+        [3, 3],
+        [1, 3],
+        [(2, 2), (2, 2)],
+        [2, 2],
+    ),
+    // Groups 2 with mixed stride/dilation; depthwise.
+    case(3, 4, [8, 9], 6, 2, [3, 3], [2, 1], [(1, 1), (0, 0)], [1, 2]),
+    case(2, 3, [5, 6], 3, 3, [2, 2], [1, 1], [(1, 1), (1, 1)], [1, 1]),
+    // Pointwise (1×1, stride 1, no padding: im2col skipped).
+    case(2, 5, [4, 3], 7, 1, [1, 1], [1, 1], [(0, 0), (0, 0)], [1, 1]),
+    // Asymmetric padding.
+    case(2, 2, [6, 5], 3, 1, [3, 3], [2, 2], [(0, 1), (1, 0)], [1, 1]),
+    // More batch items than weight-gradient chunks, unevenly split.
+    case(
+        19,
+        2,
+        [5, 5],
+        3,
+        1,
+        [3, 3],
+        [1, 1],
+        [(1, 1), (1, 1)],
+        [1, 1],
+    ),
+];
+
+impl Case {
+    fn options(&self) -> ConvOptions<2> {
+        ConvOptions::new_with_padding(self.stride, self.padding, self.dilation, self.groups)
+    }
+
+    fn out_hw(&self) -> [usize; 2] {
+        [0, 1].map(|i| {
+            let (b, e) = self.padding[i];
+            (self.hw[i] + b + e - self.dilation[i] * (self.kernel[i] - 1) - 1) / self.stride[i] + 1
+        })
+    }
+
+    fn x_shape(&self) -> [usize; 4] {
+        [self.batch, self.c_in, self.hw[0], self.hw[1]]
+    }
+
+    fn w_shape(&self) -> [usize; 4] {
+        [
+            self.c_out,
+            self.c_in / self.groups,
+            self.kernel[0],
+            self.kernel[1],
+        ]
+    }
+
+    fn y_shape(&self) -> [usize; 4] {
+        let [oh, ow] = self.out_hw();
+        [self.batch, self.c_out, oh, ow]
+    }
+
+    /// Calls `f(x index, w index, y index)` for every multiply-add of the
+    /// convolution, straight from its definition.
+    fn for_each_tap(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let [oh, ow] = self.out_hw();
+        let [h, w] = self.hw;
+        let (cg, og) = (self.c_in / self.groups, self.c_out / self.groups);
+        for n in 0..self.batch {
+            for o in 0..self.c_out {
+                let group = o / og;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let yi = ((n * self.c_out + o) * oh + oy) * ow + ox;
+                        for c in 0..cg {
+                            for ki in 0..self.kernel[0] {
+                                for kj in 0..self.kernel[1] {
+                                    let iy = (oy * self.stride[0] + ki * self.dilation[0]) as isize
+                                        - self.padding[0].0 as isize;
+                                    let ix = (ox * self.stride[1] + kj * self.dilation[1]) as isize
+                                        - self.padding[1].0 as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                        continue;
+                                    }
+                                    let ci = group * cg + c;
+                                    let xi =
+                                        ((n * self.c_in + ci) * h + iy as usize) * w + ix as usize;
+                                    let wi =
+                                        ((o * cg + c) * self.kernel[0] + ki) * self.kernel[1] + kj;
+                                    f(xi, wi, yi);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// (dx, dw, db) of `Σ y · dy` by the definition, in f64.
+    fn reference_grads(&self, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
+        let mut dx = vec![0.0; x.len()];
+        let mut dw = vec![0.0; w.len()];
+        self.for_each_tap(|xi, wi, yi| {
+            dx[xi] += w[wi] * dy[yi];
+            dw[wi] += x[xi] * dy[yi];
+        });
+        let plane = dy.len() / (self.batch * self.c_out);
+        let mut db = vec![0.0; self.c_out];
+        for (i, g) in dy.iter().enumerate() {
+            db[(i / plane) % self.c_out] += g;
+        }
+        [dx, dw, db]
+    }
+}
+
+fn num_elements(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// The three backward ops on f32 inputs.
+fn conv_grads(c: &Case, x: &[f64], w: &[f64], b: &[f64], dy: &[f64]) -> [Vec<f32>; 3] {
+    let (xs, ws, ys) = (c.x_shape(), c.w_shape(), c.y_shape());
+    let dx = Flex::conv2d_x_backward(
+        f32_tensor(x, &xs),
+        f32_tensor(w, &ws),
+        f32_tensor(dy, &ys),
+        c.options(),
+    );
+    let dw = Flex::conv2d_weight_backward(
+        f32_tensor(x, &xs),
+        f32_tensor(w, &ws),
+        f32_tensor(dy, &ys),
+        c.options(),
+    );
+    let db = Flex::conv2d_bias_backward(
+        f32_tensor(x, &xs),
+        f32_tensor(b, &[c.c_out]),
+        f32_tensor(dy, &ys),
+    );
+    assert_eq!(dx.layout().shape().to_vec(), xs.to_vec());
+    assert_eq!(dw.layout().shape().to_vec(), ws.to_vec());
+    [f32_values(dx), f32_values(dw), f32_values(db)]
+}
+
+#[test]
+fn conv2d_backward_matches_definition_and_is_bitwise_across_threads() {
+    let mut rng = Rng(0x5eed_c0de);
+    for c in CASES {
+        let x = rng.values(num_elements(&c.x_shape()));
+        let w = rng.values(num_elements(&c.w_shape()));
+        let b = rng.values(c.c_out);
+        let dy = rng.values(num_elements(&c.y_shape()));
+        let want = c.reference_grads(&x, &w, &dy);
+        let one = on_threads(1, || conv_grads(c, &x, &w, &b, &dy));
+        for (name, (got, want)) in ["dx", "dw", "db"].iter().zip(one.iter().zip(&want)) {
+            assert_close(&alloc::format!("{c:?} {name}"), got, want);
+        }
+        for threads in [2, 4] {
+            let many = on_threads(threads, || conv_grads(c, &x, &w, &b, &dy));
+            for (name, (a, b)) in ["dx", "dw", "db"].iter().zip(one.iter().zip(&many)) {
+                assert_bitwise(&alloc::format!("{c:?} {name} on {threads}"), a, b);
+            }
+        }
+    }
+}
+
+#[test]
+fn conv2d_gradients_match_finite_differences() {
+    // f64, groups 2, stride, dilation and asymmetric padding at once.
+    let c = case(2, 4, [7, 6], 4, 2, [3, 2], [2, 1], [(1, 0), (0, 1)], [1, 2]);
+    let mut rng = Rng(42);
+    let (xs, ws, ys) = (c.x_shape(), c.w_shape(), c.y_shape());
+    let x = rng.values(num_elements(&xs));
+    let w = rng.values(num_elements(&ws));
+    let b = rng.values(c.c_out);
+    let r = rng.values(num_elements(&ys));
+    // loss(x, w, b) = Σ conv2d(x, w, b) · r, through flex's forward.
+    let loss = |x: &[f64], w: &[f64], b: &[f64]| -> f64 {
+        let y = Flex::conv2d(
+            f64_tensor(x, &xs),
+            f64_tensor(w, &ws),
+            Some(f64_tensor(b, &[c.c_out])),
+            c.options(),
+        );
+        f64_values(y).iter().zip(&r).map(|(a, b)| a * b).sum()
+    };
+    let dx = f64_values(Flex::conv2d_x_backward(
+        f64_tensor(&x, &xs),
+        f64_tensor(&w, &ws),
+        f64_tensor(&r, &ys),
+        c.options(),
+    ));
+    let dw = f64_values(Flex::conv2d_weight_backward(
+        f64_tensor(&x, &xs),
+        f64_tensor(&w, &ws),
+        f64_tensor(&r, &ys),
+        c.options(),
+    ));
+    let db = f64_values(Flex::conv2d_bias_backward(
+        f64_tensor(&x, &xs),
+        f64_tensor(&b, &[c.c_out]),
+        f64_tensor(&r, &ys),
+    ));
+    let h = 1e-5;
+    let central = |which: usize, i: usize| {
+        let mut args = [x.clone(), w.clone(), b.clone()];
+        args[which][i] += h;
+        let up = loss(&args[0], &args[1], &args[2]);
+        args[which][i] -= 2.0 * h;
+        let down = loss(&args[0], &args[1], &args[2]);
+        (up - down) / (2.0 * h)
+    };
+    for (which, grad) in [&dx, &dw, &db].into_iter().enumerate() {
+        for i in (0..grad.len()).step_by(grad.len().div_ceil(7)) {
+            let fd = central(which, i);
+            assert!(
+                (fd - grad[i]).abs() < 1e-6 * (1.0 + fd.abs()),
+                "argument {which}[{i}]: finite difference {fd}, kernel {}",
+                grad[i]
+            );
+        }
+    }
+}
+
+/// Batch norm's training statistics and output by the definition, in f64.
+fn reference_batch_norm(
+    x: &[f64],
+    shape: &[usize],
+    gamma: &[f64],
+    beta: &[f64],
+    eps: f64,
+) -> [Vec<f64>; 3] {
+    let (n, ch) = (shape[0], shape[1]);
+    let s = x.len() / (n * ch);
+    let at = |b: usize, c: usize, i: usize| x[(b * ch + c) * s + i];
+    let count = (n * s) as f64;
+    let mut mean = vec![0.0; ch];
+    let mut var = vec![0.0; ch];
+    for c in 0..ch {
+        for b in 0..n {
+            for i in 0..s {
+                mean[c] += at(b, c, i) / count;
+            }
+        }
+        for b in 0..n {
+            for i in 0..s {
+                var[c] += (at(b, c, i) - mean[c]).powi(2) / count;
+            }
+        }
+    }
+    let out = (0..x.len())
+        .map(|j| {
+            let c = (j / s) % ch;
+            (x[j] - mean[c]) / (var[c] + eps).sqrt() * gamma[c] + beta[c]
+        })
+        .collect();
+    [out, mean, var]
+}
+
+const BN_SHAPES: &[&[usize]] = &[&[3, 4, 5, 6], &[7, 3], &[1, 2, 9], &[32, 16, 4, 4]];
+
+fn bn_f32(shape: &[usize], x: &[f64], gamma: &[f64], beta: &[f64], dy: &[f64]) -> [Vec<f32>; 6] {
+    let ch = [shape[1]];
+    let eps = 1e-5;
+    let fwd = Flex::batch_norm_train(
+        f32_tensor(x, shape),
+        f32_tensor(gamma, &ch),
+        f32_tensor(beta, &ch),
+        eps,
+    );
+    let bwd = Flex::batch_norm_train_backward(
+        f32_tensor(x, shape),
+        f32_tensor(gamma, &ch),
+        fwd.mean.clone(),
+        fwd.variance.clone(),
+        eps,
+        f32_tensor(dy, shape),
+    );
+    [
+        f32_values(fwd.output),
+        f32_values(fwd.mean),
+        f32_values(fwd.variance),
+        f32_values(bwd.x_grad),
+        f32_values(bwd.gamma_grad),
+        f32_values(bwd.beta_grad),
+    ]
+}
+
+#[test]
+fn batch_norm_train_matches_definition_and_is_bitwise_across_threads() {
+    let mut rng = Rng(7);
+    for shape in BN_SHAPES {
+        let ch = shape[1];
+        let x: Vec<f64> = rng
+            .values(num_elements(shape))
+            .iter()
+            .map(|v| 3.0 * v + 0.5)
+            .collect();
+        let (gamma, beta) = (rng.values(ch), rng.values(ch));
+        let dy = rng.values(num_elements(shape));
+        let one = on_threads(1, || bn_f32(shape, &x, &gamma, &beta, &dy));
+        let [out, mean, var] = reference_batch_norm(&x, shape, &gamma, &beta, 1e-5);
+        assert_close(&alloc::format!("{shape:?} output"), &one[0], &out);
+        assert_close(&alloc::format!("{shape:?} mean"), &one[1], &mean);
+        assert_close(&alloc::format!("{shape:?} variance"), &one[2], &var);
+        for threads in [2, 4] {
+            let many = on_threads(threads, || bn_f32(shape, &x, &gamma, &beta, &dy));
+            for (i, (a, b)) in one.iter().zip(&many).enumerate() {
+                assert_bitwise(&alloc::format!("{shape:?} result {i} on {threads}"), a, b);
+            }
+        }
+    }
+}
+
+#[test]
+fn batch_norm_train_gradients_match_finite_differences() {
+    let shape = [3, 2, 4, 3];
+    let ch = [shape[1]];
+    let eps = 1e-5;
+    let mut rng = Rng(99);
+    let x = rng.values(num_elements(&shape));
+    let (gamma, beta) = (rng.values(2), rng.values(2));
+    let r = rng.values(num_elements(&shape));
+    let loss = |x: &[f64], gamma: &[f64], beta: &[f64]| -> f64 {
+        let out = Flex::batch_norm_train(
+            f64_tensor(x, &shape),
+            f64_tensor(gamma, &ch),
+            f64_tensor(beta, &ch),
+            eps,
+        )
+        .output;
+        f64_values(out).iter().zip(&r).map(|(a, b)| a * b).sum()
+    };
+    let fwd = Flex::batch_norm_train(
+        f64_tensor(&x, &shape),
+        f64_tensor(&gamma, &ch),
+        f64_tensor(&beta, &ch),
+        eps,
+    );
+    let bwd = Flex::batch_norm_train_backward(
+        f64_tensor(&x, &shape),
+        f64_tensor(&gamma, &ch),
+        fwd.mean,
+        fwd.variance,
+        eps,
+        f64_tensor(&r, &shape),
+    );
+    let grads = [
+        f64_values(bwd.x_grad),
+        f64_values(bwd.gamma_grad),
+        f64_values(bwd.beta_grad),
+    ];
+    let h = 1e-5;
+    for (which, grad) in grads.iter().enumerate() {
+        for i in (0..grad.len()).step_by(grad.len().div_ceil(9)) {
+            let mut args = [x.clone(), gamma.clone(), beta.clone()];
+            args[which][i] += h;
+            let up = loss(&args[0], &args[1], &args[2]);
+            args[which][i] -= 2.0 * h;
+            let down = loss(&args[0], &args[1], &args[2]);
+            let fd = (up - down) / (2.0 * h);
+            assert!(
+                (fd - grad[i]).abs() < 1e-6 * (1.0 + fd.abs()),
+                "argument {which}[{i}]: finite difference {fd}, kernel {}",
+                grad[i]
+            );
+        }
+    }
+}
