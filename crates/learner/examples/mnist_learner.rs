@@ -29,10 +29,11 @@ use burn::tensor::Device;
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{Learner, SupervisedTraining};
 
+mod common;
 mod mnist;
 use mnist::{Args, MnistBatcher, Model};
 
-fn main() -> Result<(), mnist::Error> {
+fn main() -> Result<(), common::Error> {
     let args = Args::parse()?;
     let device = Device::flex().autodiff();
     device.seed(42);
@@ -59,5 +60,5 @@ fn main() -> Result<(), mnist::Error> {
         training = training.checkpoint(epoch);
     }
     let learner = Learner::new(Model::new(&device, &args), AdamConfig::new().init(), 1e-3);
-    mnist::finish(training.launch(learner))
+    common::finish(training.launch(learner))
 }

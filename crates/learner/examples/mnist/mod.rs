@@ -1,13 +1,13 @@
 //! What the two MNIST Learner programs share (`mnist_burn.rs`, `mnist_learner.rs`): the
-//! model, the data, the command line, and what runs around the training (evaluating a saved
-//! model, the replicas' digest). Laid out as Burn's book lays out its MNIST guide (a model
+//! model, the data, the command line, and evaluating a saved model (the replicas' digest is in
+//! `common/mod.rs`, shared with `tasks_learner.rs`). Laid out as Burn's book lays out its MNIST guide (a model
 //! file, a data file, a training function): the training itself is in each program.
 
 use std::path::PathBuf;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::{Dataset as _, InMemDataset};
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -15,9 +15,9 @@ use burn::nn::{
     BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d, Relu,
 };
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burn_train::{ClassificationOutput, InferenceStep, LearningResult, TrainOutput, TrainStep};
+use burn_train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
-pub(crate) type Error = Box<dyn std::error::Error>;
+use crate::common::Error;
 
 // The model.
 #[derive(Module, Debug)]
@@ -220,19 +220,9 @@ impl Args {
         Ok(a)
     }
 
-    /// This process's share of the global batch: the global batch over the number of
-    /// processes of the job (`WORLD_SIZE`, which every launcher sets; 1 without one), as a
-    /// PyTorch script divides its batch by `dist.get_world_size()`.
+    /// This process's share of the global batch.
     pub(crate) fn batch_size_per_rank(&self) -> Result<usize, Error> {
-        let world: usize = match std::env::var("WORLD_SIZE") {
-            Ok(w) => w.parse()?,
-            Err(_) => 1,
-        };
-        if !self.batch_size.is_multiple_of(world) {
-            let b = self.batch_size;
-            return Err(format!("--batch-size {b} does not divide over {world} processes").into());
-        }
-        Ok(self.batch_size / world)
+        crate::common::batch_size_per_rank(self.batch_size)
     }
 
     /// With `--resume auto`, the newest complete checkpoint in the artifact directory (a run
@@ -273,38 +263,4 @@ fn evaluate(args: &Args) -> Result<(), Error> {
         100.0 * correct as f64 / n as f64
     );
     Ok(())
-}
-
-/// The end of a run: the error, or every rank's digest of its trained model.
-pub(crate) fn finish(result: LearningResult<Model>) -> Result<(), Error> {
-    if let Some(error) = result.error {
-        return Err(format!("training failed: {error}").into());
-    }
-    // Not part of a Learner program: the check that every rank ends with the same model.
-    let rank = std::env::var("RANK").unwrap_or_else(|_| "0".into());
-    println!(
-        "rank {rank}: parameter digest {:016x}",
-        digest(&result.model)
-    );
-    Ok(())
-}
-
-/// FNV-1a over every float of the model (parameters and BatchNorm statistics), in visiting order.
-fn digest(model: &Model) -> u64 {
-    struct Fnv(u64);
-    impl ModuleVisitor for Fnv {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let values = param
-                .val()
-                .into_data()
-                .try_to_vec::<f32>()
-                .expect("f32 parameters");
-            for v in values {
-                self.0 = (self.0 ^ u64::from(v.to_bits())).wrapping_mul(0x0100_0000_01b3);
-            }
-        }
-    }
-    let mut fnv = Fnv(0xcbf2_9ce4_8422_2325);
-    model.visit(&mut fnv);
-    fnv.0
 }
