@@ -308,9 +308,17 @@ fn train<M: LearnerModel>(
 
 fn main() -> Result<(), Error> {
     let args = Args::parse()?;
-    // The synthetic data: the same draws on every rank (and in every run) from a fixed seed.
+    // The synthetic data first, the same draws on every rank (and in every run) from a fixed
+    // seed; then the training device, seeded for the model's initialization.
     let data = Device::flex();
     data.seed(7);
+    let (points, sequences) = match args.task.as_str() {
+        "regression" => (Some((points(&data, TRAIN), points(&data, VALID))), None),
+        _ => (
+            None,
+            Some((sequences(&data, TRAIN), sequences(&data, VALID))),
+        ),
+    };
     let device = Device::flex().autodiff();
     device.seed(42);
     let dir = args
@@ -318,8 +326,7 @@ fn main() -> Result<(), Error> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("tasks_learner-{}", args.task)));
     let per_rank = common::batch_size_per_rank(args.batch_size)?;
-    if args.task == "regression" {
-        let (train_set, valid_set) = (points(&data, TRAIN), points(&data, VALID));
+    if let Some((train_set, valid_set)) = points {
         let loader_train = DataLoaderBuilder::new(PointBatcher)
             .batch_size(per_rank)
             .shuffle(42)
@@ -330,8 +337,7 @@ fn main() -> Result<(), Error> {
         let training =
             SupervisedTraining::new(&dir, loader_train, loader_valid).metrics((LossMetric::new(),));
         train(&args, training, Mlp::new(&device), &device)
-    } else {
-        let (train_set, valid_set) = (sequences(&data, TRAIN), sequences(&data, VALID));
+    } else if let Some((train_set, valid_set)) = sequences {
         let loader_train = DataLoaderBuilder::new(TokenBatcher)
             .batch_size(per_rank)
             .shuffle(42)
@@ -342,5 +348,7 @@ fn main() -> Result<(), Error> {
         let training = SupervisedTraining::new(&dir, loader_train, loader_valid)
             .metrics((AccuracyMetric::new(), LossMetric::new()));
         train(&args, training, Tagger::new(&device), &device)
+    } else {
+        unreachable!("Args::parse accepts regression and sequence only")
     }
 }
