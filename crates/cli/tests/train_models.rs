@@ -71,6 +71,34 @@ fn cnn_replicas_with_batchnorm_stay_identical_on_three_ranks() {
     assert!(s.iter().all(|r| r.2 == s[0].2), "replicas differ: {s:?}");
 }
 
+/// Note [Step on the compute pool] and the patched kernels' fixed reduction order
+/// (vendor/burn-flex/PHALANX.md): a rank computing on one thread ends with the bits of a rank
+/// computing on two, for both models (convolution, BatchNorm, max-pool, dropout, attention).
+#[test]
+fn one_compute_thread_trains_the_bits_of_two() {
+    for model in ["cnn", "transformer"] {
+        let digests: Vec<String> = ["1", "2"]
+            .into_iter()
+            .map(|threads| {
+                let mut cmd = phalanx();
+                cmd.env("RAYON_NUM_THREADS", threads)
+                    .arg("train")
+                    .args(["--standalone", "--json", "--nproc-per-node", "2"])
+                    .args(["--model", model, "--dataset", "mnist5k", "--epochs", "1"])
+                    .args(["--max-steps", "12", "--batch-size", "16"])
+                    .args(["--optimizer", "adam", "--lr", "0.001"]);
+                let f = run(cmd, Duration::from_secs(300));
+                assert_eq!(f.code(), Some(0), "{model} on {threads} thread(s): {}", f.stderr);
+                let s = train_summaries(&f.stdout);
+                assert_eq!(s.len(), 2, "{}", f.stdout);
+                assert_eq!(s[0].2, s[1].2, "{model} on {threads} thread(s): replicas differ");
+                s[0].2.clone()
+            })
+            .collect();
+        assert_eq!(digests[0], digests[1], "{model}: 1 thread against 2 threads");
+    }
+}
+
 #[test]
 fn transformer_trains_with_adamw_cosine_and_clipping() {
     let f = train(&[

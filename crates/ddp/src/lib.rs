@@ -38,6 +38,7 @@
 pub mod adapter;
 pub mod bucket;
 mod buffers;
+mod compute_pool;
 mod ddp;
 mod error;
 pub mod fsdp;
@@ -48,6 +49,7 @@ mod stats;
 mod step_header;
 mod verify;
 
+pub use compute_pool::on_compute_pool;
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};
 pub use hook::{

@@ -146,13 +146,23 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                 },
             ));
         }
-        let (model, mut processor) = self.fit(
-            components,
-            learner,
-            dataloader_train,
-            dataloader_valid,
-            starting_epoch,
-        );
+        // Note [Step on the compute pool] (phalanx-ddp): on the CPU backend the epochs run on
+        // a worker of the pool Burn computes on, so its parallel operations do not hand off
+        // to another thread and sleep; a GPU's context stays with the thread that opened it.
+        let fit = || {
+            self.fit(
+                components,
+                learner,
+                dataloader_train,
+                dataloader_valid,
+                starting_epoch,
+            )
+        };
+        let (model, mut processor) = if self.device.clone().inner() == Device::flex() {
+            phalanx_ddp::on_compute_pool(fit)
+        } else {
+            fit()
+        };
         if self.lead() {
             let summary = summary.and_then(|s| s.init().ok());
             interrupter.fail_on_error(processor.process_train(LearnerEvent::End(summary)));

@@ -248,10 +248,16 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             if args.bf16 { ", bf16 gradients" } else { "" }
         );
     }
-    let result = match (ft, &pg) {
+    let run = || match (ft, &pg) {
         (Some(ft), _) => phalanx_train::train_fault_tolerant(ft, &cfg, &mut reporter),
         (None, Some(pg)) => phalanx_train::train(pg.clone(), &cfg, &mut reporter).map(Some),
         (None, None) => unreachable!("joined or fault tolerant"),
+    };
+    // On the CPU the step runs on the compute pool (Note [Step on the compute pool]); a GPU's
+    // kernels are not rayon's, and its context stays with the thread that opened it.
+    let result = match args.device {
+        DeviceSpec::Cpu => phalanx_train::on_compute_pool(run),
+        DeviceSpec::Cuda(_) => run(),
     };
     let summary = match result {
         Ok(Some(s)) => s,

@@ -63,20 +63,56 @@ fn slice<T: NormScalar>(tensor: &FlexTensor) -> &[T] {
         .expect("batch_norm: tensor must be contiguous here")
 }
 
-/// Σ f(i) over `0..len`, 8 f64 lanes combined in a fixed order.
-fn lane_sum(len: usize, f: impl Fn(usize) -> f64) -> f64 {
-    let mut lanes = [0.0f64; 8];
-    let full = len / 8 * 8;
-    for base in (0..full).step_by(8) {
-        for (j, lane) in lanes.iter_mut().enumerate() {
-            *lane += f(base + j);
-        }
-    }
-    for (lane, i) in lanes.iter_mut().zip(full..len) {
-        *lane += f(i);
-    }
+/// Lanes of a sum: element `i` of a plane goes to lane `i % 8`, and the lanes are combined in
+/// a fixed order, so a sum does not depend on how planes are spread over threads. Eight f64
+/// lanes are one AVX-512 register (two AVX2 ones): the loops below vectorize.
+const LANES: usize = 8;
+
+fn combine(lanes: [f64; LANES]) -> f64 {
     let [a, b, c, d, e, g, h, k] = lanes;
     ((a + b) + (c + d)) + ((e + g) + (h + k))
+}
+
+/// Σ f(p[i]) over a plane, in lanes.
+fn lane_sum<T: NormScalar>(p: &[T], f: impl Fn(f64) -> f64) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    let chunks = p.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane += f(v.to_f64());
+        }
+    }
+    for (lane, &v) in lanes.iter_mut().zip(rest) {
+        *lane += f(v.to_f64());
+    }
+    combine(lanes)
+}
+
+/// (Σ f(a[i], b[i]), Σ g(a[i], b[i])) over two planes of one length, in one pass, each in
+/// lanes as [lane_sum].
+fn lane_sums2<T: NormScalar>(
+    a: &[T],
+    b: &[T],
+    f: impl Fn(f64, f64) -> f64,
+    g: impl Fn(f64, f64) -> f64,
+) -> (f64, f64) {
+    let (mut fl, mut gl) = ([0.0f64; LANES], [0.0f64; LANES]);
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (ca, cb) in ac.zip(bc) {
+        for j in 0..LANES {
+            let (x, y) = (ca[j].to_f64(), cb[j].to_f64());
+            fl[j] += f(x, y);
+            gl[j] += g(x, y);
+        }
+    }
+    for (j, (&x, &y)) in ar.iter().zip(br).enumerate() {
+        let (x, y) = (x.to_f64(), y.to_f64());
+        fl[j] += f(x, y);
+        gl[j] += g(x, y);
+    }
+    (combine(fl), combine(gl))
 }
 
 /// Runs `f(channel)` for every channel, in parallel when rayon is on, and
@@ -117,17 +153,12 @@ pub(crate) fn batch_norm_train<T: NormScalar>(
     let stats = per_channel(channels, |c| {
         let mut sum = 0.0;
         for b in 0..batch {
-            let p = &xd[plane(b, c)..][..spatial];
-            sum += lane_sum(spatial, |i| p[i].to_f64());
+            sum += lane_sum(&xd[plane(b, c)..][..spatial], |v| v);
         }
         let mean = sum / count;
         let mut squares = 0.0;
         for b in 0..batch {
-            let p = &xd[plane(b, c)..][..spatial];
-            squares += lane_sum(spatial, |i| {
-                let d = p[i].to_f64() - mean;
-                d * d
-            });
+            squares += lane_sum(&xd[plane(b, c)..][..spatial], |v| (v - mean) * (v - mean));
         }
         (mean, squares / count)
     });
@@ -209,8 +240,9 @@ pub(crate) fn batch_norm_train_backward<T: NormScalar>(
                 &xd[plane(b, c)..][..spatial],
                 &dyd[plane(b, c)..][..spatial],
             );
-            dy_sum += lane_sum(spatial, |i| gp[i].to_f64());
-            dy_xhat_sum += lane_sum(spatial, |i| gp[i].to_f64() * (xp[i].to_f64() - m) * s);
+            let (a, b) = lane_sums2(gp, xp, |g, _| g, |g, x| g * (x - m) * s);
+            dy_sum += a;
+            dy_xhat_sum += b;
         }
         (dy_sum, dy_xhat_sum)
     });

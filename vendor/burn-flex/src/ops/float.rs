@@ -27,6 +27,13 @@ fn remainder_float<T: Float>(a: T, b: T) -> T {
     }
 }
 
+/// `n` values of `distribution` as f32, from one sampler (Note [One sampler per tensor]); f16
+/// and bf16 convert these, as burn-std's per-element path does.
+fn random_f32(n: usize, distribution: Distribution, rng: &mut crate::backend::FlexRng) -> Vec<f32> {
+    let mut sampler = distribution.sampler::<_, f32>(rng);
+    (0..n).map(|_| sampler.sample()).collect()
+}
+
 impl FloatTensorOps<Flex> for Flex {
     fn float_from_data(data: TensorData, _device: &Device<Flex>) -> FloatTensor<Flex> {
         FlexTensor::from_data(data)
@@ -40,13 +47,36 @@ impl FloatTensorOps<Flex> for Flex {
     ) -> FloatTensor<Flex> {
         let mut seed = crate::backend::SEED.lock();
         let mut rng = seed.take().unwrap_or_else(crate::backend::get_seeded_rng);
+        // Note [One sampler per tensor]: burn-std's `TensorData::random` builds the
+        // distribution's sampler (`Bernoulli::new`, `Uniform::new`, …) again for every element,
+        // which made dropout's mask most of a small transformer's step. One sampler per tensor
+        // draws the same values from `rng` in the same order, so results are unchanged.
+        let n = shape.num_elements();
         let data = match dtype {
-            FloatDType::F64 => TensorData::random::<f64, _, _>(shape, distribution, &mut rng),
-            FloatDType::F32 | FloatDType::Flex32 => {
-                TensorData::random::<f32, _, _>(shape, distribution, &mut rng)
+            FloatDType::F64 => {
+                let mut sampler = distribution.sampler::<_, f64>(&mut rng);
+                TensorData::new(
+                    (0..n).map(|_| sampler.sample()).collect::<Vec<f64>>(),
+                    shape,
+                )
             }
-            FloatDType::F16 => TensorData::random::<f16, _, _>(shape, distribution, &mut rng),
-            FloatDType::BF16 => TensorData::random::<bf16, _, _>(shape, distribution, &mut rng),
+            FloatDType::F32 | FloatDType::Flex32 => {
+                TensorData::new(random_f32(n, distribution, &mut rng), shape)
+            }
+            FloatDType::F16 => {
+                let values = random_f32(n, distribution, &mut rng);
+                TensorData::new(
+                    values.into_iter().map(f16::from_f32).collect::<Vec<_>>(),
+                    shape,
+                )
+            }
+            FloatDType::BF16 => {
+                let values = random_f32(n, distribution, &mut rng);
+                TensorData::new(
+                    values.into_iter().map(bf16::from_f32).collect::<Vec<_>>(),
+                    shape,
+                )
+            }
         };
         *seed = Some(rng);
         FlexTensor::from_data(data)

@@ -506,3 +506,186 @@ fn batch_norm_train_gradients_match_finite_differences() {
         }
     }
 }
+
+/// Note [One sampler per tensor] (`float.rs`): `float_random` draws exactly the values burn-std's
+/// per-element `TensorData::random` draws from the same generator, for every distribution and
+/// float dtype, and leaves the generator where that path leaves it (the next tensor matches too).
+#[test]
+fn float_random_draws_what_the_per_element_path_draws() {
+    use burn_backend::ops::FloatTensorOps;
+    use burn_backend::{Backend, Distribution, FloatDType};
+    use burn_std::rand::{SeedableRng, StdRng};
+    use burn_std::{Shape, bf16, f16};
+
+    let device = Default::default();
+    let shape = Shape::new([3, 5, 7]);
+    let distributions = [
+        Distribution::Default,
+        Distribution::Bernoulli(0.9),
+        Distribution::Bernoulli(0.25),
+        Distribution::Uniform(-2.0, 3.0),
+        Distribution::Normal(1.0, 0.5),
+    ];
+    for (i, distribution) in distributions.into_iter().enumerate() {
+        for dtype in [
+            FloatDType::F32,
+            FloatDType::F64,
+            FloatDType::F16,
+            FloatDType::BF16,
+        ] {
+            let seed = 7 + i as u64;
+            Flex::seed(&device, seed);
+            let mut rng = StdRng::seed_from_u64(seed);
+            for draw in 0..2 {
+                let got =
+                    Flex::float_random(shape.clone(), distribution, &device, dtype).into_data();
+                let want = match dtype {
+                    FloatDType::F64 => {
+                        TensorData::random::<f64, _, _>(shape.clone(), distribution, &mut rng)
+                    }
+                    FloatDType::F16 => {
+                        TensorData::random::<f16, _, _>(shape.clone(), distribution, &mut rng)
+                    }
+                    FloatDType::BF16 => {
+                        TensorData::random::<bf16, _, _>(shape.clone(), distribution, &mut rng)
+                    }
+                    _ => TensorData::random::<f32, _, _>(shape.clone(), distribution, &mut rng),
+                };
+                assert_eq!(
+                    got.shape(),
+                    want.shape(),
+                    "{distribution:?} {dtype:?} draw {draw}: shape"
+                );
+                assert_eq!(
+                    got.dtype(),
+                    want.dtype(),
+                    "{distribution:?} {dtype:?} draw {draw}: dtype"
+                );
+                assert_eq!(
+                    got.as_bytes(),
+                    want.as_bytes(),
+                    "{distribution:?} {dtype:?} draw {draw}: values"
+                );
+            }
+        }
+    }
+}
+
+/// max_pool2d's whole-window path (`pool.rs`, no padding): output and indices against a direct
+/// evaluation of the definition (the first maximum of each window, a NaN winning), on
+/// non-overlapping and overlapping windows, dilation, odd sizes and ceil mode whose last window
+/// fits or not (then the range-checked path runs), bitwise across 1, 2 and 4 threads.
+#[test]
+fn max_pool2d_matches_definition_and_is_bitwise_across_threads() {
+    struct Case {
+        shape: [usize; 4],
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil: bool,
+    }
+    let case = |shape, kernel, stride, padding, dilation, ceil| Case {
+        shape,
+        kernel,
+        stride,
+        padding,
+        dilation,
+        ceil,
+    };
+    let cases = [
+        case([32, 16, 28, 28], [2, 2], [2, 2], [0, 0], [1, 1], false),
+        case([3, 5, 7, 9], [2, 2], [2, 2], [0, 0], [1, 1], false),
+        case([1, 2, 9, 8], [3, 3], [2, 2], [0, 0], [1, 1], false),
+        case([2, 3, 10, 11], [3, 2], [1, 2], [0, 0], [2, 1], false),
+        case([2, 2, 7, 7], [2, 2], [2, 2], [0, 0], [1, 1], true),
+        case([2, 2, 8, 8], [3, 3], [2, 2], [0, 0], [1, 1], true),
+        case([2, 3, 6, 5], [3, 3], [2, 1], [1, 1], [1, 1], false),
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for c in &cases {
+        let [n, ch, h, w] = c.shape;
+        let mut x = rng.values(n * ch * h * w);
+        x[5] = f64::NAN;
+        let out_len = |input: usize, k: usize, s: usize, p: usize, d: usize| {
+            let span = input + 2 * p - d * (k - 1) - 1;
+            let mut out = if c.ceil {
+                span.div_ceil(s) + 1
+            } else {
+                span / s + 1
+            };
+            if c.ceil && (out - 1) * s >= input + p {
+                out -= 1;
+            }
+            out
+        };
+        let oh = out_len(h, c.kernel[0], c.stride[0], c.padding[0], c.dilation[0]);
+        let ow = out_len(w, c.kernel[1], c.stride[1], c.padding[1], c.dilation[1]);
+        let mut want = Vec::new();
+        let mut want_idx = Vec::new();
+        for plane in 0..n * ch {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let (mut best, mut at) = (f32::NEG_INFINITY, -1i64);
+                    for ki in 0..c.kernel[0] {
+                        for kj in 0..c.kernel[1] {
+                            let r = (i * c.stride[0] + ki * c.dilation[0]) as isize
+                                - c.padding[0] as isize;
+                            let q = (j * c.stride[1] + kj * c.dilation[1]) as isize
+                                - c.padding[1] as isize;
+                            if r < 0 || q < 0 || r >= h as isize || q >= w as isize {
+                                continue;
+                            }
+                            let k = r as usize * w + q as usize;
+                            let v = x[plane * h * w + k] as f32;
+                            if at < 0 || v > best || v.is_nan() {
+                                (best, at) = (v, k as i64);
+                            }
+                        }
+                    }
+                    want.push(best);
+                    want_idx.push(at);
+                }
+            }
+        }
+        let run = || {
+            let out = Flex::max_pool2d_with_indices(
+                f32_tensor(&x, &c.shape),
+                c.kernel,
+                c.stride,
+                c.padding,
+                c.dilation,
+                c.ceil,
+                burn_std::IntDType::I64,
+            );
+            let indices = out.indices.into_data().convert::<i64>();
+            (f32_values(out.output), indices.try_to_vec::<i64>().unwrap())
+        };
+        let (got, got_idx) = run();
+        assert_eq!(got.len(), want.len(), "{:?}: output length", c.shape);
+        for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+                "{:?} kernel {:?}: output {k}: {g} against {e}",
+                c.shape,
+                c.kernel
+            );
+        }
+        assert_eq!(
+            got_idx, want_idx,
+            "{:?} kernel {:?}: indices",
+            c.shape, c.kernel
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for threads in [1, 2, 4] {
+            let (t, ti) = on_threads(threads, run);
+            assert_eq!(
+                bits(&t),
+                bits(&got),
+                "{:?}: output on {threads} threads",
+                c.shape
+            );
+            assert_eq!(ti, got_idx, "{:?}: indices on {threads} threads", c.shape);
+        }
+    }
+}

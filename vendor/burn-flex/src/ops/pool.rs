@@ -262,13 +262,28 @@ where
 
     let spatial_out = out_d * out_h * out_w;
     let x_data: &[T] = x.storage();
+    // phalanx: when no window reaches outside the input (no padding, and ceil mode adds no
+    // partial window), every window is whole: skip `valid_range_maxpool`'s six integer
+    // divisions per output, most of a 2x2/stride-2 pool's time. Same windows, same results.
+    let whole =
+        |out: usize, kernel: usize, stride: usize, pad: usize, dilation: usize, input: usize| {
+            pad == 0
+                && kernel > 0
+                && (out == 0 || (out - 1) * stride + (kernel - 1) * dilation < input)
+        };
+    let interior = whole(out_d, kernel_d, stride_d, pad_d, dilation_d, in_d)
+        && whole(out_h, kernel_h, stride_h, pad_h, dilation_h, in_h)
+        && whole(out_w, kernel_w, stride_w, pad_w, dilation_w, in_w);
     let kernel = |od: usize, oh: usize, ow: usize, x_offset: usize| {
-        let (kd_start, kd_end) =
-            valid_range_maxpool(od, kernel_d, stride_d, pad_d, dilation_d, in_d);
-        let (kh_start, kh_end) =
-            valid_range_maxpool(oh, kernel_h, stride_h, pad_h, dilation_h, in_h);
-        let (kw_start, kw_end) =
-            valid_range_maxpool(ow, kernel_w, stride_w, pad_w, dilation_w, in_w);
+        let ((kd_start, kd_end), (kh_start, kh_end), (kw_start, kw_end)) = if interior {
+            ((0, kernel_d), (0, kernel_h), (0, kernel_w))
+        } else {
+            (
+                valid_range_maxpool(od, kernel_d, stride_d, pad_d, dilation_d, in_d),
+                valid_range_maxpool(oh, kernel_h, stride_h, pad_h, dilation_h, in_h),
+                valid_range_maxpool(ow, kernel_w, stride_w, pad_w, dilation_w, in_w),
+            )
+        };
 
         let mut max_val = neg_inf;
         let mut max_idx: i64 = -1;

@@ -296,21 +296,23 @@ fn print_rows(args: &Args, rows: &[Row]) {
 fn measure(args: &Args) -> anyhow::Result<Option<Row>> {
     crate::cmd::limit_compute_threads();
     let pg = Arc::new(crate::cmd::train_setup::join_group(args.backend)?);
-    let t = throughput::measure(
-        pg.clone(),
-        &ThroughputConfig {
-            model: args.model,
-            optimizer: args.optimizer,
-            hidden: args.hidden,
-            depth: args.depth,
-            batch_size: args.batch_size,
-            steps: args.steps,
-            warmup: args.warmup,
-            bf16: args.bf16,
-            sharding: args.sharding.first().copied().unwrap_or_default(),
-            reshard_after_forward: args.reshard_after_forward,
-        },
-    )?;
+    let t = phalanx_train::on_compute_pool(|| {
+        throughput::measure(
+            pg.clone(),
+            &ThroughputConfig {
+                model: args.model,
+                optimizer: args.optimizer,
+                hidden: args.hidden,
+                depth: args.depth,
+                batch_size: args.batch_size,
+                steps: args.steps,
+                warmup: args.warmup,
+                bf16: args.bf16,
+                sharding: args.sharding.first().copied().unwrap_or_default(),
+                reshard_after_forward: args.reshard_after_forward,
+            },
+        )
+    })?;
     Ok((pg.rank() == 0).then(|| Row {
         bench: "train".into(),
         model: args.model.to_string(),
