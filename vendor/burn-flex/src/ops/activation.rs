@@ -19,6 +19,55 @@ use crate::ops::binary::binary_op;
 use crate::ops::unary::unary_op;
 use crate::{Flex, FlexTensor, Layout};
 
+/// exp(x) for f32 in plain arithmetic (no libm call), so that a loop over it vectorizes:
+/// x = k·ln2 + r with |r| ≤ ln2/2, exp(r) by its degree-7 Taylor polynomial (truncation below
+/// 2⁻²⁶, under one ulp), 2ᵏ built from its exponent bits. Inputs are clamped to
+/// [-87, 88], where 2ᵏ stays a normal number: exp of anything below -87 comes out as about
+/// 1.6e-38 rather than a subnormal or 0. A NaN stays NaN. (phalanx patch, PHALANX.md.)
+#[inline(always)]
+pub(crate) fn exp_f32_arith(x: f32) -> f32 {
+    // ln 2 split in two: LN2_HI has 10 significant bits, so k·LN2_HI is exact for |k| < 2¹⁴.
+    const LN2_HI: f32 = 0.693_359_375; // 355/512, exact
+    const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 − 355/512
+    // Adding and subtracting 1.5·2²³ rounds to the nearest integer in plain arithmetic.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let k = (x * core::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+    p * f32::from_bits(((k as i32 + 127) << 23) as u32)
+}
+
+/// GELU's two factors for f32: `(1 + erf(x/√2), exp(−x²/2))`, the second being
+/// `exp(−z²)` for `z = x/√2`, which the erf approximation needs anyway.
+///
+/// erf is Abramowitz & Stegun's 7.1.26, `erf(z) = 1 − t·P(t)·exp(−z²)` with `t = 1/(1 + p·z)`
+/// for `z ≥ 0` (absolute error below 1.5e-7, about one f32 ulp of `1 + erf`), by oddness for
+/// `z < 0`; there `1 + erf(z) = t·P(t)·exp(−z²)` is formed directly, without cancelling
+/// against 1. libm's `erff` is a call per element and kept the loop scalar: GELU's forward and
+/// backward were 11% of a small transformer's step. (phalanx patch, PHALANX.md.)
+#[inline(always)]
+pub(crate) fn gelu_f32_parts(x: f32) -> (f32, f32) {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [
+        0.254_829_6,
+        -0.284_496_74,
+        1.421_413_8,
+        -1.453_152,
+        1.061_405_4,
+    ];
+    let z = x * core::f32::consts::FRAC_1_SQRT_2;
+    let gauss = exp_f32_arith(-(z * z));
+    let t = 1.0 / (1.0 + P * z.abs());
+    let tail = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4])))) * gauss;
+    let one_plus_erf = if z >= 0.0 { 2.0 - tail } else { tail };
+    (one_plus_erf, gauss)
+}
+
 impl ActivationOps<Flex> for Flex {
     fn relu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
         // `max` returns the non-NaN operand, which would map NaN to the bound.
@@ -68,20 +117,19 @@ impl ActivationOps<Flex> for Flex {
 
     fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
         // 0.5 * x * (1 + erf(x / sqrt(2)))
-        use crate::ops::unary::{erf_f32, erf_f64};
-        let sqrt2_f32: f32 = core::f32::consts::SQRT_2;
+        use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
         unary_op(
             tensor,
-            move |x: f32| 0.5 * x * (1.0 + erf_f32(x / sqrt2_f32)),
+            // phalanx: f32 without libm calls, so the loop vectorizes (gelu_f32_parts).
+            move |x: f32| 0.5 * x * gelu_f32_parts(x).0,
             move |x: f64| 0.5 * x * (1.0 + erf_f64(x / sqrt2_f64)),
         )
     }
 
     fn gelu_backward(x: FloatTensor<Flex>, grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
         // d/dx[gelu(x)] = 0.5 * (1 + erf(x/sqrt(2))) + x * (1/sqrt(2*pi)) * exp(-x^2/2)
-        use crate::ops::unary::{erf_f32, erf_f64};
-        let sqrt2_f32: f32 = core::f32::consts::SQRT_2;
+        use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
         let inv_sqrt_2pi_f32: f32 = 1.0 / (2.0 * core::f32::consts::PI).sqrt();
         let inv_sqrt_2pi_f64: f64 = 1.0 / (2.0 * core::f64::consts::PI).sqrt();
@@ -89,9 +137,9 @@ impl ActivationOps<Flex> for Flex {
             x,
             grad,
             move |x: f32, g| {
-                let cdf = 0.5 * (1.0 + erf_f32(x / sqrt2_f32));
-                let pdf = inv_sqrt_2pi_f32 * (-0.5 * x * x).exp();
-                g * (cdf + x * pdf)
+                // phalanx: one exponential serves both terms (gelu_f32_parts).
+                let (one_plus_erf, gauss) = gelu_f32_parts(x);
+                g * (0.5 * one_plus_erf + x * inv_sqrt_2pi_f32 * gauss)
             },
             move |x: f64, g| {
                 let cdf = 0.5 * (1.0 + erf_f64(x / sqrt2_f64));

@@ -507,11 +507,17 @@ fn batch_norm_train_gradients_match_finite_differences() {
     }
 }
 
+/// Flex's generator is one per process (`Backend::seed`): tests that seed it and draw take
+/// turns, or their draws interleave.
+static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Note [One sampler per tensor] (`float.rs`): `float_random` draws exactly the values burn-std's
-/// per-element `TensorData::random` draws from the same generator, for every distribution and
-/// float dtype, and leaves the generator where that path leaves it (the next tensor matches too).
+/// per-element `TensorData::random` draws from the same generator, for every distribution but
+/// Bernoulli (next test) and every float dtype, and leaves the generator where that path leaves
+/// it (the next tensor matches too).
 #[test]
 fn float_random_draws_what_the_per_element_path_draws() {
+    let _one_seed_user = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
     use burn_backend::ops::FloatTensorOps;
     use burn_backend::{Backend, Distribution, FloatDType};
     use burn_std::rand::{SeedableRng, StdRng};
@@ -521,8 +527,6 @@ fn float_random_draws_what_the_per_element_path_draws() {
     let shape = Shape::new([3, 5, 7]);
     let distributions = [
         Distribution::Default,
-        Distribution::Bernoulli(0.9),
-        Distribution::Bernoulli(0.25),
         Distribution::Uniform(-2.0, 3.0),
         Distribution::Normal(1.0, 0.5),
     ];
@@ -687,5 +691,126 @@ fn max_pool2d_matches_definition_and_is_bitwise_across_threads() {
             );
             assert_eq!(ti, got_idx, "{:?}: indices on {threads} threads", c.shape);
         }
+    }
+}
+
+/// Note [Bernoulli from 32-bit words] (`float.rs`): the mask is `word < round(p · 2³²)` over
+/// 32-bit words filled from the seeded generator, the same for every float dtype; the generator
+/// advances (a second draw differs); frequencies match `p`; `p` = 0 and 1 are exact.
+#[test]
+fn bernoulli_is_a_threshold_on_32_bit_words() {
+    let _one_seed_user = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    use burn_backend::ops::FloatTensorOps;
+    use burn_backend::{Backend, Distribution, FloatDType};
+    use burn_std::rand::{RngExt, SeedableRng, StdRng};
+
+    let device = Default::default();
+    let n = 1 << 20;
+    for (seed, p) in [(3u64, 0.9f64), (4, 0.25), (5, 0.0), (6, 1.0)] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let threshold = (p * 4_294_967_296.0).round() as u64;
+        let mut want = Vec::new();
+        for _ in 0..2 {
+            let mut words = vec![0u32; n];
+            rng.fill(&mut words[..]);
+            want.push(
+                words
+                    .iter()
+                    .map(|&w| {
+                        if u64::from(w) < threshold {
+                            1.0f64
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
+        for dtype in [
+            FloatDType::F32,
+            FloatDType::F64,
+            FloatDType::F16,
+            FloatDType::BF16,
+        ] {
+            Flex::seed(&device, seed);
+            for (draw, want) in want.iter().enumerate() {
+                let got =
+                    Flex::float_random([n].into(), Distribution::Bernoulli(p), &device, dtype)
+                        .into_data()
+                        .convert::<f64>()
+                        .try_to_vec::<f64>()
+                        .unwrap();
+                assert!(got == *want, "p {p} {dtype:?} draw {draw}: mask differs");
+            }
+        }
+        assert!(
+            p == 0.0 || p == 1.0 || want[0] != want[1],
+            "p {p}: the generator did not advance"
+        );
+        let ones = want[0].iter().sum::<f64>();
+        let sigma = (n as f64 * p * (1.0 - p)).sqrt();
+        assert!(
+            (ones - n as f64 * p).abs() <= 5.0 * sigma,
+            "p {p}: {ones} ones in {n} draws"
+        );
+    }
+}
+
+/// GELU's f32 forward and backward (`activation.rs`, `gelu_f32_parts`, `exp_f32_arith`) against
+/// the f64 definition through libm's erf, over [-12, 12] in steps of 1/64 and at the edges
+/// (±0, ±∞, NaN): within 2.5e-7·max(1, |x|) absolute; and the exponential alone within 2 ulp
+/// over its whole clamped range.
+#[test]
+fn gelu_f32_matches_its_definition() {
+    use burn_backend::ops::ActivationOps;
+
+    let gelu = |x: f64| 0.5 * x * (1.0 + libm::erf(x / core::f64::consts::SQRT_2));
+    let dgelu = |x: f64| {
+        0.5 * (1.0 + libm::erf(x / core::f64::consts::SQRT_2))
+            + x * (-0.5 * x * x).exp() / (2.0 * core::f64::consts::PI).sqrt()
+    };
+    let mut xs: Vec<f64> = (-768..=768).map(|i| i as f64 / 64.0).collect();
+    xs.extend([1e-30, -1e-30, 0.3, -0.3, 5.55, -5.55]);
+    let got = f32_values(Flex::gelu(f32_tensor(&xs, &[xs.len()])));
+    let ones = vec![1.0; xs.len()];
+    let got_grad = f32_values(Flex::gelu_backward(
+        f32_tensor(&xs, &[xs.len()]),
+        f32_tensor(&ones, &[xs.len()]),
+    ));
+    for (i, &x) in xs.iter().enumerate() {
+        let x32 = x as f32 as f64;
+        let tol = 2.5e-7 * x32.abs().max(1.0);
+        let (want, want_grad) = (gelu(x32), dgelu(x32));
+        assert!(
+            (got[i] as f64 - want).abs() <= tol,
+            "gelu({x32}) = {} against {want}",
+            got[i]
+        );
+        assert!(
+            (got_grad[i] as f64 - want_grad).abs() <= tol,
+            "gelu'({x32}) = {} against {want_grad}",
+            got_grad[i]
+        );
+    }
+    let edges = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN];
+    let got = f32_values(Flex::gelu(f32_tensor(&edges, &[5])));
+    assert_eq!(got[0].to_bits(), 0.0f32.to_bits(), "gelu(0)");
+    assert_eq!(got[1], 0.0, "gelu(-0)");
+    assert_eq!(got[2], f32::INFINITY, "gelu(inf)");
+    // 0.5·x·(1 + erf) at −∞ is −∞·0, NaN, as libm's erf gives too.
+    assert!(
+        got[3].is_nan() && got[4].is_nan(),
+        "gelu(-inf), gelu(NaN): {got:?}"
+    );
+
+    let mut x = -87.0f32;
+    while x <= 88.0 {
+        let (got, want) = (super::activation::exp_f32_arith(x), (x as f64).exp());
+        let ulp = f32::from_bits((want as f32).to_bits() + 1) as f64 - (want as f32) as f64;
+        assert!(
+            (got as f64 - want).abs() <= 2.0 * ulp,
+            "exp({x}) = {got} against {want}"
+        );
+        x += 0.0137;
     }
 }
