@@ -227,6 +227,38 @@ fn valid_range_maxpool(
     (start as usize, end as usize)
 }
 
+/// One plane of a 2x2, stride-2 max pool whose windows are all whole (phalanx patch,
+/// PHALANX.md): the generic kernel's rules (the first maximum in row-major window order, a NaN
+/// winning; indices into the plane) without its per-output loop bounds.
+fn max_pool_2x2_plane<T: Copy + num_traits::Float>(
+    src: &[T],
+    in_w: usize,
+    out_w: usize,
+    out: &mut [T],
+    idx: &mut [i64],
+) {
+    let rows = out.chunks_exact_mut(out_w).zip(idx.chunks_exact_mut(out_w));
+    for (oh, (out_row, idx_row)) in rows.enumerate() {
+        let top = 2 * oh * in_w;
+        let (r0, r1) = (&src[top..][..in_w], &src[top + in_w..][..in_w]);
+        for (ow, (o, i)) in out_row.iter_mut().zip(idx_row.iter_mut()).enumerate() {
+            let c = 2 * ow;
+            let (mut best, mut at) = (r0[c], top + c);
+            for (v, k) in [
+                (r0[c + 1], top + c + 1),
+                (r1[c], top + in_w + c),
+                (r1[c + 1], top + in_w + c + 1),
+            ] {
+                if v > best || v.is_nan() {
+                    (best, at) = (v, k);
+                }
+            }
+            *o = best;
+            *i = at as i64;
+        }
+    }
+}
+
 /// Generic 3D max pooling with indices implementation.
 #[allow(clippy::too_many_arguments)]
 fn max_pool3d_with_indices_impl<T>(
@@ -316,7 +348,38 @@ where
         (max_val, max_idx)
     };
 
-    let (output, indices) = {
+    // phalanx: the CNN pool (2x2 windows, stride 2, whole) in a loop of its own.
+    let two_by_two = interior
+        && spatial_out > 0
+        && out_d == 1
+        && kernel_d == 1
+        && [
+            kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
+        ] == [2, 2, 2, 2, 1, 1];
+    let (output, indices) = if two_by_two {
+        let plane_in = in_d * in_h * in_w;
+        let mut output = vec![neg_inf; batch_size * channels * spatial_out];
+        let mut indices = vec![-1i64; batch_size * channels * spatial_out];
+        let run = |(bc, (out, idx)): (usize, (&mut [T], &mut [i64]))| {
+            max_pool_2x2_plane(&x_data[bc * plane_in..][..plane_in], in_w, out_w, out, idx)
+        };
+        #[cfg(feature = "rayon")]
+        {
+            use rayon::prelude::*;
+            output
+                .par_chunks_mut(spatial_out)
+                .zip(indices.par_chunks_mut(spatial_out))
+                .enumerate()
+                .for_each(run);
+        }
+        #[cfg(not(feature = "rayon"))]
+        output
+            .chunks_mut(spatial_out)
+            .zip(indices.chunks_mut(spatial_out))
+            .enumerate()
+            .for_each(run);
+        (output, indices)
+    } else {
         #[cfg(feature = "rayon")]
         {
             use rayon::prelude::*;
