@@ -88,14 +88,25 @@ fn one_compute_thread_trains_the_bits_of_two() {
                     .args(["--max-steps", "12", "--batch-size", "16"])
                     .args(["--optimizer", "adam", "--lr", "0.001"]);
                 let f = run(cmd, Duration::from_secs(300));
-                assert_eq!(f.code(), Some(0), "{model} on {threads} thread(s): {}", f.stderr);
+                assert_eq!(
+                    f.code(),
+                    Some(0),
+                    "{model} on {threads} thread(s): {}",
+                    f.stderr
+                );
                 let s = train_summaries(&f.stdout);
                 assert_eq!(s.len(), 2, "{}", f.stdout);
-                assert_eq!(s[0].2, s[1].2, "{model} on {threads} thread(s): replicas differ");
+                assert_eq!(
+                    s[0].2, s[1].2,
+                    "{model} on {threads} thread(s): replicas differ"
+                );
                 s[0].2.clone()
             })
             .collect();
-        assert_eq!(digests[0], digests[1], "{model}: 1 thread against 2 threads");
+        assert_eq!(
+            digests[0], digests[1],
+            "{model}: 1 thread against 2 threads"
+        );
     }
 }
 
