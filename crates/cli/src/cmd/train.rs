@@ -248,16 +248,22 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             if args.bf16 { ", bf16 gradients" } else { "" }
         );
     }
-    let run = || match (ft, &pg) {
-        (Some(ft), _) => phalanx_train::train_fault_tolerant(ft, &cfg, &mut reporter),
-        (None, Some(pg)) => phalanx_train::train(pg.clone(), &cfg, &mut reporter).map(Some),
-        (None, None) => unreachable!("joined or fault tolerant"),
-    };
     // On the CPU the step runs on the compute pool (Note [Step on the compute pool]); a GPU's
-    // kernels are not rayon's, and its context stays with the thread that opened it.
-    let result = match args.device {
-        DeviceSpec::Cpu => phalanx_train::on_compute_pool(run),
-        DeviceSpec::Cuda(_) => run(),
+    // kernels are not rayon's, and its context stays with the thread that opened it. Not under
+    // fault tolerance: its recovery computes on other threads while the step's thread waits
+    // for them, and with one pool thread per rank (4 ranks on 2 cores) that thread is the
+    // whole pool, so their tensor operations would wait for it in turn (a hybrid-sharding
+    // regroup hung so in `train_sharding`).
+    let result = match (ft, &pg) {
+        (Some(ft), _) => phalanx_train::train_fault_tolerant(ft, &cfg, &mut reporter),
+        (None, Some(pg)) => {
+            let mut run = || phalanx_train::train(pg.clone(), &cfg, &mut reporter).map(Some);
+            match args.device {
+                DeviceSpec::Cpu => phalanx_train::on_compute_pool(run),
+                DeviceSpec::Cuda(_) => run(),
+            }
+        }
+        (None, None) => unreachable!("joined or fault tolerant"),
     };
     let summary = match result {
         Ok(Some(s)) => s,
