@@ -1,4 +1,5 @@
-//! [`on_compute_pool`]: runs a rank's training on a thread of the CPU backend's compute pool.
+//! [`on_compute_pool`]: runs a rank's training on a thread of the CPU backend's compute pool,
+//! whose other threads keep looking for work while it runs (Note [Warm pool]).
 //!
 //! ```
 //! // The step, its forward and backward, as a rank runs them: on a worker of the pool.
@@ -17,7 +18,36 @@
 // nothing sleeps and results are the same: the kernels' reduction order does not depend on
 // which thread runs which piece (vendor/burn-flex/PHALANX.md, Determinism).
 
+// Note [Warm pool]: with more than one thread in the pool (one rank given several cores), a
+// step is hundreds of operations, most of them split between the threads for tens of
+// microseconds, with serial work (autodiff bookkeeping, allocation, small operations) between
+// them. Rayon's idle workers yield for a few microseconds and then sleep on a futex, so nearly
+// every split woke a sleeping thread and waited for it: on 1 rank with 2 threads, futex
+// wake-ups were 7.6% of a transformer step, the second thread did 12% of the work, and the
+// step was slower than on one thread (13.3 against 11.9 ms). PyTorch's OpenMP threads spin
+// between parallel regions instead (libgomp's `GOMP_SPINCOUNT`). So while a step runs, every
+// other worker of the pool runs a spinner: a job that takes the pool's pending work as soon as
+// it appears (`rayon::yield_now`) and otherwise spins. A spinner ends when the training ends,
+// or after `IDLE_LIMIT` without work (an evaluation, a checkpoint), which bounds what it costs
+// in the two cases where it takes a core from something else:
+// - a worker can pick its spinner up while waiting inside another job (one injected by a
+//   thread outside the pool); that job resumes when the spinner ends, at the latest
+//   `IDLE_LIMIT` after the step stops handing out work (as it does when it waits for that
+//   job), so nothing deadlocks;
+// - an idle spinner holds a core that another thread of the process (a collective's) could
+//   use; it yields the core every `YIELD_EVERY` idle rounds.
+// DDP and FSDP re-arm the spinners at every synchronising step ([`keep_warm`]). Spinning is
+// `auto` only where the ranks' pools fit in the cores (threads × local ranks ≤ cores): with
+// more threads than cores a spinner would take the core of a thread that has work.
+// `PHALANX_POOL_SPIN` overrides it. Which thread runs which piece of an operation does not
+// change a result (vendor/burn-flex/PHALANX.md, Determinism), so spinning changes only time.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use phalanx_core::env;
 
 /// Stack of the pool's threads: the step runs on one, so it gets a main thread's 8 MiB rather
 /// than a spawned thread's 2 MiB.
@@ -39,15 +69,162 @@ pub fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             .stack_size(STACK_BYTES)
             .build_global();
     });
-    rayon::scope(|_| f())
+    rayon::scope(|_| {
+        let _warm = WarmPool::arm();
+        f()
+    })
+}
+
+/// How long a spinner stays without work before it ends (Note [Warm pool]).
+const IDLE_LIMIT: Duration = Duration::from_millis(2);
+/// Idle rounds between two looks at the clock, and between two yields of the core.
+const YIELD_EVERY: u32 = 64;
+
+/// Steps on the compute pool now running with the pool spinning, and workers now in a
+/// spinner.
+static ARMED: AtomicUsize = AtomicUsize::new(0);
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+/// What a worker of the pool is doing, as far as spinning goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Other,
+    /// Runs an armed step.
+    Step,
+    /// Runs a spinner.
+    Spinner,
+}
+
+thread_local! {
+    static ROLE: Cell<Role> = const { Cell::new(Role::Other) };
+}
+
+/// `PHALANX_POOL_SPIN`'s setting: `Some(true)` always (with two threads or more), `Some(false)`
+/// never, `None` for `auto`. A value that is none of these is named on stderr and `auto` kept.
+fn spin_setting() -> Option<bool> {
+    match env::get(env::PHALANX_POOL_SPIN).as_deref().map(str::trim) {
+        None | Some("auto") => None,
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        Some(other) => {
+            eprintln!(
+                "phalanx: PHALANX_POOL_SPIN={other:?} is not auto, 0 or 1; keeping auto \
+                 (spin while the ranks' compute threads fit in the cores)"
+            );
+            None
+        }
+    }
+}
+
+/// Whether a pool of `threads` spins under `setting` with `local_ranks` ranks on a host of
+/// `cores` (Note [Warm pool]).
+fn spins(setting: Option<bool>, threads: usize, local_ranks: usize, cores: usize) -> bool {
+    threads > 1 && setting.unwrap_or(threads * local_ranks.max(1) <= cores)
+}
+
+/// The armed state of one [`on_compute_pool`] call: disarms on drop, a panic included.
+struct WarmPool;
+
+impl WarmPool {
+    /// Arms the spinners when the pool spins (called on the step's worker).
+    fn arm() -> Option<WarmPool> {
+        let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if !spins(
+            spin_setting(),
+            rayon::current_num_threads(),
+            local_ranks,
+            cores,
+        ) {
+            return None;
+        }
+        ROLE.with(|r| r.set(Role::Step));
+        ARMED.fetch_add(1, Ordering::AcqRel);
+        keep_warm();
+        Some(WarmPool)
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        ARMED.fetch_sub(1, Ordering::AcqRel);
+        ROLE.with(|r| r.set(Role::Other));
+    }
+}
+
+/// Starts spinners on the pool's idle workers again when called from an armed step and some
+/// have ended (Note [Warm pool]); nothing otherwise. DDP and FSDP call it at every
+/// synchronising step.
+pub(crate) fn keep_warm() {
+    let armed = ARMED.load(Ordering::Acquire);
+    if ROLE.with(Cell::get) != Role::Step
+        || SPINNING.load(Ordering::Relaxed) + armed >= rayon::current_num_threads()
+    {
+        return;
+    }
+    // One job per worker, each run by its own worker only; the copies that reach a step's
+    // worker or a worker already spinning return at once.
+    rayon::spawn_broadcast(|_| spin());
+}
+
+/// A spinner on this worker (Note [Warm pool]): runs the pool's work as it appears until no
+/// step is armed or none came for `IDLE_LIMIT`.
+fn spin() {
+    // A step's worker runs its step; a worker already spinning runs one spinner.
+    if ROLE.with(Cell::get) != Role::Other {
+        return;
+    }
+    ROLE.with(|r| r.set(Role::Spinner));
+    SPINNING.fetch_add(1, Ordering::Relaxed);
+    let mut worked = Instant::now();
+    let mut idle_rounds = 0u32;
+    while ARMED.load(Ordering::Acquire) > 0 {
+        if rayon::yield_now() == Some(rayon::Yield::Executed) {
+            idle_rounds = 0;
+            worked = Instant::now();
+            continue;
+        }
+        idle_rounds += 1;
+        if !idle_rounds.is_multiple_of(YIELD_EVERY) {
+            std::hint::spin_loop();
+        } else if worked.elapsed() > IDLE_LIMIT {
+            break;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    SPINNING.fetch_sub(1, Ordering::Relaxed);
+    ROLE.with(|r| r.set(Role::Other));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::on_compute_pool;
+    use std::sync::atomic::Ordering;
+    use std::sync::{mpsc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use rayon::prelude::*;
+
+    use super::{keep_warm, on_compute_pool, spins, ARMED, IDLE_LIMIT, SPINNING};
+
+    /// The tests share rayon's global pool and the spinner counts.
+    static POOL: Mutex<()> = Mutex::new(());
+
+    /// Waits up to 10 s for `ok`; whether it came.
+    fn within_deadline(ok: impl Fn() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ok() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
+    }
 
     #[test]
     fn runs_on_a_worker_nests_and_resumes_a_panic_in_the_caller() {
+        let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
         let outer = on_compute_pool(|| {
             let index = rayon::current_thread_index();
             // Nested: runs where it is, on the same worker.
@@ -59,5 +236,76 @@ mod tests {
         let caught = std::panic::catch_unwind(|| on_compute_pool(|| panic!("step 7 failed")));
         let message = caught.expect_err("the panic was lost");
         assert_eq!(message.downcast_ref::<&str>(), Some(&"step 7 failed"));
+        assert_eq!(
+            ARMED.load(Ordering::Acquire),
+            0,
+            "a panicking step stayed armed"
+        );
+    }
+
+    #[test]
+    fn spins_when_the_ranks_threads_fit_in_the_cores_or_when_told() {
+        assert!(spins(None, 2, 1, 2));
+        assert!(spins(None, 4, 2, 8));
+        assert!(!spins(None, 2, 2, 2), "4 threads on 2 cores spin");
+        assert!(!spins(None, 1, 1, 2), "a pool of one has nobody to spin");
+        assert!(spins(Some(true), 2, 2, 2));
+        assert!(!spins(Some(true), 1, 1, 2));
+        assert!(!spins(Some(false), 2, 1, 8));
+    }
+
+    /// The other workers spin while a step runs, take its work, stop when idle and when the
+    /// step ends; a job injected from outside the pool during the step completes (a spinner
+    /// nested under it ends once the step stops handing out work).
+    #[test]
+    fn other_workers_spin_during_a_step_and_stop_after_it() {
+        let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if std::env::var_os("PHALANX_POOL_SPIN").is_some() {
+            panic!("unset PHALANX_POOL_SPIN for this test: it checks the auto setting");
+        }
+        let threads = on_compute_pool(rayon::current_num_threads);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || threads > cores {
+            eprintln!("a pool of {threads} on {cores} core(s) does not spin; nothing to check");
+            return;
+        }
+        let (sum, outside) = on_compute_pool(|| {
+            assert!(
+                within_deadline(|| SPINNING.load(Ordering::Relaxed) == threads - 1),
+                "the other workers did not start spinning"
+            );
+            let sum: u64 = (0..1_000_000u64).into_par_iter().sum();
+            // A job from a thread outside the pool that splits and waits inside the pool.
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let (a, b) = rayon::join(
+                    || (0..500u64).into_par_iter().sum::<u64>(),
+                    || (500..1000u64).into_par_iter().sum::<u64>(),
+                );
+                tx.send(a + b).unwrap();
+            });
+            let outside = rx.recv_timeout(Duration::from_secs(10));
+            std::thread::sleep(IDLE_LIMIT * 5);
+            assert!(
+                within_deadline(|| SPINNING.load(Ordering::Relaxed) == 0),
+                "the spinners went on without work"
+            );
+            keep_warm();
+            assert!(
+                within_deadline(|| SPINNING.load(Ordering::Relaxed) == threads - 1),
+                "keep_warm did not start the spinners again"
+            );
+            (sum, outside)
+        });
+        assert_eq!(sum, 499_999_500_000);
+        assert_eq!(
+            outside,
+            Ok(499_500),
+            "a job from outside the pool did not complete"
+        );
+        assert!(
+            within_deadline(|| SPINNING.load(Ordering::Relaxed) == 0),
+            "the spinners outlived the step"
+        );
     }
 }

@@ -37,6 +37,11 @@ fn random_f32(n: usize, distribution: Distribution, rng: &mut crate::backend::Fl
     (0..n).map(|_| sampler.sample()).collect()
 }
 
+/// `values` converted to `E`, as one tensor of `shape`.
+fn from_f32<E: Element>(values: Vec<f32>, convert: fn(f32) -> E, shape: Shape) -> TensorData {
+    TensorData::new(values.into_iter().map(convert).collect::<Vec<E>>(), shape)
+}
+
 /// `n` Bernoulli(`p`) draws as 0.0/1.0, from one 32-bit word of `rng` each: 1.0 where the word
 /// is below `round(p · 2³²)`, so the probability is `p` to within 2⁻³³.
 ///
@@ -81,11 +86,7 @@ impl FloatTensorOps<Flex> for Flex {
         // with other values (Note [Bernoulli from 32-bit words]).
         let n = shape.num_elements();
         let data = match dtype {
-            FloatDType::F64 if matches!(distribution, Distribution::Bernoulli(_)) => {
-                let values = random_f32(n, distribution, &mut rng);
-                TensorData::new(values.into_iter().map(f64::from).collect::<Vec<_>>(), shape)
-            }
-            FloatDType::F64 => {
+            FloatDType::F64 if !matches!(distribution, Distribution::Bernoulli(_)) => {
                 let mut sampler = distribution.sampler::<_, f64>(&mut rng);
                 TensorData::new(
                     (0..n).map(|_| sampler.sample()).collect::<Vec<f64>>(),
@@ -95,19 +96,14 @@ impl FloatTensorOps<Flex> for Flex {
             FloatDType::F32 | FloatDType::Flex32 => {
                 TensorData::new(random_f32(n, distribution, &mut rng), shape)
             }
+            // Drawn in f32 and converted: a Bernoulli mask is exact in every float type, and
+            // f16/bf16 have no sampler of their own.
+            FloatDType::F64 => from_f32(random_f32(n, distribution, &mut rng), f64::from, shape),
             FloatDType::F16 => {
-                let values = random_f32(n, distribution, &mut rng);
-                TensorData::new(
-                    values.into_iter().map(f16::from_f32).collect::<Vec<_>>(),
-                    shape,
-                )
+                from_f32(random_f32(n, distribution, &mut rng), f16::from_f32, shape)
             }
             FloatDType::BF16 => {
-                let values = random_f32(n, distribution, &mut rng);
-                TensorData::new(
-                    values.into_iter().map(bf16::from_f32).collect::<Vec<_>>(),
-                    shape,
-                )
+                from_f32(random_f32(n, distribution, &mut rng), bf16::from_f32, shape)
             }
         };
         *seed = Some(rng);

@@ -11,6 +11,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use burn_backend::{DType, Element};
 use burn_std::{Bytes, ElementAdd, Shape, bf16, f16};
+use core::mem::MaybeUninit;
 
 use crate::{FlexTensor, Layout};
 
@@ -230,12 +231,15 @@ fn valid_range_maxpool(
 /// One plane of a 2x2, stride-2 max pool whose windows are all whole (phalanx patch,
 /// PHALANX.md): the generic kernel's rules (the first maximum in row-major window order, a NaN
 /// winning; indices into the plane) without its per-output loop bounds.
+///
+/// Writes every element of `out` and `idx` (`out_w` divides their length), so the caller
+/// allocates them without filling them first.
 fn max_pool_2x2_plane<T: Copy + num_traits::Float>(
     src: &[T],
     in_w: usize,
     out_w: usize,
-    out: &mut [T],
-    idx: &mut [i64],
+    out: &mut [MaybeUninit<T>],
+    idx: &mut [MaybeUninit<i64>],
 ) {
     let rows = out.chunks_exact_mut(out_w).zip(idx.chunks_exact_mut(out_w));
     for (oh, (out_row, idx_row)) in rows.enumerate() {
@@ -253,8 +257,8 @@ fn max_pool_2x2_plane<T: Copy + num_traits::Float>(
                     (best, at) = (v, k);
                 }
             }
-            *o = best;
-            *i = at as i64;
+            o.write(best);
+            i.write(at as i64);
         }
     }
 }
@@ -358,26 +362,35 @@ where
         ] == [2, 2, 2, 2, 1, 1];
     let (output, indices) = if two_by_two {
         let plane_in = in_d * in_h * in_w;
-        let mut output = vec![neg_inf; batch_size * channels * spatial_out];
-        let mut indices = vec![-1i64; batch_size * channels * spatial_out];
-        let run = |(bc, (out, idx)): (usize, (&mut [T], &mut [i64]))| {
+        let len = batch_size * channels * spatial_out;
+        let mut output = Vec::<T>::with_capacity(len);
+        let mut indices = Vec::<i64>::with_capacity(len);
+        let run = |(bc, (out, idx)): (usize, (&mut [MaybeUninit<T>], &mut [MaybeUninit<i64>]))| {
             max_pool_2x2_plane(&x_data[bc * plane_in..][..plane_in], in_w, out_w, out, idx)
         };
+        let out_planes = &mut output.spare_capacity_mut()[..len];
+        let idx_planes = &mut indices.spare_capacity_mut()[..len];
         #[cfg(feature = "rayon")]
         {
             use rayon::prelude::*;
-            output
+            out_planes
                 .par_chunks_mut(spatial_out)
-                .zip(indices.par_chunks_mut(spatial_out))
+                .zip(idx_planes.par_chunks_mut(spatial_out))
                 .enumerate()
                 .for_each(run);
         }
         #[cfg(not(feature = "rayon"))]
-        output
+        out_planes
             .chunks_mut(spatial_out)
-            .zip(indices.chunks_mut(spatial_out))
+            .zip(idx_planes.chunks_mut(spatial_out))
             .enumerate()
             .for_each(run);
+        // SAFETY: the planes cover `..len` of both buffers (`spatial_out` divides `len`), and
+        // `max_pool_2x2_plane` wrote every element of each.
+        unsafe {
+            output.set_len(len);
+            indices.set_len(len);
+        }
         (output, indices)
     } else {
         #[cfg(feature = "rayon")]
