@@ -241,24 +241,22 @@ fn max_pool_2x2_plane<T: Copy + num_traits::Float>(
     out: &mut [MaybeUninit<T>],
     idx: &mut [MaybeUninit<i64>],
 ) {
+    // Branch-free: a window's maximum is data-dependent, so branches on it mispredict about
+    // once per window; selects do not, and let the compiler vectorize over the row.
     let rows = out.chunks_exact_mut(out_w).zip(idx.chunks_exact_mut(out_w));
     for (oh, (out_row, idx_row)) in rows.enumerate() {
         let top = 2 * oh * in_w;
-        let (r0, r1) = (&src[top..][..in_w], &src[top + in_w..][..in_w]);
-        for (ow, (o, i)) in out_row.iter_mut().zip(idx_row.iter_mut()).enumerate() {
-            let c = 2 * ow;
-            let (mut best, mut at) = (r0[c], top + c);
-            for (v, k) in [
-                (r0[c + 1], top + c + 1),
-                (r1[c], top + in_w + c),
-                (r1[c + 1], top + in_w + c + 1),
-            ] {
-                if v > best || v.is_nan() {
-                    (best, at) = (v, k);
-                }
+        let (r0, r1) = (&src[top..][..2 * out_w], &src[top + in_w..][..2 * out_w]);
+        let windows = r0.chunks_exact(2).zip(r1.chunks_exact(2));
+        for (ow, ((p0, p1), (o, i))) in windows.zip(out_row.iter_mut().zip(idx_row)).enumerate() {
+            let (mut best, mut at) = (p0[0], 0);
+            for (v, k) in [(p0[1], 1), (p1[0], in_w), (p1[1], in_w + 1)] {
+                let take = v > best || v.is_nan();
+                best = if take { v } else { best };
+                at = if take { k } else { at };
             }
             o.write(best);
-            i.write(at as i64);
+            i.write((top + 2 * ow + at) as i64);
         }
     }
 }
