@@ -16,6 +16,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use burn_backend::DType;
 use burn_std::{Bytes, Shape, bf16, f16};
+use core::mem::MaybeUninit;
 
 use crate::ops::module::{cast_from_f32, cast_to_f32};
 use crate::{FlexTensor, Layout};
@@ -163,14 +164,13 @@ pub(crate) fn batch_norm_train<T: NormScalar>(
         (mean, squares / count)
     });
 
-    let mut out = vec![T::from_f64(0.0); shape.num_elements()];
-    write_planes(&mut out, batch, channels, spatial, |c, b, dst| {
+    let out = write_planes(batch, channels, spatial, |c, b, dst| {
         let (mean, var) = stats[c];
         let scale = gd[c].to_f64() / (var + epsilon).sqrt();
         let shift = bd[c].to_f64() - mean * scale;
         let src = &xd[plane(b, c)..][..spatial];
         for (d, &s) in dst.iter_mut().zip(src) {
-            *d = T::from_f64(s.to_f64() * scale + shift);
+            d.write(T::from_f64(s.to_f64() * scale + shift));
         }
     });
 
@@ -184,27 +184,31 @@ pub(crate) fn batch_norm_train<T: NormScalar>(
     )
 }
 
-/// Writes every `(channel, batch item)` plane of a `[batch, channels,
-/// spatial]` buffer with `f(channel, item, plane)`, one plane per call, in
-/// parallel when rayon is on.
-fn write_planes<T: Send, F: Fn(usize, usize, &mut [T]) + Send + Sync>(
-    out: &mut [T],
-    _batch: usize,
+/// A `[batch, channels, spatial]` buffer whose every `(channel, batch item)` plane is written
+/// by `f(channel, item, plane)`, one plane per call, in parallel when rayon is on. `f` writes
+/// every element of its plane, so the buffer is not filled before.
+fn write_planes<T: Send, F: Fn(usize, usize, &mut [MaybeUninit<T>]) + Send + Sync>(
+    batch: usize,
     channels: usize,
     spatial: usize,
     f: F,
-) {
-    if spatial == 0 {
-        return;
+) -> Vec<T> {
+    let len = batch * channels * spatial;
+    let mut out = Vec::with_capacity(len);
+    if len > 0 {
+        let run = |(i, dst): (usize, &mut [MaybeUninit<T>])| f(i % channels, i / channels, dst);
+        let planes = &mut out.spare_capacity_mut()[..len];
+        #[cfg(feature = "rayon")]
+        {
+            use rayon::prelude::*;
+            planes.par_chunks_mut(spatial).enumerate().for_each(run);
+        }
+        #[cfg(not(feature = "rayon"))]
+        planes.chunks_mut(spatial).enumerate().for_each(run);
     }
-    let run = |(i, dst): (usize, &mut [T])| f(i % channels, i / channels, dst);
-    #[cfg(feature = "rayon")]
-    {
-        use rayon::prelude::*;
-        out.par_chunks_mut(spatial).enumerate().for_each(run);
-    }
-    #[cfg(not(feature = "rayon"))]
-    out.chunks_mut(spatial).enumerate().for_each(run);
+    // SAFETY: the planes cover `..len`, and `f` wrote every element of each.
+    unsafe { out.set_len(len) };
+    out
 }
 
 /// Returns `(x_grad, gamma_grad, beta_grad)`.
@@ -248,8 +252,7 @@ pub(crate) fn batch_norm_train_backward<T: NormScalar>(
     });
 
     // dx = γ·σ⁻¹ · (dy − mean(dy) − x̂ · mean(dy · x̂))
-    let mut dx = vec![T::from_f64(0.0); shape.num_elements()];
-    write_planes(&mut dx, batch, channels, spatial, |c, b, dst| {
+    let dx = write_planes(batch, channels, spatial, |c, b, dst| {
         let (m, s) = (md[c].to_f64(), inv_std(c));
         let scale = gd[c].to_f64() * s;
         let (mean_dy, mean_dy_xhat) = (sums[c].0 / count, sums[c].1 / count);
@@ -259,7 +262,9 @@ pub(crate) fn batch_norm_train_backward<T: NormScalar>(
         );
         for ((d, &xv), &g) in dst.iter_mut().zip(xp).zip(gp) {
             let xhat = (xv.to_f64() - m) * s;
-            *d = T::from_f64(scale * (g.to_f64() - mean_dy - xhat * mean_dy_xhat));
+            d.write(T::from_f64(
+                scale * (g.to_f64() - mean_dy - xhat * mean_dy_xhat),
+            ));
         }
     });
 

@@ -1,5 +1,6 @@
-//! 2D convolution's three backward passes (input, weight and bias
-//! gradients) in NCHW as im2col + GEMM. (phalanx patch, see PHALANX.md.)
+//! 2D convolution's forward pass and its three backward passes (input,
+//! weight and bias gradients) in NCHW as im2col + GEMM. (phalanx patch, see
+//! PHALANX.md.)
 //!
 //! Without these overrides the flex backend inherits burn-backend's generic
 //! backward passes: the weight gradient as a convolution of dim-swapped
@@ -8,6 +9,9 @@
 //! convolution, the bias gradient as swap + reshape + sum, each with
 //! contiguous copies. Here every pass works on NCHW data in place:
 //!
+//! - forward: `Y_b = W · im2col(x_b)`, plus the bias (f32 and f64; upstream's
+//!   forward copies the input to NHWC, builds zero-filled im2col tiles and
+//!   scatters each tile's product into the output);
 //! - weight gradient: `dW = Σ_b dY_b · im2col(x_b)ᵀ`;
 //! - input gradient: `dx_b = col2im(Wᵀ · dY_b)`;
 //! - bias gradient: per-channel sums of `dY`.
@@ -248,14 +252,30 @@ fn gemm<T: ConvScalar>(
     accumulate: bool,
 ) {
     assert!(dst.len() >= m * n, "conv2d gemm: destination too small");
-    // SAFETY: `dst` holds m×n elements (asserted); the callers build `lhs`
-    // and `rhs` from slices holding m×k and k×n elements at these strides.
+    // SAFETY: `dst` holds m×n elements (asserted).
+    unsafe { gemm_raw(dst.as_mut_ptr(), [m, n, k], lhs, rhs, accumulate) }
+}
+
+/// [gemm] writing through a pointer, which without `accumulate` may point
+/// at memory not yet initialized (the product is written, never read).
+///
+/// # Safety
+/// `dst` is valid for writes (and reads when `accumulate`) of m×n elements;
+/// `lhs` and `rhs` were built from slices holding m×k and k×n elements.
+unsafe fn gemm_raw<T: ConvScalar>(
+    dst: *mut T,
+    [m, n, k]: [usize; 3],
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+    accumulate: bool,
+) {
+    // SAFETY: the caller's contract.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
             n as isize,
             accumulate,
@@ -310,6 +330,85 @@ fn out_tensor<T: ConvScalar>(data: Vec<T>, shape: [usize; 4]) -> FlexTensor {
         Layout::contiguous(Shape::from(shape.to_vec())),
         T::dtype(),
     )
+}
+
+/// Output size of one spatial dimension with `pad` elements of padding in
+/// all (begin and end).
+fn conv_out_len(input: usize, kernel: usize, stride: usize, pad: usize, dilation: usize) -> usize {
+    let span = dilation * (kernel - 1) + 1;
+    assert!(
+        input + pad >= span,
+        "conv2d: the kernel spans {span} elements, more than the input's {input} and its {pad} of padding"
+    );
+    (input + pad - span) / stride + 1
+}
+
+/// Forward: `Y_b = W · im2col(x_b) (+ bias)` per group, in parallel over the
+/// batch (each item's output is computed by one thread); the output is
+/// written by its GEMMs, never filled before.
+pub(crate) fn conv2d_forward<T: ConvScalar>(
+    x: FlexTensor,
+    weight: FlexTensor,
+    bias: Option<FlexTensor>,
+    options: &ConvOptions<2>,
+) -> FlexTensor {
+    let x = x.to_contiguous();
+    let weight = weight.to_contiguous();
+    let bias = bias.map(|b| b.to_contiguous());
+    let (xs, ws) = (x.layout().shape(), weight.layout().shape());
+    let out_hw = [0, 1].map(|i| {
+        let (begin, end) = options.padding[i];
+        let (stride, dilation) = (options.stride[i], options.dilation[i]);
+        conv_out_len(xs[2 + i], ws[2 + i], stride, begin + end, dilation)
+    });
+    let g = Geometry::new(xs, ws, out_hw, options);
+    let (l, kc) = (g.out_len(), g.col_rows());
+    let xd: &[T] = contiguous_slice(&x);
+    let wd: &[T] = contiguous_slice(&weight);
+    let bd: Option<&[T]> = bias.as_ref().map(contiguous_slice);
+
+    let len = g.batch * g.channels_out * l;
+    let mut y = Vec::<T>::with_capacity(len);
+    for_each_chunk(
+        &mut y.spare_capacity_mut()[..len],
+        g.channels_out * l,
+        |b, yb| {
+            let mut col = vec![T::zero(); if g.is_pointwise() { 0 } else { kc * l }];
+            for gi in 0..g.groups {
+                let xg = &xd[(b * g.channels_in + gi * g.cg) * g.in_len()..][..g.cg * g.in_len()];
+                let rhs = if g.is_pointwise() {
+                    xg
+                } else {
+                    im2col(&g, xg, &mut col);
+                    &col
+                };
+                let yg = &mut yb[gi * g.og * l..][..g.og * l];
+                let lhs = Mat::row_major(&wd[gi * g.og * kc..][..g.og * kc], kc);
+                // SAFETY: `yg` holds og×l elements; without accumulation the
+                // GEMM writes them all and reads none.
+                unsafe {
+                    gemm_raw(
+                        yg.as_mut_ptr().cast::<T>(),
+                        [g.og, l, kc],
+                        lhs,
+                        Mat::row_major(rhs, l),
+                        false,
+                    );
+                }
+            }
+            if let Some(bd) = bd {
+                // SAFETY: every element of `yb` was written above.
+                let yb = unsafe { &mut *(yb as *mut [core::mem::MaybeUninit<T>] as *mut [T]) };
+                for (row, &bias) in yb.chunks_exact_mut(l).zip(bd) {
+                    row.iter_mut().for_each(|v| *v = *v + bias);
+                }
+            }
+        },
+    );
+    // SAFETY: the chunks cover `..len` and each was written by its GEMMs
+    // (`channels_out * l` divides `len`).
+    unsafe { y.set_len(len) };
+    out_tensor(y, [g.batch, g.channels_out, g.out_h, g.out_w])
 }
 
 /// Input gradient: `dx_b = col2im(Wᵀ · dY_b)` per group, in parallel over

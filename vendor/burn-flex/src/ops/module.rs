@@ -7,9 +7,10 @@ use crate::{Flex, FlexTensor, Layout};
 use burn_backend::{
     DType, Element, TensorMetadata,
     ops::{
-        AttentionModuleOptions, BatchNormTrain, BatchNormTrainBackward, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
-        DeformConvOptions, FloatTensorOps, IntTensorOps, InterpolateMode, InterpolateOptions,
-        MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, conv::pad_asymmetric_conv_input,
+        AttentionModuleOptions, BatchNormTrain, BatchNormTrainBackward, ConvOptions,
+        ConvTransposeOptions, DeformConv2dBackward, DeformConvOptions, FloatTensorOps,
+        IntTensorOps, InterpolateMode, InterpolateOptions, MaxPool2dBackward, MaxPool2dWithIndices,
+        ModuleOps, conv::pad_asymmetric_conv_input,
     },
     tensor::{BoolTensor, FloatTensor, IntTensor},
 };
@@ -66,9 +67,10 @@ impl ModuleOps<Flex> for Flex {
         options: ConvOptions<2>,
     ) -> FloatTensor<Flex> {
         let (x, options) = pad_asymmetric_conv_input::<Flex, 2>(x, options);
+        // phalanx patch (PHALANX.md): f32 and f64 as im2col + GEMM on NCHW.
         match x.dtype() {
-            DType::F32 => conv::conv2d_f32(x, weight, bias, &options),
-            DType::F64 => conv::conv2d_f64(x, weight, bias, &options),
+            DType::F32 => conv2d_nchw::conv2d_forward::<f32>(x, weight, bias, &options),
+            DType::F64 => conv2d_nchw::conv2d_forward::<f64>(x, weight, bias, &options),
             DType::F16 => conv::conv2d_f16(x, weight, bias, &options),
             DType::BF16 => conv::conv2d_bf16(x, weight, bias, &options),
             dtype => panic!("conv2d: unsupported dtype {:?}", dtype),

@@ -235,6 +235,17 @@ impl Case {
         }
     }
 
+    /// `conv2d(x, w) + b` by the definition, in f64.
+    fn reference_forward(&self, x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+        let mut y = vec![0.0; num_elements(&self.y_shape())];
+        let plane = y.len() / (self.batch * self.c_out);
+        for (i, v) in y.iter_mut().enumerate() {
+            *v = b[(i / plane) % self.c_out];
+        }
+        self.for_each_tap(|xi, wi, yi| y[yi] += x[xi] * w[wi]);
+        y
+    }
+
     /// (dx, dw, db) of `Σ y · dy` by the definition, in f64.
     fn reference_grads(&self, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
         let mut dx = vec![0.0; x.len()];
@@ -279,6 +290,37 @@ fn conv_grads(c: &Case, x: &[f64], w: &[f64], b: &[f64], dy: &[f64]) -> [Vec<f32
     assert_eq!(dx.layout().shape().to_vec(), xs.to_vec());
     assert_eq!(dw.layout().shape().to_vec(), ws.to_vec());
     [f32_values(dx), f32_values(dw), f32_values(db)]
+}
+
+/// The forward pass (with and without bias) against the definition on every
+/// case, and bitwise across thread counts.
+#[test]
+fn conv2d_forward_matches_definition_and_is_bitwise_across_threads() {
+    let mut rng = Rng(0xf0e1_d2c3);
+    for c in CASES {
+        let (xs, ws) = (c.x_shape(), c.w_shape());
+        let x = rng.values(num_elements(&xs));
+        let w = rng.values(num_elements(&ws));
+        let b = rng.values(c.c_out);
+        let forward = |bias: bool| {
+            let bias = bias.then(|| f32_tensor(&b, &[c.c_out]));
+            let y = Flex::conv2d(f32_tensor(&x, &xs), f32_tensor(&w, &ws), bias, c.options());
+            assert_eq!(y.layout().shape().to_vec(), c.y_shape().to_vec(), "{c:?}");
+            f32_values(y)
+        };
+        let zero = vec![0.0; c.c_out];
+        for (bias, want) in [
+            (true, c.reference_forward(&x, &w, &b)),
+            (false, c.reference_forward(&x, &w, &zero)),
+        ] {
+            let one = on_threads(1, || forward(bias));
+            assert_close(&alloc::format!("{c:?} y, bias {bias}"), &one, &want);
+            for threads in [2, 4] {
+                let many = on_threads(threads, || forward(bias));
+                assert_bitwise(&alloc::format!("{c:?} y on {threads}"), &one, &many);
+            }
+        }
+    }
 }
 
 #[test]
