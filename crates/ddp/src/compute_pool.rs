@@ -31,12 +31,16 @@
 // or after `IDLE_LIMIT` without work (an evaluation, a checkpoint), which bounds what it costs
 // in the two cases where it takes a core from something else:
 // - a worker can pick its spinner up while waiting inside another job (one injected by a
-//   thread outside the pool); that job resumes when the spinner ends, at the latest
-//   `IDLE_LIMIT` after the step stops handing out work (as it does when it waits for that
-//   job), so nothing deadlocks;
+//   thread outside the pool); that job resumes when the spinner ends: once the pool has had
+//   no work for `IDLE_LIMIT` (as when the step waits for that job), or when training ends, so
+//   nothing deadlocks, though the job may finish late;
 // - an idle spinner holds a core that another thread of the process (a collective's) could
 //   use; it yields the core every `YIELD_EVERY` idle rounds.
-// DDP and FSDP re-arm the spinners at every synchronising step ([`keep_warm`]). Spinning is
+// DDP and FSDP re-arm the spinners at the start and the end of every synchronising step
+// ([`keep_warm`]), whose collectives may wait longer than `IDLE_LIMIT`. A thread's role (step,
+// spinner) is a guard restored on drop, since rayon can hand a waiting or spinning worker an
+// injected step: a role is never left behind, and a spinner running a step is not counted as
+// spinning. Spinning is
 // `auto` only where the ranks' pools fit in the cores (threads × local ranks ≤ cores): with
 // more threads than cores a spinner would take the core of a thread that has work.
 // `PHALANX_POOL_SPIN` overrides it. Which thread runs which piece of an operation does not
@@ -84,9 +88,11 @@ const YIELD_EVERY: u32 = 64;
 /// spinner.
 static ARMED: AtomicUsize = AtomicUsize::new(0);
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
+/// Bumped by every re-arm: a spinner that sees it change counts its idle time from then.
+static EPOCH: AtomicUsize = AtomicUsize::new(0);
 
 /// What a worker of the pool is doing, as far as spinning goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Other,
     /// Runs an armed step.
@@ -122,8 +128,44 @@ fn spins(setting: Option<bool>, threads: usize, local_ranks: usize, cores: usize
     threads > 1 && setting.unwrap_or(threads * local_ranks.max(1) <= cores)
 }
 
+/// This thread's role for as long as it lives; the role before it comes back on drop, a panic
+/// included. `SPINNING` counts the threads whose current role is [`Role::Spinner`], so a
+/// spinner that runs a step (rayon can hand a worker that waits, or spins, an injected job) is
+/// not counted while it does.
+struct RoleGuard {
+    prev: Role,
+}
+
+impl RoleGuard {
+    fn take(role: Role) -> RoleGuard {
+        RoleGuard {
+            prev: set_role(role),
+        }
+    }
+}
+
+impl Drop for RoleGuard {
+    fn drop(&mut self) {
+        set_role(self.prev);
+    }
+}
+
+/// Sets this thread's role, keeping `SPINNING` in step; returns the role before.
+fn set_role(role: Role) -> Role {
+    let prev = ROLE.with(|r| r.replace(role));
+    if prev == Role::Spinner {
+        SPINNING.fetch_sub(1, Ordering::Relaxed);
+    }
+    if role == Role::Spinner {
+        SPINNING.fetch_add(1, Ordering::Relaxed);
+    }
+    prev
+}
+
 /// The armed state of one [`on_compute_pool`] call: disarms on drop, a panic included.
-struct WarmPool;
+struct WarmPool {
+    _role: RoleGuard,
+}
 
 impl WarmPool {
     /// Arms the spinners when the pool spins (called on the step's worker).
@@ -138,28 +180,47 @@ impl WarmPool {
         ) {
             return None;
         }
-        ROLE.with(|r| r.set(Role::Step));
+        let warm = WarmPool {
+            _role: RoleGuard::take(Role::Step),
+        };
         ARMED.fetch_add(1, Ordering::AcqRel);
-        keep_warm();
-        Some(WarmPool)
+        rearm();
+        Some(warm)
     }
 }
 
 impl Drop for WarmPool {
     fn drop(&mut self) {
         ARMED.fetch_sub(1, Ordering::AcqRel);
-        ROLE.with(|r| r.set(Role::Other));
+    }
+}
+
+/// Keeps the pool warm over a synchronising step (Note [Warm pool]): starts spinners again
+/// now and when the returned guard drops, since the step's collectives may wait longer than a
+/// spinner's `IDLE_LIMIT`. Nothing when not called from an armed step.
+pub(crate) fn keep_warm() -> KeepWarm {
+    rearm();
+    KeepWarm
+}
+
+/// Re-arms the spinners when dropped ([`keep_warm`]).
+pub(crate) struct KeepWarm;
+
+impl Drop for KeepWarm {
+    fn drop(&mut self) {
+        rearm();
     }
 }
 
 /// Starts spinners on the pool's idle workers again when called from an armed step and some
-/// have ended (Note [Warm pool]); nothing otherwise. DDP and FSDP call it at every
-/// synchronising step.
-pub(crate) fn keep_warm() {
+/// have ended, and renews the idle time of those still running.
+fn rearm() {
+    if ROLE.with(Cell::get) != Role::Step {
+        return;
+    }
+    EPOCH.fetch_add(1, Ordering::Relaxed);
     let armed = ARMED.load(Ordering::Acquire);
-    if ROLE.with(Cell::get) != Role::Step
-        || SPINNING.load(Ordering::Relaxed) + armed >= rayon::current_num_threads()
-    {
+    if SPINNING.load(Ordering::Relaxed) + armed >= rayon::current_num_threads() {
         return;
     }
     // One job per worker, each run by its own worker only; the copies that reach a step's
@@ -168,15 +229,15 @@ pub(crate) fn keep_warm() {
 }
 
 /// A spinner on this worker (Note [Warm pool]): runs the pool's work as it appears until no
-/// step is armed or none came for `IDLE_LIMIT`.
+/// step is armed or none came for `IDLE_LIMIT` since the last work or re-arm.
 fn spin() {
     // A step's worker runs its step; a worker already spinning runs one spinner.
     if ROLE.with(Cell::get) != Role::Other {
         return;
     }
-    ROLE.with(|r| r.set(Role::Spinner));
-    SPINNING.fetch_add(1, Ordering::Relaxed);
+    let _role = RoleGuard::take(Role::Spinner);
     let mut worked = Instant::now();
+    let mut epoch = EPOCH.load(Ordering::Relaxed);
     let mut idle_rounds = 0u32;
     while ARMED.load(Ordering::Acquire) > 0 {
         if rayon::yield_now() == Some(rayon::Yield::Executed) {
@@ -187,25 +248,31 @@ fn spin() {
         idle_rounds += 1;
         if !idle_rounds.is_multiple_of(YIELD_EVERY) {
             std::hint::spin_loop();
+            continue;
+        }
+        let now_epoch = EPOCH.load(Ordering::Relaxed);
+        if now_epoch != epoch {
+            (epoch, worked) = (now_epoch, Instant::now());
         } else if worked.elapsed() > IDLE_LIMIT {
             break;
-        } else {
-            std::thread::yield_now();
         }
+        std::thread::yield_now();
     }
-    SPINNING.fetch_sub(1, Ordering::Relaxed);
-    ROLE.with(|r| r.set(Role::Other));
 }
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
     use std::sync::atomic::Ordering;
     use std::sync::{mpsc, Mutex};
     use std::time::{Duration, Instant};
 
     use rayon::prelude::*;
 
-    use super::{keep_warm, on_compute_pool, spins, ARMED, IDLE_LIMIT, SPINNING};
+    use super::{
+        on_compute_pool, rearm, spin_setting, spins, Role, RoleGuard, ARMED, IDLE_LIMIT, ROLE,
+        SPINNING,
+    };
 
     /// The tests share rayon's global pool and the spinner counts.
     static POOL: Mutex<()> = Mutex::new(());
@@ -243,6 +310,41 @@ mod tests {
         );
     }
 
+    /// A role taken over another comes back on drop, and only current spinners are counted.
+    #[test]
+    fn roles_nest_and_only_current_spinners_count() {
+        let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            within_deadline(
+                || ARMED.load(Ordering::Acquire) == 0 && SPINNING.load(Ordering::Relaxed) == 0
+            ),
+            "spinners of an earlier step went on"
+        );
+        std::thread::spawn(|| {
+            let role = || ROLE.with(Cell::get);
+            {
+                let _spinner = RoleGuard::take(Role::Spinner);
+                assert_eq!(SPINNING.load(Ordering::Relaxed), 1);
+                {
+                    // A step handed to a spinning worker.
+                    let _step = RoleGuard::take(Role::Step);
+                    assert_eq!(
+                        SPINNING.load(Ordering::Relaxed),
+                        0,
+                        "a step counted as spinning"
+                    );
+                    assert!(role() == Role::Step);
+                }
+                assert_eq!(SPINNING.load(Ordering::Relaxed), 1);
+                assert!(role() == Role::Spinner, "the spinner's role was lost");
+            }
+            assert_eq!(SPINNING.load(Ordering::Relaxed), 0);
+            assert!(role() == Role::Other);
+        })
+        .join()
+        .expect("the roles did not nest");
+    }
+
     #[test]
     fn spins_when_the_ranks_threads_fit_in_the_cores_or_when_told() {
         assert!(spins(None, 2, 1, 2));
@@ -260,18 +362,25 @@ mod tests {
     #[test]
     fn other_workers_spin_during_a_step_and_stop_after_it() {
         let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        if std::env::var_os("PHALANX_POOL_SPIN").is_some() {
-            panic!("unset PHALANX_POOL_SPIN for this test: it checks the auto setting");
-        }
         let threads = on_compute_pool(rayon::current_num_threads);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if threads < 2 || threads > cores {
-            eprintln!("a pool of {threads} on {cores} core(s) does not spin; nothing to check");
+        let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
+        if !spins(spin_setting(), threads, local_ranks, cores) {
+            eprintln!(
+                "a pool of {threads} on {cores} core(s), {local_ranks} local rank(s), \
+                 PHALANX_POOL_SPIN={:?} does not spin; nothing to check",
+                std::env::var("PHALANX_POOL_SPIN")
+            );
             return;
         }
         let (sum, outside) = on_compute_pool(|| {
+            // Re-armed while polling: a poll that oversleeps `IDLE_LIMIT` on a loaded machine
+            // would otherwise see the spinners end for want of work.
             assert!(
-                within_deadline(|| SPINNING.load(Ordering::Relaxed) == threads - 1),
+                within_deadline(|| {
+                    rearm();
+                    SPINNING.load(Ordering::Relaxed) == threads - 1
+                }),
                 "the other workers did not start spinning"
             );
             let sum: u64 = (0..1_000_000u64).into_par_iter().sum();
@@ -290,10 +399,12 @@ mod tests {
                 within_deadline(|| SPINNING.load(Ordering::Relaxed) == 0),
                 "the spinners went on without work"
             );
-            keep_warm();
             assert!(
-                within_deadline(|| SPINNING.load(Ordering::Relaxed) == threads - 1),
-                "keep_warm did not start the spinners again"
+                within_deadline(|| {
+                    rearm();
+                    SPINNING.load(Ordering::Relaxed) == threads - 1
+                }),
+                "a re-arm did not start the spinners again"
             );
             (sum, outside)
         });

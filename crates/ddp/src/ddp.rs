@@ -369,7 +369,7 @@ impl<M: Module> DistributedDataParallel<M> {
         mut grads: Option<Gradients>,
         mut drain: impl FnMut(AveragedBucket<'_>, &Agreement),
     ) -> Result<Agreement> {
-        crate::compute_pool::keep_warm();
+        let _warm = crate::compute_pool::keep_warm();
         self.check_table(table)?;
         let used = self.used(table, grads.as_ref());
         self.accumulated_used = None;

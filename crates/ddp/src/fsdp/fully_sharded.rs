@@ -732,7 +732,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         apply: Apply,
         step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<(Agreement, Option<f32>)> {
-        crate::compute_pool::keep_warm();
+        let _warm = crate::compute_pool::keep_warm();
         // A step not taken is kept for the regroup that follows its failure only.
         self.prepared = None;
         let mut grads = grads;

@@ -164,15 +164,19 @@ pub(crate) fn batch_norm_train<T: NormScalar>(
         (mean, squares / count)
     });
 
-    let out = write_planes(batch, channels, spatial, |c, b, dst| {
-        let (mean, var) = stats[c];
-        let scale = gd[c].to_f64() / (var + epsilon).sqrt();
-        let shift = bd[c].to_f64() - mean * scale;
-        let src = &xd[plane(b, c)..][..spatial];
-        for (d, &s) in dst.iter_mut().zip(src) {
-            d.write(T::from_f64(s.to_f64() * scale + shift));
-        }
-    });
+    // SAFETY: the closure writes each element of `dst`, zipped with a source plane of
+    // `spatial` elements.
+    let out = unsafe {
+        write_planes(batch, channels, spatial, |c, b, dst| {
+            let (mean, var) = stats[c];
+            let scale = gd[c].to_f64() / (var + epsilon).sqrt();
+            let shift = bd[c].to_f64() - mean * scale;
+            let src = &xd[plane(b, c)..][..spatial];
+            for (d, &s) in dst.iter_mut().zip(src) {
+                d.write(T::from_f64(s.to_f64() * scale + shift));
+            }
+        })
+    };
 
     let mean: Vec<T> = stats.iter().map(|s| T::from_f64(s.0)).collect();
     let var: Vec<T> = stats.iter().map(|s| T::from_f64(s.1)).collect();
@@ -185,9 +189,11 @@ pub(crate) fn batch_norm_train<T: NormScalar>(
 }
 
 /// A `[batch, channels, spatial]` buffer whose every `(channel, batch item)` plane is written
-/// by `f(channel, item, plane)`, one plane per call, in parallel when rayon is on. `f` writes
-/// every element of its plane, so the buffer is not filled before.
-fn write_planes<T: Send, F: Fn(usize, usize, &mut [MaybeUninit<T>]) + Send + Sync>(
+/// by `f(channel, item, plane)`, one plane per call, in parallel when rayon is on.
+///
+/// # Safety
+/// `f` writes every element of the plane it is given: the buffer is not filled before.
+unsafe fn write_planes<T: Send, F: Fn(usize, usize, &mut [MaybeUninit<T>]) + Send + Sync>(
     batch: usize,
     channels: usize,
     spatial: usize,
@@ -252,21 +258,24 @@ pub(crate) fn batch_norm_train_backward<T: NormScalar>(
     });
 
     // dx = γ·σ⁻¹ · (dy − mean(dy) − x̂ · mean(dy · x̂))
-    let dx = write_planes(batch, channels, spatial, |c, b, dst| {
-        let (m, s) = (md[c].to_f64(), inv_std(c));
-        let scale = gd[c].to_f64() * s;
-        let (mean_dy, mean_dy_xhat) = (sums[c].0 / count, sums[c].1 / count);
-        let (xp, gp) = (
-            &xd[plane(b, c)..][..spatial],
-            &dyd[plane(b, c)..][..spatial],
-        );
-        for ((d, &xv), &g) in dst.iter_mut().zip(xp).zip(gp) {
-            let xhat = (xv.to_f64() - m) * s;
-            d.write(T::from_f64(
-                scale * (g.to_f64() - mean_dy - xhat * mean_dy_xhat),
-            ));
-        }
-    });
+    // SAFETY: as for the forward's output: one write per element of `dst`.
+    let dx = unsafe {
+        write_planes(batch, channels, spatial, |c, b, dst| {
+            let (m, s) = (md[c].to_f64(), inv_std(c));
+            let scale = gd[c].to_f64() * s;
+            let (mean_dy, mean_dy_xhat) = (sums[c].0 / count, sums[c].1 / count);
+            let (xp, gp) = (
+                &xd[plane(b, c)..][..spatial],
+                &dyd[plane(b, c)..][..spatial],
+            );
+            for ((d, &xv), &g) in dst.iter_mut().zip(xp).zip(gp) {
+                let xhat = (xv.to_f64() - m) * s;
+                d.write(T::from_f64(
+                    scale * (g.to_f64() - mean_dy - xhat * mean_dy_xhat),
+                ));
+            }
+        })
+    };
 
     let per_channel_shape = Shape::from(vec![channels]);
     let gamma_grad: Vec<T> = sums.iter().map(|s| T::from_f64(s.1)).collect();

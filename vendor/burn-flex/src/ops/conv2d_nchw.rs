@@ -362,12 +362,34 @@ pub(crate) fn conv2d_forward<T: ConvScalar>(
         conv_out_len(xs[2 + i], ws[2 + i], stride, begin + end, dilation)
     });
     let g = Geometry::new(xs, ws, out_hw, options);
+    // Every output row is written by a group's GEMM only if the groups split both channel
+    // counts evenly; checked here since the buffer is not filled before.
+    assert!(
+        g.groups > 0 && g.channels_out % g.groups == 0 && g.channels_in == g.groups * g.cg,
+        "conv2d: {} input and {} output channels do not split into {} groups of {} inputs",
+        g.channels_in,
+        g.channels_out,
+        g.groups,
+        g.cg
+    );
     let (l, kc) = (g.out_len(), g.col_rows());
     let xd: &[T] = contiguous_slice(&x);
     let wd: &[T] = contiguous_slice(&weight);
     let bd: Option<&[T]> = bias.as_ref().map(contiguous_slice);
+    if let Some(bd) = bd {
+        assert_eq!(
+            bd.len(),
+            g.channels_out,
+            "conv2d: bias length against output channels"
+        );
+    }
 
-    let len = g.batch * g.channels_out * l;
+    let len = [g.batch, g.channels_out, l]
+        .into_iter()
+        .try_fold(1usize, usize::checked_mul)
+        .expect("conv2d: output size overflows usize");
+    kc.checked_mul(l)
+        .expect("conv2d: im2col size overflows usize");
     let mut y = Vec::<T>::with_capacity(len);
     for_each_chunk(
         &mut y.spare_capacity_mut()[..len],

@@ -66,11 +66,19 @@ impl ModuleOps<Flex> for Flex {
         bias: Option<FloatTensor<Flex>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Flex> {
+        // phalanx patch (PHALANX.md): dense f32 and f64 convolutions as im2col + GEMM on NCHW,
+        // which pads as asked without a padded copy; grouped ones keep upstream's depthwise
+        // and per-group kernels.
+        if options.groups == 1 && matches!(x.dtype(), DType::F32 | DType::F64) {
+            return match x.dtype() {
+                DType::F32 => conv2d_nchw::conv2d_forward::<f32>(x, weight, bias, &options),
+                _ => conv2d_nchw::conv2d_forward::<f64>(x, weight, bias, &options),
+            };
+        }
         let (x, options) = pad_asymmetric_conv_input::<Flex, 2>(x, options);
-        // phalanx patch (PHALANX.md): f32 and f64 as im2col + GEMM on NCHW.
         match x.dtype() {
-            DType::F32 => conv2d_nchw::conv2d_forward::<f32>(x, weight, bias, &options),
-            DType::F64 => conv2d_nchw::conv2d_forward::<f64>(x, weight, bias, &options),
+            DType::F32 => conv::conv2d_f32(x, weight, bias, &options),
+            DType::F64 => conv::conv2d_f64(x, weight, bias, &options),
             DType::F16 => conv::conv2d_f16(x, weight, bias, &options),
             DType::BF16 => conv::conv2d_bf16(x, weight, bias, &options),
             dtype => panic!("conv2d: unsupported dtype {:?}", dtype),

@@ -241,6 +241,13 @@ fn max_pool_2x2_plane<T: Copy + num_traits::Float>(
     out: &mut [MaybeUninit<T>],
     idx: &mut [MaybeUninit<i64>],
 ) {
+    // The caller's `set_len` relies on every element being written.
+    assert!(
+        out.len() == idx.len() && out.len() % out_w == 0 && 2 * out_w <= in_w,
+        "max_pool_2x2_plane: planes of {} and {} outputs, rows of {out_w} from {in_w}",
+        out.len(),
+        idx.len()
+    );
     // Branch-free: a window's maximum is data-dependent, so branches on it mispredict about
     // once per window; selects do not, and let the compiler vectorize over the row.
     let rows = out.chunks_exact_mut(out_w).zip(idx.chunks_exact_mut(out_w));
