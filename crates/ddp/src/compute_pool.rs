@@ -162,6 +162,14 @@ fn set_role(role: Role) -> Role {
     prev
 }
 
+/// Whether a pool of `threads` spins on this host, under `PHALANX_POOL_SPIN` and the
+/// launcher's `LOCAL_WORLD_SIZE`.
+fn spins_here(threads: usize) -> bool {
+    let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    spins(spin_setting(), threads, local_ranks, cores)
+}
+
 /// The armed state of one [`on_compute_pool`] call: disarms on drop, a panic included.
 struct WarmPool {
     _role: RoleGuard,
@@ -170,14 +178,7 @@ struct WarmPool {
 impl WarmPool {
     /// Arms the spinners when the pool spins (called on the step's worker).
     fn arm() -> Option<WarmPool> {
-        let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if !spins(
-            spin_setting(),
-            rayon::current_num_threads(),
-            local_ranks,
-            cores,
-        ) {
+        if !spins_here(rayon::current_num_threads()) {
             return None;
         }
         let warm = WarmPool {
@@ -270,7 +271,7 @@ mod tests {
     use rayon::prelude::*;
 
     use super::{
-        on_compute_pool, rearm, spin_setting, spins, Role, RoleGuard, ARMED, IDLE_LIMIT, ROLE,
+        on_compute_pool, rearm, spins, spins_here, Role, RoleGuard, ARMED, IDLE_LIMIT, ROLE,
         SPINNING,
     };
 
@@ -363,13 +364,10 @@ mod tests {
     fn other_workers_spin_during_a_step_and_stop_after_it() {
         let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
         let threads = on_compute_pool(rayon::current_num_threads);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
-        if !spins(spin_setting(), threads, local_ranks, cores) {
+        if !spins_here(threads) {
             eprintln!(
-                "a pool of {threads} on {cores} core(s), {local_ranks} local rank(s), \
-                 PHALANX_POOL_SPIN={:?} does not spin; nothing to check",
-                std::env::var("PHALANX_POOL_SPIN")
+                "a pool of {threads} does not spin here (cores, LOCAL_WORLD_SIZE, \
+                 PHALANX_POOL_SPIN); nothing to check"
             );
             return;
         }
