@@ -676,7 +676,11 @@ fn worker_cause(coord: &Coordinator, w: &Worker, lr: u32) -> RootCause {
 /// ended) into account too, and names the rank that SIGKILL ended, if one did, else the
 /// earliest. SIGKILL cannot be a rank's reaction to a peer's failure: it is sent from outside
 /// (the OOM killer, a user, a scheduler), and the agent sends none before it has chosen.
-/// Errors and other signals (an abort, a segfault) can be either, and keep their order. The
+/// Errors and other signals (an abort, a segfault) can be either, and keep their order, which
+/// is the order their waiters saw them: `at` is taken after `wait` returns, so among those the
+/// same scheduling can still put a consequence first (the worker's own `error.json` timestamp
+/// would order them better). A signal the agent receives during the window does not change
+/// the choice (Slurm's is checked only before it). The
 /// failures not chosen go back into the channel, so that `--fault-tolerance` replaces each.
 /// Returns the local rank of the failure chosen, recorded on its worker.
 fn first_failure(
