@@ -209,7 +209,19 @@ impl Job<'_> {
         let watch = loop {
             match self.monitor(coord, round, &mut nodes, &mut workers, (&tx, &rx)) {
                 Watch::Local(lr) => {
-                    match self.replace(&job, &layout, round, &workers[lr as usize], start, &tx)? {
+                    let replaced =
+                        self.replace(&job, &layout, round, &workers[lr as usize], start, &tx);
+                    // A replacement that could not start ends the round: the others are
+                    // stopped here, not left to the parent-death signal when the agent exits.
+                    let replaced = match replaced {
+                        Ok(r) => r,
+                        Err(e) => {
+                            self.stop(&mut workers, &rx, libc::SIGTERM);
+                            drain(&mut retired);
+                            return Err(e);
+                        }
+                    };
+                    match replaced {
                         Some(new) => {
                             retired.push(std::mem::replace(&mut workers[lr as usize], new))
                         }
