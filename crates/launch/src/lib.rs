@@ -24,6 +24,7 @@ use std::process::ExitCode;
 
 mod agent;
 mod args;
+mod cause;
 mod diagnosis;
 mod elastic;
 mod error;

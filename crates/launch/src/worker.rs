@@ -170,3 +170,10 @@ impl Worker {
         self.stderr.last_line().or_else(|| self.stdout.last_line())
     }
 }
+
+/// Records an exit event on its worker.
+pub(crate) fn record(workers: &mut [Worker], ev: Exited) {
+    if let Some(w) = workers.iter_mut().find(|w| w.local_rank == ev.local_rank) {
+        w.exit = Some((ev.exit, ev.at));
+    }
+}
