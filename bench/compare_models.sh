@@ -30,7 +30,8 @@ for model in ${MODELS//,/ }; do
     timeout 900 "$VENV/bin/torchrun" --standalone --nproc_per_node="$NPROC" \
       "$anchors/ddp/torch_models.py" --model "$model" --epochs "$e" --batch 32 \
       --threads "$THREADS" 2>/dev/null \
-      | grep '"event": "summary"' > "$out/torch-$model-$r.json" || echo "torch run failed" >&2
+      | grep '"event": "summary"' > "$out/torch-$model-$r.json" \
+      || echo "torch $model round $r: torchrun or its summary failed (a summary printed is kept)" >&2
   done
 done
 python3 - "$out" "$MODELS" "$ROUNDS" "$NPROC" "$THREADS" <<'PY'
