@@ -162,11 +162,26 @@ fn set_role(role: Role) -> Role {
     prev
 }
 
+/// The ranks on this host (any launcher's variables: torchrun's, mpirun's, srun's) and its
+/// cores: what both a rank's share of the cores and the spin decision are made of.
+fn host() -> (usize, usize) {
+    let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (local_ranks.max(1), cores)
+}
+
+/// This rank's share of the host's cores (at least one): the compute pool's size when the user
+/// did not choose one with `RAYON_NUM_THREADS`, so that several ranks per host do not
+/// oversubscribe the cores.
+pub fn threads_per_rank() -> usize {
+    let (local_ranks, cores) = host();
+    (cores / local_ranks).max(1)
+}
+
 /// Whether a pool of `threads` spins on this host, under `PHALANX_POOL_SPIN` and the
 /// launcher's `LOCAL_WORLD_SIZE`.
 fn spins_here(threads: usize) -> bool {
-    let local_ranks = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (local_ranks, cores) = host();
     spins(spin_setting(), threads, local_ranks, cores)
 }
 

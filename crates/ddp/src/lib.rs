@@ -49,7 +49,7 @@ mod stats;
 mod step_header;
 mod verify;
 
-pub use compute_pool::on_compute_pool;
+pub use compute_pool::{on_compute_pool, threads_per_rank};
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};
 pub use hook::{

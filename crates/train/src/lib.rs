@@ -33,7 +33,7 @@ pub use model::{
 };
 pub use optim::state::ParamState;
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
-pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, BucketMemory};
+pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
 pub use recovery::Regrouped;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

@@ -20,13 +20,10 @@ pub(crate) fn limit_compute_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_some() {
         return;
     }
-    // Ranks on this host by any launcher's variables (torchrun's, or mpirun's, srun's).
-    let local = phalanx_pg::DistEnv::from_env().map_or(1, |e| e.local_world_size);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Set before Burn creates its pool (first tensor operation), while only this thread runs.
     std::env::set_var(
         "RAYON_NUM_THREADS",
-        (cores / local.max(1)).max(1).to_string(),
+        phalanx_train::threads_per_rank().to_string(),
     );
 }
 
