@@ -92,14 +92,7 @@ fn missing() -> Option<String> {
 
 /// This machine's name (slurmctld runs only where `SlurmctldHost` names it).
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its length; gethostname NUL-terminates within it.
-    unsafe {
-        libc::gethostname(buf.as_mut_ptr().cast(), buf.len());
-        std::ffi::CStr::from_ptr(buf.as_ptr().cast())
-    }
-    .to_string_lossy()
-    .into_owned()
+    phalanx_core::host::hostname().expect("this machine has a host name")
 }
 
 /// The two nodes' names: this host's, and the same with `-2` (Slurm turns a node called

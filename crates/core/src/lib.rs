@@ -1,5 +1,7 @@
 //! Shared vocabulary of phalanx: element types, reduce operations, the one registry of
-//! environment variables, and the timeout model used by the store, rendezvous and collectives.
+//! environment variables, and the timeout model used by the store, rendezvous and collectives;
+//! and the leaves every crate needs once: the crash-safe file write ([`file`]), hex ([`hex`]) and
+//! the host name ([`host`]).
 //!
 //! ```
 //! use phalanx_core::{DType, ReduceOp, Element};
@@ -15,6 +17,9 @@ mod dtype;
 mod element;
 pub mod env;
 mod error;
+pub mod file;
+pub mod hex;
+pub mod host;
 pub mod job_proof;
 mod launcher;
 mod reduce_op;

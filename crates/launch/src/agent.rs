@@ -70,10 +70,10 @@ impl<'a> Agent<'a> {
         let run_id = match &args.run_id {
             Some(id) => id.clone(),
             // Every node derives the same id from the shared secret without revealing it.
-            None if args.nnodes.max > 1 => {
-                hex(&Sha256::digest([b"phalanx-run-id:".as_slice(), &token].concat())[..6])
-            }
-            None => hex(&Auth::random("").token[..6]),
+            None if args.nnodes.max > 1 => phalanx_core::hex::encode(
+                &Sha256::digest([b"phalanx-run-id:".as_slice(), &token].concat())[..6],
+            ),
+            None => phalanx_core::hex::encode(&Auth::random("").token[..6]),
         };
         let auth = Auth::new(run_id.clone(), token);
         let meeting = Meeting::from_spelling(&args.spelling(), &|k| {
@@ -85,7 +85,7 @@ impl<'a> Agent<'a> {
             None => None,
         };
         let host = rdzv::hostname();
-        let nonce = hex(&Auth::random("").token[..8]);
+        let nonce = phalanx_core::hex::encode(&Auth::random("").token[..8]);
         let mut arrival = None;
         // Note [Two protocols on one port] (phalanx-store): PyTorch workers reach this store
         // too; from other hosts only when asked, since their protocol cannot authenticate.
@@ -261,10 +261,6 @@ impl Drop for Agent<'_> {
             rdzv::give_back_node_rank(store, *k, me);
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The interface that holds `--local-addr` (an address or a name resolving to one), for the

@@ -369,17 +369,12 @@ fn is_this_machine(host: &str) -> bool {
         .any(|ip| ip.is_loopback() || local.contains(&ip))
 }
 
-/// This machine's host name (rendezvous claims, the summary table).
+/// This machine's host name (rendezvous claims, the summary table); `MASTER_ADDR` or
+/// `localhost` when the kernel gives none.
 pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    if ok && end > 0 {
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
+    phalanx_core::host::hostname().unwrap_or_else(|| {
         phalanx_core::env::get(phalanx_core::env::MASTER_ADDR).unwrap_or_else(|| "localhost".into())
-    }
+    })
 }
 
 /// Resolves `host:port`, retrying until `timeout` or until `interrupted` (a signal to the

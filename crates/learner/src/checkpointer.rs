@@ -3,13 +3,13 @@
 //! Note [Atomic checkpoint files]: burn-train's `FileCheckpointer` writes `name-epoch.bpk` in
 //! place, so a crash (or a node lost) while rank 0 saves leaves a torn newest file under the
 //! name a resume opens. This one writes the same bytes (burnpack, the same file names, so
-//! either checkpointer restores the other's files) to `name-epoch.bpk.tmp`, fsyncs it, renames
-//! it over the final name and fsyncs the directory: at any moment the final name holds either
-//! nothing or a whole checkpoint. (phalanx's own checkpoints do the same: Note [Checkpoint
-//! commit] in phalanx-train.)
+//! either checkpointer restores the other's files) through `phalanx_core::file::write_atomic`
+//! (Note [Crash-safe write]): a temporary file beside it, fsynced, renamed over the final name,
+//! and the directory fsynced: at any moment the final name holds either nothing or a whole
+//! checkpoint. (phalanx's own checkpoints and flight-recorder dumps go through the same
+//! writer.)
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use burn_train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError};
@@ -51,15 +51,7 @@ impl CrashSafeCheckpointer {
 
     fn commit(&self, epoch: usize, bytes: &[u8]) -> std::io::Result<()> {
         fs::create_dir_all(&self.directory)?;
-        let path = self.path(epoch);
-        let tmp = path.with_extension("bpk.tmp");
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, &path)?;
-        // The rename itself must reach the disk before the checkpoint counts as saved.
-        File::open(&self.directory)?.sync_all()
+        phalanx_core::file::write_atomic(&self.path(epoch), bytes)
     }
 }
 

@@ -44,7 +44,7 @@ pub(crate) fn try_join(
     let nonce = {
         let mut n = [0u8; 6];
         getrandom::fill(&mut n).expect("the OS random source is available");
-        n.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        phalanx_core::hex::encode(&n)
     };
     let nonce = String::from_utf8_lossy(
         &store

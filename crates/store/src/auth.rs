@@ -41,7 +41,7 @@ impl Auth {
     pub fn from_env() -> Self {
         let job_id = env::get(env::PHALANX_JOB_ID).unwrap_or_else(|| DEFAULT_JOB_ID.to_string());
         let token = env::get(env::PHALANX_TOKEN)
-            .map(|t| decode_hex(&t).unwrap_or_else(|| t.into_bytes()))
+            .map(|t| phalanx_core::hex::decode(&t).unwrap_or_else(|| t.into_bytes()))
             .unwrap_or_default();
         Auth { job_id, token }
     }
@@ -59,7 +59,7 @@ impl Auth {
 
     /// The token as lowercase hex, the form to put in `PHALANX_TOKEN`.
     pub fn token_hex(&self) -> String {
-        self.token.iter().map(|b| format!("{b:02x}")).collect()
+        phalanx_core::hex::encode(&self.token)
     }
 
     /// The variables a child process needs to present these credentials
@@ -84,16 +84,6 @@ impl fmt::Debug for Auth {
     }
 }
 
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.is_empty() || text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,11 +91,11 @@ mod tests {
     #[test]
     fn hex_round_trip() {
         let a = Auth::random("j");
-        assert_eq!(decode_hex(&a.token_hex()).unwrap(), a.token);
-        assert_eq!(decode_hex("0aFf").unwrap(), vec![0x0a, 0xff]);
-        assert_eq!(decode_hex("abc"), None);
-        assert_eq!(decode_hex("zz"), None);
-        assert_eq!(decode_hex(""), None);
+        assert_eq!(phalanx_core::hex::decode(&a.token_hex()).unwrap(), a.token);
+        assert_eq!(phalanx_core::hex::decode("0aFf").unwrap(), vec![0x0a, 0xff]);
+        assert_eq!(phalanx_core::hex::decode("abc"), None);
+        assert_eq!(phalanx_core::hex::decode("zz"), None);
+        assert_eq!(phalanx_core::hex::decode(""), None);
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub fn fuzz(
             panic!(
                 "fuzz {name}: case {case} (seed {seed}) panicked: {msg}\ninput ({} bytes): {}",
                 input.len(),
-                hex(&input)
+                phalanx_core::hex::encode(&input)
             );
         }
     }
@@ -168,10 +168,6 @@ pub fn fuzz(
         start.elapsed().as_secs_f64()
     );
     cases
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A global allocator that passes through to [`System`] and records, per thread, the largest

@@ -83,11 +83,7 @@ pub(crate) fn digest_of(values: &[Vec<f32>]) -> String {
             hasher.update(v.to_le_bytes());
         }
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    phalanx_core::hex::encode(&hasher.finalize())
 }
 
 fn batch_tensor<M: Classifier>(model: &M, features: &[f32], rows: usize) -> Result<Tensor<2>> {

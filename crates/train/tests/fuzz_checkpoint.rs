@@ -44,10 +44,6 @@ fn sample() -> Checkpoint {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// A scratch directory, in memory when the machine has one (100,000 small file writes);
 /// removed on drop.
 struct Scratch(PathBuf);
@@ -99,7 +95,7 @@ fn mutated_checkpoints_are_refused_or_loaded_never_panic() {
             let mut t = tensors.clone();
             mutate(&mut rng, &mut t, 4096);
             let mut meta = ck.meta.clone();
-            meta.tensors_sha256 = hex(&Sha256::digest(&t));
+            meta.tensors_sha256 = phalanx_core::hex::encode(&Sha256::digest(&t));
             (serde_json::to_vec(&meta).unwrap(), t)
         };
         std::fs::write(&meta_path, &j).unwrap();
@@ -109,7 +105,10 @@ fn mutated_checkpoints_are_refused_or_loaded_never_panic() {
             Ok(Ok(got)) => {
                 loaded += 1;
                 // Whatever loads agrees with the files: same digest, shapes that fit the data.
-                assert_eq!(got.meta.tensors_sha256, hex(&Sha256::digest(&t)));
+                assert_eq!(
+                    got.meta.tensors_sha256,
+                    phalanx_core::hex::encode(&Sha256::digest(&t))
+                );
                 for tensor in &got.tensors {
                     let n: usize = tensor.shape.iter().product();
                     assert_eq!(n, tensor.data.len(), "case {case}: {}", tensor.name);
@@ -128,8 +127,8 @@ fn mutated_checkpoints_are_refused_or_loaded_never_panic() {
             }
             Err(_) => panic!(
                 "case {case}: load panicked\nmetadata: {}\ntensors: {}",
-                hex(&j),
-                hex(&t)
+                phalanx_core::hex::encode(&j),
+                phalanx_core::hex::encode(&t)
             ),
         }
     }

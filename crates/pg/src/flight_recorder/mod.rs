@@ -38,7 +38,6 @@
 pub mod pickle;
 
 use std::{
-    io::Write,
     path::PathBuf,
     sync::{Mutex, OnceLock},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -572,7 +571,9 @@ pub(crate) fn dump_on_failure() -> Option<PathBuf> {
         (pickle::encode(&dump_value(&ring)), job_rank(&ring))
     };
     let path = PathBuf::from(format!("{prefix}{rank}"));
-    match write_atomically(&path, &bytes) {
+    // Crash-safe (Note [Crash-safe write] in phalanx_core::file): a reader sees the whole dump or
+    // none, and the hidden temporary name does not look like a rank's file.
+    match phalanx_core::file::write_atomic(&path, &bytes) {
         Ok(()) => {
             tracing::warn!(rank, path = %path.display(), "phalanx: flight recorder dump written");
             Some(path)
@@ -586,26 +587,6 @@ pub(crate) fn dump_on_failure() -> Option<PathBuf> {
             None
         }
     }
-}
-
-/// Writes under a hidden temporary name in the same directory, then renames: a reader sees
-/// the whole dump or none, and the temporary name does not look like a rank's file.
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let tmp = dir.join(format!(".phalanx-fr-{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

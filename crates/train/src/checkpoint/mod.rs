@@ -15,126 +15,23 @@
 
 use std::{
     collections::HashMap,
-    fs::{self, File},
-    io::Write,
+    fs,
     path::{Path, PathBuf},
 };
 
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::{position::Position, Error, Result};
+use crate::{Error, Result};
 
+mod directory;
+mod format;
 pub mod sharded;
 pub mod state_dict;
 
-/// Format tag written in every metadata file.
-pub const FORMAT: &str = "phalanx-checkpoint-v1";
-/// Name of the `u8` tensor holding the optimizer's state, when it has any.
-pub const OPTIM_STATE: &str = "optim.state";
-/// Checkpoints kept by default; older ones are deleted after a new one commits.
-pub const DEFAULT_KEEP: usize = 3;
-
-/// A named f32 tensor in PyTorch's layout.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NamedTensor {
-    /// Name (`layers.0.weight`, `optim.layers.0.weight.momentum`).
-    pub name: String,
-    /// Shape.
-    pub shape: Vec<usize>,
-    /// Row-major values.
-    pub data: Vec<f32>,
-}
-
-/// Where training stood when the checkpoint was taken.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Meta {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// Epoch in progress (0-based).
-    pub epoch: u64,
-    /// Steps of that epoch already taken.
-    pub step_in_epoch: u64,
-    /// Steps taken since the start of training.
-    pub global_step: u64,
-    /// Samples of that epoch already consumed, over all ranks (the sampler position:
-    /// a resume at another world size skips exactly these).
-    pub samples_in_epoch: u64,
-    /// Training seed (model init and sampler shuffle).
-    pub seed: u64,
-    /// World size that wrote it.
-    pub world_size: u64,
-    /// Per-rank batch size.
-    pub batch_size: u64,
-    /// Free-form facts that must match on resume (dataset, model shape, optimizer).
-    pub config: HashMap<String, String>,
-    /// SHA-256 of the tensor file.
-    pub tensors_sha256: String,
-    /// File name of the tensors (empty for a sharded checkpoint).
-    pub tensors_file: String,
-    /// A sharded checkpoint's shard files and layout (Note [Sharded checkpoints] in
-    /// `sharded.rs`); absent for one written whole.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sharded: Option<sharded::Sharded>,
-}
-
-impl Meta {
-    /// Where the run that wrote it stood.
-    pub fn position(&self) -> Position {
-        Position {
-            epoch: self.epoch,
-            step_in_epoch: self.step_in_epoch,
-            global_step: self.global_step,
-            samples_in_epoch: self.samples_in_epoch,
-            world: self.world_size,
-        }
-    }
-}
-
-/// A checkpoint in memory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Checkpoint {
-    /// Metadata.
-    pub meta: Meta,
-    /// Model parameters.
-    pub tensors: Vec<NamedTensor>,
-    /// The optimizer's state ([`OPTIM_STATE`]), `None` when it has none (plain SGD).
-    pub optim_state: Option<Vec<u8>>,
-}
-
-fn io_err(path: &Path, source: std::io::Error) -> Error {
-    Error::Checkpoint {
-        path: path.to_path_buf(),
-        reason: source.to_string(),
-    }
-}
-
-fn bad(path: &Path, reason: impl Into<String>) -> Error {
-    Error::Checkpoint {
-        path: path.to_path_buf(),
-        reason: reason.into(),
-    }
-}
-
-/// Writes `bytes` to `path` atomically: temporary file, fsync, rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(|e| io_err(path, e))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The commit record of the checkpoint at `global_step` in `dir` (`step-<N>.json`).
-pub fn record_path(dir: &Path, global_step: u64) -> PathBuf {
-    dir.join(format!("step-{global_step:012}.json"))
-}
+pub use directory::{list, record_path, DEFAULT_KEEP};
+use directory::prune;
+use format::{bad, io_err, sha256_hex, write_atomic};
+pub use format::{Checkpoint, Meta, NamedTensor, FORMAT, OPTIM_STATE};
 
 /// Saves `ck` as `step-<global_step>` in `dir` (see Note [Checkpoint commit]) and keeps the
 /// newest `keep` checkpoints. Returns the metadata path.
@@ -161,79 +58,13 @@ pub fn save(dir: &Path, ck: &mut Checkpoint, keep: usize) -> Result<PathBuf> {
         safetensors::serialize(views, Some(info)).map_err(|e| bad(&tensors_path, e.to_string()))?;
     write_atomic(&tensors_path, &bytes)?;
     ck.meta.format = FORMAT.into();
-    ck.meta.tensors_sha256 = hex(&Sha256::digest(&bytes));
+    ck.meta.tensors_sha256 = sha256_hex(&bytes);
     ck.meta.tensors_file = format!("{stem}.safetensors");
     let meta_path = record_path(dir, ck.meta.global_step);
     let json = serde_json::to_vec_pretty(&ck.meta).expect("metadata serialises");
     write_atomic(&meta_path, &json)?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, e))?;
     prune(dir, keep)?;
     Ok(meta_path)
-}
-
-/// Committed checkpoints in `dir`, newest first (metadata paths).
-pub fn list(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut v: Vec<PathBuf> = match fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.extension().is_some_and(|e| e == "json")
-                    && p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("step-"))
-            })
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io_err(dir, e)),
-    };
-    v.sort();
-    v.reverse();
-    Ok(v)
-}
-
-fn prune(dir: &Path, keep: usize) -> Result<()> {
-    for old in list(dir)?.into_iter().skip(keep.max(1)) {
-        let _ = fs::remove_file(old.with_extension("safetensors"));
-        // A sharded checkpoint's shards (Note [Sharded checkpoints]).
-        if let (Some(stem), Ok(entries)) = (
-            old.file_stem().and_then(|s| s.to_str()).map(str::to_string),
-            fs::read_dir(dir),
-        ) {
-            for e in entries.filter_map(|e| e.ok()) {
-                if e.file_name()
-                    .to_str()
-                    .is_some_and(|n| sharded::is_shard_of(n, &stem))
-                {
-                    let _ = fs::remove_file(e.path());
-                }
-            }
-        }
-        let _ = fs::remove_file(&old);
-    }
-    Ok(())
-}
-
-/// Burn stores `Linear` weights `[in, out]`; PyTorch (and checkpoints) `[out, in]`: a 2-D
-/// tensor's shape and values in the other layout (the transposition is its own inverse).
-pub(crate) fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
-    let (rows, cols) = (shape[0], shape[1]);
-    let mut out = vec![0.0; data.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = data[r * cols + c];
-        }
-    }
-    (vec![cols, rows], out)
-}
-
-/// A tensor of Burn's layout in the checkpoint's (PyTorch's) layout.
-pub(crate) fn to_torch_layout(shape: &[usize], data: Vec<f32>) -> (Vec<usize>, Vec<f32>) {
-    match shape.len() {
-        2 => transposed(shape, &data),
-        _ => (shape.to_vec(), data),
-    }
 }
 
 /// Loads and verifies one checkpoint from its metadata path.
@@ -262,7 +93,7 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
     }
     let tpath = meta_path.with_file_name(&meta.tensors_file);
     let bytes = fs::read(&tpath).map_err(|e| io_err(&tpath, e))?;
-    let digest = hex(&Sha256::digest(&bytes));
+    let digest = sha256_hex(&bytes);
     if digest != meta.tensors_sha256 {
         return Err(bad(
             &tpath,

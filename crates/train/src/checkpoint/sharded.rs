@@ -28,44 +28,14 @@ use std::path::{Path, PathBuf};
 use burn_pack::Scalar;
 use phalanx_pg::ProcessGroup;
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use super::{bad, hex, io_err, write_atomic, Checkpoint, Meta, NamedTensor, FORMAT};
+use super::directory::{prune, shard_file_name};
+use super::format::{
+    bad, io_err, sha256_hex, to_torch_layout, write_atomic, Checkpoint, Meta, NamedTensor, FORMAT,
+};
+pub use super::format::{LayoutEntry, ShardFile, Sharded};
 use crate::optim::state::{self, ParamState};
 use crate::Result;
-
-/// What a manifest adds for a sharded checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Sharded {
-    /// The `--sharding` mode that wrote it.
-    pub sharding: String,
-    /// One per rank, in rank order.
-    pub shards: Vec<ShardFile>,
-    /// Every float tensor of the model, in canonical order.
-    pub tensors: Vec<LayoutEntry>,
-}
-
-/// One rank's file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShardFile {
-    /// File name, in the manifest's directory.
-    pub file: String,
-    /// SHA-256 of its bytes.
-    pub sha256: String,
-}
-
-/// One float tensor of the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LayoutEntry {
-    /// Module path.
-    pub name: String,
-    /// Shape in Burn's layout (a `Linear` weight is `[in, out]`).
-    pub shape: Vec<usize>,
-    /// Per rank, the elements it holds, `[start, end)` of the flattened tensor; empty: the
-    /// tensor is whole in rank 0's shard.
-    pub ranges: Vec<[usize; 2]>,
-}
 
 /// What one rank writes: tensors (pieces, and on rank 0 the whole ones) and the optimizer
 /// state of its pieces, both by tensor name.
@@ -94,7 +64,7 @@ pub fn save(
     let path = dir.join(&file);
     let bytes = serialize(&path, shard)?;
     write_atomic(&path, &bytes)?;
-    let digest = hex(&Sha256::digest(&bytes));
+    let digest = sha256_hex(&bytes);
     drop(bytes);
     let record = format!("{file}\n{digest}");
     let all = pg.all_gather_object(record.as_bytes())?;
@@ -124,22 +94,8 @@ pub fn save(
     let meta_path = dir.join(format!("{stem}.json"));
     let json = serde_json::to_vec_pretty(&meta).expect("metadata serialises");
     write_atomic(&meta_path, &json)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, e))?;
-    super::prune(dir, keep)?;
+    prune(dir, keep)?;
     Ok(Some(meta_path))
-}
-
-/// `step-<N>.shard-<rank>-of-<world>.safetensors`.
-fn shard_file_name(stem: &str, rank: usize, world: usize) -> String {
-    format!("{stem}.shard-{rank:05}-of-{world:05}.safetensors")
-}
-
-/// Whether `name` is a shard file of the checkpoint `stem`.
-pub(super) fn is_shard_of(name: &str, stem: &str) -> bool {
-    name.strip_prefix(stem)
-        .is_some_and(|rest| rest.starts_with(".shard-") && rest.ends_with(".safetensors"))
 }
 
 fn serialize(path: &Path, shard: Shard) -> Result<Vec<u8>> {
@@ -209,7 +165,7 @@ impl ShardData {
                 format!("the shard of rank {rank} cannot be read: {e}"),
             )
         })?;
-        let digest = hex(&Sha256::digest(&bytes));
+        let digest = sha256_hex(&bytes);
         if digest != entry.sha256 {
             return Err(bad(
                 &path,
@@ -360,7 +316,7 @@ pub(super) fn assemble(dir: &Path, meta: Meta) -> Result<Checkpoint> {
                 whole
             }
         };
-        let (shape, data) = super::to_torch_layout(&entry.shape, flat);
+        let (shape, data) = to_torch_layout(&entry.shape, flat);
         tensors.push(NamedTensor {
             name: entry.name.clone(),
             shape,

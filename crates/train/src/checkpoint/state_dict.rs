@@ -63,7 +63,8 @@ use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::Bytes;
 use phalanx_ddp::adapter::burn as adapter;
 
-use super::{to_torch_layout, transposed, Checkpoint, Meta, NamedTensor};
+use super::directory::{record_path, DEFAULT_KEEP};
+use super::format::{to_torch_layout, transposed, Checkpoint, Meta, NamedTensor};
 use crate::error::Mismatch;
 use crate::optim::state;
 use crate::position::Position;
@@ -110,7 +111,7 @@ pub fn save<M: Module>(
         tensors: module_tensors(module)?,
         optim_state,
     };
-    super::save(dir, &mut ck, super::DEFAULT_KEEP)
+    super::save(dir, &mut ck, DEFAULT_KEEP)
 }
 
 /// Loads the newest checkpoint in `dir` that verifies (Note [Checkpoint commit]; newer
@@ -129,7 +130,7 @@ pub fn load<M: Module>(
     let Some(ck) = newest.checkpoint else {
         return Ok(None);
     };
-    let path = super::record_path(dir, ck.meta.global_step);
+    let path = record_path(dir, ck.meta.global_step);
     apply(&path, &ck, module, optim).map(Some)
 }
 

@@ -194,7 +194,7 @@ fn probe(o: &InitOptions) -> (RankInfo, Option<TcpListener>) {
         node_rank: e.group_rank,
         local_rank: e.local_rank,
         local_world_size: e.local_world_size,
-        hostname: hostname(),
+        hostname: phalanx_core::host::hostname().unwrap_or_else(|| "?".into()),
         ifname: sel.as_ref().map(|s| s.ifname.clone()),
         ifname_from: o.socket_ifname.as_ref().map(|s| IfnameFrom {
             var: s.origin.var.to_string(),
@@ -209,17 +209,6 @@ fn probe(o: &InitOptions) -> (RankInfo, Option<TcpListener>) {
         shm: probe_shm(e.rank),
     };
     (info, listener)
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer outlives the call and its length is passed.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "?".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Free space of `/dev/shm` and a segment of the size the process group maps per rank.

@@ -1,0 +1,161 @@
+//! What a checkpoint is on disk: the metadata (the commit record), the tensors in PyTorch's
+//! layout, a sharded checkpoint's layout, and the crash-safe write and digest every file of
+//! one goes through (Note [Checkpoint commit], Note [Sharded checkpoints]). A leaf: writing,
+//! listing and loading build on it.
+
+use std::{collections::HashMap, path::Path};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::{position::Position, Error, Result};
+
+/// Format tag written in every metadata file.
+pub const FORMAT: &str = "phalanx-checkpoint-v1";
+/// Name of the `u8` tensor holding the optimizer's state, when it has any.
+pub const OPTIM_STATE: &str = "optim.state";
+
+/// A named f32 tensor in PyTorch's layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedTensor {
+    /// Name (`layers.0.weight`, `optim.layers.0.weight.momentum`).
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
+/// Where training stood when the checkpoint was taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Epoch in progress (0-based).
+    pub epoch: u64,
+    /// Steps of that epoch already taken.
+    pub step_in_epoch: u64,
+    /// Steps taken since the start of training.
+    pub global_step: u64,
+    /// Samples of that epoch already consumed, over all ranks (the sampler position:
+    /// a resume at another world size skips exactly these).
+    pub samples_in_epoch: u64,
+    /// Training seed (model init and sampler shuffle).
+    pub seed: u64,
+    /// World size that wrote it.
+    pub world_size: u64,
+    /// Per-rank batch size.
+    pub batch_size: u64,
+    /// Free-form facts that must match on resume (dataset, model shape, optimizer).
+    pub config: HashMap<String, String>,
+    /// SHA-256 of the tensor file.
+    pub tensors_sha256: String,
+    /// File name of the tensors (empty for a sharded checkpoint).
+    pub tensors_file: String,
+    /// A sharded checkpoint's shard files and layout (Note [Sharded checkpoints] in
+    /// `sharded.rs`); absent for one written whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharded: Option<Sharded>,
+}
+
+impl Meta {
+    /// Where the run that wrote it stood.
+    pub fn position(&self) -> Position {
+        Position {
+            epoch: self.epoch,
+            step_in_epoch: self.step_in_epoch,
+            global_step: self.global_step,
+            samples_in_epoch: self.samples_in_epoch,
+            world: self.world_size,
+        }
+    }
+}
+
+/// A checkpoint in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Metadata.
+    pub meta: Meta,
+    /// Model parameters.
+    pub tensors: Vec<NamedTensor>,
+    /// The optimizer's state ([`OPTIM_STATE`]), `None` when it has none (plain SGD).
+    pub optim_state: Option<Vec<u8>>,
+}
+
+/// What a manifest adds for a sharded checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sharded {
+    /// The `--sharding` mode that wrote it.
+    pub sharding: String,
+    /// One per rank, in rank order.
+    pub shards: Vec<ShardFile>,
+    /// Every float tensor of the model, in canonical order.
+    pub tensors: Vec<LayoutEntry>,
+}
+
+/// One rank's file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardFile {
+    /// File name, in the manifest's directory.
+    pub file: String,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+}
+
+/// One float tensor of the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayoutEntry {
+    /// Module path.
+    pub name: String,
+    /// Shape in Burn's layout (a `Linear` weight is `[in, out]`).
+    pub shape: Vec<usize>,
+    /// Per rank, the elements it holds, `[start, end)` of the flattened tensor; empty: the
+    /// tensor is whole in rank 0's shard.
+    pub ranges: Vec<[usize; 2]>,
+}
+
+pub(super) fn io_err(path: &Path, source: std::io::Error) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        reason: source.to_string(),
+    }
+}
+
+pub(super) fn bad(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Writes `bytes` to `path` crash-safely (Note [Crash-safe write] in `phalanx_core::file`):
+/// temporary file, fsync, rename, directory fsync.
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    phalanx_core::file::write_atomic(path, bytes).map_err(|e| io_err(path, e))
+}
+
+/// The SHA-256 of `bytes` in hex, as the metadata records it.
+pub(super) fn sha256_hex(bytes: &[u8]) -> String {
+    phalanx_core::hex::encode(&Sha256::digest(bytes))
+}
+
+/// Burn stores `Linear` weights `[in, out]`; PyTorch (and checkpoints) `[out, in]`: a 2-D
+/// tensor's shape and values in the other layout (the transposition is its own inverse).
+pub(crate) fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
+    let (rows, cols) = (shape[0], shape[1]);
+    let mut out = vec![0.0; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    (vec![cols, rows], out)
+}
+
+/// A tensor of Burn's layout in the checkpoint's (PyTorch's) layout.
+pub(crate) fn to_torch_layout(shape: &[usize], data: Vec<f32>) -> (Vec<usize>, Vec<f32>) {
+    match shape.len() {
+        2 => transposed(shape, &data),
+        _ => (shape.to_vec(), data),
+    }
+}
