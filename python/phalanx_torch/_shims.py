@@ -16,32 +16,19 @@ phalanx parent, a rank outside every group of `dist.split_group` gets `None` (to
 NON_GROUP_MEMBER) before c10d asks its backend.
 """
 
-import threading
-
 import torch
 from torch._C._distributed_c10d import ProcessGroup, Work
 
-_asked = threading.local()
-
-
-def noted(work):
-    """Called by our Work's `get_future`: the Work a holder on this thread leads to."""
-    _asked.work = work
+from ._backend import PhalanxBackend
+from ._holder import asked
+from ._work import Work as PhalanxWork
 
 
 def _behind(holder):
     """The phalanx Work behind a C++ holder, or None (another backend's work)."""
-    from ._work import Work as PhalanxWork
-
     if isinstance(holder, PhalanxWork):
         return holder
-    _asked.work = None
-    try:
-        holder.get_future()
-    except RuntimeError:  # a work without a future
-        return None
-    found, _asked.work = _asked.work, None
-    return found
+    return asked(holder)
 
 
 def _is_completed(self):
@@ -70,8 +57,6 @@ _torch = {}
 
 
 def _phalanx_backend(pg):
-    from ._backend import PhalanxBackend
-
     try:
         backend = pg._get_backend(torch.device("cpu"))
     except RuntimeError:  # no CPU backend

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from ._native import PhalanxError
-from ._shims import noted
+from ._holder import noted
 
 
 class _Failure:

@@ -10,21 +10,14 @@
 //! dist.all_reduce(t)  # phalanx's shared memory on a host, TCP between hosts
 //! ```
 
+mod error;
 mod fault_tolerance;
 mod group;
 mod py_store;
 
 use pyo3::prelude::*;
 
-// Declared in the module `phalanx_torch` (which re-exports it) rather than `_native`: the name
-// pickle records must import, and PyTorch pickles a failed future's exception (DDP's reducer,
-// Ray's workers) to hand it on; `_native` alone is not an importable module.
-pyo3::create_exception!(
-    phalanx_torch,
-    PhalanxError,
-    pyo3::exceptions::PyRuntimeError,
-    "A phalanx collective failed; the message names the rank at fault."
-);
+pub(crate) use error::PhalanxError;
 
 /// phalanx's log level: `PHALANX_DEBUG`, else `NCCL_DEBUG`, else PyTorch's
 /// `TORCH_DISTRIBUTED_DEBUG` (the same choice as phalanx's own programs:

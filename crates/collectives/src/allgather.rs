@@ -3,7 +3,7 @@
 use phalanx_core::Element;
 use phalanx_transport::{CollectiveKind, Result, Transport};
 
-use crate::{chunk_elems, fp, ring, segments, Algorithm, Options};
+use crate::{fingerprint::fp, options::chunk_elems, ring, segments, Algorithm, Options};
 
 /// Gathers every rank's `send` into `recv` (rank `p`'s block at `p * send.len()`).
 pub fn allgather<T: Element>(

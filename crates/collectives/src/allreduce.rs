@@ -5,8 +5,8 @@ use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Result, Transport};
 
 use crate::{
-    chunk_elems, direct, fp, hierarchical, kernels, ring, segments, select, Algorithm, Op, Options,
-    Placement, Plan,
+    direct, fingerprint::fp, hierarchical, kernels, options::chunk_elems, ring, segments, select,
+    Algorithm, Op, Options, Placement, Plan,
 };
 
 /// Reduces `buf` across ranks in place; every rank ends with the same bits.

@@ -5,7 +5,7 @@
 use phalanx_core::Element;
 use phalanx_transport::{CollectiveKind, RecvReq, Result, SendReq, Transport};
 
-use crate::{fp, Algorithm};
+use crate::{fingerprint::fp, Algorithm};
 
 /// Sends `send[send_offsets[p]..][..send_counts[p]]` to rank `p` and receives rank `p`'s block
 /// for this rank into `recv[recv_offsets(p)..][..recv_counts[p]]` (blocks packed in rank

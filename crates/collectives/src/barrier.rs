@@ -2,7 +2,7 @@
 
 use phalanx_transport::{CollectiveKind, RecvReq, Result, SendReq, Transport};
 
-use crate::{fp, Algorithm};
+use crate::{fingerprint::fp, Algorithm};
 
 /// Returns once every rank has entered the barrier.
 pub fn barrier(t: &mut dyn Transport, seq: u64) -> Result<Algorithm> {

@@ -4,7 +4,10 @@
 use phalanx_core::Element;
 use phalanx_transport::{CollectiveKind, Result, SendReq, Transport};
 
-use crate::{chunk_elems, fp, ring, segments, select, Algorithm, Op, Options, Placement, Plan};
+use crate::{
+    fingerprint::fp, options::chunk_elems, ring, segments, select, Algorithm, Op, Options,
+    Placement, Plan,
+};
 
 /// Copies `root`'s `buf` to every rank.
 pub fn broadcast<T: Element>(

@@ -3,7 +3,7 @@
 use phalanx_core::Element;
 use phalanx_transport::{CollectiveKind, RecvReq, Result, SendReq, Transport};
 
-use crate::{fp, Algorithm};
+use crate::{fingerprint::fp, Algorithm};
 
 /// Gathers every rank's `send` into `root`'s `recv` (rank `p`'s block at `p * send.len()`).
 /// `recv` is only read on the root, where it must hold `world_size × send.len()` elements.

@@ -46,15 +46,19 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+mod algorithm;
 mod allgather;
 mod allreduce;
 mod alltoall;
 mod barrier;
 mod broadcast;
 mod direct;
+mod fingerprint;
 mod gather;
 mod hierarchical;
+mod hierarchy;
 pub mod kernels;
+mod options;
 mod p2p;
 mod reduce;
 mod reduce_scatter;
@@ -63,6 +67,7 @@ pub mod segments;
 mod select;
 #[cfg(target_os = "linux")]
 pub mod shm;
+pub use algorithm::Algorithm;
 pub use allgather::{allgather, allgather_v};
 pub use allreduce::allreduce;
 #[cfg(target_os = "linux")]
@@ -71,10 +76,9 @@ pub use alltoall::all_to_all;
 pub use barrier::barrier;
 pub use broadcast::broadcast;
 pub use gather::{gather, scatter};
-pub use hierarchical::Hierarchy;
+pub use hierarchy::Hierarchy;
+pub use options::Options;
 pub use p2p::{p2p_fingerprint, recv, send, send_recv_batch, P2pRecv, P2pSend};
-use phalanx_core::{Element, ReduceOp};
-use phalanx_transport::{CollectiveKind, Fingerprint};
 pub use reduce::reduce;
 pub use reduce_scatter::{reduce_scatter, reduce_scatter_v, reduce_scatter_v_in_place};
 pub use select::{select, single_copy_min_bytes, Op, Placement, Plan};
@@ -83,72 +87,3 @@ pub use shm::{
     all_to_all_shm, allgather_shm, allreduce_shm, allreduce_shm_with, auto_chunk_bytes,
     barrier_shm, broadcast_shm, reduce_scatter_shm, reduce_scatter_shm_in_place, ShmOptions,
 };
-
-/// Tuning of algorithm choice; defaults measured on loopback TCP (see docs/collectives.md).
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Largest frame of a pipelined ring step, in bytes.
-    pub chunk_bytes: usize,
-    /// Buffers up to this size (bytes) use direct exchange rather than the ring.
-    pub direct_max_bytes: usize,
-    /// Use shared memory when every rank is on one host (the process group decides at setup).
-    pub shared_memory: bool,
-    /// Asks for the two-level allreduce when hosts hold several ranks each
-    /// (`PHALANX_ALGO=hierarchical`); the process group turns it into `hierarchy` if the
-    /// layout qualifies.
-    pub prefer_hierarchical: bool,
-    /// Allreduce above `direct_max_bytes` in two levels, inside hosts then across them
-    /// (`PHALANX_ALGO=hierarchical`; see [`Hierarchy`] for what it gives up). Set by the process
-    /// group from its peer table; `None`: the flat algorithms, in the canonical order.
-    pub hierarchy: Option<Hierarchy>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            chunk_bytes: 512 * 1024,
-            direct_max_bytes: 64 * 1024,
-            shared_memory: true,
-            prefer_hierarchical: false,
-            hierarchy: None,
-        }
-    }
-}
-
-/// Which algorithm a collective used (reported by `PHALANX_DEBUG=INFO` and benchmarks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    /// Nothing to exchange (one rank, or zero elements).
-    Local,
-    /// Direct exchange.
-    Direct,
-    /// Ring.
-    Ring,
-    /// Dissemination (barrier).
-    Dissemination,
-    /// Shared memory between the ranks of one host (`shm`).
-    Shm,
-    /// Inside hosts, then across them (`hierarchical`).
-    Hierarchical,
-}
-
-fn fp<T: Element>(
-    seq: u64,
-    kind: CollectiveKind,
-    op: Option<ReduceOp>,
-    count: usize,
-    root: usize,
-) -> Fingerprint {
-    Fingerprint {
-        seq,
-        kind,
-        op,
-        dtype: T::DTYPE,
-        count: count as u64,
-        root: root as u32,
-    }
-}
-
-fn chunk_elems<T>(opts: &Options) -> usize {
-    (opts.chunk_bytes / std::mem::size_of::<T>().max(1)).max(1)
-}

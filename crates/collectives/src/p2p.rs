@@ -11,7 +11,7 @@ use phalanx_transport::{CollectiveKind, Fingerprint, RecvReq, Result, SendReq, T
 
 /// The fingerprint of the `seq`-th message of a pair: `count` elements of `T`, `tag`.
 pub fn p2p_fingerprint<T: Element>(seq: u64, count: usize, tag: u32) -> Fingerprint {
-    crate::fp::<T>(seq, CollectiveKind::SendRecv, None, count, tag as usize)
+    crate::fingerprint::fp::<T>(seq, CollectiveKind::SendRecv, None, count, tag as usize)
 }
 
 /// Sends `buf` to `peer` as the pair's `seq`-th message; matched by a [`recv`] with the same

@@ -11,8 +11,8 @@ use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, RecvReq, Result, SendReq, Transport};
 
 use crate::{
-    chunk_elems, direct, fp, kernels, ring, segments, select, Algorithm, Op, Options, Placement,
-    Plan,
+    direct, fingerprint::fp, kernels, options::chunk_elems, ring, segments, select, Algorithm, Op,
+    Options, Placement, Plan,
 };
 
 /// Reduces `buf` across ranks into `root`'s `buf`.

@@ -15,7 +15,8 @@ use phalanx_core::{Element, ReduceOp};
 use phalanx_transport::{CollectiveKind, Fingerprint, RecvReq, Result, SendReq, Transport};
 
 use crate::{
-    chunk_elems, fp, kernels, ring, segments, select, Algorithm, Op, Options, Placement, Plan,
+    fingerprint::fp, kernels, options::chunk_elems, ring, segments, select, Algorithm, Op, Options,
+    Placement, Plan,
 };
 
 /// Reduces `send` (world_size blocks) across ranks; rank `p` receives block `p` in `recv`.

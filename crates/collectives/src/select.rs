@@ -5,7 +5,7 @@
 //! process group connected, which already folds in the shared-memory vote, `PHALANX_SHM_DISABLE`
 //! and `PHALANX_SHM_SINGLE_COPY`) and the options (`PHALANX_DIRECT_MAX_BYTES`,
 //! `PHALANX_ALGO=hierarchical` as [`Options::hierarchy`]). The process group's dispatch
-//! (`exec.rs` in phalanx-pg) asks it which family runs (shared memory, two-level, TCP) and the
+//! (`native.rs` in phalanx-pg) asks it which family runs (shared memory, two-level, TCP) and the
 //! collectives ask it which variant (direct or ring, shared buffers or single copy). Every rank
 //! decides from values all ranks share (sizes every rank knows, options that must be equal on
 //! every rank, a placement agreed at setup), so all take the same path. The thresholds are

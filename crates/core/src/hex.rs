@@ -20,7 +20,10 @@ pub fn encode(bytes: &[u8]) -> String {
 /// The bytes of `text`, an even number of hex digits in either case; `None` for anything
 /// else (an empty text included).
 pub fn decode(text: &str) -> Option<Vec<u8>> {
-    if text.is_empty() || !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if text.is_empty()
+        || !text.len().is_multiple_of(2)
+        || !text.bytes().all(|b| b.is_ascii_hexdigit())
+    {
         return None;
     }
     (0..text.len())

@@ -14,7 +14,12 @@ use crate::elastic::coordinate::Coordinator;
 use crate::rdzv::{self, Host, Meeting};
 use crate::round::{End, Job};
 use crate::signals;
-use crate::{Error, LaunchArgs, EXIT_RESTARTS_EXHAUSTED};
+use crate::{Error, LaunchArgs};
+
+/// Exit code of `phalanx launch` when the group failed again after `--max-restarts K > 0`
+/// restarts ("failed after K restarts"). Without restarts the launcher exits with the failing
+/// worker's own code (or 128 + its signal); after a signal to the agent, 128 + that signal.
+pub const EXIT_RESTARTS_EXHAUSTED: u8 = 125;
 
 /// Start-up failures in a row that may restart the group without using up `--max-restarts`;
 /// past this, a program that cannot start at all fails like any other.

@@ -41,17 +41,13 @@ mod tee;
 mod worker;
 mod worker_env;
 
+pub use agent::EXIT_RESTARTS_EXHAUSTED;
 pub use args::{LaunchArgs, Nnodes};
 pub use error::Error;
 pub use program::{program_argv, python};
 pub use rdzv::{RdzvBackend, RdzvConf, C10D_DEFAULT_PORT};
 pub use signals::signal_name;
 pub use tee::{Streams, Tee};
-
-/// Exit code of `phalanx launch` when the group failed again after `--max-restarts K > 0`
-/// restarts ("failed after K restarts"). Without restarts the launcher exits with the failing
-/// worker's own code (or 128 + its signal); after a signal to the agent, 128 + that signal.
-pub const EXIT_RESTARTS_EXHAUSTED: u8 = 125;
 
 /// Whether this process is a worker started by a launcher (so it must not launch itself):
 /// [`phalanx_core::Launcher::detect`] found one (phalanx, torchrun, an MPI launcher or a Slurm

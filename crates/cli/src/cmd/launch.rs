@@ -68,12 +68,10 @@ fn refuse_unknown_flag(program: &[OsString]) -> anyhow::Result<()> {
     if !first.starts_with('-') || first == "-" {
         return Ok(());
     }
-    use clap::CommandFactory;
     let name = first.split_once('=').map_or(first, |(n, _)| n);
-    let cmd = crate::Cli::command();
-    let launch = cmd
-        .find_subcommand("launch")
-        .expect("the launch subcommand exists");
+    // The flags of this subcommand, built from its own arguments (not through `crate::Cli`,
+    // which would make this module and main.rs import each other).
+    let launch = <Args as clap::Args>::augment_args(clap::Command::new("launch"));
     let known: Vec<String> = launch
         .get_arguments()
         .flat_map(|a| {

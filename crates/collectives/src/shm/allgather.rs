@@ -62,7 +62,7 @@ pub fn allgather_shm<T: Element>(
     if n == 1 || offsets[n] == 0 {
         return Ok(Algorithm::Local);
     }
-    let fp = crate::fp::<T>(seq, kind, None, offsets[n], 0);
+    let fp = crate::fingerprint::fp::<T>(seq, kind, None, offsets[n], 0);
     // Decided on the total, which every rank knows, so that all take the same path.
     let total = offsets[n] * std::mem::size_of::<T>();
     if shm_single_copy(Op::Allgather, total, n, g.single_copy()) {
@@ -102,7 +102,7 @@ pub fn all_to_all_shm<T: Element>(
         return Ok(Algorithm::Local);
     }
     // The same fingerprint as over TCP (counts per pair are checked by the frame there).
-    let fp = crate::fp::<T>(seq, CollectiveKind::AllToAll, None, 0, 0);
+    let fp = crate::fingerprint::fp::<T>(seq, CollectiveKind::AllToAll, None, 0, 0);
     let size = std::mem::size_of::<T>();
     let block = |p: usize| p * per..(p + 1) * per;
     let equal = Op::AllToAll { equal: true };

@@ -27,7 +27,7 @@ use phalanx_transport::{shm::ShmGroup, CollectiveKind, Fingerprint, Result};
 
 use super::bytes::{as_bytes, byte_range};
 use crate::{
-    fp,
+    fingerprint::fp,
     kernels::{finish, reduce2, reduce_into, reduce_last},
     segments, Algorithm,
 };

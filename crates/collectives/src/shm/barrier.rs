@@ -2,7 +2,7 @@
 
 use phalanx_transport::{shm::ShmGroup, CollectiveKind, Result};
 
-use crate::{fp, Algorithm};
+use crate::{fingerprint::fp, Algorithm};
 
 /// Returns once every rank of `g` has entered the barrier (one step).
 pub fn barrier_shm(g: &mut ShmGroup, seq: u64) -> Result<Algorithm> {

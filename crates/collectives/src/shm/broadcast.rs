@@ -8,7 +8,7 @@ use phalanx_transport::{
 };
 
 use super::bytes::{as_bytes, as_bytes_mut, byte_range};
-use crate::{fp, segments, select::shm_single_copy, Algorithm, Op};
+use crate::{fingerprint::fp, segments, select::shm_single_copy, Algorithm, Op};
 
 /// Copies `root`'s `buf` to every rank of `g`, one buffer-sized chunk per step.
 pub fn broadcast_shm<T: Element>(

@@ -23,7 +23,7 @@ use phalanx_transport::{shm::ShmGroup, CollectiveKind, Result};
 
 use super::allreduce::{auto_chunk_bytes, fold_own_last};
 use super::bytes::{as_bytes, byte_range};
-use crate::{fp, kernels::finish, segments, Algorithm};
+use crate::{fingerprint::fp, kernels::finish, segments, Algorithm};
 
 /// reduce_scatter among ranks that all share memory: rank `p` receives block `p` of the
 /// reduction of every rank's `send`, where block `p` is `offsets[p]..offsets[p + 1]` (equal

@@ -40,7 +40,7 @@
 
 use std::fmt;
 
-use super::{
+use super::vars::{
     EnvVar, GLOO_SOCKET_IFNAME, NCCL_DEBUG, NCCL_SOCKET_IFNAME, PHALANX_DEBUG,
     PHALANX_SOCKET_IFNAME, TORCH_DISTRIBUTED_DEBUG,
 };

@@ -5,7 +5,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Shared, TorchClients};
+use super::config::TorchClients;
+use super::shared::Shared;
 use crate::io_util::{peek_peer, read_exact_by, read_frame, FrameRead, Peer};
 use crate::table::WaitError;
 use crate::wire::{

@@ -18,99 +18,25 @@
 //! the launcher was told otherwise (`TorchClients`); a refused one is logged with the flag
 //! that allows it. Both paths share the connection cap and the handshake deadline.
 
+mod config;
 mod connection;
+mod shared;
 mod torch;
 
-use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+pub use config::{ServerConfig, TorchClients};
+use shared::{Conns, Shared, Traffic};
 
 use crate::table::Table;
 use crate::{Auth, Error, HashStore, Result};
 
 /// Stack reserved for each connection thread; see Note [Thread per connection].
 const CONN_STACK: usize = 256 * 1024;
-
-/// Tunables of a [`StoreServer`].
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    handshake_timeout: Duration,
-    max_connections: usize,
-    torch_clients: TorchClients,
-}
-
-/// Which PyTorch TCPStore clients a [`StoreServer`] serves. PyTorch's protocol has no
-/// authentication: whoever reaches the port may read and write the PyTorch keys (never
-/// phalanx's own, which live apart). See Note [Two protocols on one port].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TorchClients {
-    /// None: the connection is closed and the refusal logged with how to allow it.
-    Refuse,
-    /// Clients connecting from a loopback address, i.e. from this host (the default).
-    #[default]
-    Loopback,
-    /// Any client that reaches the port (`phalanx launch --torch-store`).
-    Anyone,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            handshake_timeout: Duration::from_secs(5),
-            max_connections: 8192,
-            torch_clients: TorchClients::default(),
-        }
-    }
-}
-
-impl ServerConfig {
-    /// Time a new connection has to complete the handshake before it is dropped (default 5 s).
-    pub fn with_handshake_timeout(mut self, t: Duration) -> Self {
-        self.handshake_timeout = t;
-        self
-    }
-    /// Which PyTorch TCPStore clients to serve (default [`TorchClients::Loopback`]).
-    pub fn with_torch_clients(mut self, t: TorchClients) -> Self {
-        self.torch_clients = t;
-        self
-    }
-    /// Most simultaneous connections; later ones are closed at once (default 8,192).
-    pub fn with_max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n;
-        self
-    }
-}
-
-#[derive(Default)]
-struct Conns {
-    next_id: u64,
-    /// Clones of the live sockets, so shutdown can unblock their threads.
-    streams: HashMap<u64, TcpStream>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-pub(crate) struct Shared {
-    pub(crate) table: Arc<Table>,
-    /// The keys of PyTorch's clients, apart from phalanx's (see `torch.rs`).
-    pub(crate) torch_table: Arc<Table>,
-    pub(crate) auth: Auth,
-    pub(crate) config: ServerConfig,
-    pub(crate) stopping: AtomicBool,
-    conns: Mutex<Conns>,
-    pub(crate) traffic: Traffic,
-}
-
-/// Request counters, kept so that tests and `phalanx bench rendezvous` can show that a
-/// rendezvous costs O(world_size) store traffic, not O(world_size²).
-#[derive(Default)]
-pub(crate) struct Traffic {
-    pub(crate) requests: AtomicU64,
-    pub(crate) bytes_in: AtomicU64,
-    pub(crate) bytes_out: AtomicU64,
-}
 
 /// What a [`StoreServer`] has served since it started (authenticated requests only).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -121,12 +47,6 @@ pub struct StoreStats {
     pub bytes_in: u64,
     /// Reply bytes sent.
     pub bytes_out: u64,
-}
-
-impl Shared {
-    fn conns(&self) -> MutexGuard<'_, Conns> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// A running store server. Dropping it (or [`StoreServer::shutdown`]) stops the listener and

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::io_util::{peek_peer, Peer};
 use crate::table::WaitError;
 use crate::wire::torch::{self, Reply, Request};

@@ -1,6 +1,33 @@
-//! Little-endian writer and a bounds-checked reader over byte slices.
+//! Little-endian writer and a bounds-checked reader over byte slices, and [`DecodeError`], what
+//! the reader (and every decoder built on it) reports.
 
-use super::DecodeError;
+use super::limits::MAX_FRAME_LEN;
+
+/// Why some bytes are not a valid message. Its text names the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    reason: String,
+}
+
+impl DecodeError {
+    pub(crate) fn new(reason: impl Into<String>) -> Self {
+        DecodeError {
+            reason: reason.into(),
+        }
+    }
+    /// What was wrong.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for DecodeError {}
 
 /// Builds one frame: a 4-byte length placeholder, then the body.
 pub(crate) struct FrameWriter {
@@ -35,10 +62,10 @@ impl FrameWriter {
         self.buf.extend_from_slice(v);
         self
     }
-    /// Patches the length prefix; `None` when the body exceeds [`super::MAX_FRAME_LEN`].
+    /// Patches the length prefix; `None` when the body exceeds [`MAX_FRAME_LEN`].
     pub(crate) fn finish(mut self) -> Option<Vec<u8>> {
         let body = self.buf.len() - 4;
-        if body > super::MAX_FRAME_LEN {
+        if body > MAX_FRAME_LEN {
             return None;
         }
         self.buf[..4].copy_from_slice(&(body as u32).to_le_bytes());

@@ -1,10 +1,11 @@
 //! Request and response frames: `u32 body length (LE)`, then the body. Decoding borrows from
 //! the body, so a 64 MiB value is never copied by the codec.
 
+use super::codec::DecodeError;
 use super::codec::{FrameWriter, Reader};
+use super::limits::{MAX_FRAME_LEN, MAX_KEYS, MAX_KEY_LEN, MAX_VALUE_LEN};
 use super::message::{op, tag};
 pub use super::message::{Request, Response};
-use super::{DecodeError, MAX_FRAME_LEN, MAX_KEYS, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 /// Longest error message carried in a response.
 const MAX_MESSAGE_LEN: usize = 4096;

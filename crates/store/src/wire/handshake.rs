@@ -17,7 +17,8 @@
 
 use phalanx_core::job_proof;
 
-use super::{DecodeError, MAGIC, MAX_JOB_ID_LEN, PROTOCOL_VERSION};
+use super::codec::DecodeError;
+use super::limits::{MAGIC, MAX_JOB_ID_LEN, PROTOCOL_VERSION};
 use crate::Auth;
 
 /// Bytes in each nonce and each proof.

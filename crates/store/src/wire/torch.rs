@@ -20,7 +20,8 @@
 //! assert_eq!((req, used), (Request::Set { key: "/k", value: b"v1" }, set.len()));
 //! ```
 
-use super::{DecodeError, MAX_KEYS, MAX_KEY_LEN, MAX_VALUE_LEN};
+use super::codec::DecodeError;
+use super::limits::{MAX_KEYS, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 /// The number a torch client sends after `VALIDATE`.
 pub const VALIDATION_MAGIC: u32 = 0x3C85_F7CE;

@@ -28,8 +28,8 @@ mod format;
 pub mod sharded;
 pub mod state_dict;
 
-pub use directory::{list, record_path, DEFAULT_KEEP};
 use directory::prune;
+pub use directory::{list, record_path, DEFAULT_KEEP};
 use format::{bad, io_err, sha256_hex, write_atomic};
 pub use format::{Checkpoint, Meta, NamedTensor, FORMAT, OPTIM_STATE};
 

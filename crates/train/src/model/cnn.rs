@@ -63,7 +63,7 @@ impl Cnn {
     }
 }
 
-impl super::Classifier for Cnn {
+impl super::classifier::Classifier for Cnn {
     fn input_dim(&self) -> usize {
         SIDE * SIDE
     }

@@ -134,7 +134,7 @@ impl Mlp {
     }
 }
 
-impl super::Classifier for Mlp {
+impl super::classifier::Classifier for Mlp {
     fn input_dim(&self) -> usize {
         self.input
     }

@@ -7,6 +7,7 @@
 //! that resumes it, so every model's float parameters get ids from their position in canonical
 //! order ([`with_stable_ids`]): the first is 1, the next 2, and so on.
 
+mod classifier;
 mod cnn;
 mod mlp;
 mod transformer;
@@ -14,40 +15,12 @@ mod transformer;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::{Device, Tensor};
 
+pub use classifier::Classifier;
 pub use cnn::Cnn;
 pub use mlp::{Mlp, MlpConfig};
 pub use transformer::{Encoder, Transformer};
 
 use crate::{Error, Result};
-
-/// A classifier the trainer can train: any Burn module with a forward pass from flat rows.
-///
-/// ```
-/// use burn::module::Module;
-/// use burn::nn::{Linear, LinearConfig};
-/// use burn::tensor::{Device, Tensor};
-/// use phalanx_train::Classifier;
-///
-/// #[derive(Module, Debug)]
-/// struct Logistic { fc: Linear }
-///
-/// impl Classifier for Logistic {
-///     fn input_dim(&self) -> usize { self.fc.weight.val().dims()[0] }
-///     fn logits(&self, x: Tensor<2>) -> Tensor<2> { self.fc.forward(x) }
-///     fn device(&self) -> Device { self.fc.weight.val().device() }
-/// }
-///
-/// let m = Logistic { fc: LinearConfig::new(4, 3).init(&Device::flex()) };
-/// assert_eq!(m.logits(Tensor::zeros([2, 4], &m.device())).dims(), [2, 3]);
-/// ```
-pub trait Classifier: Module + 'static {
-    /// Features per sample (the rows the trainer feeds are `[batch, input_dim]`).
-    fn input_dim(&self) -> usize;
-    /// Logits `[batch, classes]` of a batch `[batch, input_dim]` (reshape inside as needed).
-    fn logits(&self, input: Tensor<2>) -> Tensor<2>;
-    /// The device the parameters live on.
-    fn device(&self) -> Device;
-}
 
 /// Which model `phalanx train --model` builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -58,7 +58,7 @@ impl Transformer {
     }
 }
 
-impl super::Classifier for Transformer {
+impl super::classifier::Classifier for Transformer {
     fn input_dim(&self) -> usize {
         SIDE * SIDE
     }

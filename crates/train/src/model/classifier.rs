@@ -1,0 +1,34 @@
+//! [`Classifier`]: what the trainer needs of any model, a Burn module that maps a batch of
+//! flat feature rows to logits.
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+
+/// A classifier the trainer can train: any Burn module with a forward pass from flat rows.
+///
+/// ```
+/// use burn::module::Module;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::{Device, Tensor};
+/// use phalanx_train::Classifier;
+///
+/// #[derive(Module, Debug)]
+/// struct Logistic { fc: Linear }
+///
+/// impl Classifier for Logistic {
+///     fn input_dim(&self) -> usize { self.fc.weight.val().dims()[0] }
+///     fn logits(&self, x: Tensor<2>) -> Tensor<2> { self.fc.forward(x) }
+///     fn device(&self) -> Device { self.fc.weight.val().device() }
+/// }
+///
+/// let m = Logistic { fc: LinearConfig::new(4, 3).init(&Device::flex()) };
+/// assert_eq!(m.logits(Tensor::zeros([2, 4], &m.device())).dims(), [2, 3]);
+/// ```
+pub trait Classifier: Module + 'static {
+    /// Features per sample (the rows the trainer feeds are `[batch, input_dim]`).
+    fn input_dim(&self) -> usize;
+    /// Logits `[batch, classes]` of a batch `[batch, input_dim]` (reshape inside as needed).
+    fn logits(&self, input: Tensor<2>) -> Tensor<2>;
+    /// The device the parameters live on.
+    fn device(&self) -> Device;
+}
