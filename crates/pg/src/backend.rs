@@ -1,141 +1,180 @@
-//! [`Backend`]: which library runs the collectives, chosen by `--backend` / `PHALANX_BACKEND`.
+//! [`Backend`]: what runs a process group's collectives (Note [Backends] in `exec.rs`).
+//!
+//! The name is c10d's: `c10d::Backend` is the class that `ProcessGroupGloo`, `ProcessGroupNCCL`
+//! and `ProcessGroupMPI` derive from, and a `ProcessGroup` hands each collective to its backend.
+//! The public enum of backend names is [`BackendType`](crate::BackendType), c10d's
+//! `ProcessGroup::BackendType`, so the one word does not name two things.
 
-use std::{fmt, str::FromStr};
+use phalanx_collectives::{Algorithm, Options};
+use phalanx_core::{Element, ReduceOp};
 
-use phalanx_core::env;
+use crate::P2POp;
 
-use crate::{ProcessGroup, Result};
+/// What a collective returns: the algorithm it ran.
+pub(crate) type Ran = phalanx_transport::Result<Algorithm>;
 
-/// The collective backend of a process group (Note \[Backends\] in `exec.rs`).
+/// One backend: phalanx's own (`native.rs`), MPI (`mpi/`) or NCCL (`nccl/`).
 ///
-/// ```
-/// use phalanx_pg::Backend;
-/// assert_eq!("mpi".parse::<Backend>().unwrap(), Backend::Mpi);
-/// assert!(Backend::Native.is_built());
-/// assert_eq!("nccl".parse::<Backend>().unwrap(), Backend::Nccl);
-/// assert!("gloo".parse::<Backend>().unwrap_err().contains("native"));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Backend {
-    /// Phalanx's own collectives over TCP and shared memory; ranks from the launcher's
-    /// environment and a rendezvous store.
-    #[default]
-    Native,
-    /// The MPI library's collectives on `MPI_COMM_WORLD`; ranks from MPI (`mpirun`). Built
-    /// only with the `mpi` cargo feature.
-    Mpi,
-    /// NCCL's collectives on GPU `LOCAL_RANK`; ranks from the launcher's environment, like
-    /// `Native`. Built only with the `nccl` cargo feature (docs/gpu.md).
-    Nccl,
+/// Every method runs one collective to completion under the group's `Exec` lock, after
+/// `ProcessGroup` checked the arguments (`check.rs`): buffer lengths, ranks, and whether this
+/// backend offers the collective at all. `seq` is the group's collective sequence number;
+/// point-to-point operations have none here, a backend that needs one numbers each pair's
+/// messages itself. Generic methods make the trait not object-safe, on purpose: `Exec`
+/// dispatches over the enum of backends (Note [Backends]).
+pub(crate) trait Backend {
+    /// The backend's name, as `--backend` spells it (`native`, `mpi`, `nccl`).
+    fn name(&self) -> &'static str;
+
+    /// The name of what ran a collective that returned `algo`, for traces and
+    /// `PHALANX_DEBUG=INFO`.
+    fn describe(&self, algo: Algorithm) -> String;
+
+    /// Whether phalanx picks each collective's algorithm (Note [Choosing an algorithm]), which
+    /// `PHALANX_DEBUG=INFO` then reports per collective; a library that picks inside itself
+    /// (MPI, NCCL) is reported once at init.
+    fn picks_algorithm(&self) -> bool {
+        false
+    }
+
+    /// Reduces `buf` across ranks in place.
+    fn allreduce<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        op: ReduceOp,
+        opts: &Options,
+    ) -> Ran;
+
+    /// Copies `root`'s `buf` to every rank.
+    fn broadcast<T: Element>(
+        &mut self,
+        seq: u64,
+        buf: &mut [T],
+        root: usize,
+        opts: &Options,
+    ) -> Ran;
+
+    /// Returns when every rank has entered it.
+    fn barrier(&mut self, seq: u64) -> Ran;
+
+    /// Every rank's `send`, in rank order, into `recv` (`world_size × send.len()`).
+    fn allgather<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        opts: &Options,
+    ) -> Ran;
+
+    /// Reduces `send` (`world_size` blocks of `recv.len()`); block `rank` lands in `recv`.
+    fn reduce_scatter<T: Element>(
+        &mut self,
+        seq: u64,
+        send: &mut [T],
+        recv: &mut [T],
+        op: ReduceOp,
+        opts: &Options,
+    ) -> Ran;
+
+    /// Sends `buf` to `peer` with `tag`.
+    fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran;
+
+    /// Receives into `buf` from `peer` what it sent with `tag`.
+    fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran;
+
+    /// Stops every link so that peers learn of the failure at once (Note [Fail fast]);
+    /// `rank` is this rank, for a backend that reports the failure itself.
+    fn abort(&mut self, rank: usize, cause: &str);
+
+    // === What not every backend offers: `ProcessGroup` refuses these before they get here
+    // (`check::Caller::native`, `check::Caller::batch`), so the defaults never run. ===
+
+    /// Every send and receive of `ops` at once (`batch_isend_irecv`).
+    fn send_recv_batch<T: Element>(&mut self, _ops: &mut [P2POp<T>]) -> Ran {
+        refused(self.name(), "batch_isend_irecv")
+    }
+
+    /// Reduces `buf` across ranks into `root`'s `buf`.
+    fn reduce<T: Element>(
+        &mut self,
+        _seq: u64,
+        _buf: &mut [T],
+        _op: ReduceOp,
+        _root: usize,
+        _opts: &Options,
+    ) -> Ran {
+        refused(self.name(), "reduce")
+    }
+
+    /// Every rank's `send` into `root`'s `recv`, in rank order.
+    fn gather<T: Element>(&mut self, _seq: u64, _send: &[T], _recv: &mut [T], _root: usize) -> Ran {
+        refused(self.name(), "gather")
+    }
+
+    /// Block `p` of `root`'s `send` into rank `p`'s `recv`.
+    fn scatter<T: Element>(
+        &mut self,
+        _seq: u64,
+        _send: &[T],
+        _recv: &mut [T],
+        _root: usize,
+    ) -> Ran {
+        refused(self.name(), "scatter")
+    }
+
+    /// `send_counts[p]` elements to rank `p`, `recv_counts[p]` from it; `equal`: every rank
+    /// asked for equal blocks (the same API on every rank).
+    fn all_to_all<T: Element>(
+        &mut self,
+        _seq: u64,
+        _send: &[T],
+        _send_counts: &[usize],
+        _recv: &mut [T],
+        _recv_counts: &[usize],
+        _equal: bool,
+    ) -> Ran {
+        refused(self.name(), "all_to_all")
+    }
+
+    /// Blocks of `counts[p]` elements from each rank `p`, into every rank's `recv`.
+    fn allgather_v<T: Element>(
+        &mut self,
+        _seq: u64,
+        _send: &[T],
+        _recv: &mut [T],
+        _counts: &[usize],
+        _opts: &Options,
+    ) -> Ran {
+        refused(self.name(), "allgather_v")
+    }
+
+    /// reduce_scatter of blocks of `counts[p]` elements; this rank's block lands in `recv`.
+    fn reduce_scatter_v<T: Element>(
+        &mut self,
+        _seq: u64,
+        _send: &mut [T],
+        _recv: &mut [T],
+        _counts: &[usize],
+        _op: ReduceOp,
+        _opts: &Options,
+    ) -> Ran {
+        refused(self.name(), "reduce_scatter_v")
+    }
+
+    /// reduce_scatter_v leaving this rank's block of `buf` reduced in place.
+    fn reduce_scatter_v_in_place<T: Element>(
+        &mut self,
+        _seq: u64,
+        _buf: &mut [T],
+        _counts: &[usize],
+        _op: ReduceOp,
+        _opts: &Options,
+    ) -> Ran {
+        refused(self.name(), "reduce_scatter_v")
+    }
 }
 
-impl Backend {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Native => "native",
-            Backend::Mpi => "mpi",
-            Backend::Nccl => "nccl",
-        }
-    }
-
-    /// Whether this build of phalanx contains the backend.
-    pub fn is_built(self) -> bool {
-        match self {
-            Backend::Native => true,
-            Backend::Mpi => cfg!(feature = "mpi"),
-            Backend::Nccl => cfg!(feature = "nccl"),
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Backend {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Backend, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "native" => Ok(Backend::Native),
-            "mpi" => Ok(Backend::Mpi),
-            "nccl" => Ok(Backend::Nccl),
-            other => Err(format!(
-                "unknown backend {other:?}: phalanx has `native` (TCP + shared memory), `mpi` \
-                 and `nccl`"
-            )),
-        }
-    }
-}
-
-/// Creates the process group on `backend`: [`init_process_group`]
-/// for `Native`, `init_mpi` for `Mpi`, `init_nccl` for `Nccl` (an
-/// [`Error::Backend`](crate::Error::Backend) when this build lacks the backend's feature).
-pub fn init_backend(backend: Backend) -> Result<ProcessGroup> {
-    match backend {
-        Backend::Native => crate::init_with(crate::InitOptions::from_env()?),
-        #[cfg(feature = "mpi")]
-        Backend::Mpi => crate::init_mpi(),
-        #[cfg(not(feature = "mpi"))]
-        Backend::Mpi => Err(crate::Error::Backend {
-            backend: "mpi",
-            reason: "this build of phalanx-pg has no MPI support (enable its `mpi` feature)".into(),
-        }),
-        #[cfg(feature = "nccl")]
-        Backend::Nccl => crate::init_nccl(),
-        #[cfg(not(feature = "nccl"))]
-        Backend::Nccl => Err(crate::Error::Backend {
-            backend: "nccl",
-            reason: "this build of phalanx-pg has no NCCL support (enable its `nccl` feature)"
-                .into(),
-        }),
-    }
-}
-
-/// Creates the default process group from the launcher's environment (torchrun's
-/// variables, or Open MPI's, MPICH's, Slurm's).
-///
-/// `PHALANX_BACKEND` picks the backend (`native` by default; `mpi` and `nccl` need the crate
-/// features of the same names), as `--backend` does for the `phalanx` commands.
-pub fn init_process_group() -> Result<ProcessGroup> {
-    let backend = match env::get(env::PHALANX_BACKEND) {
-        None => Backend::Native,
-        Some(v) => v.parse().map_err(|reason| crate::Error::Env {
-            name: "PHALANX_BACKEND".into(),
-            value: v,
-            reason,
-        })?,
-    };
-    init_backend(backend)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_names_and_refuses_others() {
-        assert_eq!(" Native ".parse::<Backend>(), Ok(Backend::Native));
-        assert_eq!(Backend::Mpi.to_string(), "mpi");
-        let err = "gloo".parse::<Backend>().unwrap_err();
-        assert!(err.contains("\"gloo\"") && err.contains("mpi"), "{err}");
-    }
-
-    #[cfg(not(feature = "nccl"))]
-    #[test]
-    fn nccl_without_the_feature_names_it() {
-        let err = init_backend(Backend::Nccl).unwrap_err().to_string();
-        assert!(err.contains("`nccl` feature"), "{err}");
-        assert!(!Backend::Nccl.is_built());
-    }
-
-    #[cfg(not(feature = "mpi"))]
-    #[test]
-    fn mpi_without_the_feature_names_it() {
-        let err = init_backend(Backend::Mpi).unwrap_err().to_string();
-        assert!(err.contains("`mpi` feature"), "{err}");
-    }
+/// A collective that `ProcessGroup` refuses on `backend` before it reaches the backend.
+fn refused(backend: &str, op: &str) -> ! {
+    unreachable!("ProcessGroup refuses {op} on the {backend} backend before it runs")
 }

@@ -1,50 +1,42 @@
-//! [`Exec`]: the links one collective runs over, and the dispatch of each collective to the
-//! algorithm `phalanx_collectives::select` chose (Note [Choosing an algorithm]).
+//! [`Exec`]: a group's backend and its collective sequence number, and the dispatch of each
+//! collective to the backend.
 //!
-//! Note [Backends]: a process group has one backend for its lifetime. `Native` runs phalanx's
-//! own algorithms (`phalanx-collectives`) over the TCP mesh and, within one host, shared
-//! memory; `Mpi` hands every collective to the MPI library on `MPI_COMM_WORLD`; `Nccl` runs
-//! allreduce, broadcast, allgather, reduce_scatter and barrier in NCCL on this rank's GPU, and
-//! send/recv over a native mesh (Note [NCCL buffers] in `nccl/mod.rs`). Everything
-//! above this file (issue order, `Work`, fail-fast, traces, DDP, the trainer) is the same
-//! for both: they only see `Exec`'s methods.
+//! Note [Backends]: a process group has one backend for its lifetime, an implementation of the
+//! crate-private trait [`Backend`] (c10d's word: `ProcessGroupGloo`, `ProcessGroupNCCL` and
+//! `ProcessGroupMPI` are `c10d::Backend`s). `Native` (`native.rs`) runs phalanx's own
+//! algorithms (`phalanx-collectives`, chosen by `phalanx_collectives::select`) over the TCP
+//! mesh and, within one host, shared memory; `MpiComm` (`mpi/`) hands every collective to the
+//! MPI library on `MPI_COMM_WORLD`; `NcclComm` (`nccl/`) runs allreduce, broadcast, allgather,
+//! reduce_scatter and barrier in NCCL on this rank's GPU, and send/recv over a native mesh
+//! (Note [NCCL buffers] in `nccl/mod.rs`). Everything above this file (argument checks, issue
+//! order, `Work`, fail-fast, traces, DDP, the trainer) is the same for all of them: it only
+//! sees `Exec`'s methods.
+//!
+//! The collectives are generic over the element type (`T: Element`), so the trait is not
+//! object-safe and a `Box<dyn Backend>` is impossible. The backends are instead the variants
+//! of one enum, [`AnyBackend`], and the one `match` over them is the `dispatch!` macro, which
+//! every `Exec` method expands in one line; each variant and arm is `cfg`'ed by its cargo
+//! feature in that one place. A fourth backend is one new file implementing [`Backend`], one
+//! variant of [`AnyBackend`] and its arm in `dispatch!`, beside each other below (and its
+//! `init_*` function). What a backend does not offer has a default method that is never
+//! reached: `ProcessGroup` refuses it first, naming the backend (`check.rs`).
 
-use phalanx_collectives::{
-    self as coll, Algorithm, Op, Options, P2pRecv, P2pSend, Placement, Plan,
-};
+use phalanx_collectives::{Algorithm, Options};
 use phalanx_core::{Element, ReduceOp};
-use phalanx_transport::{shm::ShmGroup, CollectiveKind, Transport};
 
-use crate::P2POp;
+use crate::{
+    backend::{Backend, Ran},
+    native::Native,
+    P2POp,
+};
 
-/// What a collective returns: the algorithm it used.
-type Ran = phalanx_transport::Result<Algorithm>;
-
-/// The links of a process group, its collective sequence number and its point-to-point ones.
-pub(crate) struct Exec {
-    pub(crate) links: Links,
-    /// The group's collective sequence: every rank's collectives in issue order.
-    pub(crate) seq: u64,
-    /// Point-to-point messages sent to each peer so far (each pair numbers its own
-    /// messages, so send/recv among some ranks leaves the others' sequence alone).
-    sent: Vec<u64>,
-    /// Point-to-point messages received from each peer so far.
-    received: Vec<u64>,
-}
-
-/// NCCL's `ncclAvg` (NCCL 2.10 and later): the division happens on the device.
-#[cfg(feature = "nccl")]
-const NCCL_AVG: std::ffi::c_int = 4;
-
-/// The backend (Note [Backends]).
-pub(crate) enum Links {
-    /// Always the TCP mesh, plus shared memory when every rank is on this host (then
-    /// allreduce, broadcast and barrier use it), or among this host's ranks for the
-    /// hierarchical allreduce (`PHALANX_ALGO=hierarchical` across hosts; allreduce only).
-    Native {
-        transport: Box<dyn Transport>,
-        shm: Option<ShmGroup>,
-    },
+/// The backend of a group (Note [Backends]): one variant per implementation of [`Backend`].
+// One per group, created once and never moved out of its `Exec`: the size of the largest
+// variant costs nothing, and boxing it would cost an indirection on every collective.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum AnyBackend {
+    /// Phalanx's own: TCP, and shared memory within a host.
+    Native(Native),
     /// The MPI library's collectives.
     #[cfg(feature = "mpi")]
     Mpi(crate::mpi::MpiComm),
@@ -53,65 +45,45 @@ pub(crate) enum Links {
     Nccl(Box<crate::nccl::NcclComm>),
 }
 
-impl Links {
-    /// The backend's name, as `--backend` spells it.
-    pub(crate) fn backend(&self) -> &'static str {
-        match self {
-            Links::Native { .. } => "native",
+/// `dispatch!(backend, b => expr)`: `expr` with `b` bound to the backend inside `backend` (an
+/// `&AnyBackend` or `&mut AnyBackend`): the one `match` over the backends (Note [Backends]).
+macro_rules! dispatch {
+    ($backend:expr, $b:ident => $call:expr) => {
+        match $backend {
+            AnyBackend::Native($b) => $call,
             #[cfg(feature = "mpi")]
-            Links::Mpi(_) => "mpi",
+            AnyBackend::Mpi($b) => $call,
             #[cfg(feature = "nccl")]
-            Links::Nccl(_) => "nccl",
+            AnyBackend::Nccl($b) => $call,
         }
-    }
+    };
+}
+
+/// A group's backend and its collective sequence number.
+pub(crate) struct Exec {
+    backend: AnyBackend,
+    /// The group's collective sequence: every rank's collectives in issue order.
+    pub(crate) seq: u64,
 }
 
 impl Exec {
-    pub(crate) fn new(links: Links, world_size: usize) -> Exec {
-        Exec {
-            links,
-            seq: 0,
-            sent: vec![0; world_size],
-            received: vec![0; world_size],
-        }
+    pub(crate) fn new(backend: AnyBackend) -> Exec {
+        Exec { backend, seq: 0 }
     }
 
-    fn next(counts: &mut [u64], peer: usize) -> u64 {
-        let seq = counts[peer];
-        counts[peer] += 1;
-        seq
-    }
-
-    /// Which algorithm the native backend runs for `op` on `bytes` (Note [Choosing an
-    /// algorithm] in phalanx-collectives): the one place that knows; this file only dispatches.
-    /// MPI and NCCL choose inside their libraries (`Plan::Local` here, unused).
-    fn plan(&self, op: Op, bytes: usize, opts: &Options) -> Plan {
-        match &self.links {
-            Links::Native { transport, shm } => {
-                let world = transport.world_size();
-                let placement = match shm {
-                    Some(g) if g.world_size() == world => Placement::SharedMemory {
-                        single_copy: g.single_copy(),
-                    },
-                    Some(_) => Placement::HostSharedMemory,
-                    None => Placement::Tcp,
-                };
-                coll::select(op, bytes, world, placement, opts)
-            }
-            #[allow(unreachable_patterns)]
-            _ => Plan::Local,
-        }
+    /// The backend's name, as `--backend` spells it.
+    pub(crate) fn name(&self) -> &'static str {
+        dispatch!(&self.backend, b => b.name())
     }
 
     /// The name of what ran a collective, for traces and `PHALANX_DEBUG=INFO`.
     pub(crate) fn describe(&self, algo: Algorithm) -> String {
-        match &self.links {
-            Links::Native { .. } => format!("{algo:?}"),
-            #[cfg(feature = "mpi")]
-            Links::Mpi(_) => "MPI".to_string(),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(_) => "NCCL".to_string(),
-        }
+        dispatch!(&self.backend, b => b.describe(algo))
+    }
+
+    /// Whether phalanx picked the algorithm (reported per collective at INFO level).
+    pub(crate) fn picks_algorithm(&self) -> bool {
+        dispatch!(&self.backend, b => b.picks_algorithm())
     }
 
     pub(crate) fn allreduce<T: Element>(
@@ -121,25 +93,7 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::Allreduce, std::mem::size_of_val(buf), opts);
-        match &mut self.links {
-            Links::Native {
-                shm: Some(g),
-                transport,
-            } if plan == Plan::HierarchicalShm => {
-                coll::allreduce_hierarchical_shm(transport.as_mut(), g, seq, buf, op, opts)
-            }
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                coll::allreduce_shm(g, seq, buf, op)
-            }
-            Links::Native { transport, .. } => {
-                coll::allreduce(transport.as_mut(), seq, buf, op, opts)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.allreduce(buf, op),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.allreduce(buf, op),
-        }
+        dispatch!(&mut self.backend, b => b.allreduce(seq, buf, op, opts))
     }
 
     pub(crate) fn broadcast<T: Element>(
@@ -149,33 +103,11 @@ impl Exec {
         root: usize,
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::Broadcast, std::mem::size_of_val(buf), opts);
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                coll::broadcast_shm(g, seq, buf, root)
-            }
-            Links::Native { transport, .. } => {
-                coll::broadcast(transport.as_mut(), seq, buf, root, opts)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.broadcast(buf, root),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.broadcast(buf, root),
-        }
+        dispatch!(&mut self.backend, b => b.broadcast(seq, buf, root, opts))
     }
 
     pub(crate) fn barrier(&mut self, seq: u64) -> Ran {
-        let plan = self.plan(Op::Barrier, 0, &Options::default());
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                coll::barrier_shm(g, seq)
-            }
-            Links::Native { transport, .. } => coll::barrier(transport.as_mut(), seq),
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.barrier(),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.barrier(),
-        }
+        dispatch!(&mut self.backend, b => b.barrier(seq))
     }
 
     pub(crate) fn allgather<T: Element>(
@@ -185,20 +117,7 @@ impl Exec {
         recv: &mut [T],
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::Allgather, std::mem::size_of_val(recv), opts);
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                let offsets: Vec<usize> = (0..=g.world_size()).map(|p| p * send.len()).collect();
-                coll::allgather_shm(g, seq, send, recv, &offsets, CollectiveKind::Allgather)
-            }
-            Links::Native { transport, .. } => {
-                coll::allgather(transport.as_mut(), seq, send, recv, opts)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.allgather(send, recv),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.allgather(send, recv),
-        }
+        dispatch!(&mut self.backend, b => b.allgather(seq, send, recv, opts))
     }
 
     pub(crate) fn reduce_scatter<T: Element>(
@@ -209,60 +128,20 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(send), opts);
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                let offsets: Vec<usize> = (0..=g.world_size()).map(|p| p * recv.len()).collect();
-                let kind = CollectiveKind::ReduceScatter;
-                coll::reduce_scatter_shm(g, seq, send, recv, &offsets, op, kind)
-            }
-            Links::Native { transport, .. } => {
-                coll::reduce_scatter(transport.as_mut(), seq, send, recv, op, opts)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.reduce_scatter(send, recv, op),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.reduce_scatter(send, recv, op),
-        }
+        dispatch!(&mut self.backend, b => b.reduce_scatter(seq, send, recv, op, opts))
     }
 
     pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
-        match &mut self.links {
-            Links::Native { transport, .. } => {
-                let seq = Self::next(&mut self.sent, peer);
-                coll::send(transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.send(buf, peer, tag),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.send(buf, peer, tag),
-        }
+        dispatch!(&mut self.backend, b => b.send(buf, peer, tag))
     }
 
     pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
-        match &mut self.links {
-            Links::Native { transport, .. } => {
-                let seq = Self::next(&mut self.received, peer);
-                coll::recv(transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(m) => m.recv(buf, peer, tag),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.recv(buf, peer, tag),
-        }
+        dispatch!(&mut self.backend, b => b.recv(buf, peer, tag))
     }
 
-    /// The transport of the native backend: the collectives only it runs (reduce, gather,
-    /// scatter, all_to_all, allgather_v, reduce_scatter_v) take it. `ProcessGroup` refuses them on the other
-    /// backends before they get here.
-    fn native(&mut self) -> &mut dyn Transport {
-        match &mut self.links {
-            Links::Native { transport, .. } => transport.as_mut(),
-            #[cfg(feature = "mpi")]
-            Links::Mpi(_) => unreachable!("ProcessGroup::require_native refuses MPI"),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(_) => unreachable!("ProcessGroup::require_native refuses NCCL"),
-        }
+    /// Every send and receive of `ops` at once (`batch_isend_irecv`).
+    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {
+        dispatch!(&mut self.backend, b => b.send_recv_batch(ops))
     }
 
     pub(crate) fn reduce<T: Element>(
@@ -273,7 +152,7 @@ impl Exec {
         root: usize,
         opts: &Options,
     ) -> Ran {
-        coll::reduce(self.native(), seq, buf, op, root, opts)
+        dispatch!(&mut self.backend, b => b.reduce(seq, buf, op, root, opts))
     }
 
     pub(crate) fn gather<T: Element>(
@@ -283,7 +162,7 @@ impl Exec {
         recv: &mut [T],
         root: usize,
     ) -> Ran {
-        coll::gather(self.native(), seq, send, recv, root)
+        dispatch!(&mut self.backend, b => b.gather(seq, send, recv, root))
     }
 
     pub(crate) fn scatter<T: Element>(
@@ -293,11 +172,9 @@ impl Exec {
         recv: &mut [T],
         root: usize,
     ) -> Ran {
-        coll::scatter(self.native(), seq, send, recv, root)
+        dispatch!(&mut self.backend, b => b.scatter(seq, send, recv, root))
     }
 
-    /// `equal`: the caller asked for equal blocks (every rank did: the same API), which shared
-    /// memory runs; unequal splits go over TCP.
     pub(crate) fn all_to_all<T: Element>(
         &mut self,
         seq: u64,
@@ -307,14 +184,8 @@ impl Exec {
         recv_counts: &[usize],
         equal: bool,
     ) -> Ran {
-        let bytes = std::mem::size_of_val(send);
-        let plan = self.plan(Op::AllToAll { equal }, bytes, &Options::default());
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                coll::all_to_all_shm(g, seq, send, recv)
-            }
-            _ => coll::all_to_all(self.native(), seq, send, send_counts, recv, recv_counts),
-        }
+        let (s, sc, r, rc) = (send, send_counts, recv, recv_counts);
+        dispatch!(&mut self.backend, b => b.all_to_all(seq, s, sc, r, rc, equal))
     }
 
     pub(crate) fn allgather_v<T: Element>(
@@ -325,14 +196,7 @@ impl Exec {
         counts: &[usize],
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::Allgather, std::mem::size_of_val(recv), opts);
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                let offsets = coll::segments::block_offsets(counts);
-                coll::allgather_shm(g, seq, send, recv, &offsets, CollectiveKind::AllgatherV)
-            }
-            _ => coll::allgather_v(self.native(), seq, send, recv, counts, opts),
-        }
+        dispatch!(&mut self.backend, b => b.allgather_v(seq, send, recv, counts, opts))
     }
 
     pub(crate) fn reduce_scatter_v<T: Element>(
@@ -344,21 +208,7 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
-        let algo = self.reduce_scatter_v_in_place(seq, send, counts, op, opts)?;
-        let start: usize = counts[..self.rank()].iter().sum();
-        recv.copy_from_slice(&send[start..start + recv.len()]);
-        Ok(algo)
-    }
-
-    /// This rank in the group (the shared-memory group's or the transport's).
-    fn rank(&self) -> usize {
-        match &self.links {
-            Links::Native { transport, .. } => transport.rank(),
-            #[cfg(feature = "mpi")]
-            Links::Mpi(_) => unreachable!("reduce_scatter_v is native only"),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(_) => unreachable!("reduce_scatter_v is native only"),
-        }
+        dispatch!(&mut self.backend, b => b.reduce_scatter_v(seq, send, recv, counts, op, opts))
     }
 
     /// reduce_scatter_v leaving this rank's block of `buf` reduced in place.
@@ -370,65 +220,12 @@ impl Exec {
         op: ReduceOp,
         opts: &Options,
     ) -> Ran {
-        let plan = self.plan(Op::ReduceScatter, std::mem::size_of_val(buf), opts);
-        match &mut self.links {
-            Links::Native { shm: Some(g), .. } if plan.is_shared_memory() => {
-                let offsets = coll::segments::block_offsets(counts);
-                let kind = CollectiveKind::ReduceScatterV;
-                coll::reduce_scatter_shm_in_place(g, seq, buf, &offsets, op, kind)
-            }
-            _ => coll::reduce_scatter_v_in_place(self.native(), seq, buf, counts, op, opts),
-        }
-    }
-
-    /// Every send and receive of `ops` at once (`batch_isend_irecv`). The MPI backend is
-    /// refused before this is called.
-    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {
-        match &mut self.links {
-            Links::Native { transport, .. } => {
-                let mut sends = Vec::new();
-                let mut recvs = Vec::new();
-                for op in ops.iter_mut() {
-                    match op {
-                        P2POp::Send { buf, peer, tag } => sends.push(P2pSend {
-                            peer: *peer,
-                            seq: Self::next(&mut self.sent, *peer),
-                            tag: *tag,
-                            buf,
-                        }),
-                        P2POp::Recv { buf, peer, tag } => recvs.push(P2pRecv {
-                            peer: *peer,
-                            seq: Self::next(&mut self.received, *peer),
-                            tag: *tag,
-                            buf,
-                        }),
-                    }
-                }
-                coll::send_recv_batch(transport.as_mut(), &sends, &mut recvs)
-                    .map(|()| Algorithm::Direct)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(_) => unreachable!("ProcessGroup::batch_isend_irecv refuses MPI"),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.send_recv_batch(ops),
-        }
+        dispatch!(&mut self.backend, b => b.reduce_scatter_v_in_place(seq, buf, counts, op, opts))
     }
 
     /// Stops every link so that peers learn of the failure at once (Note [Fail fast]).
-    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
     pub(crate) fn abort(&mut self, rank: usize, cause: &str) {
-        match &mut self.links {
-            Links::Native { transport, shm } => {
-                if let Some(g) = shm.as_mut() {
-                    g.abort(cause);
-                }
-                transport.abort(cause)
-            }
-            #[cfg(feature = "mpi")]
-            Links::Mpi(_) => crate::mpi::MpiComm::abort_job(rank, cause),
-            #[cfg(feature = "nccl")]
-            Links::Nccl(n) => n.abort(cause),
-        }
+        dispatch!(&mut self.backend, b => b.abort(rank, cause))
     }
 
     /// NCCL's allreduce of GPU memory in place (`Avg` divides on the device, `ncclAvg`).
@@ -437,19 +234,8 @@ impl Exec {
     /// As `ProcessGroup::allreduce_device`; the caller checked that the backend is NCCL.
     #[cfg(feature = "nccl")]
     pub(crate) unsafe fn allreduce_device(&mut self, buf: crate::DeviceSlice, op: ReduceOp) -> Ran {
-        let Links::Nccl(n) = &mut self.links else {
-            unreachable!("checked by require_device_buffers; a group keeps its backend")
-        };
-        let code = if op == ReduceOp::Avg {
-            NCCL_AVG
-        } else {
-            crate::nccl::nccl_op(op)
-        };
-        n.make_current()?;
         // SAFETY: the caller's contract.
-        unsafe { n.allreduce_device_code(buf.ptr, buf.len, buf.dtype, code)? };
-        n.wait("ncclAllReduce")?;
-        Ok(Algorithm::Direct)
+        unsafe { self.nccl().allreduce_in_place(buf, op) }
     }
 
     /// NCCL's broadcast of GPU memory in place.
@@ -458,13 +244,16 @@ impl Exec {
     /// As `ProcessGroup::broadcast_device`; the caller checked that the backend is NCCL.
     #[cfg(feature = "nccl")]
     pub(crate) unsafe fn broadcast_device(&mut self, buf: crate::DeviceSlice, root: usize) -> Ran {
-        let Links::Nccl(n) = &mut self.links else {
+        // SAFETY: the caller's contract.
+        unsafe { self.nccl().broadcast_in_place(buf, root) }
+    }
+
+    /// The NCCL backend, for the collectives on GPU memory that only it runs.
+    #[cfg(feature = "nccl")]
+    fn nccl(&mut self) -> &mut crate::nccl::NcclComm {
+        let AnyBackend::Nccl(n) = &mut self.backend else {
             unreachable!("checked by require_device_buffers; a group keeps its backend")
         };
-        n.make_current()?;
-        // SAFETY: the caller's contract.
-        unsafe { n.broadcast_device(buf.ptr, buf.len, buf.dtype, root)? };
-        n.wait("ncclBroadcast")?;
-        Ok(Algorithm::Direct)
+        n
     }
 }

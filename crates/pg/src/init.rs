@@ -328,9 +328,9 @@ fn resolve(host: &str, port: u16, rank: usize) -> Result<SocketAddr> {
 #[cfg(feature = "mpi")]
 pub fn init_mpi() -> Result<ProcessGroup> {
     let (comm, placement) = crate::mpi::MpiComm::init()?;
-    Ok(ProcessGroup::with_links(
+    Ok(ProcessGroup::with_backend(
         placement,
-        crate::exec::Links::Mpi(comm),
+        crate::exec::AnyBackend::Mpi(comm),
         phalanx_transport::AbortHandle::default(),
         None,
         Arc::new(HashStore::new()),
@@ -376,9 +376,9 @@ pub fn init_nccl() -> Result<ProcessGroup> {
         Arc::new(native),
         abort.clone(),
     )?;
-    Ok(ProcessGroup::with_links(
+    Ok(ProcessGroup::with_backend(
         placement,
-        crate::exec::Links::Nccl(Box::new(comm)),
+        crate::exec::AnyBackend::Nccl(Box::new(comm)),
         abort,
         None,
         store,

@@ -6,11 +6,12 @@
 //! and an async form returning a [`Work`]; the first failure anywhere fails every rank's
 //! pending collectives with the root cause (see Note [Fail fast] in `process_group.rs`).
 //!
-//! Collectives run on one [`Backend`]: phalanx's own algorithms over TCP and shared memory
-//! (the default), or, with the `mpi` cargo feature, the MPI library's (`init_mpi`, or
-//! [`init_backend`]`(Backend::Mpi)` under `mpirun`; `docs/mpi.md`), or, with the `nccl`
-//! cargo feature, NCCL's on this rank's GPU (`init_nccl`, or [`init_backend`]`(Backend::Nccl)`;
-//! `docs/gpu.md`).
+//! Collectives run on one backend ([`BackendType`]): phalanx's own algorithms over TCP and
+//! shared memory (the default), or, with the `mpi` cargo feature, the MPI library's
+//! (`init_mpi`, or [`init_backend`]`(BackendType::Mpi)` under `mpirun`; `docs/mpi.md`), or,
+//! with the `nccl` cargo feature, NCCL's on this rank's GPU (`init_nccl`, or
+//! [`init_backend`]`(BackendType::Nccl)`; `docs/gpu.md`). The object collectives
+//! ([`all_gather_object`], …) are free functions over a group, as in torch.distributed.
 //!
 //! ```
 //! // One process with no launcher variables is a group of one.
@@ -24,7 +25,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod backend;
+mod backend_type;
 pub mod bootstrap;
+mod check;
 #[cfg(feature = "nccl")]
 mod device_collectives;
 mod dist_env;
@@ -35,8 +38,10 @@ pub mod flight_recorder;
 mod init;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod native;
 #[cfg(feature = "nccl")]
 mod nccl;
+mod object_collectives;
 mod p2p_op;
 mod pending;
 #[cfg(feature = "nccl")]
@@ -49,7 +54,7 @@ mod shm_setup;
 mod subgroup;
 mod work;
 
-pub use backend::{init_backend, init_process_group, Backend};
+pub use backend_type::{init_backend, init_process_group, BackendType};
 #[cfg(feature = "nccl")]
 pub use device_collectives::DeviceSlice;
 pub use dist_env::{first_host, tasks_on_node, DistEnv, DEFAULT_MASTER_PORT};
@@ -62,6 +67,9 @@ pub use init::init_nccl;
 pub use init::{collective_options, connect, init_with, InitOptions};
 #[cfg(feature = "nccl")]
 pub use nccl::nccl_probe;
+pub use object_collectives::{
+    all_gather_object, broadcast_object, gather_object, scatter_object_list,
+};
 pub use p2p_op::P2POp;
 pub use phalanx_collectives::Options as CollectiveOptions;
 #[cfg(feature = "nccl")]

@@ -17,7 +17,7 @@ use std::{
 };
 
 use phalanx_collectives::Options;
-use phalanx_core::{trace, DType, Element, ReduceOp};
+use phalanx_core::{trace, Element, ReduceOp};
 use phalanx_store::{Store, StoreServer};
 use phalanx_transport::{
     shm::{ShmAbortHandle, ShmGroup},
@@ -27,13 +27,15 @@ use phalanx_transport::{
 #[cfg(feature = "nccl")]
 use crate::DeviceSlice;
 use crate::{
-    exec::{Exec, Links},
+    check::Caller,
+    exec::{AnyBackend, Exec},
     flight_recorder::{self, Shape},
+    native::Native,
     pending::Pending,
     progress::Progress,
     shared::{Shared, Step},
     work::Work,
-    Error, P2POp, Placement, Result,
+    P2POp, Placement, Result,
 };
 
 type Job = Box<dyn FnOnce(&Shared) + Send>;
@@ -90,36 +92,32 @@ impl ProcessGroup {
         opts: Options,
     ) -> ProcessGroup {
         let shm_abort = shm.as_ref().map(ShmGroup::abort_handle);
-        let links = Links::Native { transport, shm };
-        ProcessGroup::with_links(placement, links, abort, shm_abort, store, server, opts)
+        let backend = AnyBackend::Native(Native::new(transport, shm));
+        ProcessGroup::with_backend(placement, backend, abort, shm_abort, store, server, opts)
     }
 
     /// A group over any backend (Note [Backends] in exec.rs).
-    pub(crate) fn with_links(
+    pub(crate) fn with_backend(
         placement: Placement,
-        links: Links,
+        backend: AnyBackend,
         abort: AbortHandle,
         shm_abort: Option<ShmAbortHandle>,
         store: Arc<dyn Store>,
         server: Option<StoreServer>,
         opts: Options,
     ) -> ProcessGroup {
-        #[cfg(feature = "mpi")]
-        let mpi = matches!(links, Links::Mpi(_));
-        let backend = links.backend();
+        let exec = Exec::new(backend);
         ProcessGroup {
             shared: Arc::new(Shared {
-                backend,
+                backend: exec.name(),
                 label: std::sync::OnceLock::new(),
                 peer_word_wait: Mutex::new(std::time::Duration::from_millis(500)),
-                #[cfg(feature = "mpi")]
-                mpi,
                 rank: placement.rank,
                 world_size: placement.world_size,
                 local_rank: placement.local_rank,
                 local_world_size: placement.local_world_size,
                 shm_abort,
-                exec: Mutex::new(Exec::new(links, placement.world_size)),
+                exec: Mutex::new(exec),
                 store,
                 abort,
                 failed: Mutex::new(None),
@@ -177,6 +175,15 @@ impl ProcessGroup {
         self.shared.backend
     }
 
+    /// This rank, its group's size and backend: what the argument checks (`check.rs`) see.
+    pub(crate) fn caller(&self) -> Caller {
+        Caller {
+            rank: self.shared.rank,
+            world_size: self.shared.world_size,
+            backend: self.shared.backend,
+        }
+    }
+
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.shared.rank
@@ -205,7 +212,7 @@ impl ProcessGroup {
 
     /// Reduces `buf` across ranks in place.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        self.check_op::<T>("allreduce", op)?;
+        self.caller().reduce_op::<T>("allreduce", op)?;
         let shape = Shape::of::<T>(buf.len(), buf.len());
         self.blocking("allreduce", shape, |s, t, seq| {
             Ok(((), t.allreduce(seq, buf, op, &s.opts)?))
@@ -225,7 +232,7 @@ impl ProcessGroup {
         mut buf: B,
         op: ReduceOp,
     ) -> Work<B> {
-        if let Err(e) = self.check_op::<T>("allreduce", op) {
+        if let Err(e) = self.caller().reduce_op::<T>("allreduce", op) {
             return Work::ready(Err(e));
         }
         let shape = Shape::of::<T>(buf.as_mut().len(), buf.as_mut().len());
@@ -237,7 +244,7 @@ impl ProcessGroup {
 
     /// Copies `root`'s `buf` to every rank.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        self.check_rank(root, "broadcast root")?;
+        self.caller().rank(root, "broadcast root")?;
         let shape = Shape::of::<T>(buf.len(), buf.len());
         self.blocking("broadcast", shape, |s, t, seq| {
             Ok(((), t.broadcast(seq, buf, root, &s.opts)?))
@@ -246,13 +253,7 @@ impl ProcessGroup {
 
     /// Gathers every rank's `send`; `recv.len()` must be `send.len() * world_size`.
     pub fn allgather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        if recv.len() != send.len() * self.world_size() {
-            return Err(self.usage(format!(
-                "allgather: recv holds {} elements, expected send.len() × world_size = {}",
-                recv.len(),
-                send.len() * self.world_size()
-            )));
-        }
+        self.caller().allgather(send.len(), recv.len())?;
         let shape = Shape::of::<T>(send.len(), recv.len());
         self.blocking("allgather", shape, |s, t, seq| {
             Ok(((), t.allgather(seq, send, recv, &s.opts)?))
@@ -277,41 +278,19 @@ impl ProcessGroup {
         factor: f64,
     ) -> Result<()> {
         // Checked before `send` is touched: a refused call changes nothing.
-        self.check_reduce_scatter(send, recv)?;
+        self.caller().reduce_scatter(send.len(), recv.len())?;
         self.premultiply("reduce_scatter", send, factor)?;
         self.reduce_scatter(send, recv, ReduceOp::Sum)
     }
 
     /// The scale of PREMUL_SUM, refused for integer dtypes and a factor that is not finite.
     fn premultiply<T: Element>(&self, what: &str, buf: &mut [T], factor: f64) -> Result<()> {
-        if !matches!(T::DTYPE, DType::F32 | DType::F64 | DType::BF16 | DType::F16) {
-            return Err(self.usage(format!(
-                "{what} with PREMUL_SUM: a scale before the sum, defined on float dtypes (f32, \
-                 f64, bf16, f16), not {}",
-                T::DTYPE
-            )));
-        }
-        if !factor.is_finite() {
-            return Err(self.usage(format!(
-                "{what} with PREMUL_SUM: the factor {factor} is not a finite number"
-            )));
-        }
+        self.caller().premul_sum::<T>(what, factor)?;
         // The product of two values of a float type narrower than f64 is exact in f64, so
         // rounding it once to `T` gives `T`'s own product, bit for bit.
         let f = T::from_f64(factor).to_f64();
         for x in buf.iter_mut() {
             *x = T::from_f64(x.to_f64() * f);
-        }
-        Ok(())
-    }
-
-    fn check_reduce_scatter<T: Element>(&self, send: &[T], recv: &[T]) -> Result<()> {
-        if send.len() != recv.len() * self.world_size() {
-            return Err(self.usage(format!(
-                "reduce_scatter: send holds {} elements, expected recv.len() × world_size = {}",
-                send.len(),
-                recv.len() * self.world_size()
-            )));
         }
         Ok(())
     }
@@ -323,8 +302,9 @@ impl ProcessGroup {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
-        self.check_op::<T>("reduce_scatter", op)?;
-        self.check_reduce_scatter(send, recv)?;
+        let c = self.caller();
+        c.reduce_op::<T>("reduce_scatter", op)?;
+        c.reduce_scatter(send.len(), recv.len())?;
         let shape = Shape::of::<T>(send.len(), recv.len());
         self.blocking("reduce_scatter", shape, |s, t, seq| {
             Ok(((), t.reduce_scatter(seq, send, recv, op, &s.opts)?))
@@ -341,7 +321,7 @@ impl ProcessGroup {
     /// Starts a broadcast of `root`'s `buf`; every rank's buffer comes back from
     /// [`Work::wait`] holding the root's values.
     pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Work<Vec<T>> {
-        if let Err(e) = self.check_rank(root, "broadcast root") {
+        if let Err(e) = self.caller().rank(root, "broadcast root") {
             return Work::ready(Err(e));
         }
         let shape = Shape::of::<T>(buf.len(), buf.len());
@@ -365,17 +345,14 @@ impl ProcessGroup {
     /// Starts a reduce_scatter of `send` (`world_size` equal blocks); this rank's reduced
     /// block comes back from [`Work::wait`].
     pub fn reduce_scatter_async<T: Element>(&self, mut send: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
-        if let Err(e) = self.check_op::<T>("reduce_scatter", op) {
+        let c = self.caller();
+        if let Err(e) = c.reduce_op::<T>("reduce_scatter", op) {
             return Work::ready(Err(e));
         }
-        let n = self.world_size();
-        if !send.len().is_multiple_of(n) {
-            return Work::ready(Err(self.usage(format!(
-                "reduce_scatter: send holds {} elements, not a multiple of world_size {n}",
-                send.len()
-            ))));
+        if let Err(e) = c.equal_blocks("reduce_scatter", send.len()) {
+            return Work::ready(Err(e));
         }
-        let mut recv = vec![T::zeroed(); send.len() / n];
+        let mut recv = vec![T::zeroed(); send.len() / self.world_size()];
         let shape = Shape::of::<T>(send.len(), recv.len());
         self.enqueue("reduce_scatter", shape, move |s, t, seq| {
             let algo = t.reduce_scatter(seq, &mut send, &mut recv, op, &s.opts)?;
@@ -393,9 +370,10 @@ impl ProcessGroup {
     /// Reduces `buf` across ranks into `root`'s `buf` (bitwise the allreduce's result there);
     /// other ranks' buffers are left unspecified, as in PyTorch. Native backend only.
     pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
-        self.require_native("reduce")?;
-        self.check_op::<T>("reduce", op)?;
-        self.check_rank(root, "reduce root")?;
+        let c = self.caller();
+        c.native_only("reduce")?;
+        c.reduce_op::<T>("reduce", op)?;
+        c.rank(root, "reduce root")?;
         let shape = Shape::of::<T>(buf.len(), buf.len());
         self.blocking("reduce", shape, |s, t, seq| {
             Ok(((), t.reduce(seq, buf, op, root, &s.opts)?))
@@ -409,10 +387,11 @@ impl ProcessGroup {
         op: ReduceOp,
         root: usize,
     ) -> Work<Vec<T>> {
-        if let Err(e) = self
-            .require_native("reduce")
-            .and_then(|()| self.check_op::<T>("reduce", op))
-            .and_then(|()| self.check_rank(root, "reduce root"))
+        let c = self.caller();
+        if let Err(e) = c
+            .native_only("reduce")
+            .and_then(|()| c.reduce_op::<T>("reduce", op))
+            .and_then(|()| c.rank(root, "reduce root"))
         {
             return Work::ready(Err(e));
         }
@@ -427,15 +406,10 @@ impl ProcessGroup {
     /// `p × send.len()`). `recv` must hold `world_size × send.len()` elements on the root and
     /// is not touched elsewhere (pass `&mut []`). Native backend only.
     pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.require_native("gather")?;
-        self.check_rank(root, "gather root")?;
-        if self.rank() == root && recv.len() != send.len() * self.world_size() {
-            return Err(self.usage(format!(
-                "gather: the root's recv holds {} elements, expected send.len() × world_size = {}",
-                recv.len(),
-                send.len() * self.world_size()
-            )));
-        }
+        let c = self.caller();
+        c.native_only("gather")?;
+        c.rank(root, "gather root")?;
+        c.gather(root, send.len(), recv.len())?;
         let shape = Shape::of::<T>(send.len(), recv.len());
         self.blocking("gather", shape, |_, t, seq| {
             Ok(((), t.gather(seq, send, recv, root)?))
@@ -445,15 +419,10 @@ impl ProcessGroup {
     /// Hands block `p` of `root`'s `send` (`world_size` blocks of `recv.len()`) to rank `p`'s
     /// `recv`. `send` is only read on the root (pass `&[]` elsewhere). Native backend only.
     pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.require_native("scatter")?;
-        self.check_rank(root, "scatter root")?;
-        if self.rank() == root && send.len() != recv.len() * self.world_size() {
-            return Err(self.usage(format!(
-                "scatter: the root's send holds {} elements, expected recv.len() × world_size = {}",
-                send.len(),
-                recv.len() * self.world_size()
-            )));
-        }
+        let c = self.caller();
+        c.native_only("scatter")?;
+        c.rank(root, "scatter root")?;
+        c.scatter(root, send.len(), recv.len())?;
         let shape = Shape::of::<T>(send.len(), recv.len());
         self.blocking("scatter", shape, |_, t, seq| {
             Ok(((), t.scatter(seq, send, recv, root)?))
@@ -463,15 +432,8 @@ impl ProcessGroup {
     /// Sends block `p` of `send` to rank `p` and receives rank `p`'s block for this rank into
     /// block `p` of `recv`: `world_size` equal blocks each. Native backend only.
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.caller().all_to_all(send.len(), recv.len())?;
         let n = self.world_size();
-        if send.len() != recv.len() || !send.len().is_multiple_of(n) {
-            return Err(self.usage(format!(
-                "all_to_all: send and recv must hold the same multiple of world_size {n} \
-                 elements (they hold {} and {})",
-                send.len(),
-                recv.len()
-            )));
-        }
         let counts = vec![send.len() / n; n];
         self.all_to_all_splits(send, &counts, recv, &counts, true)
     }
@@ -498,17 +460,11 @@ impl ProcessGroup {
         recv_splits: &[usize],
         equal: bool,
     ) -> Result<()> {
-        self.require_native("all_to_all")?;
-        self.check_splits("all_to_all", "send", send.len(), send_splits)?;
-        self.check_splits("all_to_all", "recv", recv.len(), recv_splits)?;
-        let r = self.rank();
-        if send_splits[r] != recv_splits[r] {
-            return Err(self.usage(format!(
-                "all_to_all: this rank's block to itself is {} elements in send_splits but {} \
-                 in recv_splits",
-                send_splits[r], recv_splits[r]
-            )));
-        }
+        let c = self.caller();
+        c.native_only("all_to_all")?;
+        c.splits("all_to_all", "send", send.len(), send_splits)?;
+        c.splits("all_to_all", "recv", recv.len(), recv_splits)?;
+        c.own_block(send_splits, recv_splits)?;
         let shape = Shape::of::<T>(send.len(), recv.len());
         self.blocking("all_to_all", shape, |_, t, seq| {
             Ok((
@@ -521,15 +477,13 @@ impl ProcessGroup {
     /// Starts an [`all_to_all`](Self::all_to_all) of `send`; the received blocks come back
     /// from [`Work::wait`].
     pub fn all_to_all_async<T: Element>(&self, send: Vec<T>) -> Work<Vec<T>> {
+        let c = self.caller();
         let n = self.world_size();
-        if let Err(e) = self.require_native("all_to_all") {
+        if let Err(e) = c
+            .native_only("all_to_all")
+            .and_then(|()| c.equal_blocks("all_to_all", send.len()))
+        {
             return Work::ready(Err(e));
-        }
-        if !send.len().is_multiple_of(n) {
-            return Work::ready(Err(self.usage(format!(
-                "all_to_all: send holds {} elements, not a multiple of world_size {n}",
-                send.len()
-            ))));
         }
         let counts = vec![send.len() / n; n];
         let mut recv = vec![T::zeroed(); send.len()];
@@ -550,35 +504,25 @@ impl ProcessGroup {
         recv: &mut [T],
         counts: &[usize],
     ) -> Result<()> {
-        self.require_native("allgather_v")?;
-        self.check_splits("allgather_v", "recv", recv.len(), counts)?;
-        self.check_own_count("allgather_v", "send", send.len(), counts)?;
+        let c = self.caller();
+        c.native_only("allgather_v")?;
+        c.splits("allgather_v", "recv", recv.len(), counts)?;
+        c.own_count("allgather_v", "send", send.len(), counts)?;
         let shape = Shape::of::<T>(recv.len(), recv.len());
         self.blocking("allgather_v", shape, |s, t, seq| {
             Ok(((), t.allgather_v(seq, send, recv, counts, &s.opts)?))
         })
     }
 
-    /// This rank's own block must hold `counts[rank]` elements (after `check_splits`).
-    fn check_own_count(&self, op: &str, what: &str, len: usize, counts: &[usize]) -> Result<()> {
-        let r = self.rank();
-        if len != counts[r] {
-            return Err(self.usage(format!(
-                "{op}: {what} holds {len} elements but counts[{r}] is {}",
-                counts[r]
-            )));
-        }
-        Ok(())
-    }
-
     /// Starts an [`allgather_v`](Self::allgather_v); the gathered blocks (`counts.sum()`
     /// elements) come back from [`Work::wait`].
     pub fn allgather_v_async<T: Element>(&self, send: Vec<T>, counts: Vec<usize>) -> Work<Vec<T>> {
+        let c = self.caller();
         let total: usize = counts.iter().sum();
-        if let Err(e) = self
-            .require_native("allgather_v")
-            .and_then(|()| self.check_splits("allgather_v", "recv", total, &counts))
-            .and_then(|()| self.check_own_count("allgather_v", "send", send.len(), &counts))
+        if let Err(e) = c
+            .native_only("allgather_v")
+            .and_then(|()| c.splits("allgather_v", "recv", total, &counts))
+            .and_then(|()| c.own_count("allgather_v", "send", send.len(), &counts))
         {
             return Work::ready(Err(e));
         }
@@ -600,11 +544,12 @@ impl ProcessGroup {
         counts: Vec<usize>,
         op: ReduceOp,
     ) -> Work<B> {
+        let c = self.caller();
         let len = buf.as_mut().len();
-        if let Err(e) = self
-            .require_native("reduce_scatter_v")
-            .and_then(|()| self.check_op::<T>("reduce_scatter_v", op))
-            .and_then(|()| self.check_splits("reduce_scatter_v", "send", len, &counts))
+        if let Err(e) = c
+            .native_only("reduce_scatter_v")
+            .and_then(|()| c.reduce_op::<T>("reduce_scatter_v", op))
+            .and_then(|()| c.splits("reduce_scatter_v", "send", len, &counts))
         {
             return Work::ready(Err(e));
         }
@@ -628,10 +573,11 @@ impl ProcessGroup {
         counts: &[usize],
         op: ReduceOp,
     ) -> Result<()> {
-        self.require_native("reduce_scatter_v")?;
-        self.check_op::<T>("reduce_scatter_v", op)?;
-        self.check_splits("reduce_scatter_v", "send", send.len(), counts)?;
-        self.check_own_count("reduce_scatter_v", "recv", recv.len(), counts)?;
+        let c = self.caller();
+        c.native_only("reduce_scatter_v")?;
+        c.reduce_op::<T>("reduce_scatter_v", op)?;
+        c.splits("reduce_scatter_v", "send", send.len(), counts)?;
+        c.own_count("reduce_scatter_v", "recv", recv.len(), counts)?;
         let shape = Shape::of::<T>(send.len(), send.len());
         self.blocking("reduce_scatter_v", shape, |s, t, seq| {
             Ok((
@@ -649,10 +595,11 @@ impl ProcessGroup {
         counts: Vec<usize>,
         op: ReduceOp,
     ) -> Work<Vec<T>> {
-        if let Err(e) = self
-            .require_native("reduce_scatter_v")
-            .and_then(|()| self.check_op::<T>("reduce_scatter_v", op))
-            .and_then(|()| self.check_splits("reduce_scatter_v", "send", send.len(), &counts))
+        let c = self.caller();
+        if let Err(e) = c
+            .native_only("reduce_scatter_v")
+            .and_then(|()| c.reduce_op::<T>("reduce_scatter_v", op))
+            .and_then(|()| c.splits("reduce_scatter_v", "send", send.len(), &counts))
         {
             return Work::ready(Err(e));
         }
@@ -664,90 +611,12 @@ impl ProcessGroup {
         })
     }
 
-    /// PyTorch's `all_gather_object`: every rank's bytes (its object, serialised as the
-    /// caller likes), in rank order, on every rank. Native backend only.
-    pub fn all_gather_object(&self, obj: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut lens = vec![0i64; self.world_size()];
-        self.allgather(&[obj.len() as i64], &mut lens)?;
-        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
-        let mut all = vec![0u8; counts.iter().sum()];
-        self.allgather_v(obj, &mut all, &counts)?;
-        let mut out = Vec::with_capacity(counts.len());
-        let mut rest = &all[..];
-        for c in counts {
-            let (o, tail) = rest.split_at(c);
-            out.push(o.to_vec());
-            rest = tail;
-        }
-        Ok(out)
-    }
-
-    /// PyTorch's `broadcast_object_list` for one object: `root`'s bytes on every rank
-    /// (`obj` is only read on the root).
-    pub fn broadcast_object(&self, obj: &[u8], root: usize) -> Result<Vec<u8>> {
-        self.check_rank(root, "broadcast_object root")?;
-        let mut len = [obj.len() as i64];
-        self.broadcast(&mut len, root)?;
-        let mut buf = if self.rank() == root {
-            obj.to_vec()
-        } else {
-            vec![0u8; len[0] as usize]
-        };
-        self.broadcast(&mut buf, root)?;
-        Ok(buf)
-    }
-
-    /// PyTorch's `gather_object`: every rank's bytes, in rank order, on `root` (`None`
-    /// elsewhere). Native backend only.
-    pub fn gather_object(&self, obj: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>> {
-        self.check_rank(root, "gather_object root")?;
-        let all = self.all_gather_object(obj)?;
-        Ok((self.rank() == root).then_some(all))
-    }
-
-    /// PyTorch's `scatter_object_list`: object `p` of `root`'s `objs` (one per rank; only
-    /// read on the root) to rank `p`. Native backend only.
-    pub fn scatter_object_list(&self, objs: &[Vec<u8>], root: usize) -> Result<Vec<u8>> {
-        self.check_rank(root, "scatter_object_list root")?;
-        let n = self.world_size();
-        let is_root = self.rank() == root;
-        if is_root && objs.len() != n {
-            return Err(self.usage(format!(
-                "scatter_object_list: the root has {} objects for world_size {n}",
-                objs.len()
-            )));
-        }
-        let lens: Vec<i64> = if is_root {
-            objs.iter().map(|o| o.len() as i64).collect()
-        } else {
-            Vec::new()
-        };
-        let mut len = [0i64];
-        self.scatter(&lens, &mut len, root)?;
-        if is_root {
-            let ops = (0..n)
-                .filter(|&p| p != root)
-                .map(|p| P2POp::Send {
-                    buf: objs[p].clone(),
-                    peer: p,
-                    tag: 0,
-                })
-                .collect();
-            self.batch_isend_irecv(ops).wait()?;
-            Ok(objs[root].clone())
-        } else {
-            let mut buf = vec![0u8; len[0] as usize];
-            self.recv(&mut buf, root, 0)?;
-            Ok(buf)
-        }
-    }
-
     /// Sends `buf` to `peer`, blocking until it is on its way; matched by the `recv` of the
     /// same `tag`, element type and count there. Each pair of ranks numbers its messages
     /// itself, so send/recv among some ranks interleave freely with collectives of all; only
     /// the messages of one pair must be received in the order they were sent.
     pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
-        self.check_peer(peer, "send")?;
+        self.caller().peer(peer, "send")?;
         let shape = Shape::p2p::<T>(buf.len(), peer);
         self.pending.wait_idle();
         self.shared
@@ -756,7 +625,7 @@ impl ProcessGroup {
 
     /// Receives into `buf` from `peer` the message [`send`](Self::send) sent with `tag`.
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
-        self.check_peer(peer, "recv")?;
+        self.caller().peer(peer, "recv")?;
         let shape = Shape::p2p::<T>(buf.len(), peer);
         self.pending.wait_idle();
         self.shared
@@ -768,7 +637,7 @@ impl ProcessGroup {
     /// large messages should use [`batch_isend_irecv`](Self::batch_isend_irecv), which moves
     /// both directions at once.
     pub fn isend<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        if let Err(e) = self.check_peer(peer, "isend") {
+        if let Err(e) = self.caller().peer(peer, "isend") {
             return Work::ready(Err(e));
         }
         let shape = Shape::p2p::<T>(buf.len(), peer);
@@ -781,7 +650,7 @@ impl ProcessGroup {
     /// Starts receiving into `buf` from `peer`; the filled buffer comes back from
     /// [`Work::wait`].
     pub fn irecv<T: Element>(&self, mut buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        if let Err(e) = self.check_peer(peer, "irecv") {
+        if let Err(e) = self.caller().peer(peer, "irecv") {
             return Work::ready(Err(e));
         }
         let shape = Shape::p2p::<T>(buf.len(), peer);
@@ -811,22 +680,14 @@ impl ProcessGroup {
     /// assert_eq!(got, vec![1.0, 0.0]);
     /// ```
     pub fn batch_isend_irecv<T: Element>(&self, mut ops: Vec<P2POp<T>>) -> Work<Vec<P2POp<T>>> {
+        let c = self.caller();
         for op in &ops {
-            if let Err(e) = self.check_peer(op.peer(), "batch_isend_irecv") {
+            if let Err(e) = c.peer(op.peer(), "batch_isend_irecv") {
                 return Work::ready(Err(e));
             }
         }
-        #[cfg(feature = "mpi")]
-        if self.shared.mpi {
-            return Work::ready(Err(Error::Backend {
-                backend: "mpi",
-                reason: format!(
-                    "rank {}: batch_isend_irecv is not offered by the MPI backend, whose \
-                     point-to-point runs one blocking MPI call at a time; use send/recv, or \
-                     the native backend",
-                    self.rank()
-                ),
-            }));
+        if let Err(e) = c.batch() {
+            return Work::ready(Err(e));
         }
         let n = ops.iter().map(|op| op.buf().len()).sum();
         self.enqueue_p2p("batch_isend_irecv", Shape::of::<T>(n, n), move |t| {
@@ -884,92 +745,6 @@ impl ProcessGroup {
             }
             previous(info);
         }));
-    }
-
-    pub(crate) fn check_rank(&self, r: usize, what: &str) -> Result<()> {
-        if r < self.world_size() {
-            Ok(())
-        } else {
-            Err(self.usage(format!(
-                "{what} {r} is not below world_size {}",
-                self.world_size()
-            )))
-        }
-    }
-
-    /// A bitwise op needs an integer dtype, and a backend that has it.
-    fn check_op<T: Element>(&self, what: &str, op: ReduceOp) -> Result<()> {
-        if !op.is_bitwise() {
-            return Ok(());
-        }
-        if !matches!(T::DTYPE, DType::I32 | DType::I64 | DType::U8) {
-            return Err(self.usage(format!(
-                "{what}: {op} is a bitwise op, defined on integer dtypes (i32, i64, u8), not {}",
-                T::DTYPE
-            )));
-        }
-        if self.shared.backend == "nccl" {
-            return Err(Error::Backend {
-                backend: "nccl",
-                reason: format!(
-                    "rank {}: {what} with {op}: NCCL has no bitwise reductions",
-                    self.rank()
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    /// Refuses `op` on a backend that does not run it, at the call, naming both.
-    fn require_native(&self, op: &str) -> Result<()> {
-        match self.shared.backend {
-            "native" => Ok(()),
-            backend => Err(Error::Backend {
-                backend,
-                reason: format!(
-                    "rank {}: {op} is not offered by the {backend} backend yet; the native \
-                     backend runs it",
-                    self.rank()
-                ),
-            }),
-        }
-    }
-
-    /// `splits` has one entry per rank and adds up to `len`.
-    fn check_splits(&self, op: &str, what: &str, len: usize, splits: &[usize]) -> Result<()> {
-        let n = self.world_size();
-        if splits.len() != n {
-            return Err(self.usage(format!(
-                "{op}: {} {what} sizes given for world_size {n}",
-                splits.len()
-            )));
-        }
-        let total: usize = splits.iter().sum();
-        if total != len {
-            return Err(self.usage(format!(
-                "{op}: the {what} sizes add up to {total} but the {what} buffer holds {len}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// A point-to-point peer: another rank of the group.
-    fn check_peer(&self, peer: usize, what: &str) -> Result<()> {
-        self.check_rank(peer, &format!("{what} peer"))?;
-        if peer == self.rank() {
-            return Err(self.usage(format!(
-                "{what} peer {peer} is this rank; point-to-point needs another rank"
-            )));
-        }
-        Ok(())
-    }
-
-    fn usage(&self, cause: String) -> Error {
-        Error::Collective {
-            rank: self.rank(),
-            op: "argument check".into(),
-            cause,
-        }
     }
 
     pub(crate) fn blocking<R>(
@@ -1037,7 +812,7 @@ impl ProcessGroup {
     /// (Self::allreduce_device)): the NCCL backend does, the native and MPI backends do not.
     #[cfg(feature = "nccl")]
     pub fn supports_device_buffers(&self) -> bool {
-        matches!(self.shared.exec.lock().unwrap().links, Links::Nccl(_))
+        self.caller().supports_device_buffers()
     }
 
     /// Reduces `buf` across ranks in place, on the GPU. `Avg` divides on the device
@@ -1048,13 +823,9 @@ impl ProcessGroup {
     /// work that wrote it has completed, and nothing reads or writes it until this returns.
     #[cfg(feature = "nccl")]
     pub unsafe fn allreduce_device(&self, buf: DeviceSlice, op: ReduceOp) -> Result<()> {
-        self.require_device_buffers("allreduce_device")?;
-        if op.is_bitwise() {
-            return Err(Error::Backend {
-                backend: "nccl",
-                reason: format!("allreduce_device with {op}: NCCL has no bitwise reductions"),
-            });
-        }
+        let c = self.caller();
+        c.device_buffers("allreduce_device")?;
+        c.device_reduce_op(op)?;
         // SAFETY: the caller's contract.
         self.blocking("allreduce", buf.shape(), |_, t, _| unsafe {
             t.allreduce_device(buf, op).map(|algo| ((), algo))
@@ -1067,26 +838,12 @@ impl ProcessGroup {
     /// As [`allreduce_device`](Self::allreduce_device).
     #[cfg(feature = "nccl")]
     pub unsafe fn broadcast_device(&self, buf: DeviceSlice, root: usize) -> Result<()> {
-        self.require_device_buffers("broadcast_device")?;
-        self.check_rank(root, "broadcast root")?;
+        let c = self.caller();
+        c.device_buffers("broadcast_device")?;
+        c.rank(root, "broadcast root")?;
         // SAFETY: the caller's contract.
         self.blocking("broadcast", buf.shape(), |_, t, _| unsafe {
             t.broadcast_device(buf, root).map(|algo| ((), algo))
-        })
-    }
-
-    #[cfg(feature = "nccl")]
-    fn require_device_buffers(&self, op: &'static str) -> Result<()> {
-        if self.supports_device_buffers() {
-            return Ok(());
-        }
-        Err(Error::Backend {
-            backend: "nccl",
-            reason: format!(
-                "{op} takes GPU memory, which only the nccl backend reduces in place, and this \
-                 process group does not run on it (use the host-slice collectives, or \
-                 --backend nccl)"
-            ),
         })
     }
 }

@@ -12,7 +12,7 @@ use phalanx_store::Store;
 use phalanx_transport::{shm::ShmAbortHandle, AbortHandle};
 
 use crate::{
-    exec::{Exec, Links},
+    exec::Exec,
     flight_recorder::{self, GroupId, Shape},
     progress::Progress,
     Error, Result,
@@ -56,9 +56,6 @@ pub(crate) struct Shared {
     pub(crate) label: std::sync::OnceLock<String>,
     /// This group in the flight recorder (Note [Flight recorder]).
     pub(crate) fr: GroupId,
-    /// Whether the backend is MPI (aborting then ends the whole MPI job).
-    #[cfg(feature = "mpi")]
-    pub(crate) mpi: bool,
 }
 
 impl Shared {
@@ -74,7 +71,7 @@ impl Shared {
     }
 
     /// Runs point-to-point operation `name` like [`run`](Self::run), but without taking a
-    /// group sequence number: `Exec` numbers each pair's messages itself.
+    /// group sequence number: the backend numbers each pair's messages itself.
     pub(crate) fn run_p2p<R>(
         &self,
         name: &'static str,
@@ -123,8 +120,8 @@ impl Shared {
                     self.progress.complete(seq);
                 }
                 drop(span.arg("algorithm", exec.describe(algo)));
-                if matches!(exec.links, Links::Native { .. }) {
-                    // MPI picks its algorithms inside the library; init says so once.
+                if exec.picks_algorithm() {
+                    // MPI and NCCL pick theirs inside the library; init says so once.
                     self.note_algorithm(name, bytes, algo);
                 }
                 Ok(r)
@@ -240,7 +237,7 @@ impl Shared {
                 self.abort.abort(cause);
                 // MPI has no handle to wake one call: MPI_Abort ends the whole job instead.
                 #[cfg(feature = "mpi")]
-                if self.mpi {
+                if self.backend == "mpi" {
                     crate::mpi::MpiComm::abort_job(self.rank, cause);
                 }
             }

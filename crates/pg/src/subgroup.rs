@@ -43,7 +43,7 @@ fn usage(pg: &ProcessGroup, op: &str, cause: String) -> Error {
 /// on a rank outside it. Every rank of `pg` calls it with the same `ranks`.
 pub fn new_group(pg: &ProcessGroup, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
     let k = next_subgroup(pg, "new_group")?;
-    check_ranks(pg, "new_group", ranks)?;
+    pg.caller().subgroup_ranks("new_group", ranks)?;
     agree(
         pg,
         &format!("group/{k}/ranks"),
@@ -82,16 +82,7 @@ pub fn split_group(
 /// Consecutive groups of `group_size` ranks (`[0, size)`, `[size, 2·size)`, …; PyTorch's
 /// `new_subgroups`): this rank's group. `group_size` must divide the world size.
 pub fn new_subgroups(pg: &ProcessGroup, group_size: usize) -> Result<ProcessGroup> {
-    if group_size == 0 || !pg.world_size().is_multiple_of(group_size) {
-        return Err(usage(
-            pg,
-            "new_subgroups",
-            format!(
-                "group size {group_size} does not divide world_size {}",
-                pg.world_size()
-            ),
-        ));
-    }
+    pg.caller().subgroup_size(group_size)?;
     let color = (pg.rank() / group_size) as u32;
     Ok(split_group(pg, Some(color), pg.rank() as i64)?.expect("every rank has a color"))
 }
@@ -128,30 +119,6 @@ fn not_native(pg: &ProcessGroup, op: &str) -> Error {
 fn next_subgroup(pg: &ProcessGroup, op: &str) -> Result<u64> {
     let seed = pg.seed().ok_or_else(|| not_native(pg, op))?;
     Ok(seed.made.fetch_add(1, Ordering::Relaxed))
-}
-
-fn check_ranks(pg: &ProcessGroup, op: &str, ranks: &[usize]) -> Result<()> {
-    let n = pg.world_size();
-    if ranks.is_empty() {
-        return Err(usage(pg, op, "a group needs at least one rank".into()));
-    }
-    if let Some(r) = ranks.iter().find(|&&r| r >= n) {
-        return Err(usage(
-            pg,
-            op,
-            format!("rank {r} is not below world_size {n}"),
-        ));
-    }
-    let mut sorted = ranks.to_vec();
-    sorted.sort_unstable();
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(usage(
-            pg,
-            op,
-            format!("rank {} is listed twice in {ranks:?}", w[0]),
-        ));
-    }
-    Ok(())
 }
 
 /// Every rank must ask for the same thing: the first request is kept in the store, and one

@@ -8,7 +8,7 @@ fn init_process_group_follows_phalanx_backend() {
         e.contains("PHALANX_BACKEND") && e.contains("\"gloo\""),
         "{e}"
     );
-    if !phalanx_pg::Backend::Mpi.is_built() {
+    if !phalanx_pg::BackendType::Mpi.is_built() {
         std::env::set_var("PHALANX_BACKEND", "mpi");
         let e = phalanx_pg::init_process_group().unwrap_err().to_string();
         assert!(e.contains("mpi") && e.contains("feature"), "{e}");

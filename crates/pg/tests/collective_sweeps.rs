@@ -497,23 +497,21 @@ fn object_collectives_carry_bytes_of_any_length() {
         let out = spawn_ranks(n, |pg| {
             let r = pg.rank();
             let mine = vec![r as u8; r * 3];
-            let all = pg.all_gather_object(&mine).unwrap();
+            let all = phalanx_pg::all_gather_object(&pg, &mine).unwrap();
             let want: Vec<Vec<u8>> = (0..n).map(|p| vec![p as u8; p * 3]).collect();
             assert_eq!(all, want);
             let root_obj = b"the root's object".to_vec();
-            let got = pg
-                .broadcast_object(if r == 0 { &root_obj } else { &[] }, 0)
-                .unwrap();
+            let got =
+                phalanx_pg::broadcast_object(&pg, if r == 0 { &root_obj } else { &[] }, 0).unwrap();
             assert_eq!(got, root_obj);
-            let gathered = pg.gather_object(&mine, n - 1).unwrap();
+            let gathered = phalanx_pg::gather_object(&pg, &mine, n - 1).unwrap();
             assert_eq!(gathered.is_some(), r == n - 1);
             if let Some(g) = gathered {
                 assert_eq!(g, want);
             }
             let objs: Vec<Vec<u8>> = (0..n).map(|p| vec![7u8; p + 1]).collect();
-            let got = pg
-                .scatter_object_list(if r == 0 { &objs } else { &[] }, 0)
-                .unwrap();
+            let got =
+                phalanx_pg::scatter_object_list(&pg, if r == 0 { &objs } else { &[] }, 0).unwrap();
             assert_eq!(got, vec![7u8; r + 1]);
             true
         });

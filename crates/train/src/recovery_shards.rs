@@ -173,7 +173,8 @@ pub(crate) fn resync_sharded<M: Classifier>(
             ))
         })
         .collect();
-    let every = pg.all_gather_object(
+    let every = phalanx_pg::all_gather_object(
+        pg,
         serde_json::to_string(&shapes_json)
             .expect("optimizer fields serialise")
             .as_bytes(),

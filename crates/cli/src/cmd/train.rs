@@ -7,7 +7,7 @@ use std::{io::IsTerminal, path::PathBuf, process::ExitCode, sync::Arc, time::Ins
 
 use super::train_setup::{check_backend, check_device, install_failure_hook, join_group};
 use anyhow::{bail, Context};
-use phalanx_pg::Backend;
+use phalanx_pg::BackendType;
 use phalanx_train::{
     checkpoint::Meta, metrics, metrics::EpochRecord, DeviceSpec, LrSchedule, ModelKind,
     OptimOptions, OptimizerKind, Reporter, Sharding, Summary, TrainConfig,
@@ -105,7 +105,7 @@ pub(crate) struct Args {
     /// collectives; run under `mpirun -np N`; needs a build with the `mpi` feature), or `nccl`
     /// (one GPU per rank; needs the `nccl` feature and NCCL; docs/gpu.md).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
-    backend: Backend,
+    backend: BackendType,
     /// Training device: `cpu`, `cuda` (GPU LOCAL_RANK, as torchrun users expect) or `cuda:N`.
     /// CUDA needs a build with the `cuda` feature (docs/gpu.md); with `--backend nccl` gradient
     /// buckets stay on the GPU, with any other backend they are reduced on the host (through
@@ -140,7 +140,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     check_backend(args.backend)?;
     check_device(args.device)?;
-    if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
+    if args.backend != BackendType::Mpi && !phalanx_launch::started_by_launcher() {
         let explicit = std::env::args().any(|a| a.starts_with("--nproc-per-node"))
             || std::env::var_os("PET_NPROC_PER_NODE").is_some();
         if !explicit {
@@ -173,7 +173,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     // `phalanx launch --fault-tolerance`: the group of this worker's generation, re-formed by
     // the trainer when a rank dies (Note [Generations]).
     let ft = phalanx_pg::FaultTolerance::from_env()?;
-    if ft.is_some() && args.backend != Backend::Native {
+    if ft.is_some() && args.backend != BackendType::Native {
         bail!(
             "--backend {}: fault tolerance (phalanx launch --fault-tolerance) re-forms the \
              native backend's group only; use --backend native",

@@ -4,15 +4,17 @@
 use std::os::raw::{c_int, c_void};
 
 use mpi::{environment::Universe, ffi, topology::Communicator, Threading};
-use phalanx_collectives::Algorithm;
+use phalanx_collectives::{Algorithm, Options};
 use phalanx_core::{Element, ReduceOp};
 
 use super::types::{
     bytes_type, message_chunks, reduce_op, reduce_type, too_large, world, MAX_COUNT,
 };
-use crate::{placement::Placement, Error, Result};
-
-type Ran = phalanx_transport::Result<Algorithm>;
+use crate::{
+    backend::{Backend, Ran},
+    placement::Placement,
+    Error, Result,
+};
 
 /// The MPI world of this process; dropping it finalises MPI.
 pub(crate) struct MpiComm {
@@ -104,25 +106,6 @@ impl MpiComm {
         }
     }
 
-    pub(crate) fn allreduce<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Ran {
-        match reduce_type(T::DTYPE) {
-            Some(dt) => {
-                self.allreduce_raw(buf.as_mut_ptr().cast(), buf.len(), size_of::<T>(), dt, op)
-            }
-            None => {
-                let mut wide: Vec<f32> = buf.iter().map(|v| v.to_f64() as f32).collect();
-                // SAFETY: reading a constant handle.
-                let dt = unsafe { ffi::RSMPI_FLOAT };
-                self.allreduce_raw(wide.as_mut_ptr().cast(), wide.len(), 4, dt, op);
-                for (v, w) in buf.iter_mut().zip(&wide) {
-                    *v = T::from_f64(f64::from(*w));
-                }
-            }
-        }
-        self.finish_avg(buf, op);
-        Ok(Algorithm::Direct)
-    }
-
     /// `MPI_Allreduce` of `len` elements of `size` bytes at `ptr`, in chunks of `MAX_COUNT`.
     fn allreduce_raw(
         &mut self,
@@ -165,7 +148,61 @@ impl MpiComm {
         }
     }
 
-    pub(crate) fn broadcast<T: Element>(&mut self, buf: &mut [T], root: usize) -> Ran {
+    fn tag(&self, tag: u32, op: &'static str) -> phalanx_transport::Result<c_int> {
+        c_int::try_from(tag).map_err(|_| phalanx_transport::Error::Io {
+            op,
+            peer: self.rank,
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("tag {tag} is above MPI's largest tag ({})", c_int::MAX),
+            ),
+        })
+    }
+}
+
+/// Every collective is one call of the MPI library (the mapping in `mpi/mod.rs`); the
+/// library picks its algorithms, and orders nothing by phalanx's sequence numbers.
+impl Backend for MpiComm {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn describe(&self, _algo: Algorithm) -> String {
+        "MPI".to_string()
+    }
+
+    fn allreduce<T: Element>(
+        &mut self,
+        _seq: u64,
+        buf: &mut [T],
+        op: ReduceOp,
+        _opts: &Options,
+    ) -> Ran {
+        match reduce_type(T::DTYPE) {
+            Some(dt) => {
+                self.allreduce_raw(buf.as_mut_ptr().cast(), buf.len(), size_of::<T>(), dt, op)
+            }
+            None => {
+                let mut wide: Vec<f32> = buf.iter().map(|v| v.to_f64() as f32).collect();
+                // SAFETY: reading a constant handle.
+                let dt = unsafe { ffi::RSMPI_FLOAT };
+                self.allreduce_raw(wide.as_mut_ptr().cast(), wide.len(), 4, dt, op);
+                for (v, w) in buf.iter_mut().zip(&wide) {
+                    *v = T::from_f64(f64::from(*w));
+                }
+            }
+        }
+        self.finish_avg(buf, op);
+        Ok(Algorithm::Direct)
+    }
+
+    fn broadcast<T: Element>(
+        &mut self,
+        _seq: u64,
+        buf: &mut [T],
+        root: usize,
+        _opts: &Options,
+    ) -> Ran {
         let bytes = size_of_val(buf);
         let ptr = buf.as_mut_ptr().cast::<u8>();
         let mut done = 0;
@@ -186,7 +223,7 @@ impl MpiComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn barrier(&mut self) -> Ran {
+    fn barrier(&mut self, _seq: u64) -> Ran {
         // SAFETY: no buffers.
         unsafe {
             ffi::MPI_Barrier(world());
@@ -194,7 +231,13 @@ impl MpiComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn allgather<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Ran {
+    fn allgather<T: Element>(
+        &mut self,
+        _seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        _opts: &Options,
+    ) -> Ran {
         let bytes = size_of_val(send);
         if bytes > MAX_COUNT {
             return Err(too_large("MPI_Allgather", self.rank, bytes));
@@ -216,11 +259,13 @@ impl MpiComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn reduce_scatter<T: Element>(
+    fn reduce_scatter<T: Element>(
         &mut self,
+        _seq: u64,
         send: &mut [T],
         recv: &mut [T],
         op: ReduceOp,
+        _opts: &Options,
     ) -> Ran {
         if recv.len() > MAX_COUNT {
             return Err(too_large("MPI_Reduce_scatter_block", self.rank, recv.len()));
@@ -255,7 +300,7 @@ impl MpiComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
+    fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
         let tag = self.tag(tag, "MPI_Send")?;
         let (ptr, bytes) = (buf.as_ptr().cast::<u8>(), size_of_val(buf));
         for (at, n) in message_chunks(bytes) {
@@ -274,7 +319,7 @@ impl MpiComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
+    fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
         let tag = self.tag(tag, "MPI_Recv")?;
         let (ptr, bytes) = (buf.as_mut_ptr().cast::<u8>(), size_of_val(buf));
         for (at, n) in message_chunks(bytes) {
@@ -294,15 +339,9 @@ impl MpiComm {
         Ok(Algorithm::Direct)
     }
 
-    fn tag(&self, tag: u32, op: &'static str) -> phalanx_transport::Result<c_int> {
-        c_int::try_from(tag).map_err(|_| phalanx_transport::Error::Io {
-            op,
-            peer: self.rank,
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("tag {tag} is above MPI's largest tag ({})", c_int::MAX),
-            ),
-        })
+    /// `MPI_Abort`: the failure path of Note [Fail fast], by MPI's means.
+    fn abort(&mut self, rank: usize, cause: &str) {
+        MpiComm::abort_job(rank, cause)
     }
 }
 

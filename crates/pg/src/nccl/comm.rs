@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use phalanx_collectives::Algorithm;
+use phalanx_collectives::{Algorithm, Options};
 use phalanx_core::{DType, Element, ReduceOp, Timeout};
 use phalanx_transport::AbortHandle;
 
@@ -14,12 +14,16 @@ use phalanx_store::Store;
 
 use super::device::{DeviceBuffer, Gpu};
 use super::sys::{self, DevicePtr, Driver, Handle, Nccl, UniqueId, CUDA_ERROR_NOT_READY};
-use crate::{Error, P2POp, Result};
+use crate::{
+    backend::{Backend, Ran},
+    DeviceSlice, Error, P2POp, Result,
+};
 
 /// The store key of the NCCL unique id (under the round's prefix).
 const UNIQUE_ID_KEY: &str = "nccl/unique_id";
 
-type Ran = phalanx_transport::Result<Algorithm>;
+/// NCCL's `ncclAvg` (NCCL 2.10 and later): the division happens on the device.
+const NCCL_AVG: c_int = 4;
 
 /// An NCCL communicator with its GPU, stream and staging buffer.
 pub(crate) struct NcclComm {
@@ -82,7 +86,7 @@ pub(crate) fn nccl_op(op: ReduceOp) -> c_int {
         ReduceOp::Min => 3,
         // NCCL has no bitwise reductions: the process group refuses them before NCCL runs.
         ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => {
-            unreachable!("ProcessGroup::check_op refuses bitwise ops on NCCL")
+            unreachable!("check::Caller::reduce_op refuses bitwise ops on NCCL")
         }
     }
 }
@@ -167,7 +171,7 @@ impl NcclComm {
     }
 
     /// Makes this rank's GPU context current on the calling thread.
-    pub(crate) fn make_current(&self) -> phalanx_transport::Result<()> {
+    fn make_current(&self) -> phalanx_transport::Result<()> {
         self.gpu
             .make_current()
             .map_err(|r| self.fail("cuCtxSetCurrent", r))
@@ -204,7 +208,7 @@ impl NcclComm {
 
     /// Waits for the stream, watching NCCL's asynchronous errors, the group's abort and
     /// `PHALANX_TIMEOUT`; on any of them the communicator is aborted.
-    pub(crate) fn wait(&mut self, during: &'static str) -> phalanx_transport::Result<()> {
+    fn wait(&mut self, during: &'static str) -> phalanx_transport::Result<()> {
         let start = Instant::now();
         let mut nap = Duration::from_micros(1);
         loop {
@@ -264,7 +268,7 @@ impl NcclComm {
     ///
     /// # Safety
     /// As [`NcclComm::allreduce_device`].
-    pub(crate) unsafe fn allreduce_device_code(
+    unsafe fn allreduce_device_code(
         &self,
         buf: DevicePtr,
         count: usize,
@@ -281,7 +285,7 @@ impl NcclComm {
     ///
     /// # Safety
     /// As [`NcclComm::allreduce_device`].
-    pub(crate) unsafe fn broadcast_device(
+    unsafe fn broadcast_device(
         &self,
         buf: DevicePtr,
         count: usize,
@@ -299,6 +303,36 @@ impl NcclComm {
             self.stream,
         );
         self.nccl("ncclBroadcast", rc)
+    }
+
+    /// `ProcessGroup::allreduce_device`: the allreduce of GPU memory in place, waited for;
+    /// `Avg` divides on the device (`ncclAvg`).
+    ///
+    /// # Safety
+    /// As `ProcessGroup::allreduce_device`.
+    pub(crate) unsafe fn allreduce_in_place(&mut self, buf: DeviceSlice, op: ReduceOp) -> Ran {
+        let code = if op == ReduceOp::Avg {
+            NCCL_AVG
+        } else {
+            nccl_op(op)
+        };
+        self.make_current()?;
+        // SAFETY: the caller's contract.
+        unsafe { self.allreduce_device_code(buf.ptr, buf.len, buf.dtype, code)? };
+        self.wait("ncclAllReduce")?;
+        Ok(Algorithm::Direct)
+    }
+
+    /// `ProcessGroup::broadcast_device`: the broadcast of GPU memory in place, waited for.
+    ///
+    /// # Safety
+    /// As `ProcessGroup::broadcast_device`.
+    pub(crate) unsafe fn broadcast_in_place(&mut self, buf: DeviceSlice, root: usize) -> Ran {
+        self.make_current()?;
+        // SAFETY: the caller's contract.
+        unsafe { self.broadcast_device(buf.ptr, buf.len, buf.dtype, root)? };
+        self.wait("ncclBroadcast")?;
+        Ok(Algorithm::Direct)
     }
 
     /// Allgather: `count` elements from `send` of every rank into `recv` (`count × world_size`).
@@ -346,10 +380,25 @@ impl NcclComm {
         );
         self.nccl("ncclReduceScatter", rc)
     }
+}
 
-    // === Host slices, staged through the GPU (what `Exec` calls) ===
+/// Host slices, staged through the GPU (Note [NCCL buffers]); NCCL picks its algorithms.
+impl Backend for NcclComm {
+    fn name(&self) -> &'static str {
+        "nccl"
+    }
 
-    pub(crate) fn allreduce<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Ran {
+    fn describe(&self, _algo: Algorithm) -> String {
+        "NCCL".to_string()
+    }
+
+    fn allreduce<T: Element>(
+        &mut self,
+        _seq: u64,
+        buf: &mut [T],
+        op: ReduceOp,
+        _opts: &Options,
+    ) -> Ran {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let dev = self.scratch(bytes.len())?;
         self.upload(dev, bytes)?;
@@ -365,7 +414,13 @@ impl NcclComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn broadcast<T: Element>(&mut self, buf: &mut [T], root: usize) -> Ran {
+    fn broadcast<T: Element>(
+        &mut self,
+        _seq: u64,
+        buf: &mut [T],
+        root: usize,
+        _opts: &Options,
+    ) -> Ran {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let dev = self.scratch(bytes.len())?;
         self.upload(dev, bytes)?;
@@ -376,7 +431,13 @@ impl NcclComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn allgather<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Ran {
+    fn allgather<T: Element>(
+        &mut self,
+        _seq: u64,
+        send: &[T],
+        recv: &mut [T],
+        _opts: &Options,
+    ) -> Ran {
         let (s, r): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         // One allocation: the gathered buffer, then this rank's part.
@@ -390,11 +451,13 @@ impl NcclComm {
         Ok(Algorithm::Direct)
     }
 
-    pub(crate) fn reduce_scatter<T: Element>(
+    fn reduce_scatter<T: Element>(
         &mut self,
+        _seq: u64,
         send: &mut [T],
         recv: &mut [T],
         op: ReduceOp,
+        _opts: &Options,
     ) -> Ran {
         let count = recv.len();
         let (s, r): (&[u8], &mut [u8]) =
@@ -415,19 +478,19 @@ impl NcclComm {
     }
 
     /// A one-element allreduce: returns once every rank has entered it.
-    pub(crate) fn barrier(&mut self) -> Ran {
-        self.allreduce(&mut [0u8], ReduceOp::Sum)
+    fn barrier(&mut self, seq: u64) -> Ran {
+        self.allreduce(seq, &mut [0u8], ReduceOp::Sum, &Options::default())
     }
 
     /// Point-to-point traffic goes over the native mesh (tags and all).
-    pub(crate) fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
+    fn send<T: Element>(&mut self, buf: &[T], peer: usize, tag: u32) -> Ran {
         self.native
             .send_bytes(bytemuck::cast_slice(buf), peer, tag)
             .map(|()| Algorithm::Direct)
             .map_err(|e| self.fail("send", e.to_string()))
     }
 
-    pub(crate) fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
+    fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize, tag: u32) -> Ran {
         self.native
             .recv_bytes(bytemuck::cast_slice_mut(buf), peer, tag)
             .map(|()| Algorithm::Direct)
@@ -436,7 +499,7 @@ impl NcclComm {
 
     /// A point-to-point batch, over the native mesh like send/recv (as bytes, copied back
     /// into the receives' buffers).
-    pub(crate) fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {
+    fn send_recv_batch<T: Element>(&mut self, ops: &mut [P2POp<T>]) -> Ran {
         let bytes = ops
             .iter()
             .map(|op| match op {
@@ -465,7 +528,7 @@ impl NcclComm {
     }
 
     /// Aborts the communicator and the native group (whose store publishes the cause).
-    pub(crate) fn abort(&mut self, cause: &str) {
+    fn abort(&mut self, _rank: usize, cause: &str) {
         self.abort.abort(cause);
         if !self.comm.is_null() {
             // SAFETY: the live communicator; it is not used after the group failed.

@@ -31,7 +31,7 @@ use std::ffi::c_int;
 
 use phalanx_core::env;
 
-pub(crate) use comm::{nccl_op, NativeGroup, NcclComm};
+pub(crate) use comm::{NativeGroup, NcclComm};
 use device::Gpu;
 use sys::{Driver, Nccl};
 

@@ -67,7 +67,7 @@ pub fn save(
     let digest = sha256_hex(&bytes);
     drop(bytes);
     let record = format!("{file}\n{digest}");
-    let all = pg.all_gather_object(record.as_bytes())?;
+    let all = phalanx_pg::all_gather_object(pg, record.as_bytes())?;
     if rank != 0 {
         return Ok(None);
     }

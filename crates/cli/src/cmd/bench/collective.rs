@@ -11,7 +11,7 @@ use std::{process::ExitCode, time::Instant};
 use anyhow::bail;
 use half::{bf16, f16};
 use phalanx_core::{DType, Element, ReduceOp};
-use phalanx_pg::{Backend, ProcessGroup};
+use phalanx_pg::{BackendType, ProcessGroup};
 
 use crate::cmd::sizes::{format_size, parse_sizes};
 
@@ -88,7 +88,7 @@ pub(crate) struct Args {
     /// Process-group backend: `native`, `mpi` (under `mpirun -np N`; see `phalanx train`), or
     /// `nccl` (one GPU per rank: --nproc-per-node at most the GPUs of the node; docs/gpu.md).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
-    backend: Backend,
+    backend: BackendType,
 }
 
 pub(crate) fn run(args: Args, coll: Collective) -> anyhow::Result<ExitCode> {
@@ -100,7 +100,7 @@ pub(crate) fn run(args: Args, coll: Collective) -> anyhow::Result<ExitCode> {
         bail!("--dtype u8 is not a reducible type; use f32, f64, bf16, f16, i32 or i64");
     }
     crate::cmd::train_setup::check_backend(args.backend)?;
-    if args.backend != Backend::Mpi && !phalanx_launch::started_by_launcher() {
+    if args.backend != BackendType::Mpi && !phalanx_launch::started_by_launcher() {
         let mut launch = args.launch.clone();
         if args.json {
             // Plain JSON lines (`phalanx bench allreduce --json | jq .`); rank 0 prints them.

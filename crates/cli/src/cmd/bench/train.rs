@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use phalanx_pg::Backend;
+use phalanx_pg::BackendType;
 use phalanx_train::throughput::{self, ThroughputConfig};
 use phalanx_train::Sharding;
 use serde::{Deserialize, Serialize};
@@ -65,7 +65,7 @@ pub(crate) struct Args {
     /// Process-group backend: `native`, or `mpi`, which measures the one world `mpirun -np N`
     /// started (no efficiency column: that needs a 1-rank run).
     #[arg(long, default_value = "native", env = "PHALANX_BACKEND")]
-    backend: Backend,
+    backend: BackendType,
 }
 
 const MARK: &str = "PHALANX-BENCH-TRAIN ";
@@ -75,7 +75,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--steps and --batch-size must be at least 1");
     }
     crate::cmd::train_setup::check_backend(args.backend)?;
-    if args.backend == Backend::Mpi {
+    if args.backend == BackendType::Mpi {
         // mpirun started the ranks: measure this world, and rank 0 prints its row.
         if let Some(row) = measure(&args)? {
             print_rows(&args, &[row]);
