@@ -11,12 +11,11 @@
 mod launch_util;
 
 use std::{
-    os::unix::process::CommandExt,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use launch_util::{free_port, phalanx, run, train_summaries, Finished};
+use launch_util::{free_port, phalanx, run, run_session, train_summaries, Finished};
 
 /// `mpirun -np <np> <flags> <phalanx> <args>` for Open MPI, or `None` (with the reason
 /// printed) when there is no Open MPI `mpirun` here.
@@ -54,43 +53,14 @@ fn mpirun(test: &str, np: usize, flags: &[&str], args: &[&str]) -> Option<Comman
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    // A session of its own: on a timeout every rank is found (and killed) by its session id,
-    // even the ones mpirun leaves behind when it is killed itself.
-    // SAFETY: setsid is async-signal-safe.
-    unsafe {
-        c.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
     Some(c)
 }
 
-/// Runs `cmd` (an mpirun) within `deadline`; past it, mpirun is asked to stop (SIGTERM ends
-/// its ranks), then everything in its session is killed and the test fails.
+/// Runs `cmd` (an mpirun) within `deadline`, in a session of its own: on a timeout every
+/// rank is found (and killed) by its session id, even the ones mpirun leaves behind when it is
+/// killed itself.
 fn run_mpi(cmd: Command, deadline: Duration) -> Finished {
-    let started = Instant::now();
-    let mut running = launch_util::start(cmd);
-    let sid = running.pid();
-    loop {
-        if running.child.try_wait().unwrap().is_some() {
-            return running.wait(Duration::from_secs(1));
-        }
-        if started.elapsed() > deadline {
-            // SAFETY: plain signals to processes this test started.
-            unsafe { libc::kill(sid, libc::SIGTERM) };
-            std::thread::sleep(Duration::from_secs(3));
-            for pid in launch_util::session(sid) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            let f = running.wait(Duration::from_secs(5));
-            panic!(
-                "mpirun still running after {deadline:?}; killed\nstdout:\n{}\nstderr:\n{}",
-                f.stdout, f.stderr
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    run_session(cmd, deadline, Duration::from_secs(5))
 }
 
 /// Asserts `np` summaries, one per rank, every one at least `min_accuracy` and every digest

@@ -155,6 +155,88 @@ pub fn run(cmd: Command, deadline: Duration) -> Finished {
     start(cmd).wait(deadline)
 }
 
+/// Makes `cmd` lead a session of its own, so that everything it starts, however deep and
+/// whatever process group it moves to, is found afterwards by `session(pid)`.
+pub fn in_own_session(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    cmd
+}
+
+/// Runs `cmd` in a session of its own (`in_own_session`) within `deadline`, for programs that
+/// start daemons of their own (mpirun's ranks, a local Ray cluster).
+///
+/// Past the deadline the leader is asked to stop (SIGTERM), then, 3 s later, everything in its
+/// session is killed and the test fails. When the leader exits in time, whatever it left in its
+/// session has `grace` to go; what is still there is then killed and named on stderr. Either
+/// way no process of the session outlives the call.
+pub fn run_session(mut cmd: Command, deadline: Duration, grace: Duration) -> Finished {
+    in_own_session(&mut cmd);
+    let mut running = start(cmd);
+    let sid = running.pid();
+    loop {
+        if running.child.try_wait().unwrap().is_some() {
+            let finished = running.wait(Duration::from_secs(1));
+            let left = kill_session_after(sid, grace);
+            if !left.is_empty() {
+                say(&format!(
+                    "{} of pid {sid}'s session were still running {grace:?} after it exited, \
+                     killed: {}",
+                    left.len(),
+                    left.join("; ")
+                ));
+            }
+            return finished;
+        }
+        if running.started.elapsed() > deadline {
+            // SAFETY: a plain signal to the process this test started.
+            unsafe { libc::kill(sid, libc::SIGTERM) };
+            kill_session_after(sid, Duration::from_secs(3));
+            let f = running.wait(Duration::from_secs(5));
+            panic!(
+                "{sid} still running after {deadline:?}; its session was killed\nstdout:\n{}\n\
+                 stderr:\n{}",
+                f.stdout, f.stderr
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits up to `grace` for session `sid` to empty, then SIGKILLs what is left and returns it
+/// as `pid (name)`.
+fn kill_session_after(sid: i32, grace: Duration) -> Vec<String> {
+    let end = Instant::now() + grace;
+    while Instant::now() < end && session(sid).iter().any(|p| alive(*p)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = session(sid).into_iter().filter(|p| alive(*p)).collect();
+    let named = left
+        .iter()
+        .map(|pid| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} ({})", name.trim())
+        })
+        .collect();
+    for pid in &left {
+        // SAFETY: a signal to a process of the session this test started.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end && left.iter().any(|p| alive(*p)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    named
+}
+
 /// Whether a process with this pid still exists (zombies count as gone).
 pub fn alive(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
