@@ -36,6 +36,7 @@ mod exec;
 mod fault_tolerance;
 pub mod flight_recorder;
 mod init;
+mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod native;
@@ -65,6 +66,7 @@ pub use init::init_mpi;
 #[cfg(feature = "nccl")]
 pub use init::init_nccl;
 pub use init::{collective_options, connect, init_with, InitOptions};
+pub use mesh::Mesh;
 #[cfg(feature = "nccl")]
 pub use nccl::nccl_probe;
 pub use object_collectives::{

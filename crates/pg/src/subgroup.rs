@@ -47,6 +47,7 @@ pub fn new_group(pg: &ProcessGroup, ranks: &[usize]) -> Result<Option<ProcessGro
     agree(
         pg,
         &format!("group/{k}/ranks"),
+        "ranks",
         &format!("{ranks:?}"),
         "new_group",
     )?;
@@ -116,15 +117,16 @@ fn not_native(pg: &ProcessGroup, op: &str) -> Error {
 }
 
 /// The number of this subgroup among `pg`'s, the same on every rank.
-fn next_subgroup(pg: &ProcessGroup, op: &str) -> Result<u64> {
+pub(crate) fn next_subgroup(pg: &ProcessGroup, op: &str) -> Result<u64> {
     let seed = pg.seed().ok_or_else(|| not_native(pg, op))?;
     Ok(seed.made.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Every rank must ask for the same thing: the first request is kept in the store, and one
-/// small allreduce of `pg` tells every rank whether all agreed, so that no rank goes on to
-/// wait for members that will never come. The rank that disagreed names both requests.
-fn agree(pg: &ProcessGroup, key: &str, mine: &str, op: &str) -> Result<()> {
+/// Every rank must ask for the same thing (`what`: `mine`): the first request is kept in the
+/// store, and one small allreduce of `pg` tells every rank whether all agreed, so that no rank
+/// goes on to wait for members that will never come. The rank that disagreed names both
+/// requests.
+pub(crate) fn agree(pg: &ProcessGroup, key: &str, what: &str, mine: &str, op: &str) -> Result<()> {
     let store_err = |source| Error::Store {
         rank: pg.rank(),
         source,
@@ -140,8 +142,8 @@ fn agree(pg: &ProcessGroup, key: &str, mine: &str, op: &str) -> Result<()> {
             pg,
             op,
             format!(
-                "this rank asked for ranks {mine} but another rank asked for {} (every rank \
-                 calls {op} with the same ranks, in the same order)",
+                "this rank asked for {what} {mine} but another rank asked for {} (every rank \
+                 calls {op} with the same {what}, in the same order)",
                 String::from_utf8_lossy(&got)
             ),
         ));
@@ -150,7 +152,7 @@ fn agree(pg: &ProcessGroup, key: &str, mine: &str, op: &str) -> Result<()> {
         return Err(usage(
             pg,
             op,
-            format!("another rank asked for other ranks than {mine} (its error names both)"),
+            format!("another rank asked for other {what} than {mine} (its error names both)"),
         ));
     }
     Ok(())
