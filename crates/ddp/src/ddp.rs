@@ -21,11 +21,11 @@ use crate::adapter::burn::{
 };
 use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::adapter::{ParamInfo, StateInfo};
-use crate::buffers::Buffers;
-use crate::fsdp::{norm_squares_of_whole, Ownership};
+use crate::layout::{norm_squares_of_whole, Ownership};
 use crate::reducer::{BucketLayout, Reducer};
 use crate::stats::CommStats;
-use crate::step_header::{local_header, Agreement};
+use crate::step_core::{self, StepCore};
+use crate::step_header::Agreement;
 use crate::verify::{broadcast_state, check_same_model};
 use crate::{BucketBuffer, BucketMemory, DdpOptions, Error, Result};
 
@@ -47,18 +47,10 @@ use crate::{BucketBuffer, BucketMemory, DdpOptions, Error, Result};
 /// parameters' gradients in buckets; buffers (BatchNorm's running statistics) after every step;
 /// frozen parameters and int/bool tensors only at construction.
 pub struct DistributedDataParallel<M: Module> {
-    /// Always `Some` between calls; `None` only inside [`map_module`](Self::map_module).
-    module: Option<M>,
-    pg: Arc<ProcessGroup>,
+    /// The module, the group, the tensors, the buffers, the `no_sync` used flags (Note [Step
+    /// core]); every trainable parameter's gradient comes from the module's backward.
+    core: StepCore<M>,
     options: DdpOptions,
-    /// The trainable parameters, in canonical order: what the buckets carry.
-    infos: Vec<ParamInfo>,
-    /// Every tensor of the model, floats first (canonical order), then int and bool tensors.
-    states: Vec<StateInfo>,
-    /// The buffers and how they are synchronised.
-    buffers: Buffers,
-    /// Parameters used by `no_sync` steps since the last synchronisation.
-    accumulated_used: Option<Vec<bool>>,
     reducer: Reducer,
     /// `Some` when buckets stay on the parameters' device (Note [Device buckets]).
     device: Option<DeviceReducer>,
@@ -79,7 +71,6 @@ impl<M: Module> DistributedDataParallel<M> {
             module
         };
         let infos: Vec<ParamInfo> = GradTable::new(&module).infos().cloned().collect();
-        let buffers = Buffers::new(&states, options.buffer_sync);
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
         let buckets = options.bucket_count(&numels);
         let device = device_reducer(&pg, &module, &options, buckets)?;
@@ -100,14 +91,11 @@ impl<M: Module> DistributedDataParallel<M> {
             },
             "DDP ready"
         );
+        let grad_from_module = vec![true; infos.len()];
+        let buffer_sync = options.buffer_sync;
         Ok(DistributedDataParallel {
-            module: Some(module),
-            pg,
+            core: StepCore::new(module, pg, infos, states, grad_from_module, buffer_sync),
             options,
-            infos,
-            states,
-            buffers,
-            accumulated_used: None,
             reducer: Reducer::new(assignment, &numels, views),
             device,
         })
@@ -123,29 +111,23 @@ impl<M: Module> DistributedDataParallel<M> {
 
     /// The wrapped model.
     pub fn module(&self) -> &M {
-        self.module
-            .as_ref()
-            .expect("module is present outside map_module")
+        self.core.module()
     }
 
     /// Unwraps the model.
     pub fn into_inner(self) -> M {
-        self.module.expect("module is present outside map_module")
+        self.core.into_module()
     }
 
     /// Replaces the model by `f(model)`: the optimizer step. `f` must not change the parameter
     /// list (names, shapes, which parameters are trainable).
     pub fn map_module(&mut self, f: impl FnOnce(M) -> M) {
-        let module = self
-            .module
-            .take()
-            .expect("module is present outside map_module");
-        self.module = Some(f(module));
+        self.core.map(f);
     }
 
     /// The process group.
     pub fn process_group(&self) -> &Arc<ProcessGroup> {
-        &self.pg
+        self.core.pg()
     }
 
     /// The options given at construction.
@@ -155,13 +137,13 @@ impl<M: Module> DistributedDataParallel<M> {
 
     /// Names and shapes of the trainable parameters, in canonical order: what the buckets carry.
     pub fn param_infos(&self) -> &[ParamInfo] {
-        &self.infos
+        self.core.infos()
     }
 
     /// Every tensor of the model with its kind: floats in canonical order (trainable, frozen,
     /// buffers interleaved as declared), then int and bool tensors.
     pub fn state_infos(&self) -> &[StateInfo] {
-        &self.states
+        self.core.states()
     }
 
     /// The buckets, in launch order, as indices into [`param_infos`](Self::param_infos).
@@ -193,7 +175,7 @@ impl<M: Module> DistributedDataParallel<M> {
         self.synchronize_inner(&table, Some(grads), |bucket, agreed| {
             bucket.register(&table, agreed, &mut out);
         })
-        .and_then(|agreement| self.sync_buffers(&agreement))?;
+        .and_then(|agreement| self.core.sync_buffers(&agreement))?;
         Ok(out)
     }
 
@@ -219,7 +201,7 @@ impl<M: Module> DistributedDataParallel<M> {
                 AveragedBucket::Device(_, flat) => Held::Device(flat),
             })
         })?;
-        self.sync_buffers(&agreement)?;
+        self.core.sync_buffers(&agreement)?;
         let squares = match held.iter().all(|h| matches!(h, Held::Host(_))) {
             true => self.host_norm_squares(&held),
             false => held.iter().map(Held::sum_of_squares).sum(),
@@ -244,7 +226,7 @@ impl<M: Module> DistributedDataParallel<M> {
         Ok((out, norm))
     }
 
-    /// Σ g² over host buckets in the order of Note [Global norm] (`fsdp/layout.rs`), which a
+    /// Σ g² over host buckets in the order of Note [Global norm] (`layout.rs`), which a
     /// sharded run reproduces from its shards: parameter by parameter, the elements each rank
     /// would own, in DDP's segments of the buckets.
     fn host_norm_squares(&self, held: &[Held]) -> f64 {
@@ -252,12 +234,13 @@ impl<M: Module> DistributedDataParallel<M> {
         let assignment: Vec<Vec<usize>> = buckets.iter().map(|b| b.params.clone()).collect();
         let rides =
             self.options.comm_hook.is_plain_average() && buckets.first().is_some_and(|b| !b.view);
-        let header = self.infos.len() + self.pg.world_size();
+        let world = self.core.pg().world_size();
+        let header = self.core.infos().len() + world;
         let pads: Vec<usize> = (0..buckets.len())
             .map(|k| if k == 0 && rides { header } else { 0 })
             .collect();
-        let numels: Vec<usize> = self.infos.iter().map(ParamInfo::numel).collect();
-        let ownership = Ownership::from_buckets(&numels, &assignment, &pads, self.pg.world_size());
+        let numels: Vec<usize> = self.core.infos().iter().map(ParamInfo::numel).collect();
+        let ownership = Ownership::from_buckets(&numels, &assignment, &pads, world);
         let mut at = vec![(0, 0..0); numels.len()];
         for (k, bucket) in buckets.iter().enumerate() {
             for (p, range) in bucket.slots() {
@@ -293,8 +276,7 @@ impl<M: Module> DistributedDataParallel<M> {
     pub fn no_sync(&mut self, mut grads: Gradients) -> Result<()> {
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
-        let used = self.used(&table, Some(&grads));
-        self.accumulated_used = Some(used);
+        self.core.accumulate_used(&table, &grads);
         if let Some(device) = &mut self.device {
             device.accumulate(&table, self.reducer.buckets(), &mut grads);
             return Ok(());
@@ -320,21 +302,11 @@ impl<M: Module> DistributedDataParallel<M> {
     /// its own replica, so that replicas stay identical. Returns the number of steps it shadowed.
     /// A collective: every rank must call it once after its loop, with an optimizer in the same
     /// state as the other ranks' (the one it trained with).
-    pub fn join(&mut self, step: impl FnMut(M, GradientsParams) -> M) -> Result<usize> {
-        if self.has_accumulated() {
-            return Err(Error::JoinWithAccumulated {
-                rank: self.pg.rank(),
-            });
-        }
-        let mut step = step;
-        let mut shadowed = 0;
-        loop {
-            let agreement = self.synchronize_and_step(None, &mut step)?;
-            if agreement.active_ranks() == 0 {
-                return Ok(shadowed);
-            }
-            shadowed += 1;
-        }
+    pub fn join(&mut self, mut step: impl FnMut(M, GradientsParams) -> M) -> Result<usize> {
+        let (rank, accumulated) = (self.core.pg().rank(), self.has_accumulated());
+        step_core::join(rank, accumulated, || {
+            self.synchronize_and_step(None, &mut step)
+        })
     }
 
     /// One synchronising step that hands each averaged bucket to the optimizer as it arrives;
@@ -345,19 +317,20 @@ impl<M: Module> DistributedDataParallel<M> {
         mut step: impl FnMut(M, GradientsParams) -> M,
     ) -> Result<Agreement> {
         let table = GradTable::new(self.module());
-        let mut module = self.module.take();
+        let mut module = Some(self.core.take());
         let result = self.synchronize_inner(&table, grads, |bucket, agreed| {
             let mut params = GradientsParams::new();
             if bucket.register(&table, agreed, &mut params) == 0 {
                 return;
             }
             let _s = phalanx_core::trace::span("step", "optimizer");
-            let m = module.take().expect("module is present outside map_module");
+            let m = module.take().expect("module is present between buckets");
             module = Some(step(m, params));
         });
-        self.module = module;
+        self.core
+            .put(module.expect("module is present between buckets"));
         let agreement = result?;
-        self.sync_buffers(&agreement)?;
+        self.core.sync_buffers(&agreement)?;
         Ok(agreement)
     }
 
@@ -371,15 +344,12 @@ impl<M: Module> DistributedDataParallel<M> {
     ) -> Result<Agreement> {
         let _warm = crate::compute_pool::keep_warm();
         self.check_table(table)?;
-        let used = self.used(table, grads.as_ref());
-        self.accumulated_used = None;
-        let (rank, world) = (self.pg.rank(), self.pg.world_size());
-        let header = local_header(&used, rank, world, grads.is_some());
+        let header = self.core.header(table, grads.as_ref(), &[]);
         let params = table.len();
         if let Some(device) = &mut self.device {
             let (buckets, stats) = self.reducer.layout_and_stats();
             return device.synchronize(
-                &self.pg,
+                self.core.pg(),
                 table,
                 buckets,
                 grads.as_mut(),
@@ -395,7 +365,7 @@ impl<M: Module> DistributedDataParallel<M> {
             );
         }
         self.reducer.synchronize(
-            &self.pg,
+            self.core.pg(),
             self.options.comm_hook.as_ref(),
             header,
             params,
@@ -412,31 +382,11 @@ impl<M: Module> DistributedDataParallel<M> {
         )
     }
 
-    /// Which trainable parameters got a gradient on this rank since the last synchronisation.
-    fn used(&self, table: &GradTable, grads: Option<&Gradients>) -> Vec<bool> {
-        (0..table.len())
-            .map(|p| {
-                let now = grads.is_some_and(|g| table.has_grad(p, g));
-                now || self.accumulated_used.as_ref().is_some_and(|u| u[p])
-            })
-            .collect()
-    }
-
-    /// Makes the buffers equal on every rank after a step ([`BufferSync`](crate::BufferSync)).
-    fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
-        let module = self
-            .module
-            .take()
-            .expect("module is present outside map_module");
-        let (module, synced) = self.buffers.sync(&self.pg, module, agreement);
-        self.module = Some(module);
-        synced
-    }
-
+    /// The module's parameters are still the ones the engine wrapped.
     fn check_table(&self, table: &GradTable) -> Result<()> {
-        if table.len() != self.infos.len() || table.infos().zip(&self.infos).any(|(a, b)| a != b) {
+        if self.core.table_changed(table) {
             return Err(Error::ModelChanged {
-                rank: self.pg.rank(),
+                rank: self.core.pg().rank(),
             });
         }
         Ok(())

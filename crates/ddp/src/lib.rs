@@ -43,9 +43,11 @@ mod ddp;
 mod error;
 pub mod fsdp;
 pub mod hook;
+pub mod layout;
 mod options;
 mod reducer;
 mod stats;
+mod step_core;
 mod step_header;
 mod verify;
 

@@ -1,5 +1,5 @@
 //! [`ShardParams`]: the elements of the trainable parameters that this rank owns (Note [Shard
-//! layout] in `fsdp/layout.rs`), as a Burn module, so that Burn's own optimizers (SGD with
+//! layout] in `layout.rs`), as a Burn module, so that Burn's own optimizers (SGD with
 //! momentum, Adam, AdamW, …) step a shard exactly as they step a whole model and keep their
 //! state for it alone.
 //!

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use phalanx_core::ReduceOp;
 use phalanx_pg::{ProcessGroup, Work};
 
-use super::layout::{Ownership, Unit};
 use crate::hook::{BucketWork, CommHook, GradBucket};
+use crate::layout::{Ownership, Unit};
 use crate::{Error, Result};
 
 /// Reduce-scatters each bucket in place: afterwards this rank's block of the bucket holds the

@@ -34,12 +34,10 @@
 mod collectives;
 mod fully_shard;
 mod fully_sharded;
-mod layout;
 mod options;
 mod unit;
 
 pub use crate::adapter::shard::ShardParams;
 pub use fully_shard::{seed_step, FullyShard};
 pub use fully_sharded::{FullyShardedDataParallel, LocalShard, PendingStep};
-pub use layout::{fold_norm, norm_squares_of_whole, sum_of_squares, Ownership, Slot, Unit};
 pub use options::{FsdpOptions, Sharding};

@@ -1,6 +1,8 @@
 //! [`Sharding`] (what each rank keeps whole and what only its shard of) and [`FsdpOptions`].
 
-use crate::DdpOptions;
+use phalanx_pg::ProcessGroup;
+
+use crate::{BucketMemory, DdpOptions, Error, Result};
 
 /// What is sharded across the ranks of a data-parallel group, and how that maps onto ZeRO's
 /// stages and PyTorch's FSDP strategies (`phalanx train --sharding`).
@@ -152,6 +154,46 @@ impl FsdpOptions {
     pub fn with_reshard_after_forward(mut self, yes: bool) -> Self {
         self.reshard_after_forward = yes;
         self
+    }
+
+    /// Refuses what sharding cannot do in `pg`, naming both sides.
+    pub(crate) fn check(&self, pg: &ProcessGroup) -> Result<()> {
+        let options = self;
+        let sharding = options.sharding;
+        let refuse = |reason: String| Err(Error::Options { reason });
+        if sharding == Sharding::None {
+            return refuse(
+                "--sharding none is DDP: use DistributedDataParallel for it".to_string(),
+            );
+        }
+        if !options.ddp.comm_hook.is_plain_average() {
+            return refuse(format!(
+                "--sharding {sharding} averages gradients itself; the communication hook `{}` \
+                 cannot be combined with it",
+                options.ddp.comm_hook.name()
+            ));
+        }
+        if options.ddp.bucket_memory == BucketMemory::Device {
+            return refuse(format!(
+                "--sharding {sharding} keeps gradients in host buckets; BucketMemory::Device \
+                 cannot be combined with it"
+            ));
+        }
+        if sharding.shards_gradients() && pg.backend() != "native" && pg.world_size() > 1 {
+            return refuse(format!(
+                "--sharding {sharding} reduce-scatters gradients into blocks of different sizes \
+                 (reduce_scatter_v), which the {} backend does not offer; use --backend native",
+                pg.backend()
+            ));
+        }
+        if sharding.shards_optimizer() && pg.backend() != "native" && pg.world_size() > 1 {
+            return refuse(format!(
+                "--sharding {sharding} all-gathers parameters in blocks of different sizes \
+                 (allgather_v), which the {} backend does not offer; use --backend native",
+                pg.backend()
+            ));
+        }
+        Ok(())
     }
 }
 

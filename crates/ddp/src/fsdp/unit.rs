@@ -10,11 +10,11 @@ use phalanx_core::ReduceOp;
 use phalanx_pg::{ProcessGroup, Work};
 
 use super::collectives::gather_unit;
-use super::layout::{Ownership, Unit};
 use crate::adapter::burn::Shaped;
 use crate::adapter::shard::ShardParams;
 use crate::adapter::unit_op::{Pass, UnitComm};
 use crate::hook::BucketBuffer;
+use crate::layout::{Ownership, Unit};
 use crate::Error;
 
 /// The engine's shard, shared with its units (they read their pieces to gather them).

@@ -45,7 +45,7 @@ impl Ownership {
     /// bucket.
     ///
     /// ```
-    /// use phalanx_ddp::fsdp::Ownership;
+    /// use phalanx_ddp::layout::Ownership;
     /// // Two parameters of 5 and 3 elements in one bucket over 2 ranks: segments 0..4, 4..8.
     /// let o = Ownership::from_buckets(&[5, 3], &[vec![1, 0]], &[0], 2);
     /// assert_eq!((o.range(1, 0), o.range(0, 0), o.range(0, 1)), (0..3, 0..1, 1..5));

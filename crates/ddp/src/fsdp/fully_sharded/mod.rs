@@ -43,32 +43,43 @@
 //! finds a rank one step ahead (its vote completed), the ranks one step behind that hold them
 //! take that step ([`LocalShard::commit_pending`]); when none is ahead, nobody stepped.
 
+mod groups;
+mod local;
+mod pieces;
+mod root;
+
+pub use local::{LocalShard, PendingStep};
+
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use burn::module::{Module, ParamId};
+use burn::module::Module;
 use phalanx_pg::{ProcessGroup, Work};
 
-use super::collectives::{gather_unit, scatter_into_params, wait_gather, ReduceScatterHook};
+use super::collectives::{gather_unit, wait_gather, ReduceScatterHook};
 use super::fully_shard::{find_units, UnitSlot};
-use super::layout::{Ownership, Unit};
-use super::unit::{SharedShard, UnitState, Units};
+use super::unit::{UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
-    floats_to_flat, flush_running_state, params_to_flat, set_floats_by_name, set_floats_in_order,
-    set_floats_shaped, state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
+    floats_to_flat, flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped,
+    state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
 use crate::adapter::unit_op;
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
-use crate::buffers::Buffers;
 use crate::hook::{AllreduceHook, CommHook};
+use crate::layout::{fold_norm, Ownership, Unit};
 use crate::reducer::Reducer;
 use crate::stats::CommStats;
-use crate::step_header::{local_header, Agreement};
+use crate::step_core::{self, StepCore};
+use crate::step_header::Agreement;
 use crate::verify::{broadcast_discrete, broadcast_float, check_same_model};
-use crate::{BucketMemory, Error, Result};
+use crate::{Error, Result};
+use groups::ShardGroups;
+use local::{Apply, Prepared};
+use pieces::Pieces;
+use root::Root;
 
 /// A model trained data-parallel with its training state sharded ([`Sharding`]): each rank
 /// keeps the optimizer state (and under `grad`/`full` the gradients, under `full` the
@@ -85,53 +96,25 @@ use crate::{BucketMemory, Error, Result};
 /// The optimizer steps [`ShardParams`], this rank's pieces of the parameters, not the model:
 /// its state holds this rank's elements alone.
 pub struct FullyShardedDataParallel<M: Module> {
-    /// Always `Some` between calls.
-    module: Option<M>,
-    /// The whole data-parallel group: the step header, buffers, the initial broadcast.
-    pg: Arc<ProcessGroup>,
-    /// The ranks among which the elements are sharded (Note [Shard layout]): `pg` itself, but
-    /// under `hybrid` one host's ranks (or `shard_group_size` consecutive ones).
-    shard_pg: Arc<ProcessGroup>,
-    /// Under `hybrid`: the ranks that own the same elements in the other shard groups.
-    replica_pg: Option<Arc<ProcessGroup>>,
+    /// The module, the whole data-parallel group, the tensors, the buffers, the `no_sync` used
+    /// flags (Note [Step core]); the gradients from the module's backward are the root's.
+    core: StepCore<M>,
+    /// The shard group and, under `hybrid`, the replica group.
+    groups: ShardGroups,
     options: FsdpOptions,
-    /// The trainable parameters, in canonical order.
-    infos: Vec<ParamInfo>,
-    /// Every tensor of the model (floats first, in canonical order).
-    states: Vec<StateInfo>,
-    ownership: Arc<Ownership>,
-    /// The root's units: DDP's buckets without the blocks' parameters, in launch order.
-    units: Vec<Unit>,
+    /// This rank's shard and where its pieces are.
+    pieces: Pieces,
+    /// The root's units and whether the module holds their parameters now.
+    root: Root,
     /// The wrapped blocks (`full` only).
     blocks: Vec<Arc<UnitState>>,
     block_registry: Arc<Units>,
-    /// Whether each trainable parameter is the root's (not a block's).
-    is_root: Vec<bool>,
-    /// The piece of each trainable parameter in the shard (`None`: this rank owns none of it).
-    piece_of: Arc<Vec<Option<usize>>>,
-    /// Each piece's trainable parameter and its elements there, in shard order.
-    piece_params: Vec<(usize, Range<usize>)>,
     /// Each trainable parameter's position among the model's float tensors.
     trainable: Vec<usize>,
-    /// Always `Some` between calls; shared with the blocks, which read their pieces.
-    shard: SharedShard,
-    buffers: Buffers,
-    /// Parameters used by `no_sync` steps since the last synchronisation.
-    accumulated_used: Option<Vec<bool>>,
     reducer: Reducer,
     hook: Arc<dyn CommHook>,
-    /// Under `full`: whether the module holds the root's gathered parameters now.
-    unsharded: bool,
     /// A held step whose commit vote failed on this rank (Note [Commit vote]).
     prepared: Option<Box<Prepared>>,
-}
-
-/// A held step's averaged gradients, waiting for the commit vote (Note [Commit vote]).
-#[derive(Debug)]
-struct Prepared {
-    /// Each unit's averaged (and clipped) gradients of this rank's block of it.
-    held: Vec<(usize, Vec<f32>)>,
-    agreement: Agreement,
 }
 
 impl<M: Module> FullyShardedDataParallel<M> {
@@ -141,14 +124,12 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// its [`FullyShard`](super::FullyShard) blocks become units (Note [Full sharding]). A
     /// collective: every rank of `pg` must call it.
     pub fn new(module: M, pg: Arc<ProcessGroup>, options: FsdpOptions) -> Result<Self> {
-        check_options(&pg, &options)?;
+        options.check(&pg)?;
         flush_running_state(&module);
         let states = state_infos(&module);
         check_same_model(&pg, &states)?;
-        let (shard_pg, replica_pg) = match options.sharding {
-            Sharding::Hybrid => hybrid_groups(&pg, options.shard_group_size)?,
-            _ => (pg.clone(), None),
-        };
+        let shard_groups = ShardGroups::new(&pg, &options)?;
+        let shard_pg = &shard_groups.shard;
         let table = GradTable::new(&module);
         let infos: Vec<ParamInfo> = table.infos().cloned().collect();
         let numels: Vec<usize> = infos.iter().map(ParamInfo::numel).collect();
@@ -229,7 +210,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             _ => Arc::new(ReduceScatterHook::new(
                 &units,
                 shard_pg.clone(),
-                replica_pg.clone(),
+                shard_groups.replica.clone(),
             )),
         };
         // Rank 0's values, tensor by tensor (no second copy of the model): this rank keeps
@@ -272,21 +253,15 @@ impl<M: Module> FullyShardedDataParallel<M> {
             false => module,
         };
         // This rank's pieces, unit by unit: the root's, then the blocks'.
-        let mut piece_of = vec![None; infos.len()];
-        let mut pieces = Vec::new();
-        let mut piece_params = Vec::new();
-        for unit in units.iter().chain(&block_units) {
-            for slot in unit.slots(&ownership, rank) {
-                piece_of[slot.param] = Some(pieces.len());
-                let value = std::mem::take(&mut owned[slot.param]);
-                pieces.push((ParamId::from(trainable[slot.param] as u64 + 1), value));
-                piece_params.push((slot.param, slot.in_param));
-            }
-        }
-        // On the parameters' device with autodiff, as the model's parameters are.
-        let shard = ShardParams::new(pieces, &device.autodiff());
-        let shard: SharedShard = Arc::new(Mutex::new(Some(shard)));
-        let piece_of = Arc::new(piece_of);
+        let units_of_rank = units.iter().chain(&block_units);
+        let pieces = Pieces::new(
+            units_of_rank,
+            ownership.clone(),
+            rank,
+            owned,
+            &trainable,
+            &device,
+        );
         let registry = Units::new();
         let blocks: Vec<Arc<UnitState>> = groups
             .iter()
@@ -309,8 +284,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     unit,
                     shapes,
                     trainable_in_block,
-                    shard.clone(),
-                    piece_of.clone(),
+                    pieces.shared().clone(),
+                    pieces.piece_of().clone(),
                     options.reshard_after_forward,
                     registry.clone(),
                 );
@@ -318,7 +293,6 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 state
             })
             .collect();
-        let buffers = Buffers::new(&states, options.ddp.buffer_sync);
         tracing::info!(
             rank,
             sharding = options.sharding.name(),
@@ -329,29 +303,19 @@ impl<M: Module> FullyShardedDataParallel<M> {
             total = numels.iter().sum::<usize>(),
             "FSDP ready"
         );
+        let buffer_sync = options.ddp.buffer_sync;
         let fsdp = FullyShardedDataParallel {
-            module: Some(module),
-            pg,
-            shard_pg,
-            replica_pg,
+            core: StepCore::new(module, pg, infos, states, is_root, buffer_sync),
+            groups: shard_groups,
             options,
-            infos,
-            states,
-            ownership,
-            units,
+            pieces,
+            // Under `full` every trainable tensor was freed above.
+            root: Root::new(units, free),
             blocks,
             block_registry: registry,
-            is_root,
-            piece_of,
-            piece_params,
             trainable,
-            shard,
-            buffers,
-            accumulated_used: None,
             reducer: Reducer::new(root_assignment, &numels, views),
             hook,
-            // Under `full` every trainable tensor was freed above.
-            unsharded: !free,
             prepared: None,
         };
         Ok(fsdp)
@@ -360,24 +324,18 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// The wrapped model. Under `full` its trainable tensors are empty, but the root's
     /// between [`unshard`](Self::unshard) and the next step.
     pub fn module(&self) -> &M {
-        self.module
-            .as_ref()
-            .expect("module is present between calls")
+        self.core.module()
     }
 
     /// This rank's shard of the trainable parameters: what the optimizer steps.
     pub fn shard(&self) -> ShardParams {
-        self.shard
-            .lock()
-            .expect("not poisoned")
-            .clone()
-            .expect("shard is present between calls")
+        self.pieces.shard()
     }
 
     /// Each piece of the shard: its trainable parameter (an index into
     /// [`param_infos`](Self::param_infos)) and the elements of it the piece holds.
     pub fn piece_params(&self) -> &[(usize, Range<usize>)] {
-        &self.piece_params
+        self.pieces.piece_params()
     }
 
     /// Trainable parameter `p`'s position among the model's float tensors (canonical order,
@@ -389,17 +347,17 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// The ranks among which the elements are sharded (the whole group but under `hybrid`).
     pub fn shard_group(&self) -> &Arc<ProcessGroup> {
-        &self.shard_pg
+        &self.groups.shard
     }
 
     /// The elements of trainable parameter `p` each rank of the whole group writes to a
     /// sharded checkpoint: its own, but under `hybrid` only the first shard group's ranks
     /// write (the others hold the same values) and the rest nothing.
     pub fn saved_ranges(&self, p: usize) -> Vec<Range<usize>> {
-        let first = self.shard_pg.world_size();
-        (0..self.pg.world_size())
+        let first = self.groups.shard.world_size();
+        (0..self.core.pg().world_size())
             .map(|w| match w < first {
-                true => self.ownership.range(p, w),
+                true => self.pieces.ownership().range(p, w),
                 false => 0..0,
             })
             .collect()
@@ -408,12 +366,12 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// Whether this rank's pieces go into a sharded checkpoint (see
     /// [`saved_ranges`](Self::saved_ranges)).
     pub fn saves_pieces(&self) -> bool {
-        self.pg.rank() < self.shard_pg.world_size()
+        self.core.pg().rank() < self.groups.shard.world_size()
     }
 
     /// Who owns which elements (Note [Shard layout]).
     pub fn ownership(&self) -> &Ownership {
-        &self.ownership
+        self.pieces.ownership()
     }
 
     /// The options given at construction.
@@ -423,17 +381,17 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// The process group.
     pub fn process_group(&self) -> &Arc<ProcessGroup> {
-        &self.pg
+        self.core.pg()
     }
 
     /// Names and shapes of the trainable parameters, in canonical order.
     pub fn param_infos(&self) -> &[ParamInfo] {
-        &self.infos
+        self.core.infos()
     }
 
     /// Every tensor of the model with its kind.
     pub fn state_infos(&self) -> &[StateInfo] {
-        &self.states
+        self.core.states()
     }
 
     /// Communication statistics so far.
@@ -448,7 +406,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// Whether the module holds the root's whole parameters now (always, but under `full`).
     pub fn is_unsharded(&self) -> bool {
-        self.unsharded
+        self.root.is_unsharded()
     }
 
     /// FSDP2's `set_requires_gradient_sync`: under `full` with [`FullyShard`](super::FullyShard)
@@ -463,71 +421,24 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// bucket, for a forward pass (Note [Full sharding]); nothing to do otherwise, or when they
     /// are gathered already. A collective.
     pub fn unshard(&mut self) -> Result<()> {
-        if self.unsharded {
-            return Ok(());
-        }
-        let rank = self.shard_pg.rank();
-        let mut works = Vec::with_capacity(self.units.len());
-        {
-            let guard = self.shard.lock().expect("not poisoned");
-            let shard = guard.as_ref().expect("shard is present between calls");
-            for unit in &self.units {
-                let own = own_values(unit, &self.ownership, rank, &self.piece_of, shard)?;
-                works.push(gather_unit(&self.shard_pg, unit, own));
-            }
-        }
-        let mut whole: Vec<Vec<f32>> = self.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
-        for (k, (unit, work)) in self.units.iter().zip(works).enumerate() {
-            let buffer = wait_gather(work, k)?;
-            scatter_into_params(unit, &self.ownership, &buffer, &mut whole);
-        }
-        let values = self
-            .infos
-            .iter()
-            .zip(&whole)
-            .enumerate()
-            .filter(|(p, _)| self.is_root[*p])
-            .map(|(_, (info, v))| (info.name.clone(), (v.as_slice(), info.shape.as_slice())))
-            .collect();
-        let module = self.module.take().expect("module is present between calls");
-        self.module = Some(set_floats_shaped(module, values));
-        self.unsharded = true;
-        Ok(())
+        self.root
+            .unshard(&mut self.core, &self.pieces, &self.groups.shard)
     }
 
     /// Under `full`: frees the module's root parameters (their values live in the shard).
     pub fn reshard(&mut self) {
-        let is_root = self.is_root.clone();
-        self.free(|p| is_root[p]);
-    }
-
-    /// Under `full`, frees the trainable tensors `which` selects.
-    fn free(&mut self, which: impl Fn(usize) -> bool) {
-        if !self.options.sharding.shards_parameters() || !self.unsharded {
-            return;
-        }
-        let empty: &[f32] = &[];
-        let freed = self
-            .infos
-            .iter()
-            .enumerate()
-            .filter(|(p, _)| which(*p))
-            .map(|(_, info)| (info.name.clone(), (empty, &[][..])))
-            .collect();
-        let module = self.module.take().expect("module is present between calls");
-        self.module = Some(set_floats_shaped(module, freed));
-        self.unsharded = false;
+        self.root.reshard(&mut self.core);
     }
 
     /// Every trainable parameter whole, by name (the blocks' gathered one by one under
     /// `full`): a collective under `full`.
     fn whole_params(&mut self) -> Result<HashMap<String, Shaped>> {
-        let was = self.unsharded;
+        let was = self.root.is_unsharded();
         self.unshard()?;
         let values = params_to_flat(self.module())?;
         let mut whole: HashMap<String, Shaped> = HashMap::new();
-        for (p, info) in self.infos.iter().enumerate() {
-            if self.is_root[p] {
+        for (p, info) in self.core.infos().iter().enumerate() {
+            if self.core.grad_from_module()[p] {
                 let v = values[self.trainable[p]].clone();
                 whole.insert(info.name.clone(), (v, info.shape.clone()));
             }
@@ -535,7 +446,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         for block in &self.blocks {
             let gathered = block.gather_now()?;
             for (&p, v) in block.unit.params().iter().zip(gathered) {
-                whole.insert(self.infos[p].name.clone(), v);
+                whole.insert(self.core.infos()[p].name.clone(), v);
             }
         }
         if !was {
@@ -551,7 +462,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .iter()
             .map(|(name, (v, s))| (name.clone(), (v.as_slice(), s.as_slice())))
             .collect();
-        let module = self.module.take().expect("module is present between calls");
+        let module = self.core.take();
         // The blocks hand back their parameters: the wrappers are plain blocks again.
         for block in &self.blocks {
             drop(block.take_gradients());
@@ -568,40 +479,27 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// the pieces its ranks hold (Note [Regroup of shards] in phalanx-train).
     pub fn into_local(mut self) -> Result<LocalShard<M>> {
         let shard = self.shard();
-        let pieces = self
-            .piece_params
-            .iter()
-            .enumerate()
-            .map(|(i, (p, range))| Ok((*p, range.clone(), shard.value(i)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let pieces = self.pieces.values()?;
         let pending = self.prepared.take().map(|p| PendingStep {
             grads: self.piece_gradients(&p),
             shard: shard.clone(),
         });
         Ok(LocalShard {
-            module: self.module.take().expect("module is present between calls"),
+            module: self.core.take(),
             pieces,
-            infos: self.infos.clone(),
+            infos: self.core.infos().to_vec(),
             pending,
         })
     }
 
     /// A prepared step's gradients, piece by piece (the pieces the step updates).
     fn piece_gradients(&self, prepared: &Prepared) -> Vec<(usize, Vec<f32>)> {
-        let rank = self.shard_pg.rank();
-        let mut grads = Vec::new();
-        for (u, own) in &prepared.held {
-            let unit = self.unit(*u);
-            let start = unit.block(rank).start;
-            for slot in unit.slots(&self.ownership, rank) {
-                if prepared.agreement.is_used(slot.param) {
-                    let piece = self.piece_of[slot.param].expect("a slot of this rank is a piece");
-                    let grad = own[slot.in_unit.start - start..slot.in_unit.end - start].to_vec();
-                    grads.push((piece, grad));
-                }
-            }
-        }
-        grads
+        let agreed = &prepared.agreement;
+        prepared
+            .held
+            .iter()
+            .flat_map(|(u, own)| self.pieces.gradients(self.unit(*u), own, agreed))
+            .collect()
     }
 
     /// The value of every float tensor of the model, in canonical order, the trainable ones
@@ -609,7 +507,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
     pub fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
         let whole = self.whole_params()?;
         let mut values = params_to_flat(self.module())?;
-        for (p, info) in self.infos.iter().enumerate() {
+        for (p, info) in self.core.infos().iter().enumerate() {
             values[self.trainable[p]] = whole[&info.name].0.clone();
         }
         Ok(values)
@@ -668,14 +566,13 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     "rank {}: under --sharding full the FullyShard blocks reduce their \
                      gradients during the backward: call set_requires_gradient_sync(false) \
                      before the backward of a no_sync step",
-                    self.pg.rank()
+                    self.core.pg().rank()
                 ),
             });
         }
         let table = GradTable::new(self.module());
         self.check_table(&table)?;
-        let used = self.used(&table, Some(&grads), &[]);
-        self.accumulated_used = Some(used);
+        self.core.accumulate_used(&table, &grads);
         self.reducer.accumulate(&mut StepGradients {
             table: &table,
             grads: Some(&mut grads),
@@ -699,30 +596,22 @@ impl<M: Module> FullyShardedDataParallel<M> {
         &mut self,
         mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<usize> {
-        if self.has_accumulated() {
-            return Err(Error::JoinWithAccumulated {
-                rank: self.pg.rank(),
-            });
-        }
-        if !self.blocks.is_empty() {
+        let (rank, accumulated) = (self.core.pg().rank(), self.has_accumulated());
+        // After the refusal of accumulated gradients, which step_core::join makes.
+        if !accumulated && !self.blocks.is_empty() {
             return Err(Error::Options {
                 reason: format!(
                     "rank {}: join() under --sharding full with FullyShard blocks: a joined \
                      rank cannot answer the blocks' collectives of a backward it does not run; \
                      give every rank the same number of batches (DistributedSampler pads)",
-                    self.pg.rank()
+                    rank
                 ),
             });
         }
-        let mut shadowed = 0;
-        loop {
+        step_core::join(rank, accumulated, || {
             self.unshard()?;
-            let (agreement, _) = self.synchronize(None, Apply::Fused, &mut step)?;
-            if agreement.active_ranks() == 0 {
-                return Ok(shadowed);
-            }
-            shadowed += 1;
-        }
+            Ok(self.synchronize(None, Apply::Fused, &mut step)?.0)
+        })
     }
 
     /// One synchronising step (Note [Sharded step]); without `grads`, a joined rank's round.
@@ -752,13 +641,17 @@ impl<M: Module> FullyShardedDataParallel<M> {
         if let Some(reason) = failure {
             return Err(Error::Options { reason });
         }
-        self.sync_buffers(&prepared.agreement)?;
+        self.core.sync_buffers(&prepared.agreement)?;
         let agreement = prepared.agreement.clone();
         if apply == Apply::Fused {
             return Ok((agreement, norm));
         }
         // Note [Commit vote]: every rank holds its averaged gradients once this completes.
-        if let Err(source) = self.pg.allreduce(&mut [1i64], phalanx_core::ReduceOp::Sum) {
+        if let Err(source) = self
+            .core
+            .pg()
+            .allreduce(&mut [1i64], phalanx_core::ReduceOp::Sum)
+        {
             self.prepared = Some(Box::new(prepared));
             return Err(Error::Sync {
                 op: "allreduce(the step's commit vote)",
@@ -776,42 +669,38 @@ impl<M: Module> FullyShardedDataParallel<M> {
         prepared: Prepared,
         step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
     ) -> Result<()> {
-        let rank = self.shard_pg.rank();
-        let roots = self.units.len();
+        let roots = self.root.units().len();
         let gather = !self.options.sharding.shards_parameters();
-        let mut shard = self.shard.lock().expect("not poisoned").take();
+        let mut shard = self.pieces.take();
         let mut gathers = Vec::new();
         let mut failed = None;
         for (u, own) in &prepared.held {
             let unit = self.unit(*u);
             let s = shard.take().expect("shard is present between calls");
-            let (ownership, piece_of, agreed) =
-                (&self.ownership, &self.piece_of, &prepared.agreement);
-            let s = step_unit(unit, ownership, rank, piece_of, s, own, agreed, step);
+            let s = self
+                .pieces
+                .step_unit(unit, s, own, &prepared.agreement, step);
             if gather && *u < roots {
-                match own_values(unit, ownership, rank, piece_of, &s) {
-                    Ok(values) => gathers.push(gather_unit(&self.shard_pg, unit, values)),
+                match self.pieces.own_values(unit, &s) {
+                    Ok(values) => gathers.push(gather_unit(&self.groups.shard, unit, values)),
                     Err(e) => failed = failed.or(Some(e)),
                 }
             }
             shard = Some(s);
         }
-        *self.shard.lock().expect("not poisoned") = shard;
+        self.pieces.put(shard);
         let gathered = wait_all(gathers);
         failed.map_or(Ok(()), Err)?;
-        self.place_gathered(gathered?)
+        self.place_gathered(gathered?);
+        Ok(())
     }
 
     /// Puts the gathered updated parameters into the module, or frees the gathered ones where
     /// parameters are sharded.
-    fn place_gathered(&mut self, gathered: Vec<Vec<f32>>) -> Result<()> {
-        match self.options.sharding.shards_parameters() {
-            false => self.write_gathered(gathered),
-            true => {
-                self.reshard();
-                Ok(())
-            }
-        }
+    fn place_gathered(&mut self, gathered: Vec<Vec<f32>>) {
+        let ownership = self.pieces.ownership();
+        self.root
+            .place_gathered(&mut self.core, ownership, gathered);
     }
 
     fn step_all(
@@ -828,22 +717,19 @@ impl<M: Module> FullyShardedDataParallel<M> {
             .zip(&from_blocks)
             .flat_map(|(b, g)| b.unit.params().iter().copied().zip(g.used.clone()))
             .collect();
-        let used = self.used(table, grads.as_ref(), &block_used);
-        self.accumulated_used = None;
-        let header = local_header(&used, self.pg.rank(), self.pg.world_size(), grads.is_some());
-        let rank = self.shard_pg.rank();
-        let params = self.infos.len();
-        let mut shard = self.shard.lock().expect("not poisoned").take();
+        let header = self.core.header(table, grads.as_ref(), &block_used);
+        let rank = self.groups.shard.rank();
+        let params = self.core.infos().len();
+        let mut shard = self.pieces.take();
         let mut held: Vec<(usize, Vec<f32>)> = Vec::new();
         let mut gathers: Vec<Work<Vec<f32>>> = Vec::new();
         let gather = !self.options.sharding.shards_parameters();
         let mut failed = None;
-        let (units, ownership, piece_of, pg, shard_pg) = (
-            &self.units,
-            &self.ownership,
-            &self.piece_of,
-            &self.pg,
-            &self.shard_pg,
+        let (units, pieces, pg, shard_pg) = (
+            self.root.units(),
+            &self.pieces,
+            self.core.pg(),
+            &self.groups.shard,
         );
         let mut k = 0;
         let synced = self.reducer.synchronize(
@@ -867,9 +753,9 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     return;
                 }
                 let s = shard.take().expect("shard is present between calls");
-                let s = step_unit(unit, ownership, rank, piece_of, s, &own, agreed, step);
+                let s = pieces.step_unit(unit, s, &own, agreed, step);
                 if gather {
-                    match own_values(unit, ownership, rank, piece_of, &s) {
+                    match pieces.own_values(unit, &s) {
                         Ok(values) => gathers.push(gather_unit(shard_pg, unit, values)),
                         Err(e) => failed = failed.take().or(Some(e)),
                     }
@@ -880,7 +766,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let result = synced.and_then(|agreement| {
             failed.map_or(Ok(()), Err)?;
             // The blocks' gradients, reduce-scattered during the backward.
-            let roots = self.units.len();
+            let roots = units.len();
             for (b, from) in from_blocks.into_iter().enumerate() {
                 let Some(work) = from.work else { continue };
                 let unit = &self.blocks[b].unit;
@@ -890,7 +776,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     source,
                 })?;
                 debug_assert_eq!(own.len(), unit.block(rank).len());
-                if let Some(replica) = &self.replica_pg {
+                if let Some(replica) = &self.groups.replica {
                     replica
                         .allreduce(&mut own, phalanx_core::ReduceOp::Avg)
                         .map_err(|source| Error::Collective {
@@ -906,8 +792,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
                     Apply::Held | Apply::Clipped(_) => held.push((roots + b, own)),
                     Apply::Fused => {
                         let s = shard.take().expect("shard is present between calls");
-                        let s =
-                            step_unit(unit, ownership, rank, piece_of, s, &own, &agreement, step);
+                        let s = pieces.step_unit(unit, s, &own, &agreement, step);
                         shard = Some(s);
                     }
                 }
@@ -927,131 +812,63 @@ impl<M: Module> FullyShardedDataParallel<M> {
             };
             Ok((agreement, norm))
         });
-        *self.shard.lock().expect("not poisoned") = shard;
+        self.pieces.put(shard);
         // Every launched all-gather completes before anything is returned; a held step
         // launches none before its vote (Note [Commit vote]).
         let gathered = wait_all(gathers);
         let (agreement, norm) = result?;
         if apply == Apply::Fused {
-            self.place_gathered(gathered?)?;
+            self.place_gathered(gathered?);
         }
         Ok((Prepared { held, agreement }, norm))
     }
 
     /// Unit `u`: the root's first, then the blocks'.
     fn unit(&self, u: usize) -> &Unit {
-        match u < self.units.len() {
-            true => &self.units[u],
-            false => &self.blocks[u - self.units.len()].unit,
+        let roots = self.root.units();
+        match u < roots.len() {
+            true => &roots[u],
+            false => &self.blocks[u - roots.len()].unit,
         }
-    }
-
-    /// Puts every unit's gathered buffer back into the module's parameters.
-    fn write_gathered(&mut self, gathered: Vec<Vec<f32>>) -> Result<()> {
-        let mut whole: Vec<Vec<f32>> = vec![Vec::new(); self.infos.len()];
-        for (unit, buffer) in self.units.iter().zip(gathered) {
-            match unit.params() {
-                // One parameter: its owner-major buffer is the parameter, moved as it is.
-                &[p] => whole[p] = buffer,
-                params => {
-                    for &p in params {
-                        whole[p] = vec![0.0; self.infos[p].numel()];
-                    }
-                    scatter_into_params(unit, &self.ownership, &buffer, &mut whole);
-                }
-            }
-        }
-        let values: Vec<Shaped> = whole
-            .into_iter()
-            .zip(&self.infos)
-            .map(|(v, info)| (v, info.shape.clone()))
-            .collect();
-        let which: Vec<bool> = self
-            .states
-            .iter()
-            .filter(|s| s.kind.is_float())
-            .map(|s| s.kind == StateKind::Trainable)
-            .collect();
-        let module = self.module.take().expect("module is present between calls");
-        // The values move into the tensors: no copy of the model on the way.
-        self.module = Some(set_floats_in_order(module, &which, values));
-        Ok(())
     }
 
     /// The global L2 norm of the averaged gradients over every rank's shard (Note [Global
     /// norm]): this rank's sum of squares per parameter, gathered from every rank, folded
     /// parameter by parameter, rank by rank.
     fn global_norm(&self, held: &[(usize, Vec<f32>)]) -> Result<f32> {
-        let rank = self.shard_pg.rank();
-        let mut partial = vec![0f64; self.infos.len()];
+        let mut partial = vec![0f64; self.core.infos().len()];
         for (u, own) in held {
-            let unit = self.unit(*u);
-            let start = unit.block(rank).start;
-            for slot in unit.slots(&self.ownership, rank) {
-                let values = &own[slot.in_unit.start - start..slot.in_unit.end - start];
-                partial[slot.param] = super::layout::sum_of_squares(values);
-            }
+            self.pieces
+                .sums_of_squares(self.unit(*u), own, &mut partial);
         }
         // A shard group holds every element once (the replicas hold the same averages).
-        let world = self.shard_pg.world_size();
+        let world = self.groups.shard.world_size();
         let mut all = vec![0f64; partial.len() * world];
-        self.shard_pg
+        self.groups
+            .shard
             .allgather(&partial, &mut all)
             .map_err(|source| Error::Sync {
                 op: "allgather(gradient norms)",
                 source,
             })?;
         let by_rank: Vec<&[f64]> = all.chunks(partial.len().max(1)).collect();
-        Ok(super::layout::fold_norm(&by_rank, self.infos.len()).sqrt() as f32)
-    }
-
-    /// Which trainable parameters got a gradient on this rank since the last synchronisation:
-    /// the root's from `grads`, the blocks' from their backward (`block_used`).
-    fn used(
-        &self,
-        table: &GradTable,
-        grads: Option<&Gradients>,
-        block_used: &[(usize, bool)],
-    ) -> Vec<bool> {
-        let mut used: Vec<bool> = (0..self.infos.len())
-            .map(|p| {
-                let now = self.is_root[p] && grads.is_some_and(|g| table.has_grad(p, g));
-                now || self.accumulated_used.as_ref().is_some_and(|u| u[p])
-            })
-            .collect();
-        for &(p, u) in block_used {
-            used[p] |= u;
-        }
-        used
-    }
-
-    fn sync_buffers(&mut self, agreement: &Agreement) -> Result<()> {
-        let module = self.module.take().expect("module is present between calls");
-        let (module, synced) = self.buffers.sync(&self.pg, module, agreement);
-        self.module = Some(module);
-        synced
+        Ok(fold_norm(&by_rank, self.core.infos().len()).sqrt() as f32)
     }
 
     /// The module's root parameters are still the ones the engine wrapped.
     fn check_table(&self, table: &GradTable) -> Result<()> {
-        let changed = table.len() != self.infos.len()
-            || table
-                .infos()
-                .zip(&self.infos)
-                .enumerate()
-                .any(|(p, (a, b))| self.is_root[p] && a != b);
-        if !changed {
+        if !self.core.table_changed(table) {
             return Ok(());
         }
-        Err(match self.unsharded {
+        Err(match self.root.is_unsharded() {
             true => Error::ModelChanged {
-                rank: self.pg.rank(),
+                rank: self.core.pg().rank(),
             },
             false => Error::Options {
                 reason: format!(
                     "rank {}: the gradients come from a forward pass on the sharded module; \
                      under --sharding full call unshard() before the forward pass",
-                    self.pg.rank()
+                    self.core.pg().rank()
                 ),
             },
         })
@@ -1071,150 +888,6 @@ fn wait_all(gathers: Vec<Work<Vec<f32>>>) -> Result<Vec<Vec<f32>>> {
     first_err.map_or(Ok(gathered), Err)
 }
 
-/// What one rank of a sharded model holds ([`FullyShardedDataParallel::into_local`]).
-#[derive(Debug)]
-pub struct LocalShard<M> {
-    /// The module: buffers, frozen and discrete tensors whole; trainable tensors whole, or
-    /// empty where parameters are sharded.
-    pub module: M,
-    /// This rank's pieces: trainable parameter (index into `infos`), the elements of it the
-    /// piece holds, their values.
-    pub pieces: Vec<(usize, Range<usize>, Vec<f32>)>,
-    /// Names and shapes of the trainable parameters, in canonical order.
-    pub infos: Vec<ParamInfo>,
-    /// A step whose commit vote failed on this rank: its gradients, kept in case another
-    /// rank's vote completed (Note [Commit vote]).
-    pub pending: Option<PendingStep>,
-}
-
-/// A step prepared on a rank and not taken ([`LocalShard::pending`]).
-#[derive(Debug)]
-pub struct PendingStep {
-    /// The shard as the step found it (ids and device for the optimizer).
-    shard: ShardParams,
-    /// Each updated piece (index into [`LocalShard::pieces`]) and its averaged gradient.
-    grads: Vec<(usize, Vec<f32>)>,
-}
-
-impl<M> LocalShard<M> {
-    /// Takes the pending step with `step` (the optimizer that would have taken it), when
-    /// there is one: another rank's vote completed, so every rank was to take it (Note
-    /// [Commit vote]). Returns whether there was one.
-    pub fn commit_pending(
-        &mut self,
-        step: impl FnOnce(ShardParams, GradientsParams) -> ShardParams,
-    ) -> Result<bool> {
-        let Some(PendingStep { shard, grads }) = self.pending.take() else {
-            return Ok(false);
-        };
-        let mut params = GradientsParams::new();
-        for (piece, grad) in grads {
-            shard.register_grad(piece, grad, &mut params);
-        }
-        let shard = step(shard, params);
-        for (i, piece) in self.pieces.iter_mut().enumerate() {
-            piece.2 = shard.value(i)?;
-        }
-        Ok(true)
-    }
-}
-
-/// How a step applies the averaged gradients.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Apply {
-    /// Each bucket stepped as it arrives.
-    Fused,
-    /// Every bucket held until all arrived, then stepped.
-    Held,
-    /// Held, then clipped to this global norm and stepped.
-    Clipped(f32),
-}
-
-/// Refuses what sharding cannot do, naming both sides.
-fn check_options(pg: &ProcessGroup, options: &FsdpOptions) -> Result<()> {
-    let sharding = options.sharding;
-    let refuse = |reason: String| Err(Error::Options { reason });
-    if sharding == Sharding::None {
-        return refuse("--sharding none is DDP: use DistributedDataParallel for it".to_string());
-    }
-    if !options.ddp.comm_hook.is_plain_average() {
-        return refuse(format!(
-            "--sharding {sharding} averages gradients itself; the communication hook `{}` \
-             cannot be combined with it",
-            options.ddp.comm_hook.name()
-        ));
-    }
-    if options.ddp.bucket_memory == BucketMemory::Device {
-        return refuse(format!(
-            "--sharding {sharding} keeps gradients in host buckets; BucketMemory::Device \
-             cannot be combined with it"
-        ));
-    }
-    if sharding.shards_gradients() && pg.backend() != "native" && pg.world_size() > 1 {
-        return refuse(format!(
-            "--sharding {sharding} reduce-scatters gradients into blocks of different sizes \
-             (reduce_scatter_v), which the {} backend does not offer; use --backend native",
-            pg.backend()
-        ));
-    }
-    if sharding.shards_optimizer() && pg.backend() != "native" && pg.world_size() > 1 {
-        return refuse(format!(
-            "--sharding {sharding} all-gathers parameters in blocks of different sizes \
-             (allgather_v), which the {} backend does not offer; use --backend native",
-            pg.backend()
-        ));
-    }
-    Ok(())
-}
-
-/// `hybrid`'s groups: consecutive ranks of `size` (default: one host's) shard, and the ranks
-/// at the same place in every such group replicate. A collective of `pg`.
-fn hybrid_groups(
-    pg: &Arc<ProcessGroup>,
-    size: Option<usize>,
-) -> Result<(Arc<ProcessGroup>, Option<Arc<ProcessGroup>>)> {
-    let world = pg.world_size();
-    let size = match size {
-        Some(s) => s,
-        None => {
-            // Every host must hold as many ranks, numbered host after host (torchrun's and
-            // phalanx launch's numbering), for one host's ranks to be a shard group.
-            let local = pg.local_world_size();
-            let mut all = vec![0i64; world];
-            pg.allgather(&[local as i64], &mut all)
-                .map_err(|source| Error::Setup {
-                    op: "allgather(ranks per host)",
-                    source,
-                })?;
-            if all.iter().any(|&l| l != local as i64) {
-                return Err(Error::Options {
-                    reason: format!(
-                        "--sharding hybrid shards within a host, and the hosts hold different                          numbers of ranks ({all:?}): give every host the same --nproc-per-node"
-                    ),
-                });
-            }
-            local
-        }
-    };
-    if size == 0 || !world.is_multiple_of(size) {
-        return Err(Error::Options {
-            reason: format!(
-                "--sharding hybrid: shard groups of {size} ranks do not divide the {world} ranks"
-            ),
-        });
-    }
-    let setup = |op| move |source| Error::Setup { op, source };
-    let rank = pg.rank();
-    let shard = phalanx_pg::split_group(pg, Some((rank / size) as u32), rank as i64)
-        .map_err(setup("split_group(shard groups)"))?
-        .expect("every rank has a color");
-    let replica = phalanx_pg::split_group(pg, Some((rank % size) as u32), rank as i64)
-        .map_err(setup("split_group(replica groups)"))?
-        .expect("every rank has a color");
-    let replica = (replica.world_size() > 1).then(|| Arc::new(replica));
-    Ok((Arc::new(shard), replica))
-}
-
 /// Positions among the float tensors of the trainable ones, in canonical order.
 fn trainable_positions(states: &[StateInfo]) -> Vec<usize> {
     states
@@ -1224,52 +897,4 @@ fn trainable_positions(states: &[StateInfo]) -> Vec<usize> {
         .filter(|(_, s)| s.kind == StateKind::Trainable)
         .map(|(i, _)| i)
         .collect()
-}
-
-/// This rank's block of `unit`: the values of its pieces there, in slot order.
-fn own_values(
-    unit: &Unit,
-    ownership: &Ownership,
-    rank: usize,
-    piece_of: &[Option<usize>],
-    shard: &ShardParams,
-) -> Result<Vec<f32>> {
-    let mut own = Vec::with_capacity(unit.block(rank).len());
-    for slot in unit.slots(ownership, rank) {
-        let piece = piece_of[slot.param].expect("a slot of this rank is one of its pieces");
-        own.extend(shard.value(piece)?);
-    }
-    Ok(own)
-}
-
-/// Steps the pieces of `unit` whose parameter some rank used, with `own` (this rank's block of
-/// the unit's averaged gradients).
-#[allow(clippy::too_many_arguments)]
-fn step_unit(
-    unit: &Unit,
-    ownership: &Ownership,
-    rank: usize,
-    piece_of: &[Option<usize>],
-    shard: ShardParams,
-    own: &[f32],
-    agreed: &Agreement,
-    step: &mut dyn FnMut(ShardParams, GradientsParams) -> ShardParams,
-) -> ShardParams {
-    let start = unit.block(rank).start;
-    let mut params = GradientsParams::new();
-    let mut any = false;
-    for slot in unit.slots(ownership, rank) {
-        if !agreed.is_used(slot.param) {
-            continue;
-        }
-        let piece = piece_of[slot.param].expect("a slot of this rank is one of its pieces");
-        let grad = own[slot.in_unit.start - start..slot.in_unit.end - start].to_vec();
-        shard.register_grad(piece, grad, &mut params);
-        any = true;
-    }
-    if !any {
-        return shard;
-    }
-    let _s = phalanx_core::trace::span("step", "optimizer");
-    step(shard, params)
 }

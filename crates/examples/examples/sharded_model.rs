@@ -3,7 +3,7 @@
 //! that block computes. `docs/sharding.md` has the rest.
 //!
 //! ```sh
-//! cargo build --release -p phalanx-ddp --example sharded_model
+//! cargo build --release -p phalanx-examples --example sharded_model
 //! phalanx launch --standalone --nproc-per-node 2 -- target/release/examples/sharded_model
 //! ```
 

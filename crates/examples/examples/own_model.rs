@@ -6,14 +6,14 @@
 //! from, at any world size. It runs as one process:
 //!
 //! ```sh
-//! cargo run --release -p phalanx-ddp --example own_model
+//! cargo run --release -p phalanx-examples --example own_model
 //! ```
 //!
 //! and unchanged on any number of processes under a launcher (`phalanx launch`, torchrun,
 //! mpirun or srun set RANK, WORLD_SIZE, MASTER_ADDR…):
 //!
 //! ```sh
-//! cargo build --release -p phalanx-ddp --example own_model
+//! cargo build --release -p phalanx-examples --example own_model
 //! phalanx launch --nproc-per-node 2 -- target/release/examples/own_model --epochs 3
 //! ```
 //!
