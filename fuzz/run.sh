@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Bounded coverage-guided fuzzing of every decoder target (cargo-fuzz, libFuzzer, AddressSanitizer).
 # Usage: fuzz/run.sh [seconds per target, default $FUZZ_SECONDS or 10]
+#        fuzz/run.sh --build   (install cargo-fuzz and build the targets only: .ci/run does this
+#                               in the tests' idle time, then runs them)
 # Needs a nightly toolchain (`rustup toolchain install nightly`); without one it says so and
 # exits 0: the deterministic fuzz tests in `cargo test` (crates/*/tests/fuzz_*.rs) still run.
 set -euo pipefail
 cd "$(dirname "$0")"
+build_only=0
+if [ "${1:-}" = --build ]; then
+  build_only=1
+  shift
+fi
 secs="${1:-${FUZZ_SECONDS:-10}}"
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "fuzz: skipped: no nightly toolchain (cargo-fuzz needs -Zsanitizer); see docs/reliability.md"
@@ -15,6 +22,9 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --quiet
 fi
 cargo +nightly fuzz build -O
+if [ "$build_only" = 1 ]; then
+  exit 0
+fi
 targets=$(cargo +nightly fuzz list)
 for t in $targets; do
   # -malloc_limit_mb: any single allocation over 64 MiB is a finding (lengths must be bounded
