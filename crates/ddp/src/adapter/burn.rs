@@ -131,7 +131,7 @@ pub fn set_floats_by_name<M: Module>(module: M, values: HashMap<String, &[f32]>)
 /// Replaces the float tensors named in `values` by the given flat `f32` values and shapes,
 /// keeping each one's id, device, dtype and gradient requirement; an empty shape slice frees
 /// the tensor (an empty tensor of the same rank takes its place: what a fully sharded module
-/// holds between steps, Note [Full sharding] in `fsdp/fully_sharded.rs`). The others are left
+/// holds between steps, Note [Full sharding] in `fsdp/fully_sharded/mod.rs`). The others are left
 /// as they are.
 pub fn set_floats_shaped<M: Module>(module: M, values: HashMap<String, (&[f32], &[usize])>) -> M {
     let mut setter = ShapedSetter {

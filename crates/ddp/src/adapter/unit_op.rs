@@ -1,5 +1,5 @@
 //! The forward and backward of a fully sharded block (`FullyShard`, Note [Full sharding] in
-//! `fsdp/fully_sharded.rs`) as one custom operation of Burn's autodiff graph: the only code of
+//! `fsdp/fully_sharded/mod.rs`) as one custom operation of Burn's autodiff graph: the only code of
 //! phalanx that reaches under Burn's tensor API into its autodiff backend.
 //!
 //! Note [Unit operation]

@@ -2,7 +2,7 @@
 //! optimizer state (ZeRO-1), of the gradients too (ZeRO-2, FSDP's `SHARD_GRAD_OP`) or of
 //! the parameters as well (ZeRO-3, FSDP's `FULL_SHARD`), as [`Sharding`] says, and steps it
 //! with Burn's own optimizers. Which rank owns which elements: Note [Shard layout] in
-//! `layout.rs`; the step: Note [Sharded step] in `fully_sharded.rs`. See `docs/sharding.md`.
+//! `layout.rs`; the step: Note [Sharded step] in `fully_sharded/mod.rs`. See `docs/sharding.md`.
 //!
 //! ```
 //! use std::sync::Arc;

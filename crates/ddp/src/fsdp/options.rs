@@ -110,7 +110,7 @@ pub struct FsdpOptions {
     /// Under `full`: whether a wrapped block frees its gathered parameters after its forward
     /// and gathers them again (recomputing its forward) for its backward, as FSDP2's
     /// `reshard_after_forward=True` (true, the default), or keeps them until its backward
-    /// (Note [Full sharding] in `fully_sharded.rs`).
+    /// (Note [Full sharding] in `fully_sharded/mod.rs`).
     pub reshard_after_forward: bool,
     /// Under `hybrid`: the ranks of each shard group (consecutive ranks; the world is that many
     /// groups' replicas). `None`: the ranks of one host (`LOCAL_WORLD_SIZE`, equal on every
