@@ -17,10 +17,12 @@ use burn::module::Module;
 use phalanx_pg::ProcessGroup;
 
 use crate::adapter::burn::{
-    flush_running_state, state_infos, GradTable, Gradients, GradientsParams, StepGradients,
+    flush_running_state, params_to_flat, state_infos, GradTable, Gradients, GradientsParams,
+    StepGradients,
 };
 use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::adapter::{ParamInfo, StateInfo};
+use crate::data_parallel::{DataParallel, HeldFloats, Local, ShardView, StepKind};
 use crate::layout::{norm_squares_of_whole, Ownership};
 use crate::reducer::{BucketLayout, Reducer};
 use crate::stats::CommStats;
@@ -390,6 +392,94 @@ impl<M: Module> DistributedDataParallel<M> {
             });
         }
         Ok(())
+    }
+}
+
+/// DDP keeps everything on every rank: the optimizer steps the whole module.
+impl<M: Module> DataParallel<M> for DistributedDataParallel<M> {
+    type Params = M;
+
+    fn process_group(&self) -> &Arc<ProcessGroup> {
+        self.core.pg()
+    }
+
+    fn param_infos(&self) -> &[ParamInfo] {
+        self.core.infos()
+    }
+
+    fn state_infos(&self) -> &[StateInfo] {
+        self.core.states()
+    }
+
+    fn stats(&self) -> CommStats {
+        self.reducer.stats
+    }
+
+    fn module(&self) -> &M {
+        self.core.module()
+    }
+
+    fn unshard(&mut self) -> Result<&M> {
+        Ok(self.core.module())
+    }
+
+    fn reshard(&mut self) {}
+
+    fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
+        params_to_flat(self.core.module())
+    }
+
+    fn step(
+        &mut self,
+        grads: Gradients,
+        kind: StepKind,
+        mut step: impl FnMut(M, GradientsParams) -> M,
+    ) -> Result<Option<f32>> {
+        match kind {
+            StepKind::Fused => self.sync_and_step(grads, step).map(|()| None),
+            StepKind::Unfused => {
+                let averaged = self.sync_gradients(grads)?;
+                self.map_module(|m| step(m, averaged));
+                Ok(None)
+            }
+            StepKind::Clipped(max_norm) => {
+                let (averaged, norm) = self.sync_gradients_clipped(grads, max_norm)?;
+                self.map_module(|m| step(m, averaged));
+                Ok(Some(norm))
+            }
+        }
+    }
+
+    fn no_sync(&mut self, grads: Gradients) -> Result<()> {
+        DistributedDataParallel::no_sync(self, grads)
+    }
+
+    fn has_accumulated(&self) -> bool {
+        DistributedDataParallel::has_accumulated(self)
+    }
+
+    fn join(&mut self, step: impl FnMut(M, GradientsParams) -> M) -> Result<usize> {
+        DistributedDataParallel::join(self, step)
+    }
+
+    fn held_floats(&self) -> HeldFloats {
+        let whole = self.core.infos().iter().map(ParamInfo::numel).sum();
+        HeldFloats {
+            params: whole,
+            grads: whole,
+        }
+    }
+
+    fn shard_view(&self) -> Option<ShardView<'_>> {
+        None
+    }
+
+    fn into_inner(self) -> Result<M> {
+        Ok(self.core.into_module())
+    }
+
+    fn into_local(self) -> Result<Local<M>> {
+        Ok(Local::Whole(self.core.into_module()))
     }
 }
 

@@ -39,6 +39,7 @@ pub mod adapter;
 pub mod bucket;
 mod buffers;
 mod compute_pool;
+mod data_parallel;
 mod ddp;
 mod error;
 pub mod fsdp;
@@ -52,6 +53,7 @@ mod step_header;
 mod verify;
 
 pub use compute_pool::{on_compute_pool, threads_per_rank};
+pub use data_parallel::{DataParallel, HeldFloats, Local, ShardView, StepKind};
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};
 pub use hook::{

@@ -73,7 +73,7 @@ pub trait Reporter {
     }
     /// Fault tolerance: after a rank died, this rank's group was re-formed with a replacement
     /// and the first step after it completed (Note [Regroup]).
-    fn regrouped(&mut self, r: &crate::recovery::Regrouped) {
+    fn regrouped(&mut self, r: &crate::trainer::Regrouped) {
         tracing::warn!(
             "generation {}: regrouped, continuing at step {} from rank {}'s state, {:.2} s after the failure",
             r.generation,

@@ -15,8 +15,6 @@ mod model;
 mod optim;
 mod parallel;
 pub mod position;
-mod recovery;
-mod recovery_shards;
 mod snapshot;
 mod step;
 pub mod stop;
@@ -34,6 +32,6 @@ pub use model::{
 pub use optim::state::ParamState;
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
-pub use recovery::Regrouped;
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
+pub use trainer::Regrouped;
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

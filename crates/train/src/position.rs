@@ -13,7 +13,7 @@ use phalanx_pg::ProcessGroup;
 use crate::Result;
 
 /// Where the run stands between two steps: what a checkpoint records and what a rank that
-/// joins a running job (Note [Regroup] in `recovery.rs`) takes from a peer.
+/// joins a running job (Note [Regroup] in `trainer/regroup/replicas.rs`) takes from a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Position {
     /// The epoch in progress (0-based).

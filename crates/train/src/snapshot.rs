@@ -5,12 +5,13 @@ use std::collections::HashMap;
 
 use phalanx_core::trace;
 use phalanx_data::Dataset;
+use phalanx_ddp::DataParallel;
 use phalanx_pg::ProcessGroup;
 
 use crate::{
     checkpoint::{self, sharded, state_dict, Checkpoint, Meta},
     config::{Reporter, TrainConfig},
-    parallel::Parallel,
+    parallel,
     position::Position,
     Classifier, Error, Optim, Result,
 };
@@ -70,10 +71,10 @@ pub(crate) fn check_compatible(
 
 /// Writes a checkpoint of the run at `at`: whole, by rank 0, under DDP; sharded, by every
 /// rank, under a sharded mode (Note [Sharded checkpoints]; a collective then).
-pub(crate) fn save<M: Classifier>(
+pub(crate) fn save<M: Classifier, E: DataParallel<M>>(
     pg: &ProcessGroup,
     cfg: &TrainConfig,
-    par: &Parallel<M>,
+    engine: &E,
     optim: &Optim,
     facts: &HashMap<String, String>,
     at: Position,
@@ -97,7 +98,7 @@ pub(crate) fn save<M: Classifier>(
         tensors_file: String::new(),
         sharded,
     };
-    if let Some((shard, layout)) = par.shard(optim)? {
+    if let Some((shard, layout)) = parallel::shard(engine, optim)? {
         let _s = trace::span("checkpoint", "io");
         let written = sharded::save(pg, dir, meta(Some(layout)), shard, checkpoint::DEFAULT_KEEP)?;
         if let Some(path) = written {
@@ -105,14 +106,12 @@ pub(crate) fn save<M: Classifier>(
         }
         return Ok(());
     }
-    let Parallel::Ddp(ddp) = par else {
-        unreachable!("a sharded run writes its shards above")
-    };
     if pg.rank() != 0 {
         return Ok(());
     }
     let _s = trace::span("checkpoint", "io");
-    let tensors = state_dict::module_tensors(ddp.module())?;
+    // The engine keeps the parameters whole: its module is the whole model.
+    let tensors = state_dict::module_tensors(engine.module())?;
     let mut ck = Checkpoint {
         meta: meta(None),
         tensors,

@@ -2,12 +2,12 @@
 
 use std::{sync::Arc, time::Instant};
 
-use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
+use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DataParallel, DdpOptions, StepKind};
 use phalanx_pg::ProcessGroup;
 
 use crate::model::{with_model, ModelKind, ModelSpec, WithModel};
 pub use crate::parallel::StateMemory;
-use crate::parallel::{Parallel, StepKind};
+use crate::parallel::{self, WithEngine, Wrapping};
 use crate::{device, Classifier, Optim, OptimOptions, OptimizerKind, Result};
 
 /// What to measure.
@@ -87,70 +87,83 @@ fn measure_model<M: Classifier>(
     c: &ThroughputConfig,
     model: M,
 ) -> Result<Throughput> {
-    let (rank, world) = (pg.rank(), pg.world_size());
     let mut options = DdpOptions::default();
     if c.bf16 {
         options = options.with_comm_hook(Bf16CompressHook);
     }
-    let mut par = Parallel::new(
-        model,
-        pg.clone(),
-        c.sharding,
-        c.reshard_after_forward,
-        None,
-        options,
-    )?;
-    let mut sgd = Optim::new(OptimOptions {
-        kind: c.optimizer,
-        lr: if c.optimizer == OptimizerKind::Sgd {
-            0.01
-        } else {
-            1e-3
-        },
-        ..OptimOptions::default()
-    });
-    let data = phalanx_data::synthetic(c.batch_size * world, 0);
-    let rows = rank * c.batch_size..(rank + 1) * c.batch_size;
-    let x = &data.features()[rows.start * 784..rows.end * 784];
-    let y = &data.labels()[rows];
-    for _ in 0..c.warmup {
-        par.step(&mut sgd, x, y, StepKind::Fused)?;
+    let wrapping = Wrapping {
+        sharding: c.sharding,
+        reshard_after_forward: c.reshard_after_forward,
+        shard_group_size: None,
+        ddp: options,
+    };
+    parallel::with_engine(model, pg.clone(), wrapping, InEngine { pg, c })?
+}
+
+/// The measurement, handed the model in its engine.
+struct InEngine<'a> {
+    pg: Arc<ProcessGroup>,
+    c: &'a ThroughputConfig,
+}
+
+impl<M: Classifier> WithEngine<M> for InEngine<'_> {
+    type Output = Result<Throughput>;
+
+    fn run<E: DataParallel<M>>(self, mut par: E) -> Result<Throughput> {
+        let InEngine { pg, c } = self;
+        let (rank, world) = (pg.rank(), pg.world_size());
+        let mut sgd = Optim::new(OptimOptions {
+            kind: c.optimizer,
+            lr: if c.optimizer == OptimizerKind::Sgd {
+                0.01
+            } else {
+                1e-3
+            },
+            ..OptimOptions::default()
+        });
+        let data = phalanx_data::synthetic(c.batch_size * world, 0);
+        let rows = rank * c.batch_size..(rank + 1) * c.batch_size;
+        let x = &data.features()[rows.start * 784..rows.end * 784];
+        let y = &data.labels()[rows];
+        for _ in 0..c.warmup {
+            parallel::step(&mut par, &mut sgd, x, y, StepKind::Fused)?;
+        }
+        pg.barrier()?;
+        let build_rss = peak_rss_mib();
+        reset_peak_rss();
+        let wait0 = par.stats().wait;
+        let start = Instant::now();
+        for _ in 0..c.steps {
+            parallel::step(&mut par, &mut sgd, x, y, StepKind::Fused)?;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let comm = (par.stats().wait - wait0).as_secs_f64() / elapsed.max(1e-9);
+        let state = parallel::state_memory(&par, &sgd)?;
+        let mut slowest = [
+            elapsed,
+            peak_rss_mib(),
+            state.params_mib,
+            state.grads_mib,
+            state.optim_mib,
+            build_rss,
+        ];
+        pg.allreduce(&mut slowest, phalanx_core::ReduceOp::Max)?;
+        let mut comm_mean = [comm];
+        pg.allreduce(&mut comm_mean, phalanx_core::ReduceOp::Avg)?;
+        Ok(Throughput {
+            world,
+            samples_per_s: (c.steps * c.batch_size * world) as f64 / slowest[0],
+            step_ms: 1e3 * slowest[0] / c.steps as f64,
+            comm_fraction: comm_mean[0],
+            peak_rss_mib: slowest[1],
+            build_rss_mib: slowest[5],
+            state: StateMemory {
+                params_mib: slowest[2],
+                grads_mib: slowest[3],
+                optim_mib: slowest[4],
+            },
+        })
     }
-    pg.barrier()?;
-    let build_rss = peak_rss_mib();
-    reset_peak_rss();
-    let wait0 = par.stats().wait;
-    let start = Instant::now();
-    for _ in 0..c.steps {
-        par.step(&mut sgd, x, y, StepKind::Fused)?;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let comm = (par.stats().wait - wait0).as_secs_f64() / elapsed.max(1e-9);
-    let state = par.state_memory(&sgd)?;
-    let mut slowest = [
-        elapsed,
-        peak_rss_mib(),
-        state.params_mib,
-        state.grads_mib,
-        state.optim_mib,
-        build_rss,
-    ];
-    pg.allreduce(&mut slowest, phalanx_core::ReduceOp::Max)?;
-    let mut comm_mean = [comm];
-    pg.allreduce(&mut comm_mean, phalanx_core::ReduceOp::Avg)?;
-    Ok(Throughput {
-        world,
-        samples_per_s: (c.steps * c.batch_size * world) as f64 / slowest[0],
-        step_ms: 1e3 * slowest[0] / c.steps as f64,
-        comm_fraction: comm_mean[0],
-        peak_rss_mib: slowest[1],
-        build_rss_mib: slowest[5],
-        state: StateMemory {
-            params_mib: slowest[2],
-            grads_mib: slowest[3],
-            optim_mib: slowest[4],
-        },
-    })
 }
 
 /// Resets this process's peak resident set size (`VmHWM`) to its current one (Linux

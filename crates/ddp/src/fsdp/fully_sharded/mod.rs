@@ -62,12 +62,13 @@ use super::fully_shard::{find_units, UnitSlot};
 use super::unit::{UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
-    floats_to_flat, flush_running_state, params_to_flat, set_floats_by_name, set_floats_shaped,
-    state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
+    floats_to_flat, flush_running_state, param_infos, params_to_flat, set_floats_by_name,
+    set_floats_shaped, state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
 use crate::adapter::unit_op;
 use crate::adapter::{ParamInfo, StateInfo, StateKind};
+use crate::data_parallel::{DataParallel, HeldFloats, Local, ShardView, StepKind};
 use crate::hook::{AllreduceHook, CommHook};
 use crate::layout::{fold_norm, Ownership, Unit};
 use crate::reducer::Reducer;
@@ -872,6 +873,113 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 ),
             },
         })
+    }
+}
+
+/// FSDP keeps this rank's pieces: the optimizer steps [`ShardParams`].
+impl<M: Module> DataParallel<M> for FullyShardedDataParallel<M> {
+    type Params = ShardParams;
+
+    fn process_group(&self) -> &Arc<ProcessGroup> {
+        self.core.pg()
+    }
+
+    fn param_infos(&self) -> &[ParamInfo] {
+        self.core.infos()
+    }
+
+    fn state_infos(&self) -> &[StateInfo] {
+        self.core.states()
+    }
+
+    fn stats(&self) -> CommStats {
+        self.reducer.stats
+    }
+
+    fn module(&self) -> &M {
+        self.core.module()
+    }
+
+    fn unshard(&mut self) -> Result<&M> {
+        FullyShardedDataParallel::unshard(self)?;
+        Ok(self.core.module())
+    }
+
+    fn reshard(&mut self) {
+        FullyShardedDataParallel::reshard(self);
+    }
+
+    fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
+        FullyShardedDataParallel::full_params(self)
+    }
+
+    fn step(
+        &mut self,
+        grads: Gradients,
+        kind: StepKind,
+        mut step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<Option<f32>> {
+        let apply = match kind {
+            StepKind::Fused => Apply::Fused,
+            StepKind::Unfused => Apply::Held,
+            StepKind::Clipped(max_norm) => Apply::Clipped(max_norm),
+        };
+        Ok(self.synchronize(Some(grads), apply, &mut step)?.1)
+    }
+
+    fn no_sync(&mut self, grads: Gradients) -> Result<()> {
+        FullyShardedDataParallel::no_sync(self, grads)
+    }
+
+    fn has_accumulated(&self) -> bool {
+        FullyShardedDataParallel::has_accumulated(self)
+    }
+
+    fn join(
+        &mut self,
+        step: impl FnMut(ShardParams, GradientsParams) -> ShardParams,
+    ) -> Result<usize> {
+        FullyShardedDataParallel::join(self, step)
+    }
+
+    fn held_floats(&self) -> HeldFloats {
+        let trainable: usize = self.core.infos().iter().map(ParamInfo::numel).sum();
+        // The module's trainable tensors as they are now: whole, or empty where sharded.
+        let kept: usize = param_infos(self.core.module())
+            .iter()
+            .zip(self.core.states())
+            .filter(|(_, s)| s.kind == StateKind::Trainable)
+            .map(|(i, _)| i.numel())
+            .sum();
+        let shard = self.pieces.shard().numel();
+        HeldFloats {
+            params: kept + shard,
+            grads: match self.options.sharding.shards_gradients() {
+                true => shard,
+                false => trainable,
+            },
+        }
+    }
+
+    fn shard_view(&self) -> Option<ShardView<'_>> {
+        Some(ShardView {
+            pieces: self.pieces.piece_params(),
+            float_positions: &self.trainable,
+            shard: self.pieces.shard(),
+            saves_pieces: self.saves_pieces(),
+            saved_ranges: (0..self.core.infos().len())
+                .map(|p| self.saved_ranges(p))
+                .collect(),
+            sharding: self.options.sharding.name(),
+        })
+    }
+
+    fn into_inner(self) -> Result<M> {
+        FullyShardedDataParallel::into_inner(self)
+    }
+
+    fn into_local(self) -> Result<Local<M>> {
+        FullyShardedDataParallel::into_local(self).map(Local::Shard)
     }
 }
 

@@ -1,0 +1,353 @@
+//! One attempt of a run: the epochs over any engine ([`DataParallel`]), from a position to
+//! the end of the run, a stop, or a change of the group; what a finished run reports.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use phalanx_core::{trace, ReduceOp};
+use phalanx_data::{exact_shard, DataLoader, Dataset};
+use phalanx_ddp::{fsdp::seed_step, DataParallel, Local, StepKind};
+use phalanx_pg::ProcessGroup;
+
+use crate::{
+    checkpoint,
+    config::{Reporter, TrainConfig},
+    device, evaluate,
+    metrics::EpochRecord,
+    parallel::{self, WithEngine},
+    position::{self, Position},
+    snapshot,
+    stop::{self, StopCheck},
+    Classifier, Error, Optim, Result,
+};
+
+/// What a finished run reports (one per rank).
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// This rank.
+    pub rank: usize,
+    /// World size.
+    pub world: usize,
+    /// Epochs completed.
+    pub epochs: u64,
+    /// Final test accuracy.
+    pub test_accuracy: f64,
+    /// Training throughput over the run, all ranks together.
+    pub samples_per_s: f64,
+    /// Share of training time blocked on gradient communication.
+    pub comm_fraction: f64,
+    /// SHA-256 of this rank's final parameters in canonical order.
+    pub param_digest: String,
+    /// Per-epoch records.
+    pub records: Vec<EpochRecord>,
+}
+
+/// Figures summed over the run, kept across a regroup.
+#[derive(Default)]
+pub(super) struct Totals {
+    pub(super) records: Vec<EpochRecord>,
+    pub(super) train_time: Duration,
+    pub(super) train_samples: usize,
+    pub(super) comm_wait: Duration,
+    pub(super) last_accuracy: f64,
+    pub(super) epochs_done: u64,
+    /// The epoch in progress: its loss sum and count and samples, kept by a survivor of a
+    /// regroup (a replacement starts them at zero).
+    pub(super) epoch_loss: (f64, usize, usize),
+}
+
+/// How a run of epochs ended.
+pub(super) enum Outcome {
+    /// The run is complete.
+    Done(Summary),
+    /// Fault tolerance: every rank agreed at a step boundary to connect this generation.
+    Advance(u64),
+}
+
+/// What every attempt of a run shares: the configuration and the data.
+pub(super) struct Context<'a> {
+    pub(super) cfg: &'a TrainConfig,
+    pub(super) facts: std::collections::HashMap<String, String>,
+    pub(super) train_set: Arc<Dataset>,
+    pub(super) test_set: Dataset,
+    /// Whether the step updates each bucket as it arrives (not under fault tolerance).
+    pub(super) fused: bool,
+    /// This process's rank in the round's first group (Note [Generations]: its slot), for
+    /// reports, and that group's size: the schedule's horizon.
+    pub(super) slot: usize,
+    pub(super) slots: usize,
+}
+
+/// One attempt's run of epochs, handed the model in its engine ([`WithEngine`]).
+pub(super) struct Attempt<'a, 'r> {
+    pub(super) ctx: &'a Context<'a>,
+    pub(super) pg: &'a ProcessGroup,
+    pub(super) optim: &'a mut Optim,
+    /// The optimizer state a checkpoint held, loaded into the engine's optimizer first.
+    pub(super) pending_state: &'a mut Option<Vec<u8>>,
+    /// Where the run starts.
+    pub(super) at: Position,
+    pub(super) totals: &'a mut Totals,
+    pub(super) reporter: &'a mut (dyn Reporter + 'r),
+    pub(super) after_regroup: &'a mut dyn FnMut(Position, &mut dyn Reporter),
+    pub(super) boundary: &'a mut dyn FnMut(&ProcessGroup) -> Result<Option<u64>>,
+    /// Whether the model is kept after the run (fault tolerance goes on with it).
+    pub(super) keep: bool,
+}
+
+impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
+    /// Where the run got to, how it ended, and what this rank holds of the model when kept
+    /// (read without a collective: after a failure the group may be broken).
+    type Output = Result<(Position, Result<Outcome>, Option<Local<M>>)>;
+
+    fn run<E: DataParallel<M>>(self, mut engine: E) -> Self::Output {
+        // The optimizer state a checkpoint held: whole, or this rank's pieces of it where the
+        // engine shards the parameters.
+        if let Some(state) = self.pending_state.take() {
+            if self.optim.has_state() {
+                parallel::load_optim_state(&engine, self.optim, state)?;
+            }
+        }
+        let mut at = self.at;
+        let result = self.ctx.epochs(
+            self.pg,
+            &mut engine,
+            self.optim,
+            &mut at,
+            self.totals,
+            self.reporter,
+            self.after_regroup,
+            self.boundary,
+        );
+        let kept = match self.keep {
+            true => Some(engine.into_local()?),
+            false => None,
+        };
+        Ok((at, result, kept))
+    }
+}
+
+impl Context<'_> {
+    /// Ends the run at `at`, the step every rank agreed to stop after (Note [Stop agreement]):
+    /// commits that step's checkpoint unless `saved` (the step's own was just written), waits
+    /// until it is committed on every rank, and returns [`Error::Stopped`] naming it.
+    #[allow(clippy::too_many_arguments)]
+    fn stop_at<M: Classifier, E: DataParallel<M>>(
+        &self,
+        pg: &ProcessGroup,
+        par: &E,
+        optim: &Optim,
+        at: Position,
+        signal: i32,
+        saved: bool,
+        reporter: &mut dyn Reporter,
+    ) -> Result<Error> {
+        if !saved {
+            snapshot::save(pg, self.cfg, par, optim, &self.facts, at, reporter)?;
+        }
+        // Under DDP rank 0 alone writes: no rank exits (and no launcher reports the job over)
+        // before the commit.
+        pg.barrier()?;
+        Ok(Error::Stopped {
+            signal,
+            global_step: at.global_step,
+            checkpoint: self
+                .cfg
+                .checkpoint_dir
+                .as_deref()
+                .map(|d| checkpoint::record_path(d, at.global_step)),
+        })
+    }
+
+    /// Trains from `at` to the end of the run, keeping `at` at the last completed step.
+    #[allow(clippy::too_many_arguments)]
+    fn epochs<M: Classifier, E: DataParallel<M>>(
+        &self,
+        pg: &ProcessGroup,
+        par: &mut E,
+        optim: &mut Optim,
+        at: &mut Position,
+        totals: &mut Totals,
+        reporter: &mut dyn Reporter,
+        after_regroup: &mut dyn FnMut(Position, &mut dyn Reporter),
+        boundary: &mut dyn FnMut(&ProcessGroup) -> Result<Option<u64>>,
+    ) -> Result<Outcome> {
+        let cfg = self.cfg;
+        let (rank, world) = (pg.rank(), pg.world_size());
+        // The data, the gradients and the test set are split among the ranks alive; a change
+        // of them mid-epoch re-shards the rest of the epoch (Note [Sampler position]).
+        let (slot, slots) = (self.slot, self.slots);
+        let train_set = &self.train_set;
+        // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
+        // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
+        // follows the same schedule as the full run, so that resuming it continues that schedule.
+        let steps_per_epoch = train_set.len().div_ceil(slots).div_ceil(cfg.batch_size) as u64;
+        let total_steps = steps_per_epoch * cfg.epochs;
+        let test = &self.test_set;
+        let shard = exact_shard(test.len(), world, rank)?;
+        let test_x = &test.features()[shard.start * test.dim()..shard.end * test.dim()];
+        let test_y = &test.labels()[shard];
+        totals.epochs_done = totals.epochs_done.max(at.epoch);
+        let mut stop_check = StopCheck::new();
+        'epochs: for epoch in at.epoch..cfg.epochs {
+            let first = epoch == at.epoch && at.is_mid_epoch();
+            let (skip, step0) = if first {
+                (at.samples_in_epoch as usize, at.step_in_epoch)
+            } else {
+                totals.epoch_loss = (0.0, 0, 0);
+                (0, 0)
+            };
+            let indices = position::epoch_indices(
+                train_set.len(),
+                world,
+                rank,
+                cfg.seed,
+                epoch,
+                skip,
+                if first {
+                    (at.world as usize).max(1)
+                } else {
+                    world
+                },
+            )?;
+            let steps_total = indices.len().div_ceil(cfg.batch_size) as u64 + step0;
+            let mut step_in_epoch = step0;
+            let mut samples_in_epoch = skip;
+            let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
+            let (epoch_start, wait_start) = (Instant::now(), par.stats().wait);
+            for batch in loader.iter() {
+                optim.schedule_step(at.global_step, steps_per_epoch, total_steps);
+                // Every step's random draws (dropout) from the step's own seed, the same on
+                // every rank and under every sharding mode (Note [Block seeds] in phalanx-ddp),
+                // so that a resumed run draws what the uninterrupted one did.
+                seed_step(&device(), step_seed(cfg.seed, at.global_step));
+                let loss = {
+                    let _s = trace::span("step", "compute").arg("step", at.global_step);
+                    let kind = match cfg.grad_clip {
+                        Some(max) => StepKind::Clipped(max),
+                        None if self.fused => StepKind::Fused,
+                        None => StepKind::Unfused,
+                    };
+                    parallel::step(par, optim, &batch.features, &batch.labels, kind)?
+                };
+                if !loss.is_finite() {
+                    return Err(Error::Config(format!(
+                        "loss became {loss} at epoch {} step {}: lower --lr",
+                        epoch + 1,
+                        step_in_epoch + 1
+                    )));
+                }
+                step_in_epoch += 1;
+                samples_in_epoch += batch.labels.len() * world;
+                *at = Position {
+                    epoch,
+                    step_in_epoch,
+                    global_step: at.global_step + 1,
+                    samples_in_epoch: samples_in_epoch as u64,
+                    world: world as u64,
+                };
+                after_regroup(*at, reporter);
+                let (sum, n, samples) = &mut totals.epoch_loss;
+                *sum += loss as f64;
+                *n += 1;
+                *samples += batch.labels.len();
+                reporter.step(epoch, step_in_epoch, steps_total, loss);
+                let saved = cfg.checkpoint_every > 0
+                    && at.global_step.is_multiple_of(cfg.checkpoint_every)
+                    && step_in_epoch < steps_total;
+                if saved {
+                    snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
+                }
+                if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
+                    totals.train_time += epoch_start.elapsed();
+                    totals.train_samples += totals.epoch_loss.2;
+                    totals.comm_wait += par.stats().wait - wait_start;
+                    totals.epochs_done = epoch;
+                    break 'epochs;
+                }
+                // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
+                if step_in_epoch < steps_total && stop_check.due(at.global_step) {
+                    if let Some(signal) = stop_check.agree(pg, at.global_step)? {
+                        return Err(self.stop_at(pg, par, optim, *at, signal, saved, reporter)?);
+                    }
+                }
+                if let Some(to) = boundary(pg)? {
+                    totals.train_time += epoch_start.elapsed();
+                    totals.comm_wait += par.stats().wait - wait_start;
+                    return Ok(Outcome::Advance(to));
+                }
+            }
+            let epoch_time = epoch_start.elapsed();
+            let (loss_sum, loss_n, epoch_samples) = totals.epoch_loss;
+            let wait = par.stats().wait - wait_start;
+            // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
+            let correct = evaluate(par.unshard()?, test_x, test_y)?;
+            par.reshard();
+            let mut counts = [correct as i64, test_y.len() as i64];
+            pg.allreduce(&mut counts, ReduceOp::Sum)?;
+            let mut stats = [
+                if loss_n > 0 {
+                    loss_sum / loss_n as f64
+                } else {
+                    0.0
+                },
+                epoch_samples as f64,
+                epoch_time.as_secs_f64(),
+                wait.as_secs_f64() / epoch_time.as_secs_f64().max(1e-9),
+            ];
+            pg.allreduce(&mut stats, ReduceOp::Avg)?;
+            // Counted once the epoch's collectives are through: a regroup repeats them.
+            totals.train_time += epoch_time;
+            totals.train_samples += epoch_samples;
+            totals.comm_wait += wait;
+            totals.last_accuracy = counts[0] as f64 / counts[1].max(1) as f64;
+            let record = EpochRecord {
+                epoch: epoch + 1,
+                train_loss: stats[0],
+                test_accuracy: totals.last_accuracy,
+                samples_per_s: stats[1] * world as f64 / stats[2].max(1e-9),
+                comm_fraction: stats[3],
+                seconds: stats[2],
+            };
+            reporter.epoch(&record);
+            totals.records.push(record);
+            totals.epochs_done = epoch + 1;
+            *at = Position {
+                epoch: epoch + 1,
+                step_in_epoch: 0,
+                global_step: at.global_step,
+                samples_in_epoch: 0,
+                world: world as u64,
+            };
+            snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
+            if stop::armed() && epoch + 1 < cfg.epochs {
+                if let Some(signal) = stop_check.agree(pg, at.global_step)? {
+                    return Err(self.stop_at(pg, par, optim, *at, signal, true, reporter)?);
+                }
+            }
+        }
+        let train_secs = totals.train_time.as_secs_f64().max(1e-9);
+        Ok(Outcome::Done(Summary {
+            rank: slot,
+            world,
+            epochs: totals.epochs_done,
+            test_accuracy: totals.last_accuracy,
+            samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
+            comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
+            param_digest: parallel::digest(par)?,
+            records: totals.records.clone(),
+        }))
+    }
+}
+
+/// The seed of step `step`'s random draws: SplitMix64 of the run's seed and the step.
+fn step_seed(seed: u64, step: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(step.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

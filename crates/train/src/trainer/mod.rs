@@ -1,0 +1,334 @@
+//! The training loop behind `phalanx train`: one rank's view of the seed recipe.
+//!
+//! Per epoch: this rank's share from the PyTorch-exact [`DistributedSampler`], batched with
+//! prefetch; forward, backward, gradients averaged by DDP bucket by bucket, SGD; then
+//! evaluation on an exact (unpadded) shard of the test set with correct/total counts summed
+//! over ranks. Rank 0 writes checkpoints (Note [Checkpoint commit]) and reports.
+//!
+//! [`DistributedSampler`]: phalanx_data::DistributedSampler
+
+mod epochs;
+mod regroup;
+mod resume;
+
+pub use epochs::Summary;
+pub use regroup::Regrouped;
+
+use std::{sync::Arc, time::Instant};
+
+use phalanx_core::ReduceOp;
+use phalanx_data::Dataset;
+use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
+use phalanx_pg::{FaultTolerance, ProcessGroup};
+
+pub use crate::config::{Reporter, TrainConfig};
+use crate::{
+    device,
+    model::{freeze_matching, with_model, ModelSpec, WithModel},
+    parallel::{self, Wrapping},
+    position::Position,
+    snapshot, Classifier, Error, Optim, Result,
+};
+use epochs::{Attempt, Context, Outcome, Totals};
+use regroup::Held;
+use resume::resume_from_disk;
+
+/// Runs the whole training on this rank: builds `cfg.model` and trains it.
+pub fn train(
+    pg: Arc<ProcessGroup>,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+) -> Result<Summary> {
+    train_in(Group::Fixed(pg), cfg, reporter).map(ran)
+}
+
+/// A run in a given group always runs to its end.
+fn ran(summary: Option<Summary>) -> Summary {
+    summary.expect("only a fault-tolerant joiner can find the run over")
+}
+
+/// [`train`] under `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg): when
+/// a rank dies, the others re-form their group without it and go on from their in-memory state;
+/// its replacement loads the data and builds the model first, then joins them at a step
+/// boundary and takes their state (Note [Regroup] in `trainer/regroup/replicas.rs`). At every change of the
+/// group the rest of the epoch is re-sharded over the ranks alive (as a resume at another
+/// world size is), so no sample of the epoch is skipped.
+///
+/// `None`: this process was a joiner (a replacement, or a rank of a node admitted into the
+/// running round) and the run finished before it could join; it has nothing to do.
+pub fn train_fault_tolerant(
+    ft: FaultTolerance,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+) -> Result<Option<Summary>> {
+    train_in(Group::Tolerant(Box::new(ft)), cfg, reporter)
+}
+
+fn train_in(
+    group: Group,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+) -> Result<Option<Summary>> {
+    let recoverable = matches!(cfg.sharding, Sharding::None | Sharding::Hybrid);
+    if matches!(group, Group::Tolerant(_)) && !recoverable {
+        return Err(Error::Config(format!(
+            "--fault-tolerance with --sharding {}: a rank that dies takes its shard of the \
+             optimizer state{} with it, and no other rank holds a copy, so the survivors cannot \
+             re-form the group in process; train with --max-restarts and --checkpoint-every \
+             instead (the group restarts from the newest sharded checkpoint, at any world size), \
+             or under --sharding hybrid, whose shard groups are each other's copies",
+            cfg.sharding,
+            match cfg.sharding {
+                Sharding::Optimizer => "",
+                Sharding::Grad => " and gradients",
+                _ => " and parameters",
+            }
+        )));
+    }
+    let full = phalanx_data::load(&cfg.dataset)?;
+    cfg.model.check_input(&cfg.dataset, full.dim())?;
+    if cfg.batch_size == 0 {
+        return Err(Error::Config("--batch-size must be at least 1".into()));
+    }
+    let spec = ModelSpec {
+        kind: cfg.model,
+        input: full.dim(),
+        classes: full.classes(),
+        hidden: cfg.hidden,
+        depth: cfg.depth,
+        seed: cfg.seed,
+    };
+    let run = Run {
+        group,
+        cfg,
+        reporter,
+        full,
+    };
+    with_model(&spec, &device(), run)
+}
+
+/// The process group a run trains in: given, or joined (and re-joined) through fault tolerance.
+enum Group {
+    Fixed(Arc<ProcessGroup>),
+    Tolerant(Box<FaultTolerance>),
+}
+
+/// The rest of [`train`], for the model it built.
+struct Run<'a> {
+    group: Group,
+    cfg: &'a TrainConfig,
+    reporter: &'a mut dyn Reporter,
+    full: Dataset,
+}
+
+impl WithModel for Run<'_> {
+    type Output = Result<Option<Summary>>;
+
+    fn run<M: Classifier>(self, model: M) -> Result<Option<Summary>> {
+        train_group(self.group, self.cfg, self.reporter, &self.full, model)
+    }
+}
+
+/// Trains `model` (any [`Classifier`]) as `cfg` says: the library-level trainer behind
+/// `phalanx train`, with DDP, the sampler, evaluation, checkpoints and resume.
+pub fn train_model<M: Classifier>(
+    pg: Arc<ProcessGroup>,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+    full: &Dataset,
+    model: M,
+) -> Result<Summary> {
+    train_group(Group::Fixed(pg), cfg, reporter, full, model).map(ran)
+}
+
+fn train_group<M: Classifier>(
+    group: Group,
+    cfg: &TrainConfig,
+    reporter: &mut dyn Reporter,
+    full: &Dataset,
+    model: M,
+) -> Result<Option<Summary>> {
+    let (mut pg, mut ft) = match group {
+        Group::Fixed(pg) => (Some(pg), None),
+        Group::Tolerant(ft) => (None, Some(*ft)),
+    };
+    // This process's identity in reports (its rank in the round's first group), and that
+    // group's size, which fixes the learning-rate schedule's horizon whatever ranks come and go.
+    let (slot, slots) = match (&ft, &pg) {
+        (Some(ft), _) => (ft.slot(), ft.slots()),
+        (None, Some(pg)) => (pg.rank(), pg.world_size()),
+        (None, None) => unreachable!("a run has a group or a way to one"),
+    };
+    let (train_set, test_set) = full.split(cfg.test_fraction, cfg.seed)?;
+    if model.input_dim() != full.dim() {
+        return Err(Error::Config(format!(
+            "the model takes {} features per sample, --dataset {} has {}",
+            model.input_dim(),
+            cfg.dataset,
+            full.dim()
+        )));
+    }
+    let mut model = model;
+    if let Some(patterns) = &cfg.freeze {
+        let (frozen, paths) = freeze_matching(model, patterns)?;
+        if slot == 0 {
+            tracing::info!(frozen = paths.len(), "--freeze: {}", paths.join(", "));
+        }
+        model = frozen;
+    }
+    let ctx = Context {
+        cfg,
+        facts: snapshot::run_facts(cfg, full),
+        train_set: Arc::new(train_set),
+        test_set,
+        // Under fault tolerance a failed step must leave the model as it was (Note [Regroup]).
+        fused: ft.is_none(),
+        slot,
+        slots,
+    };
+    let mut optim = Optim::new(cfg.optim);
+    let mut totals = Totals::default();
+    // Only now, with the data loaded and the model built, does a replacement ask to join.
+    let mut pg = match (pg.take(), ft.as_mut()) {
+        (Some(pg), _) => pg,
+        (None, Some(ft)) => {
+            let Some(pg) = ft.join()? else {
+                return Ok(None);
+            };
+            let pg = Arc::new(pg);
+            pg.abort_on_panic();
+            pg
+        }
+        (None, None) => unreachable!("a run has a group or a way to one"),
+    };
+    // A replacement has no state of its own: it takes a peer's before anything else.
+    let mut held = match ft.as_ref().is_some_and(FaultTolerance::is_replacement) {
+        true => Held::replacement(model),
+        false => {
+            let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter)?;
+            Held::start(model, pos, state)
+        }
+    };
+    // Under fault tolerance with shards, the shard groups' size the run started with.
+    let sharded = cfg.sharding != Sharding::None;
+    let group_size = cfg.shard_group_size.unwrap_or(pg.local_world_size());
+    loop {
+        let attempt = (|| -> Result<Outcome> {
+            let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
+            if cfg.bf16 {
+                options = options.with_comm_hook(Bf16CompressHook);
+            }
+            let mut source = held.resync(&pg, &mut optim, sharded)?;
+            if source.is_some() {
+                // Every rank holds the source's state already.
+                options = options.with_broadcast_params(false);
+            }
+            // Fault tolerance under DDP goes on with its own copy after a failure.
+            let wrapped = held.lend(ft.is_some() && !sharded);
+            // Under fault tolerance the group may have shrunk: shard groups of the run's size
+            // where that divides the ranks alive, else one group of them all.
+            let shard_group_size = match ft.is_some() && sharded {
+                true => Some(match pg.world_size().is_multiple_of(group_size) {
+                    true => group_size,
+                    false => pg.world_size(),
+                }),
+                false => cfg.shard_group_size,
+            };
+            let wrapping = Wrapping {
+                sharding: cfg.sharding,
+                reshard_after_forward: cfg.reshard_after_forward,
+                shard_group_size,
+                ddp: options,
+            };
+            let ft = ft.as_ref();
+            let mut after_regroup = |at: Position, reporter: &mut dyn Reporter| {
+                if let Some(source) = source.take() {
+                    reporter.regrouped(&Regrouped {
+                        generation: ft.map_or(0, FaultTolerance::generation),
+                        members: ft.map(|f| f.members().to_vec()).unwrap_or_default(),
+                        source: source.rank,
+                        position: at,
+                        seconds: source.since.elapsed().as_secs_f64(),
+                        replacement: source.replacement,
+                    });
+                }
+            };
+            // Under fault tolerance the ranks agree every step on the newest generation: a
+            // newer one (a replacement is ready) is connected at this boundary.
+            let mut boundary = |pg: &ProcessGroup| -> Result<Option<u64>> {
+                let Some(ft) = ft else { return Ok(None) };
+                let mut newest = [ft.newest()? as i64];
+                pg.allreduce(&mut newest, ReduceOp::Max)?;
+                Ok((newest[0] as u64 > ft.generation()).then_some(newest[0] as u64))
+            };
+            let attempt = Attempt {
+                ctx: &ctx,
+                pg: &pg,
+                optim: &mut optim,
+                at: held.position(),
+                pending_state: held.optim_state(),
+                totals: &mut totals,
+                reporter,
+                after_regroup: &mut after_regroup,
+                boundary: &mut boundary,
+                // Only fault tolerance goes on with the model after the run of epochs.
+                keep: ft.is_some(),
+            };
+            let (at, result, kept) =
+                parallel::with_engine(wrapped, pg.clone(), wrapping, attempt)??;
+            held.end_attempt(at, kept);
+            result
+        })();
+        match (attempt, ft.as_mut()) {
+            (Ok(Outcome::Done(summary)), ft) => {
+                // A rank still joining has nothing left to do (Note [Generations]).
+                if let Some(ft) = ft {
+                    ft.finish(&pg)?;
+                }
+                return Ok(Some(summary));
+            }
+            (Ok(Outcome::Advance(to)), Some(ft)) => {
+                let since = Instant::now();
+                drop(pg);
+                pg = Arc::new(ft.advance(to)?);
+                pg.abort_on_panic();
+                held.group_changed(since);
+            }
+            // A subgroup's collective (a shard group's, a replica group's) can fail before the
+            // whole group learns of it: that rank breaks the group for everyone.
+            (Err(e), Some(ft)) if pg.failure().is_some() || broke_a_group(&e) => {
+                if pg.failure().is_none() {
+                    pg.abort(&e.to_string());
+                }
+                let failed_at = Instant::now();
+                tracing::warn!(
+                    slot,
+                    generation = ft.generation(),
+                    "fault tolerance: the process group failed ({e}); re-forming it"
+                );
+                let cause = match e {
+                    Error::Pg(e) => e,
+                    other => phalanx_pg::Error::Failed {
+                        rank: slot,
+                        cause: other.to_string(),
+                    },
+                };
+                drop(pg);
+                pg = Arc::new(ft.regroup(cause)?);
+                pg.abort_on_panic();
+                held.group_changed(failed_at);
+            }
+            (Err(e), _) => return Err(e),
+            (Ok(Outcome::Advance(_)), None) => unreachable!("only fault tolerance advances"),
+        }
+    }
+}
+
+/// Whether `e` is a collective's failure (of the group or of one of its subgroups).
+fn broke_a_group(e: &Error) -> bool {
+    use phalanx_ddp::Error as Ddp;
+    matches!(
+        e,
+        Error::Pg(_) | Error::Ddp(Ddp::Collective { .. } | Ddp::Sync { .. } | Ddp::Setup { .. })
+    )
+}

@@ -1,0 +1,177 @@
+//! What a rank holds between the attempts of a run, and how it gets back to its group's common
+//! state after the group changed (`phalanx launch --fault-tolerance`): [`Held`].
+//!
+//! Note [Regroup state]
+//! A run is a sequence of attempts, one per generation of its process group (Note
+//! [Generations] in phalanx-pg); without fault tolerance there is one. Between two attempts a
+//! rank holds one of three things, and [`Held`] is the one place that knows which:
+//! - the whole model ([`Holding::Whole`]): before the first attempt (built, or resumed from
+//!   disk), a replacement's freshly built one, or what DDP's replicas hold after an attempt;
+//! - what a rank of a sharded run held when its attempt ended ([`Holding::Shard`]): the module
+//!   and its pieces, read without a collective (Note [Regroup of shards]);
+//! - nothing ([`Holding::Lent`]): the engine holds the model during an attempt, and a run
+//!   without fault tolerance gives it away for good (a kept copy would keep every parameter
+//!   alive under `--sharding full`).
+//!
+//! The transitions: an attempt takes the model ([`Held::lend`]) and, under fault tolerance,
+//! gives back what its engine holds at the end ([`Held::end_attempt`]). When the group changes
+//! (a rank failed, or a replacement is connected: [`Held::group_changed`]), the next attempt
+//! first makes every rank's state the newest one any rank holds ([`Held::resync`]: the
+//! replicas' Note [Regroup] or the shards' Note [Regroup of shards]), so the attempt starts
+//! from one state on every rank.
+
+mod replicas;
+mod shards;
+
+pub use replicas::Regrouped;
+
+use std::time::Instant;
+
+use phalanx_ddp::fsdp::LocalShard;
+use phalanx_ddp::Local;
+use phalanx_pg::ProcessGroup;
+
+use crate::position::Position;
+use crate::{Classifier, Optim, Result};
+
+/// What a rank holds of its model between attempts (Note [Regroup state]).
+#[derive(Debug)]
+enum Holding<M> {
+    /// The whole model.
+    Whole(M),
+    /// A sharded run's module and this rank's pieces.
+    Shard(LocalShard<M>),
+    /// The engine has it.
+    Lent,
+}
+
+/// Where a regroup took its state from, for the report of the first step after it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Source {
+    /// From the failure (for a replacement: from its start of training).
+    pub(super) since: Instant,
+    /// The rank of the new group whose state every rank took.
+    pub(super) rank: usize,
+    /// Whether this rank is a replacement (it held no state).
+    pub(super) replacement: bool,
+}
+
+/// A rank's model, position and pending optimizer state between attempts (Note [Regroup
+/// state]).
+#[derive(Debug)]
+pub(super) struct Held<M> {
+    holding: Holding<M>,
+    /// The step this rank's state belongs to; `None` for a replacement, which holds none.
+    position: Option<Position>,
+    /// The whole optimizer state the next engine loads (a checkpoint's, or the one a sharded
+    /// regroup made whole again, to be cut anew).
+    optim_state: Option<Vec<u8>>,
+    /// Since when the group has been changing: the next attempt resyncs first.
+    changed: Option<Instant>,
+}
+
+impl<M: Classifier> Held<M> {
+    /// A rank that starts at `position` with `model` (built, or resumed from disk) and the
+    /// optimizer state a checkpoint held.
+    pub(super) fn start(model: M, position: Position, optim_state: Option<Vec<u8>>) -> Self {
+        Held {
+            holding: Holding::Whole(model),
+            position: Some(position),
+            optim_state,
+            changed: None,
+        }
+    }
+
+    /// A replacement: its freshly built model is only a template, and it takes its state
+    /// from a peer before anything else.
+    pub(super) fn replacement(model: M) -> Self {
+        Held {
+            holding: Holding::Whole(model),
+            position: None,
+            optim_state: None,
+            changed: Some(Instant::now()),
+        }
+    }
+
+    /// The group changed at `since` (a failure, or a generation connected at a boundary).
+    pub(super) fn group_changed(&mut self, since: Instant) {
+        self.changed = Some(since);
+    }
+
+    /// After a change of the group: makes this rank's model, position and optimizer state the
+    /// newest any rank of `pg` holds, whole (`sharded`: from the pieces the ranks hold). A
+    /// collective of the new group; nothing to do before the first change.
+    pub(super) fn resync(
+        &mut self,
+        pg: &ProcessGroup,
+        optim: &mut Optim,
+        sharded: bool,
+    ) -> Result<Option<Source>> {
+        let Some(since) = self.changed else {
+            return Ok(None);
+        };
+        let replacement = self.position.is_none();
+        let (model, position, rank) = match (sharded, &mut self.holding) {
+            (true, holding) => {
+                // A replacement's template is its freshly built model; a survivor's, its own
+                // module.
+                let (template, mine) = match holding {
+                    Holding::Shard(local) => (local.module.clone(), Some(local)),
+                    Holding::Whole(built) => (built.clone(), None),
+                    Holding::Lent => unreachable!("an attempt under fault tolerance gives back"),
+                };
+                let (model, at, from, state) =
+                    shards::resync_sharded(pg, &template, mine, optim, self.position)?;
+                // The whole state is cut again for the new group's shards.
+                *optim = Optim::new(*optim.options());
+                self.optim_state = state;
+                (model, at, from)
+            }
+            (false, Holding::Whole(model)) => replicas::resync(pg, model, optim, self.position)?,
+            (false, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
+        };
+        self.holding = Holding::Whole(model);
+        self.position = Some(position);
+        self.changed = None;
+        Ok(Some(Source {
+            since,
+            rank,
+            replacement,
+        }))
+    }
+
+    /// The model for the next attempt's engine: a copy when `keep` (fault tolerance under DDP
+    /// goes on with its own after a failure), else the model itself.
+    pub(super) fn lend(&mut self, keep: bool) -> M {
+        let model = match (keep, std::mem::replace(&mut self.holding, Holding::Lent)) {
+            (true, Holding::Whole(model)) => {
+                self.holding = Holding::Whole(model.clone());
+                model
+            }
+            (_, Holding::Whole(model)) => model,
+            (_, _) => unreachable!("the model is whole before each attempt"),
+        };
+        model
+    }
+
+    /// Where the next attempt starts.
+    pub(super) fn position(&self) -> Position {
+        self.position.unwrap_or_default()
+    }
+
+    /// The optimizer state the next engine loads, once.
+    pub(super) fn optim_state(&mut self) -> &mut Option<Vec<u8>> {
+        &mut self.optim_state
+    }
+
+    /// An attempt ended at `at` (its last completed step), its engine giving back what this
+    /// rank holds under fault tolerance.
+    pub(super) fn end_attempt(&mut self, at: Position, kept: Option<Local<M>>) {
+        match kept {
+            Some(Local::Whole(model)) => self.holding = Holding::Whole(model),
+            Some(Local::Shard(local)) => self.holding = Holding::Shard(local),
+            None => {}
+        }
+        self.position = Some(at);
+    }
+}

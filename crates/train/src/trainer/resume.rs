@@ -1,0 +1,80 @@
+//! `--resume`: the newest intact checkpoint into a run's model, its position and optimizer
+//! state to every rank.
+
+use phalanx_pg::ProcessGroup;
+
+use crate::{
+    checkpoint,
+    config::{Reporter, TrainConfig},
+    position::{Handover, Position},
+    snapshot, Classifier, Error, Optim, Result,
+};
+
+/// `--resume`: rank 0 reads the newest checkpoint that verifies (written whole, or sharded at
+/// any world size: Note [Sharded checkpoints]) into `model`; the position and the whole
+/// optimizer state reach every rank by broadcast, the parameters through the wrapper's
+/// initial broadcast. Returns the position and the optimizer state, which the caller loads
+/// once the model is wrapped (under a sharded mode each rank keeps its pieces of it). Without
+/// `--resume`: the start.
+pub(super) fn resume_from_disk<M: Classifier>(
+    pg: &ProcessGroup,
+    cfg: &TrainConfig,
+    facts: &std::collections::HashMap<String, String>,
+    model: &mut M,
+    reporter: &mut dyn Reporter,
+) -> Result<(Position, Option<Vec<u8>>)> {
+    let rank = pg.rank();
+    let world = pg.world_size() as u64;
+    let start = Position {
+        world,
+        ..Position::default()
+    };
+    if !cfg.resume {
+        return Ok((start, None));
+    }
+    let mut handover = Handover::default();
+    let mut optim_state = None;
+    let mut resumed_meta = None;
+    if rank == 0 {
+        let dir = cfg
+            .checkpoint_dir
+            .as_ref()
+            .ok_or_else(|| Error::Config("--resume needs --checkpoint-dir".into()))?;
+        let newest = checkpoint::load_newest_intact(dir)?;
+        for d in &newest.damaged {
+            reporter.checkpoint_skipped(d);
+        }
+        if newest.checkpoint.is_none() {
+            reporter.nothing_to_resume(dir);
+        }
+        if let Some(ck) = newest.checkpoint {
+            snapshot::check_compatible(&ck.meta, facts, cfg)?;
+            let path = checkpoint::record_path(dir, ck.meta.global_step);
+            *model = checkpoint::state_dict::load_module(model.clone(), &ck, &path)?;
+            handover = Handover {
+                position: Some(ck.meta.position()),
+                optim_bytes: ck.optim_state.as_ref().map(Vec::len),
+            };
+            optim_state = ck.optim_state;
+            resumed_meta = Some(ck.meta);
+        }
+    }
+    let handover = handover.broadcast(pg, 0)?;
+    // The momentum buffers reach every rank from rank 0, like the parameters.
+    let state = handover.broadcast_optim_state(pg, 0, optim_state)?;
+    if let Some(m) = &resumed_meta {
+        reporter.resumed(m);
+    }
+    let Some(at) = handover.position else {
+        return Ok((start, None));
+    };
+    let has_state = Optim::new(cfg.optim).has_state();
+    if handover.optim_bytes.is_none() && has_state && rank == 0 {
+        tracing::warn!(
+            "--resume: the checkpoint holds no optimizer state (written before its first step, \
+             or by an older phalanx); the {} state restarts from zero",
+            cfg.optim.kind
+        );
+    }
+    Ok((at, state))
+}
