@@ -28,6 +28,16 @@ pub enum Error {
         #[source]
         source: Box<phalanx_ddp::Error>,
     },
+    /// A sharding mode the Learner cannot have, and why ([`Distributed::with_sharding`]).
+    ///
+    /// [`Distributed::with_sharding`]: crate::Distributed::with_sharding
+    #[error("phalanx-learner: sharding {sharding}: {why}")]
+    Sharding {
+        /// The mode asked for (`--sharding`'s word).
+        sharding: &'static str,
+        /// Why the Learner cannot have it, and what it can have.
+        why: &'static str,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

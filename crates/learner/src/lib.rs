@@ -32,6 +32,7 @@ mod grads;
 mod resume;
 mod share;
 mod strategy;
+mod zero;
 
 pub use checkpointer::CrashSafeCheckpointer;
 pub use error::{Error, Result};

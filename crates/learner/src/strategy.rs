@@ -13,6 +13,7 @@ use burn_train::{
     TrainingItem, TrainingStrategy, ValidLoader,
 };
 use phalanx_ddp::adapter::StateKind;
+use phalanx_ddp::fsdp::Sharding;
 use phalanx_ddp::{BufferSync, DdpOptions, DistributedDataParallel};
 use phalanx_pg::ProcessGroup;
 
@@ -20,6 +21,7 @@ use crate::agree::{agree, Verdict};
 use crate::error::{Error, Result};
 use crate::grads::to_autodiff;
 use crate::share::Share;
+use crate::zero::ZeroRedundancy;
 
 /// The validation metrics rank 0 prints after every epoch when the Learner has them
 /// ([`Distributed::with_report`]): burn-train's `LossMetric` and `AccuracyMetric`.
@@ -49,6 +51,7 @@ pub struct Distributed {
     device: Device,
     pg: Arc<ProcessGroup>,
     options: DdpOptions,
+    sharding: Sharding,
     report: Vec<String>,
 }
 
@@ -73,6 +76,7 @@ impl Distributed {
             device,
             pg,
             options: DdpOptions::default(),
+            sharding: Sharding::None,
             report: DEFAULT_REPORT.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -81,6 +85,35 @@ impl Distributed {
     pub fn with_ddp_options(mut self, options: DdpOptions) -> Distributed {
         self.options = options;
         self
+    }
+
+    /// Shards the training state (`phalanx train --sharding`), as far as the Learner allows:
+    /// `none` (DDP, the default) and `optimizer`, ZeRO-1 by whole parameter (PyTorch's
+    /// `ZeroRedundancyOptimizer`: each rank keeps the optimizer state of the tensors it owns,
+    /// Note [Learner ZeRO]; bitwise DDP's parameters; no checkpointer, see the note). The
+    /// other modes shard what the Learner's own optimizer must see whole, and are refused
+    /// naming why (docs/learner.md, "Not supported, and why").
+    pub fn with_sharding(mut self, sharding: Sharding) -> Result<Distributed> {
+        let why = match sharding {
+            Sharding::None | Sharding::Optimizer => {
+                self.sharding = sharding;
+                return Ok(self);
+            }
+            Sharding::Grad => {
+                "the Learner steps whole tensors with its own optimizer, so every rank needs \
+                 the whole averaged gradient of the tensors it steps; `optimizer` shards the \
+                 optimizer state by tensor"
+            }
+            Sharding::Full | Sharding::Hybrid => {
+                "the Learner keeps its whole model between steps and runs its forward on it, so \
+                 there are no parameters to free; `optimizer` shards the optimizer state by \
+                 tensor"
+            }
+        };
+        Err(Error::Sharding {
+            sharding: sharding.name(),
+            why,
+        })
     }
 
     /// The validation metrics (by burn-train's metric names) rank 0 prints after every epoch,
@@ -214,6 +247,29 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                 .iter()
                 .any(|s| s.kind == StateKind::Buffer);
 
+        // Note [Learner ZeRO]: on one rank every tensor is its own; a checkpoint would hold
+        // rank 0's share of the optimizer state only.
+        let zero = (self.sharding == Sharding::Optimizer && world > 1).then(|| {
+            if components.checkpointer.is_some() {
+                fatal(Error::Sharding {
+                    sharding: "optimizer",
+                    why: "the Learner's checkpoint would hold rank 0's share of the optimizer \
+                          state only (burn-train saves rank 0's OptimizerRecord and offers no \
+                          way to read the other ranks' to merge them), so a resumed run would \
+                          lose the others' state: train without a checkpointer, or with \
+                          sharding none",
+                })
+            }
+            let zero = ZeroRedundancy::new(ddp.state_infos(), rank, world);
+            if self.lead() {
+                println!(
+                    "sharding optimizer: each rank keeps the optimizer state of its tensors \
+                     (rank 0: {} elements)",
+                    zero.owned_elements()
+                );
+            }
+            zero
+        });
         let mut processor = components.event_processor;
         let mut checkpointer = components.checkpointer;
         let mut early_stopping = components.early_stopping;
@@ -226,6 +282,7 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
             learner: &mut learner,
             buffers_synced,
             grad_accumulation: components.grad_accumulation,
+            zero,
         };
         for epoch in starting_epoch..=total {
             if self.lead() {
@@ -327,6 +384,8 @@ struct EpochRun<'a, M: LearnerModel> {
     learner: &'a mut Learner<M>,
     buffers_synced: bool,
     grad_accumulation: Option<usize>,
+    /// `optimizer` sharding: who steps which tensor (Note [Learner ZeRO]).
+    zero: Option<ZeroRedundancy>,
 }
 
 impl<M: LearnerModel> EpochRun<'_, M> {
@@ -390,7 +449,7 @@ impl<M: LearnerModel> EpochRun<'_, M> {
                     .ddp
                     .sync_gradients(grads)
                     .map_err(ddp_error("averaging gradients"))?;
-                self.step(averaged);
+                self.step(averaged)?;
                 pending = 0;
             } else {
                 self.ddp
@@ -424,18 +483,29 @@ impl<M: LearnerModel> EpochRun<'_, M> {
                 .ddp
                 .sync_gradients(empty)
                 .map_err(ddp_error("averaging the accumulated gradients"))?;
-            self.step(averaged);
+            self.step(averaged)?;
         }
         // Ranks with fewer batches shadow the others' last steps (Note [Uneven inputs] in
         // phalanx-ddp): the same averaged gradients, the same optimizer and scheduler steps.
         let learner = &mut *self.learner;
         let device = &self.strategy.device;
+        let (zero, pg) = (self.zero.as_ref(), &self.strategy.pg);
         let shadowed = self
             .ddp
             .join(|module, grads| {
                 adopt(learner, module, device);
                 learner.lr_step();
-                learner.optimizer_step(grads);
+                match zero {
+                    None => learner.optimizer_step(grads),
+                    Some(zero) => {
+                        learner.optimizer_step(zero.owned_grads(&learner.model(), grads));
+                        // The ranks still training broadcast theirs in the same order.
+                        let stepped = zero
+                            .gather(pg, learner.model())
+                            .unwrap_or_else(|e| fatal(e));
+                        adopt(learner, stepped, device);
+                    }
+                }
                 learner.model()
             })
             .map_err(ddp_error("joining the ranks with more batches"))?;
@@ -451,8 +521,9 @@ impl<M: LearnerModel> EpochRun<'_, M> {
 
     /// The optimizer step of one synchronising step: DDP's buffers (rank 0's BatchNorm
     /// statistics) into the Learner's model, then Burn's scheduler and optimizer steps, as
-    /// Burn's own loop takes them.
-    fn step(&mut self, averaged: burn::optim::GradientsParams) {
+    /// Burn's own loop takes them (under `optimizer` sharding, of this rank's tensors, then
+    /// a broadcast of each rank's: a collective then).
+    fn step(&mut self, averaged: burn::optim::GradientsParams) -> Result<()> {
         if self.buffers_synced {
             adopt(
                 self.learner,
@@ -461,9 +532,19 @@ impl<M: LearnerModel> EpochRun<'_, M> {
             );
         }
         self.learner.lr_step();
-        self.learner.optimizer_step(averaged);
-        let model = self.learner.model();
+        let Some(zero) = &self.zero else {
+            self.learner.optimizer_step(averaged);
+            let model = self.learner.model();
+            self.ddp.map_module(|_| model);
+            return Ok(());
+        };
+        // Note [Learner ZeRO]: this rank steps its own tensors, then every rank's reach all.
+        let owned = zero.owned_grads(&self.learner.model(), averaged);
+        self.learner.optimizer_step(owned);
+        let model = zero.gather(&self.strategy.pg, self.learner.model())?;
+        adopt(self.learner, model.clone(), &self.strategy.device);
         self.ddp.map_module(|_| model);
+        Ok(())
     }
 }
 

@@ -4,7 +4,6 @@
 //! with `LEARNER_AGREEMENT_WORKER` set (the `worker` test below); each counts the train batches
 //! its loader built to tell how many epochs it ran.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,7 +13,6 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::SgdConfig;
 use burn::tensor::Device;
@@ -26,7 +24,7 @@ use burn_train::{
     SupervisedTraining,
 };
 mod common;
-use common::{classifier_steps, digits, stack, Batch, Digit};
+use common::{classification, classifier_steps, digits, stack, Batch, Digit};
 use phalanx_testing::process::{clean_env, rank_lines, run, TempDir};
 
 const ROLE: &str = "LEARNER_AGREEMENT_WORKER";
@@ -42,11 +40,7 @@ struct Net {
 
 impl Net {
     fn classify(&self, batch: Batch) -> ClassificationOutput {
-        let output = self.linear.forward(batch.x);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&output.device())
-            .forward(output.clone(), batch.y.clone());
-        ClassificationOutput::new(loss, output, batch.y)
+        classification(self.linear.forward(batch.x), batch.y)
     }
 }
 
@@ -156,24 +150,7 @@ fn worker() {
 
 /// Launches 2 workers in `mode` and waits for the launcher, within the deadline.
 fn launch_raw(mode: &str) -> Option<phalanx_testing::process::Finished> {
-    let exe = std::env::current_exe().unwrap();
-    let phalanx: PathBuf = exe.parent()?.parent()?.join("phalanx");
-    if !phalanx.exists() {
-        eprintln!(
-            "skipped: {} is not built (cargo build -p phalanx-cli)",
-            phalanx.display()
-        );
-        return None;
-    }
-    let mut cmd = Command::new(phalanx);
-    clean_env(&mut cmd)
-        .env(ROLE, mode)
-        .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
-        .arg(exe)
-        .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    Some(run(cmd, DEADLINE))
+    common::launch_workers(ROLE, mode, DEADLINE)
 }
 
 /// Launches 2 workers in `mode`, which must succeed; each rank's line and the number of rank

@@ -2,11 +2,9 @@
 //! program with burn-train's default strategy and with `Distributed` ends with bitwise-equal
 //! parameters (a group of one: DDP's average over one rank is the gradient itself).
 
-use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, Relu};
 use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor};
@@ -15,7 +13,7 @@ use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{ClassificationOutput, Learner, SupervisedTraining};
 
 mod common;
-use common::{classifier_steps, digits, stack, Batch, Digit};
+use common::{classification, classifier_steps, digits, Batch, Stack};
 
 #[derive(Module, Debug)]
 struct Net {
@@ -31,23 +29,11 @@ impl Net {
         // BatchNorm over features: [batch, 32] as [batch, 32, 1].
         let [n, d] = x.dims();
         let x = self.norm.forward(x.reshape([n, d, 1])).reshape([n, d]);
-        let output = self.out.forward(x);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&output.device())
-            .forward(output.clone(), batch.y.clone());
-        ClassificationOutput::new(loss, output, batch.y)
+        classification(self.out.forward(x), batch.y)
     }
 }
 
 classifier_steps!(Net);
-
-struct Stack;
-
-impl Batcher<Digit, Batch> for Stack {
-    fn batch(&self, items: Vec<Digit>, device: &Device) -> Batch {
-        stack(&items, device)
-    }
-}
 
 /// Trains 2 epochs on the digits with burn-train's default strategy or `Distributed`, with
 /// gradient accumulation or not; the parameters' bits.

@@ -2,7 +2,15 @@
 //! classifier.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn_train::ClassificationOutput;
+use phalanx_testing::process::{clean_env, run, Finished};
 
 /// A batch of UCI digits: 64 features per row.
 #[derive(Clone, Debug)]
@@ -32,6 +40,48 @@ pub(crate) fn stack(items: &[Digit], device: &Device) -> Batch {
         x: Tensor::from_data(TensorData::new(x, [n, 64]), device),
         y: Tensor::from_data(TensorData::new(y, [n]), device),
     }
+}
+
+/// A batcher that stacks digits.
+pub(crate) struct Stack;
+
+impl Batcher<Digit, Batch> for Stack {
+    fn batch(&self, items: Vec<Digit>, device: &Device) -> Batch {
+        stack(&items, device)
+    }
+}
+
+/// The cross-entropy of `output` (logits) against the labels `y`, as burn-train's
+/// classification output.
+pub(crate) fn classification(output: Tensor<2>, y: Tensor<1, Int>) -> ClassificationOutput {
+    let loss = CrossEntropyLossConfig::new()
+        .init(&output.device())
+        .forward(output.clone(), y.clone());
+    ClassificationOutput::new(loss, output, y)
+}
+
+/// Runs this test binary's `worker` test on 2 ranks under the real `phalanx launch`, with
+/// `role` set to `mode` in their environment, and waits for the launcher within `deadline`.
+/// `None` (the test skips) when `target/debug/phalanx` is not built.
+pub(crate) fn launch_workers(role: &str, mode: &str, deadline: Duration) -> Option<Finished> {
+    let exe = std::env::current_exe().unwrap();
+    let phalanx: PathBuf = exe.parent()?.parent()?.join("phalanx");
+    if !phalanx.exists() {
+        eprintln!(
+            "skipped: {} is not built (cargo build -p phalanx-cli)",
+            phalanx.display()
+        );
+        return None;
+    }
+    let mut cmd = Command::new(phalanx);
+    clean_env(&mut cmd)
+        .env(role, mode)
+        .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
+        .arg(exe)
+        .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Some(run(cmd, deadline))
 }
 
 /// `TrainStep` and `InferenceStep` for a model with

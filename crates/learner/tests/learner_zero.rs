@@ -1,0 +1,189 @@
+//! The Learner under `Distributed::with_sharding(Sharding::Optimizer)` (Note [Learner ZeRO]):
+//! on 2 ranks under the real `phalanx launch`, the same training as DDP bit for bit (Adam, so
+//! that there is optimizer state to shard; uneven shares, so that `join` steps too), each
+//! rank keeping the optimizer state of its own tensors only; a checkpointer refused naming
+//! why; the modes the Learner cannot have refused naming why. The workers are this test
+//! binary itself, run again under the launcher with `LEARNER_ZERO_WORKER` set.
+
+use std::time::Duration;
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataset::InMemDataset;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::AdamConfig;
+use burn::tensor::{Device, Tensor};
+use burn_train::logger::InMemoryMetricLogger;
+use burn_train::metric::{AccuracyMetric, LossMetric};
+use burn_train::{ClassificationOutput, Learner, SupervisedTraining};
+use phalanx_ddp::fsdp::Sharding;
+mod common;
+use common::{classification, classifier_steps, digits, Batch, Stack};
+use phalanx_testing::process::{rank_lines, Finished, TempDir};
+
+const ROLE: &str = "LEARNER_ZERO_WORKER";
+const DEADLINE: Duration = Duration::from_secs(300);
+
+#[derive(Module, Debug)]
+struct Net {
+    hidden: Linear,
+    relu: Relu,
+    out: Linear,
+}
+
+impl Net {
+    fn classify(&self, batch: Batch) -> ClassificationOutput {
+        let hidden = self.relu.forward(self.hidden.forward(batch.x));
+        classification(self.out.forward(hidden), batch.y)
+    }
+}
+
+classifier_steps!(Net);
+
+/// FNV-1a over the bits of every float of the model, in visiting order.
+struct Fnv(u64);
+
+impl ModuleVisitor for Fnv {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        for v in param.val().into_data().try_to_vec::<f32>().unwrap() {
+            for b in v.to_le_bytes() {
+                self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+}
+
+/// One rank of a job: `ddp` or `zero` (`--sharding optimizer`) trains 2 epochs with Adam and
+/// prints its digest; `checkpointer` is `zero` with burn-train's default checkpointers.
+fn work(mode: &str) {
+    let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    let device = Device::flex().autodiff();
+    device.seed(7);
+    let (train, valid) = phalanx_data::digits().unwrap().split(0.2, 0).unwrap();
+    // 1,437 digits in batches of 32: 45 batches, 23 for rank 0 and 22 for rank 1 (join steps).
+    let train_loader = DataLoaderBuilder::new(Stack)
+        .batch_size(32)
+        .shuffle(1)
+        .build(InMemDataset::new(digits(&train)));
+    let valid_loader = DataLoaderBuilder::new(Stack)
+        .batch_size(128)
+        .build(InMemDataset::new(digits(&valid)));
+    let sharding = match mode {
+        "ddp" => Sharding::None,
+        _ => Sharding::Optimizer,
+    };
+    let strategy = phalanx_learner::Distributed::new(device.clone())
+        .unwrap()
+        .with_sharding(sharding)
+        .unwrap();
+    let dir = TempDir::new(&format!("learner-zero-{rank}"));
+    let mut training = SupervisedTraining::new(dir.path(), train_loader, valid_loader)
+        .metrics((AccuracyMetric::new(), LossMetric::new()))
+        .with_metric_logger(InMemoryMetricLogger::new())
+        .with_application_logger(None)
+        .num_epochs(2)
+        .with_training_strategy(strategy.into());
+    if mode == "checkpointer" {
+        training = training.with_default_checkpointers();
+    }
+    let net = Net {
+        hidden: LinearConfig::new(64, 32).init(&device),
+        relu: Relu::new(),
+        out: LinearConfig::new(32, 10).init(&device),
+    };
+    let result = training.launch(Learner::new(net, AdamConfig::new().init(), 1e-2));
+    let mut fnv = Fnv(0xcbf2_9ce4_8422_2325);
+    result.model.visit(&mut fnv);
+    println!("rank {rank}: digest {:016x}", fnv.0);
+}
+
+#[test]
+fn worker() {
+    if let Ok(mode) = std::env::var(ROLE) {
+        work(&mode);
+    }
+}
+
+fn launch(mode: &str) -> Option<Finished> {
+    common::launch_workers(ROLE, mode, DEADLINE)
+}
+
+/// Each rank's digest, and rank 0's validation accuracy per epoch.
+fn outcome(f: &Finished) -> (Vec<String>, Vec<f64>) {
+    f.assert_ok();
+    let lines = rank_lines(&f.stdout);
+    let mut digests: Vec<(u32, String)> = lines
+        .iter()
+        .filter_map(|(r, l)| Some((*r, l.split("digest ").nth(1)?.trim().to_string())))
+        .collect();
+    digests.sort();
+    let accuracy = lines
+        .iter()
+        .filter(|(_, l)| l.starts_with("epoch ") && l.contains(" valid "))
+        .map(|(_, l)| {
+            let after = l.split("Accuracy ").nth(1).unwrap();
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    (digests.into_iter().map(|(_, d)| d).collect(), accuracy)
+}
+
+#[test]
+fn zero_1_trains_bitwise_as_ddp_with_each_rank_keeping_its_tensors_state() {
+    let Some(ddp) = launch("ddp") else {
+        return;
+    };
+    let Some(zero) = launch("zero") else {
+        return;
+    };
+    let (ddp_digests, ddp_accuracy) = outcome(&ddp);
+    let (zero_digests, zero_accuracy) = outcome(&zero);
+    assert_eq!(ddp_digests.len(), 2, "{}", ddp.stdout);
+    assert_eq!(zero_digests.len(), 2, "{}", zero.stdout);
+    assert_eq!(zero_digests[0], zero_digests[1], "replicas differ");
+    assert_eq!(zero_digests, ddp_digests, "ZeRO-1 is not DDP's training");
+    assert_eq!(ddp_accuracy.len(), 2, "{}", ddp.stdout);
+    assert_eq!(zero_accuracy, ddp_accuracy);
+    assert!(zero_accuracy[1] > 80.0, "{zero_accuracy:?}");
+    // hidden.weight (2,048) to rank 0; out.weight (320), hidden.bias (32), out.bias (10) to 1.
+    assert!(
+        zero.stdout
+            .contains("each rank keeps the optimizer state of its tensors (rank 0: 2048 elements)"),
+        "{}",
+        zero.stdout
+    );
+}
+
+#[test]
+fn a_checkpointer_under_zero_1_is_refused_naming_why() {
+    let Some(f) = launch("checkpointer") else {
+        return;
+    };
+    assert_ne!(f.code(), Some(0), "{}", f.stdout);
+    let all = format!("{}{}", f.stdout, f.stderr);
+    assert!(
+        all.contains("sharding optimizer: the Learner's checkpoint would hold rank 0's share"),
+        "{all}"
+    );
+    assert!(f.elapsed < Duration::from_secs(60), "took {:?}", f.elapsed);
+}
+
+#[test]
+fn the_modes_the_learner_cannot_have_are_refused_naming_why() {
+    for (sharding, why) in [
+        (Sharding::Grad, "the whole averaged gradient"),
+        (Sharding::Full, "no parameters to free"),
+        (Sharding::Hybrid, "no parameters to free"),
+    ] {
+        let strategy = phalanx_learner::Distributed::new(Device::flex()).unwrap();
+        let Err(e) = strategy.with_sharding(sharding) else {
+            panic!("{sharding:?} accepted");
+        };
+        let e = e.to_string();
+        assert!(
+            e.starts_with(&format!("phalanx-learner: sharding {}: ", sharding.name())),
+            "{e}"
+        );
+        assert!(e.contains(why), "{e}");
+    }
+}
