@@ -9,7 +9,7 @@ mod launch_util;
 use std::time::Duration;
 
 use launch_util::{phalanx, run, train_ok, train_summaries, Finished, TempDir};
-use phalanx_train::checkpoint::{self, NamedTensor};
+use phalanx_checkpoint::{self as checkpoint, NamedTensor};
 
 fn train(args: &[&str]) -> Finished {
     train_ok(args, Duration::from_secs(400))

@@ -31,12 +31,12 @@ use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d
 use burn::optim::AdamConfig;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use phalanx_checkpoint::position::Position;
+use phalanx_checkpoint::state_dict;
 use phalanx_core::ReduceOp;
 use phalanx_data::{DataLoader, DistributedSampler};
 use phalanx_ddp::adapter::burn::params_to_flat;
 use phalanx_ddp::{DdpOptions, DistributedDataParallel};
-use phalanx_train::checkpoint::state_dict;
-use phalanx_train::position::Position;
 
 // 1. The model: any Burn module. BatchNorm's running statistics are buffers: DDP keeps them
 //    equal on every rank (rank 0's values after every step), gradients travel only for the
@@ -177,7 +177,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A crash-safe checkpoint (temporary file, fsync, rename), from one rank: the
         // replicas are equal. Saved at the epoch's end, so the next run starts epoch + 1;
         // a loop that saves mid-epoch records `step_in_epoch` and `samples_in_epoch` too, and
-        // `phalanx_train::position::epoch_indices` gives each rank the rest of that epoch.
+        // `phalanx_checkpoint::position::epoch_indices` gives each rank the rest of that epoch.
         at.epoch = epoch + 1;
         if rank == 0 {
             state_dict::save(&flags.checkpoint_dir, ddp.module(), &optim, at)?;

@@ -3,13 +3,10 @@
 
 use std::path::PathBuf;
 
+use phalanx_checkpoint::{Damaged, Meta};
 use phalanx_ddp::{fsdp::Sharding, BucketMemory};
 
-use crate::{
-    checkpoint::{Damaged, Meta},
-    metrics::EpochRecord,
-    ModelKind, OptimOptions,
-};
+use crate::{metrics::EpochRecord, ModelKind, OptimOptions};
 
 /// Everything `phalanx train` needs to know.
 #[derive(Debug, Clone)]

@@ -16,23 +16,11 @@ pub enum Error {
         /// The model's input width.
         input: usize,
     },
-    /// A checkpoint could not be written, or is damaged or malformed.
-    #[error("checkpoint {}: {reason}", path.display())]
-    Checkpoint {
-        /// The file involved.
-        path: std::path::PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A checkpoint that verifies but does not fit the module or optimizer it is loaded into
-    /// (`checkpoint::state_dict::load`): nothing was loaded.
-    #[error("checkpoint {}: {mismatch}", path.display())]
-    CheckpointMismatch {
-        /// Its commit record (`step-<N>.json`).
-        path: std::path::PathBuf,
-        /// The tensor that does not fit, and how.
-        mismatch: Mismatch,
-    },
+    /// A checkpoint could not be written, or is damaged, malformed, or does not fit the model
+    /// (phalanx-checkpoint's error; its collective and parameter failures come as
+    /// [`Error::Pg`] and [`Error::Ddp`], so that fault tolerance sees a broken group).
+    #[error(transparent)]
+    Checkpoint(phalanx_checkpoint::Error),
     /// Metrics or plots could not be written.
     #[error("writing {}: {reason}", path.display())]
     Output {
@@ -77,39 +65,16 @@ pub enum Error {
     Tensor(String),
 }
 
-/// How a checkpoint does not fit the module it is loaded into (shapes in the checkpoint's
-/// layout, PyTorch's: a `Linear` weight is `[out, in]`).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum Mismatch {
-    /// The module has a tensor the checkpoint lacks.
-    #[error("the module's tensor {name} {shape:?} is not in the checkpoint")]
-    Missing {
-        /// Module path.
-        name: String,
-        /// Its shape in the module.
-        shape: Vec<usize>,
-    },
-    /// The checkpoint has a tensor the module lacks (another architecture).
-    #[error("its tensor {name} {shape:?} is not in the module")]
-    Unexpected {
-        /// Module path.
-        name: String,
-        /// Its shape in the checkpoint.
-        shape: Vec<usize>,
-    },
-    /// A tensor of both, of different shapes.
-    #[error("tensor {name} is {checkpoint:?} in the checkpoint, {model:?} in the module")]
-    Shape {
-        /// Module path.
-        name: String,
-        /// The checkpoint's shape.
-        checkpoint: Vec<usize>,
-        /// The module's.
-        model: Vec<usize>,
-    },
-    /// The optimizer's state does not fit the module's parameters or the optimizer.
-    #[error("the optimizer's state: {0}")]
-    OptimizerState(String),
+impl From<phalanx_checkpoint::Error> for Error {
+    fn from(e: phalanx_checkpoint::Error) -> Error {
+        use phalanx_checkpoint::Error as Checkpoint;
+        match e {
+            Checkpoint::Pg(e) => Error::Pg(e),
+            Checkpoint::Ddp(e) => Error::Ddp(e),
+            Checkpoint::Data(e) => Error::Data(e),
+            other => Error::Checkpoint(other),
+        }
+    }
 }
 
 /// `Result` with [`Error`].

@@ -3,7 +3,6 @@
 //! Burn and phalanx DDP.
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod checkpoint;
 mod config;
 mod ddp_step;
 mod device;
@@ -14,7 +13,6 @@ pub mod metrics;
 mod model;
 mod optim;
 mod parallel;
-pub mod position;
 mod snapshot;
 mod step;
 pub mod stop;
@@ -24,12 +22,11 @@ pub mod trainer;
 pub use config::{Reporter, TrainConfig};
 pub use ddp_step::{accumulate_step, train_step, train_step_clipped, train_step_unfused};
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
-pub use error::{Error, Mismatch, Result};
+pub use error::{Error, Result};
 pub use model::{
     freeze_matching, with_model, with_stable_ids, Classifier, Cnn, Encoder, Mlp, MlpConfig,
     ModelKind, ModelSpec, Transformer, WithModel,
 };
-pub use optim::state::ParamState;
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};

@@ -11,9 +11,9 @@ use phalanx_ddp::fsdp::{FsdpOptions, FullyShardedDataParallel, Sharding};
 use phalanx_ddp::{DataParallel, DdpOptions, DistributedDataParallel, StepKind};
 use phalanx_pg::ProcessGroup;
 
-use crate::checkpoint::sharded::{ranges_of, LayoutEntry, Shard, Sharded};
-use crate::optim::state;
 use crate::{forward_backward, Classifier, Error, Optim, Result};
+use phalanx_checkpoint::optim_state as state;
+use phalanx_checkpoint::sharded::{ranges_of, LayoutEntry, Shard, Sharded};
 
 /// How the trainer wraps its model (`--sharding`, `--reshard-after-forward`, the shard groups'
 /// size) and DDP's own options.

@@ -3,17 +3,16 @@
 
 use std::collections::HashMap;
 
+use phalanx_checkpoint::position::Position;
+use phalanx_checkpoint::{self as checkpoint, sharded, state_dict, Checkpoint, Meta};
 use phalanx_core::trace;
 use phalanx_data::Dataset;
 use phalanx_ddp::DataParallel;
 use phalanx_pg::ProcessGroup;
 
 use crate::{
-    checkpoint::{self, sharded, state_dict, Checkpoint, Meta},
     config::{Reporter, TrainConfig},
-    parallel,
-    position::Position,
-    Classifier, Error, Optim, Result,
+    parallel, Classifier, Error, Optim, Result,
 };
 
 /// Facts a checkpoint must agree with to be resumed.

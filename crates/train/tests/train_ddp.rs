@@ -3,11 +3,11 @@
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use phalanx_checkpoint::position::Position;
+use phalanx_checkpoint::state_dict;
 use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
 use phalanx_ddp::{DdpOptions, DistributedDataParallel};
 use phalanx_testing::spawn_ranks;
-use phalanx_train::checkpoint::state_dict;
-use phalanx_train::position::Position;
 use phalanx_train::{
     accumulate_step, device, param_digest, train_step, train_step_local, Mlp, MlpConfig, Optim,
     OptimOptions, OptimizerKind,

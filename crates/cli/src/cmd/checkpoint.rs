@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use phalanx_train::checkpoint;
+use phalanx_checkpoint as checkpoint;
 
 /// Checkpoints of `phalanx train --checkpoint-dir` (written whole, or sharded by every rank
 /// under `--sharding`).

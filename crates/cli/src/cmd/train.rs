@@ -7,10 +7,11 @@ use std::{io::IsTerminal, path::PathBuf, process::ExitCode, sync::Arc, time::Ins
 
 use super::train_setup::{check_backend, check_device, install_failure_hook, join_group};
 use anyhow::{bail, Context};
+use phalanx_checkpoint::Meta;
 use phalanx_pg::BackendType;
 use phalanx_train::{
-    checkpoint::Meta, metrics, metrics::EpochRecord, DeviceSpec, LrSchedule, ModelKind,
-    OptimOptions, OptimizerKind, Reporter, Sharding, Summary, TrainConfig,
+    metrics, metrics::EpochRecord, DeviceSpec, LrSchedule, ModelKind, OptimOptions, OptimizerKind,
+    Reporter, Sharding, Summary, TrainConfig,
 };
 
 /// Default number of local processes when none is asked for: the seed recipe's 2.
@@ -484,7 +485,7 @@ impl Reporter for Console {
         tracing::info!(path = %path.display(), "checkpoint saved");
     }
 
-    fn checkpoint_skipped(&mut self, d: &phalanx_train::checkpoint::Damaged) {
+    fn checkpoint_skipped(&mut self, d: &phalanx_checkpoint::Damaged) {
         eprintln!(
             "phalanx train: warning: skipping a damaged checkpoint (resuming from an older one): {}",
             d.error

@@ -12,7 +12,7 @@ mod cnn;
 mod mlp;
 mod transformer;
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::tensor::{Device, Tensor};
 
 pub use classifier::Classifier;
@@ -133,22 +133,6 @@ pub fn with_model<W: WithModel>(spec: &ModelSpec, device: &Device, then: W) -> W
 pub fn with_stable_ids<M: Module>(module: M) -> M {
     let mut mapper = StableIds { next: 1 };
     module.map(&mut mapper)
-}
-
-/// The ids of `module`'s float parameters (buffers included) in canonical order, the order
-/// [`with_stable_ids`] numbers them in.
-pub(crate) fn float_param_ids<M: Module>(module: &M) -> Vec<u64> {
-    let mut ids = ParamIds(Vec::new());
-    module.visit(&mut ids);
-    ids.0
-}
-
-struct ParamIds(Vec<u64>);
-
-impl ModuleVisitor for ParamIds {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        self.0.push(param.id.val());
-    }
 }
 
 struct StableIds {

@@ -2,7 +2,6 @@
 //! (`--lr-schedule constant|cosine|step`, with warm-up), PyTorch's names and defaults.
 
 mod schedule;
-pub(crate) mod state;
 
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
@@ -180,7 +179,7 @@ impl Optim {
         &self.optim
     }
 
-    /// Burn's optimizer, to load state into (`checkpoint::state_dict::load`).
+    /// Burn's optimizer, to load state into (`phalanx_checkpoint::state_dict::load`).
     pub fn inner_mut(&mut self) -> &mut ModuleOptimizer {
         &mut self.optim
     }

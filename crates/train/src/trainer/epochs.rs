@@ -6,18 +6,18 @@ use std::{
     time::{Duration, Instant},
 };
 
+use phalanx_checkpoint as checkpoint;
+use phalanx_checkpoint::position::{self, Position};
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
 use phalanx_ddp::{fsdp::seed_step, DataParallel, Local, StepKind};
 use phalanx_pg::ProcessGroup;
 
 use crate::{
-    checkpoint,
     config::{Reporter, TrainConfig},
     device, evaluate,
     metrics::EpochRecord,
     parallel::{self, WithEngine},
-    position::{self, Position},
     snapshot,
     stop::{self, StopCheck},
     Classifier, Error, Optim, Result,

@@ -16,6 +16,7 @@ pub use regroup::Regrouped;
 
 use std::{sync::Arc, time::Instant};
 
+use phalanx_checkpoint::position::Position;
 use phalanx_core::ReduceOp;
 use phalanx_data::Dataset;
 use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
@@ -26,7 +27,6 @@ use crate::{
     device,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
     parallel::{self, Wrapping},
-    position::Position,
     snapshot, Classifier, Error, Optim, Result,
 };
 use epochs::{Attempt, Context, Outcome, Totals};

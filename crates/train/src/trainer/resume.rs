@@ -1,12 +1,12 @@
 //! `--resume`: the newest intact checkpoint into a run's model, its position and optimizer
 //! state to every rank.
 
+use phalanx_checkpoint as checkpoint;
+use phalanx_checkpoint::position::{Handover, Position};
 use phalanx_pg::ProcessGroup;
 
 use crate::{
-    checkpoint,
     config::{Reporter, TrainConfig},
-    position::{Handover, Position},
     snapshot, Classifier, Error, Optim, Result,
 };
 

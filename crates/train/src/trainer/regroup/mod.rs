@@ -31,8 +31,8 @@ use phalanx_ddp::fsdp::LocalShard;
 use phalanx_ddp::Local;
 use phalanx_pg::ProcessGroup;
 
-use crate::position::Position;
 use crate::{Classifier, Optim, Result};
+use phalanx_checkpoint::position::Position;
 
 /// What a rank holds of its model between attempts (Note [Regroup state]).
 #[derive(Debug)]

@@ -13,13 +13,11 @@
 //! bucket and could leave a half-updated model). Afterwards every replica is bitwise equal
 //! and the run continues from that position with the data order of an uninterrupted run.
 
+use phalanx_checkpoint::position::{Handover, Position};
 use phalanx_ddp::adapter::burn as adapter;
 use phalanx_pg::ProcessGroup;
 
-use crate::{
-    position::{Handover, Position},
-    Classifier, Error, Optim, Result,
-};
+use crate::{Classifier, Error, Optim, Result};
 
 /// What [`resync`] did, for the report.
 #[derive(Debug, Clone, PartialEq)]

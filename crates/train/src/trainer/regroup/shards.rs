@@ -28,9 +28,9 @@ use phalanx_ddp::adapter::{ParamInfo, StateKind};
 use phalanx_ddp::fsdp::LocalShard;
 use phalanx_pg::ProcessGroup;
 
-use crate::optim::state::{self, ParamState};
-use crate::position::{Handover, Position};
 use crate::{Classifier, Error, Optim, Result};
+use phalanx_checkpoint::optim_state::{self as state, ParamState};
+use phalanx_checkpoint::position::{Handover, Position};
 
 /// Makes every rank's model and optimizer state whole again from the pieces the ranks of `pg`
 /// hold (Note [Regroup of shards]). `template` is the model's structure (this rank's local

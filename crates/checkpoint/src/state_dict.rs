@@ -8,7 +8,7 @@
 //! the world size that consumed it) as one checkpoint of `phalanx train`'s format, committed
 //! the same crash-safe way (Note [Checkpoint commit]). [`load`] takes the newest checkpoint
 //! that verifies and loads it into the module and the optimizer the program built, in place; a
-//! checkpoint that does not fit them is refused with [`Error::CheckpointMismatch`] naming the
+//! checkpoint that does not fit them is refused with [`Error::Mismatch`] naming the
 //! file and the tensor (missing, unexpected, another shape), and neither is touched.
 //!
 //! Note [Optimizer state by position]: Burn's optimizer keys its state by `ParamId`, random
@@ -25,12 +25,12 @@
 //! of `phalanx train --sharding` (joined whole on the way in). Under DDP only one rank saves.
 //!
 //! ```
-//! use burn::module::Module;
+//! use burn::module::{Module, ModuleVisitor, Param};
 //! use burn::nn::{Linear, LinearConfig};
 //! use burn::optim::{AdamConfig, GradientsParams};
 //! use burn::tensor::{Device, Tensor};
-//! use phalanx_train::checkpoint::state_dict;
-//! use phalanx_train::position::Position;
+//! use phalanx_checkpoint::position::Position;
+//! use phalanx_checkpoint::state_dict;
 //!
 //! #[derive(Module, Debug)]
 //! struct Net { fc: Linear }
@@ -52,23 +52,23 @@
 //! assert_eq!(resumed.position, at);
 //! assert_eq!(fresh.fc.weight.val().into_data(), net.fc.weight.val().into_data());
 //! # std::fs::remove_dir_all(&dir).unwrap();
-//! # Ok::<(), phalanx_train::Error>(())
+//! # Ok::<(), phalanx_checkpoint::Error>(())
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
-use burn::tensor::Bytes;
+use burn::tensor::{Bytes, Tensor};
 use phalanx_ddp::adapter::burn as adapter;
 
 use super::directory::{record_path, DEFAULT_KEEP};
 use super::format::{to_torch_layout, transposed, Checkpoint, Meta, NamedTensor};
 use crate::error::Mismatch;
-use crate::optim::state;
+use crate::optim_state as state;
 use crate::position::Position;
-use crate::{model, Error, Result};
+use crate::{Error, Result};
 
 /// Where the loop that saved a checkpoint stood, as [`load`] found it.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,9 +103,9 @@ pub fn save<M: Module>(
         tensors_file: String::new(),
         sharded: None,
     };
-    let ids = model::float_param_ids(module);
+    let ids = float_param_ids(module);
     let optim_state = optim_state_by_position(optim, &ids)
-        .map_err(|e| Error::Config(format!("saving the optimizer's state: {e}")))?;
+        .map_err(|e| Error::OptimizerState(format!("saving the optimizer's state: {e}")))?;
     let mut ck = Checkpoint {
         meta,
         tensors: module_tensors(module)?,
@@ -150,7 +150,7 @@ fn apply<M: Module>(
     module: &mut M,
     optim: &mut ModuleOptimizer,
 ) -> Result<Resumed> {
-    let ids = model::float_param_ids(module);
+    let ids = float_param_ids(module);
     // Both built before either is set, so that a mismatch leaves both as they were. Burn's
     // clones share the tensors' storage: nothing is copied.
     let loaded = load_module(module.clone(), ck, path)?;
@@ -175,7 +175,7 @@ fn apply<M: Module>(
 }
 
 fn mismatch(path: &Path, mismatch: Mismatch) -> Error {
-    Error::CheckpointMismatch {
+    Error::Mismatch {
         path: path.to_path_buf(),
         mismatch,
     }
@@ -183,7 +183,7 @@ fn mismatch(path: &Path, mismatch: Mismatch) -> Error {
 
 /// Every float tensor of `module` in canonical order, in the checkpoint's (PyTorch's) layout:
 /// what a checkpoint of it holds, `phalanx train`'s and a user's loop's alike.
-pub(crate) fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> {
+pub fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> {
     let infos = adapter::param_infos(module);
     let values = adapter::params_to_flat(module)?;
     Ok(infos
@@ -203,7 +203,7 @@ pub(crate) fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> 
 /// `module` with every float tensor taken from `ck` (whose commit record is `path`), by name,
 /// strictly: a tensor of the module missing from the checkpoint, one of the checkpoint the
 /// module lacks, or another shape is refused, naming it, before anything is set.
-pub(crate) fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result<M> {
+pub fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result<M> {
     let infos = adapter::param_infos(&module);
     let by_name: HashMap<&str, &NamedTensor> =
         ck.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
@@ -304,6 +304,23 @@ fn optim_state_by_id(bytes: &[u8], ids: &[u64]) -> std::result::Result<Vec<u8>, 
     state::encode(rekeyed.values()).map_err(Mismatch::OptimizerState)
 }
 
+/// The ids of `module`'s float parameters (buffers included) in canonical order: the stable
+/// ids a trainer numbers them with (Note [Stable parameter ids] in phalanx-train), which key
+/// the optimizer's state.
+fn float_param_ids<M: Module>(module: &M) -> Vec<u64> {
+    let mut ids = ParamIds(Vec::new());
+    module.visit(&mut ids);
+    ids.0
+}
+
+struct ParamIds(Vec<u64>);
+
+impl ModuleVisitor for ParamIds {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0.push(param.id.val());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,8 +395,8 @@ mod tests {
         let mut fresh = net(5, &device);
         let mut fresh_optim = AdamConfig::new().with_epsilon(1e-8).init();
         assert_ne!(
-            model::float_param_ids(&fresh),
-            model::float_param_ids(&n),
+            float_param_ids(&fresh),
+            float_param_ids(&n),
             "the test needs other ids"
         );
         let got = load(&d, &mut fresh, &mut fresh_optim).unwrap().unwrap();
@@ -393,7 +410,7 @@ mod tests {
         // Adam's state, rekeyed to the fresh ids: the same moments and step counts, field by
         // field, under the positions both modules share.
         let by_position = |m: &Net, o: &ModuleOptimizer| {
-            let ids = model::float_param_ids(m);
+            let ids = float_param_ids(m);
             let bytes = optim_state_by_position(o, &ids).unwrap().unwrap();
             state::decode(&bytes).unwrap()
         };
@@ -425,7 +442,7 @@ mod tests {
         let before = bits(&adapter::params_to_flat(&wide).unwrap());
         let e = load(&d, &mut wide, &mut adam).unwrap_err();
         assert_eq!(bits(&adapter::params_to_flat(&wide).unwrap()), before);
-        let Error::CheckpointMismatch { path: p, mismatch } = &e else {
+        let Error::Mismatch { path: p, mismatch } = &e else {
             panic!("{e}")
         };
         assert_eq!(p, &path);

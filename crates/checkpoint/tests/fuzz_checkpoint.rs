@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use phalanx_checkpoint::{self as checkpoint, Checkpoint, Meta, NamedTensor, FORMAT};
 use phalanx_testing::fuzz::{mutate, Rng, TrackingAlloc};
-use phalanx_train::checkpoint::{self, Checkpoint, Meta, NamedTensor, FORMAT};
 use sha2::{Digest, Sha256};
 
 #[global_allocator]

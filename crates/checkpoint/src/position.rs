@@ -30,7 +30,7 @@ pub struct Position {
 
 impl Position {
     /// Whether the epoch in progress has already begun (mid-epoch resume).
-    pub(crate) fn is_mid_epoch(&self) -> bool {
+    pub fn is_mid_epoch(&self) -> bool {
         self.samples_in_epoch > 0 || self.step_in_epoch > 0
     }
 }
@@ -39,16 +39,16 @@ impl Position {
 /// source of a regroup: Note [Regroup]) broadcasts ahead of it: where the run stands, if
 /// anywhere, and how many bytes of optimizer state follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Handover {
+pub struct Handover {
     /// `None`: nothing to resume from.
-    pub(crate) position: Option<Position>,
+    pub position: Option<Position>,
     /// `None`: the optimizer keeps no state (or the checkpoint holds none).
-    pub(crate) optim_bytes: Option<usize>,
+    pub optim_bytes: Option<usize>,
 }
 
 impl Handover {
     /// Broadcasts `self` from rank `root` (the others' `self` is ignored) and returns it.
-    pub(crate) fn broadcast(self, pg: &ProcessGroup, root: usize) -> Result<Handover> {
+    pub fn broadcast(self, pg: &ProcessGroup, root: usize) -> Result<Handover> {
         let p = self.position.unwrap_or_default();
         let mut words = [
             i64::from(self.position.is_some()),
@@ -74,7 +74,7 @@ impl Handover {
 
     /// Broadcasts the optimizer state this header announced: `state` on `root`, returned on
     /// every rank (`None` when there is none).
-    pub(crate) fn broadcast_optim_state(
+    pub fn broadcast_optim_state(
         &self,
         pg: &ProcessGroup,
         root: usize,

@@ -1,3 +1,11 @@
+//! phalanx-checkpoint: checkpoints between the engines (phalanx-ddp) and the trainers
+//! (phalanx-train's `phalanx train`, a user's own loop, the Learner), the role
+//! `torch.distributed.checkpoint` plays in PyTorch: whole checkpoints (this file), sharded
+//! ones, every rank writing its pieces ([`sharded`]), a module's state dict with the optimizer
+//! and the data position ([`state_dict`]), the optimizer's state cut into a rank's pieces and
+//! joined again ([`optim_state`]), and where an epoch resumes ([`position`]). A new checkpoint
+//! format goes here.
+//!
 //! Crash-safe checkpoints: tensors in safetensors (loadable by PyTorch's `safetensors.torch`),
 //! metadata in JSON.
 //!
@@ -13,6 +21,8 @@
 //! tensor file as one `u8` tensor, [`OPTIM_STATE`], so it is committed and checked with the
 //! parameters.
 
+#![warn(missing_docs, unreachable_pub)]
+
 use std::{
     collections::HashMap,
     fs,
@@ -21,12 +31,15 @@ use std::{
 
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 
-use crate::{Error, Result};
-
 mod directory;
+mod error;
 mod format;
+pub mod optim_state;
+pub mod position;
 pub mod sharded;
 pub mod state_dict;
+
+pub use error::{Error, Mismatch, Result};
 
 use directory::prune;
 pub use directory::{list, record_path, DEFAULT_KEEP};

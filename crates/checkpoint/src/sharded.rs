@@ -34,7 +34,7 @@ use super::format::{
     bad, io_err, sha256_hex, to_torch_layout, write_atomic, Checkpoint, Meta, NamedTensor, FORMAT,
 };
 pub use super::format::{LayoutEntry, ShardFile, Sharded};
-use crate::optim::state::{self, ParamState};
+use crate::optim_state::{self as state, ParamState};
 use crate::Result;
 
 /// What one rank writes: tensors (pieces, and on rank 0 the whole ones) and the optimizer

@@ -110,7 +110,7 @@ impl ParamState {
 }
 
 /// The per-parameter states of a burnpack optimizer record, by parameter id.
-pub(crate) fn decode(bytes: &[u8]) -> Result<BTreeMap<u64, ParamState>, String> {
+pub fn decode(bytes: &[u8]) -> Result<BTreeMap<u64, ParamState>, String> {
     let reader =
         Reader::from_bytes(Bytes::from_bytes_vec(bytes.to_vec())).map_err(|e| e.to_string())?;
     let scalars = reader.scalars().clone();
@@ -161,9 +161,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<BTreeMap<u64, ParamState>, String> 
 }
 
 /// A burnpack optimizer record of `states`, which Burn's `OptimizerRecord::from_bytes` reads.
-pub(crate) fn encode<'a>(
-    states: impl IntoIterator<Item = &'a ParamState>,
-) -> Result<Vec<u8>, String> {
+pub fn encode<'a>(states: impl IntoIterator<Item = &'a ParamState>) -> Result<Vec<u8>, String> {
     let mut tensors = Vec::new();
     let mut scalars = Vec::new();
     let mut paths = Vec::new();
@@ -205,7 +203,6 @@ fn split_key(key: &str) -> Result<(u64, &str), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Optim, OptimOptions, OptimizerKind};
     use burn::module::{Module, Param, ParamId};
     use burn::tensor::{Device, Tensor as BurnTensor, TensorData};
 
@@ -226,12 +223,10 @@ mod tests {
         };
         let loss = m.w.val().powf_scalar(2.0).sum();
         let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &m);
-        let mut optim = Optim::new(OptimOptions {
-            kind: OptimizerKind::Adam,
-            ..OptimOptions::default()
-        });
-        let _ = optim.step(m, grads);
-        optim.state_bytes().unwrap().unwrap()
+        // torch.optim.Adam's eps, as phalanx-train's optimizer sets it.
+        let mut optim = burn::optim::AdamConfig::new().with_epsilon(1e-8).init();
+        let _ = optim.step(1e-3, m, grads);
+        optim.to_record().into_bytes().unwrap().to_vec()
     }
 
     #[test]
@@ -247,11 +242,11 @@ mod tests {
         let joined = ParamState::join(&[2, 3], &[(0..2, a), (2..6, b)]).unwrap();
         assert_eq!(&joined, whole);
         // What the pieces encode to, Burn reads back.
-        let mut optim = Optim::new(OptimOptions {
-            kind: OptimizerKind::Adam,
-            ..OptimOptions::default()
-        });
-        optim.load_state(encode([&joined]).unwrap()).unwrap();
+        let record = burn::optim::OptimizerRecord::from_bytes(Bytes::from_bytes_vec(
+            encode([&joined]).unwrap(),
+        ))
+        .unwrap();
+        let _ = burn::optim::AdamConfig::new().init().load_record(record);
     }
 
     #[test]
