@@ -20,6 +20,7 @@
 //! replicas' Note [Regroup] or the shards' Note [Regroup of shards]), so the attempt starts
 //! from one state on every rank.
 
+mod plan;
 mod replicas;
 mod shards;
 

@@ -18,6 +18,11 @@
 //! element that no rank alive holds (every replica of a shard lost at once, or no replica at
 //! all under `full`, `grad`, `optimizer`) is named with its parameter: the run cannot go on in
 //! process, and `--max-restarts` restarts it from the newest sharded checkpoint instead.
+//!
+//! The regroup is planned first, as pure functions of what the ranks said (`plan.rs`: the step
+//! the group goes on from, the source, who provides which elements), then transferred here
+//! (the all-gathers of the provided values and of the optimizer state's fields, the broadcast
+//! of the rest from the source).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -28,6 +33,7 @@ use phalanx_ddp::adapter::{ParamInfo, StateKind};
 use phalanx_ddp::fsdp::LocalShard;
 use phalanx_pg::ProcessGroup;
 
+use super::plan::{providers, Steps};
 use crate::{Classifier, Error, Optim, Result};
 use phalanx_checkpoint::optim_state::{self as state, ParamState};
 use phalanx_checkpoint::position::{Handover, Position};
@@ -50,21 +56,13 @@ pub(crate) fn resync_sharded<M: Classifier>(
     let pending = local.as_ref().is_some_and(|l| l.pending.is_some());
     let mut said = vec![0i64; 2 * world];
     pg.allgather(&[mine, pending as i64], &mut said)?;
-    let newest = said
-        .chunks(2)
-        .map(|s| s[0])
-        .max()
-        .expect("a group has a rank");
-    // A rank one step behind with that step's gradients takes it: a vote completed, so every
-    // rank was to (Note [Commit vote] in phalanx-ddp).
-    let steps: Vec<i64> = said
-        .chunks(2)
-        .map(|s| match s[0] + 1 == newest && s[1] == 1 {
-            true => newest,
-            false => s[0],
-        })
-        .collect();
-    if steps[rank] != mine {
+    let said: Vec<(i64, bool)> = said.chunks(2).map(|s| (s[0], s[1] == 1)).collect();
+    let Steps {
+        newest,
+        after_pending,
+        source,
+    } = Steps::agree(&said)?;
+    if after_pending[rank] != mine {
         let l = local
             .as_mut()
             .expect("a rank with a pending step holds its shard");
@@ -75,17 +73,8 @@ pub(crate) fn resync_sharded<M: Classifier>(
         );
     }
     let local = local.as_deref();
-    if newest < 0 {
-        return Err(Error::Config(
-            "fault tolerance: no rank of the new process group holds the training state".into(),
-        ));
-    }
-    // The position comes from a rank whose own step is the newest.
-    let source = said
-        .chunks(2)
-        .position(|s| s[0] == newest)
-        .expect("the newest is someone's");
-    let holding = steps[rank] == newest;
+    // The position comes from the source, a rank whose own step is the newest.
+    let holding = after_pending[rank] == newest;
     let position = Handover {
         position: held,
         optim_bytes: None,
@@ -126,27 +115,7 @@ pub(crate) fn resync_sharded<M: Classifier>(
     pg.allgather(&words, &mut all)?;
     let held_by =
         |r: usize, p: usize| all[2 * (r * n + p)] as usize..all[2 * (r * n + p) + 1] as usize;
-    // Who provides which elements: the lowest rank holding each.
-    let mut provides: Vec<Vec<Vec<Range<usize>>>> = vec![vec![Vec::new(); n]; world];
-    for (p, info) in infos.iter().enumerate() {
-        let mut covered: Vec<Range<usize>> = Vec::new();
-        for (r, mine) in provides.iter_mut().enumerate() {
-            for part in subtract(held_by(r, p), &covered) {
-                covered.push(part.clone());
-                mine[p].push(part);
-            }
-        }
-        let got: usize = covered.iter().map(Range::len).sum();
-        if got != info.numel() {
-            return Err(Error::Config(format!(
-                "fault tolerance: the ranks alive hold {got} of the {} elements of {} (every \
-                 copy of a shard was lost): the run cannot go on in process; --max-restarts \
-                 restarts it from the newest sharded checkpoint",
-                info.numel(),
-                info.name
-            )));
-        }
-    }
+    let provides = providers(&infos, world, held_by)?;
     // The parameters: one all-gather of every provided element.
     let every_param: Vec<usize> = (0..n).collect();
     let values = gather_provided(pg, &provides, &every_param, |p, range| {
@@ -297,27 +266,6 @@ pub(crate) fn resync_sharded<M: Classifier>(
     Ok((model, position, source, optim_state))
 }
 
-/// `range` without the parts in `covered`.
-fn subtract(range: Range<usize>, covered: &[Range<usize>]) -> Vec<Range<usize>> {
-    let mut parts = vec![range];
-    for c in covered {
-        parts = parts
-            .into_iter()
-            .flat_map(|r| {
-                let mut out = Vec::new();
-                if r.start < c.start.min(r.end) {
-                    out.push(r.start..c.start.min(r.end));
-                }
-                if c.end.max(r.start) < r.end {
-                    out.push(c.end.max(r.start)..r.end);
-                }
-                out
-            })
-            .collect();
-    }
-    parts.into_iter().filter(|r| !r.is_empty()).collect()
-}
-
 /// Every rank's provided elements of parameters `params`, by one all-gather: rank by rank,
 /// then parameter by parameter, range by range.
 fn gather_provided(
@@ -361,22 +309,4 @@ fn scatter(
 
 fn optim_err(e: String) -> Error {
     Error::Config(format!("fault tolerance: the optimizer's state: {e}"))
-}
-
-#[cfg(test)]
-#[allow(clippy::single_range_in_vec_init)]
-mod tests {
-    use super::subtract;
-
-    #[test]
-    fn subtracting_covered_parts_leaves_the_rest() {
-        assert_eq!(subtract(0..10, &[]), vec![0..10]);
-        assert_eq!(
-            subtract(0..10, &[0..10]),
-            Vec::<std::ops::Range<usize>>::new()
-        );
-        assert_eq!(subtract(0..10, &[3..5]), vec![0..3, 5..10]);
-        assert_eq!(subtract(0..10, &[8..20, 0..2]), vec![2..8]);
-        assert_eq!(subtract(5..10, &[0..3]), vec![5..10]);
-    }
 }
