@@ -1,0 +1,2 @@
+/// The trainer module.
+pub mod train;

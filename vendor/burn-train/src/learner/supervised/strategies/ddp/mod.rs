@@ -1,0 +1,5 @@
+mod epoch;
+mod strategy;
+mod worker;
+
+pub use strategy::*;

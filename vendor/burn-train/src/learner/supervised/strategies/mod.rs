@@ -1,0 +1,7 @@
+mod base;
+
+pub(crate) mod ddp;
+pub(crate) mod multi;
+pub(crate) mod single;
+
+pub use base::*;

@@ -1,0 +1,4 @@
+pub(crate) mod epoch;
+mod strategy;
+
+pub use strategy::*;

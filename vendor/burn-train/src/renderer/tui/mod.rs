@@ -1,0 +1,23 @@
+mod base;
+mod controls;
+mod full_history;
+mod metric_numeric;
+mod metric_text;
+mod plot_utils;
+mod popup;
+mod progress;
+mod recent_history;
+mod renderer;
+mod status;
+
+pub(crate) use base::*;
+pub(crate) use controls::*;
+pub(crate) use full_history::*;
+pub(crate) use metric_numeric::*;
+pub(crate) use metric_text::*;
+pub(crate) use plot_utils::*;
+pub(crate) use popup::*;
+pub(crate) use progress::*;
+pub(crate) use recent_history::*;
+pub use renderer::*;
+pub(crate) use status::*;
