@@ -304,10 +304,10 @@ fn optim_state_by_id(bytes: &[u8], ids: &[u64]) -> std::result::Result<Vec<u8>, 
     state::encode(rekeyed.values()).map_err(Mismatch::OptimizerState)
 }
 
-/// The ids of `module`'s float parameters (buffers included) in canonical order: the stable
-/// ids a trainer numbers them with (Note [Stable parameter ids] in phalanx-train), which key
-/// the optimizer's state.
-fn float_param_ids<M: Module>(module: &M) -> Vec<u64> {
+/// The ids of `module`'s float parameters (buffers included) in canonical order: the ids that
+/// key its optimizer's state (stable ones where a trainer numbers them, Note [Stable parameter
+/// ids] in phalanx-train).
+pub fn float_param_ids<M: Module>(module: &M) -> Vec<u64> {
     let mut ids = ParamIds(Vec::new());
     module.visit(&mut ids);
     ids.0

@@ -236,7 +236,9 @@ fn a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank() {
     };
     let ft = ["--fault-tolerance", "--max-restarts", "1"];
     // With the API: rank 1 dies before step 60 of 300; the others go on, its replacement
-    // joins them (steps take 50 ms while the group is short, so it joins before the end).
+    // joins them (steps take 0.25 s while the group is short, so it joins before the end: a
+    // replacement that needed more than the 12 s of the old 50 ms steps, importing torch while
+    // CI built beside the tests, found the run over).
     let started = std::time::Instant::now();
     let api = [
         "test_ft.py",

@@ -28,6 +28,14 @@ pub enum Error {
         #[source]
         source: Box<phalanx_ddp::Error>,
     },
+    /// The optimizer's state could not be read, cut or joined (`--sharding optimizer`).
+    #[error("phalanx-learner: rank {rank}: the optimizer's state: {reason}")]
+    OptimizerState {
+        /// This process's rank.
+        rank: usize,
+        /// What went wrong.
+        reason: String,
+    },
     /// A sharding mode the Learner cannot have, and why ([`Distributed::with_sharding`]).
     ///
     /// [`Distributed::with_sharding`]: crate::Distributed::with_sharding

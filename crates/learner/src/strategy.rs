@@ -90,7 +90,7 @@ impl Distributed {
     /// Shards the training state (`phalanx train --sharding`), as far as the Learner allows:
     /// `none` (DDP, the default) and `optimizer`, ZeRO-1 by whole parameter (PyTorch's
     /// `ZeroRedundancyOptimizer`: each rank keeps the optimizer state of the tensors it owns,
-    /// Note [Learner ZeRO]; bitwise DDP's parameters; no checkpointer, see the note). The
+    /// Note [Learner ZeRO]; bitwise DDP's parameters; checkpoints hold every rank's share). The
     /// other modes shard what the Learner's own optimizer must see whole, and are refused
     /// naming why (docs/learner.md, "Not supported, and why").
     pub fn with_sharding(mut self, sharding: Sharding) -> Result<Distributed> {
@@ -247,20 +247,12 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                 .iter()
                 .any(|s| s.kind == StateKind::Buffer);
 
-        // Note [Learner ZeRO]: on one rank every tensor is its own; a checkpoint would hold
-        // rank 0's share of the optimizer state only.
+        // Note [Learner ZeRO]: on one rank every tensor is its own. A resume loaded every
+        // rank's share of the optimizer state into each: each keeps its own.
         let zero = (self.sharding == Sharding::Optimizer && world > 1).then(|| {
-            if components.checkpointer.is_some() {
-                fatal(Error::Sharding {
-                    sharding: "optimizer",
-                    why: "the Learner's checkpoint would hold rank 0's share of the optimizer \
-                          state only (burn-train saves rank 0's OptimizerRecord and offers no \
-                          way to read the other ranks' to merge them), so a resumed run would \
-                          lose the others' state: train without a checkpointer, or with \
-                          sharding none",
-                })
-            }
             let zero = ZeroRedundancy::new(ddp.state_infos(), rank, world);
+            zero.keep_own_state(&mut learner)
+                .unwrap_or_else(|e| fatal(e));
             if self.lead() {
                 println!(
                     "sharding optimizer: each rank keeps the optimizer state of its tensors \
@@ -297,6 +289,14 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                 .unwrap_or_else(|e| fatal(e));
             // Every rank's pass covers the whole loader (its share trained, the rest skipped).
             let throughput = train.num_items() as f64 / started.elapsed().as_secs_f64();
+            // Note [Learner ZeRO]: every rank's share of the optimizer state to rank 0, for its
+            // checkpointer (whether this epoch is saved is the checkpointer's choice, on rank 0).
+            let mut whole_state = match (&epoch_run.zero, &checkpointer) {
+                (Some(zero), Some(_)) => zero
+                    .gather_state(&self.pg, epoch_run.learner)
+                    .unwrap_or_else(|e| fatal(e)),
+                _ => None,
+            };
             let mut early_stop = false;
             if self.lead() {
                 interrupter.fail_on_error(processor.process_train(LearnerEvent::EndSplit(epoch)));
@@ -316,7 +316,15 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for Distributed {
                 }
                 if !interrupter.should_stop() {
                     if let Some(checkpointer) = &mut checkpointer {
-                        checkpointer.checkpoint(epoch_run.learner, epoch, &components.event_store);
+                        let learner = &mut *epoch_run.learner;
+                        match (whole_state.take(), &epoch_run.zero) {
+                            (Some(whole), Some(zero)) => {
+                                learner.load_optim(whole);
+                                checkpointer.checkpoint(learner, epoch, &components.event_store);
+                                zero.keep_own_state(learner).unwrap_or_else(|e| fatal(e));
+                            }
+                            _ => checkpointer.checkpoint(learner, epoch, &components.event_store),
+                        }
                     }
                     if let Some(early) = &mut early_stopping {
                         early_stop = early.should_stop(epoch, &components.event_store);

@@ -16,14 +16,23 @@
 //! bitwise DDP's. The cost: one more broadcast of the parameters per step, and the model loaded
 //! into the Learner after it (its one way in, Note [Buffers into the Learner]).
 //!
-//! The Learner's checkpoint would hold rank 0's share of the optimizer state only: burn-train
-//! saves rank 0's `OptimizerRecord` and offers no way to read another's to merge it first, so
-//! a resumed run would lose the other ranks' moments. The strategy refuses a checkpointer under
-//! this mode rather than write such a checkpoint (docs/learner.md).
+//! Checkpoints hold the whole optimizer state: burn-train's checkpointer writes rank 0's
+//! `OptimizerRecord`, so before each epoch's checkpoint every rank sends the state of the
+//! tensors it owns, keyed by the tensor's position among the model's floats (each process has
+//! its own parameter ids), and rank 0 loads the union, keyed by its own ids, into its Learner
+//! for the checkpointer, then goes back to its own share ([`ZeroRedundancy::gather_state`]).
+//! A resume loads that whole state into every rank; each then keeps its own share
+//! ([`ZeroRedundancy::keep_own_state`]). Reading a Learner's record takes the one accessor
+//! phalanx adds to burn-train (`Learner::optimizer_record`, vendor/burn-train/PHALANX.md).
+
+use std::collections::BTreeMap;
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
-use burn::tensor::Tensor;
+use burn::optim::{GradientsParams, OptimizerRecord};
+use burn::tensor::{Bytes, Tensor};
+use burn_train::{Learner, LearnerModel};
+use phalanx_checkpoint::optim_state::{self, ParamState};
+use phalanx_checkpoint::state_dict::float_param_ids;
 use phalanx_ddp::adapter::burn::{params_to_flat, set_params_from_flat};
 use phalanx_ddp::adapter::{StateInfo, StateKind};
 use phalanx_pg::ProcessGroup;
@@ -126,6 +135,100 @@ impl ZeroRedundancy {
         set_params_from_flat(module, &values).map_err(|e| self.failed("writing", e))
     }
 
+    /// Every rank's share of the optimizer state, joined on rank 0 into a record keyed by
+    /// its Learner's parameter ids (for its checkpointer); `None` on the other ranks, and
+    /// where no rank has any state. A collective.
+    pub(crate) fn gather_state<M: LearnerModel>(
+        &self,
+        pg: &ProcessGroup,
+        learner: &Learner<M>,
+    ) -> Result<Option<OptimizerRecord>> {
+        let ids = float_param_ids(&learner.model());
+        // Keyed by position among the floats: each process has its own parameter ids.
+        let mine: Vec<ParamState> = self
+            .own_states(learner, &ids)?
+            .into_values()
+            .map(|mut st| {
+                st.id = position_of(&ids, st.id) as u64;
+                st
+            })
+            .collect();
+        let bytes = optim_state::encode(&mine).map_err(|e| self.state_err(e))?;
+        let collective = |source| Error::Collective {
+            rank: self.rank,
+            operation: "gathering the ranks' optimizer state for the checkpoint (ZeRO-1)",
+            source,
+        };
+        let Some(all) = phalanx_pg::gather_object(pg, &bytes, 0).map_err(collective)? else {
+            return Ok(None);
+        };
+        let mut whole = BTreeMap::new();
+        for theirs in all {
+            for (position, mut st) in optim_state::decode(&theirs).map_err(|e| self.state_err(e))? {
+                st.id = ids[position as usize];
+                whole.insert(st.id, st);
+            }
+        }
+        // No state anywhere (plain SGD, or no step yet): rank 0's own record is the whole.
+        if whole.is_empty() {
+            return Ok(None);
+        }
+        self.record(whole.values()).map(Some)
+    }
+
+    /// Keeps in `learner`'s optimizer the state of this rank's tensors only (after a resume
+    /// loaded every rank's, or after rank 0's checkpoint).
+    pub(crate) fn keep_own_state<M: LearnerModel>(&self, learner: &mut Learner<M>) -> Result<()> {
+        if learner.optimizer_record().is_empty() {
+            return Ok(());
+        }
+        let ids = float_param_ids(&learner.model());
+        let own = self.own_states(learner, &ids)?;
+        let record = self.record(own.values())?;
+        learner.load_optim(record);
+        Ok(())
+    }
+
+    /// The optimizer state of the tensors this rank owns, by parameter id (`ids`: the model's
+    /// float ids in canonical order).
+    fn own_states<M: LearnerModel>(
+        &self,
+        learner: &Learner<M>,
+        ids: &[u64],
+    ) -> Result<BTreeMap<u64, ParamState>> {
+        let record = learner.optimizer_record();
+        if record.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let bytes = record
+            .into_bytes()
+            .map_err(|e| self.state_err(e.to_string()))?;
+        let mut states = optim_state::decode(&bytes).map_err(|e| self.state_err(e))?;
+        states.retain(|id, _| {
+            ids.iter()
+                .position(|i| i == id)
+                .is_some_and(|at| self.owners.get(at).copied().flatten() == Some(self.rank))
+        });
+        Ok(states)
+    }
+
+    /// `states` as an optimizer record.
+    fn record<'a>(
+        &self,
+        states: impl IntoIterator<Item = &'a ParamState>,
+    ) -> Result<OptimizerRecord> {
+        let bytes = optim_state::encode(states).map_err(|e| self.state_err(e))?;
+        OptimizerRecord::from_bytes(Bytes::from_bytes_vec(bytes))
+            .map_err(|e| self.state_err(e.to_string()))
+    }
+
+    fn state_err(&self, reason: String) -> Error {
+        Error::OptimizerState {
+            rank: self.rank,
+            reason,
+        }
+    }
+
     fn failed(&self, what: &'static str, source: phalanx_ddp::Error) -> Error {
         Error::Ddp {
             rank: self.rank,
@@ -136,6 +239,13 @@ impl ZeroRedundancy {
             source: Box::new(source),
         }
     }
+}
+
+/// Where `id` is among the model's float parameter ids.
+fn position_of(ids: &[u64], id: u64) -> usize {
+    ids.iter()
+        .position(|&i| i == id)
+        .expect("the optimizer steps the model's own parameters")
 }
 
 /// Removes from `grads` the gradients of the float tensors another rank owns, visiting the

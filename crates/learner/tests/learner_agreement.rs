@@ -150,7 +150,7 @@ fn worker() {
 
 /// Launches 2 workers in `mode` and waits for the launcher, within the deadline.
 fn launch_raw(mode: &str) -> Option<phalanx_testing::process::Finished> {
-    common::launch_workers(ROLE, mode, DEADLINE)
+    common::launch_workers(ROLE, mode, &[], DEADLINE)
 }
 
 /// Launches 2 workers in `mode`, which must succeed; each rank's line and the number of rank

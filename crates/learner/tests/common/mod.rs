@@ -61,9 +61,14 @@ pub(crate) fn classification(output: Tensor<2>, y: Tensor<1, Int>) -> Classifica
 }
 
 /// Runs this test binary's `worker` test on 2 ranks under the real `phalanx launch`, with
-/// `role` set to `mode` in their environment, and waits for the launcher within `deadline`.
-/// `None` (the test skips) when `target/debug/phalanx` is not built.
-pub(crate) fn launch_workers(role: &str, mode: &str, deadline: Duration) -> Option<Finished> {
+/// `role` set to `mode` and `env` in their environment, and waits for the launcher within
+/// `deadline`. `None` (the test skips) when `target/debug/phalanx` is not built.
+pub(crate) fn launch_workers(
+    role: &str,
+    mode: &str,
+    env: &[(&str, &std::path::Path)],
+    deadline: Duration,
+) -> Option<Finished> {
     let exe = std::env::current_exe().unwrap();
     let phalanx: PathBuf = exe.parent()?.parent()?.join("phalanx");
     if !phalanx.exists() {
@@ -76,6 +81,7 @@ pub(crate) fn launch_workers(role: &str, mode: &str, deadline: Duration) -> Opti
     let mut cmd = Command::new(phalanx);
     clean_env(&mut cmd)
         .env(role, mode)
+        .envs(env.iter().copied())
         .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
         .arg(exe)
         .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])

@@ -115,6 +115,16 @@ impl<M: LearnerModel> Learner<M> {
         self.model = self.model.clone().load_record(record);
     }
 
+    /// The state of the learner's optimizer as a [record](OptimizerRecord): what a checkpoint
+    /// saves and [`load_optim`](Self::load_optim) takes back.
+    ///
+    /// A training strategy that shards the optimizer's state across processes (each stepping
+    /// the parameters it owns) reads every process's record to merge them before the
+    /// checkpoint is written, and to keep its own share after a resume loaded the whole.
+    pub fn optimizer_record(&self) -> OptimizerRecord {
+        self.optim.to_record()
+    }
+
     /// Load the state of the learner's optimizer from a [record](OptimizerRecord).
     ///
     /// No device is needed: the optimizer state is migrated to each parameter's device on the next
