@@ -12,7 +12,7 @@ pub enum Error {
         reason: String,
     },
     /// A checkpoint that verifies but does not fit the module or optimizer it is loaded into
-    /// ([`state_dict::load`](crate::state_dict::load)): nothing was loaded.
+    /// (`state_dict::load`): nothing was loaded.
     #[error("checkpoint {}: {mismatch}", path.display())]
     Mismatch {
         /// Its commit record (`step-<N>.json`).

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use phalanx_checkpoint::position::Position;
 use phalanx_checkpoint::{Damaged, Meta};
 use phalanx_ddp::{fsdp::Sharding, BucketMemory};
 
@@ -70,7 +71,7 @@ pub trait Reporter {
     }
     /// Fault tolerance: after a rank died, this rank's group was re-formed with a replacement
     /// and the first step after it completed (Note [Regroup]).
-    fn regrouped(&mut self, r: &crate::trainer::Regrouped) {
+    fn regrouped(&mut self, r: &Regrouped) {
         tracing::warn!(
             "generation {}: regrouped, continuing at step {} from rank {}'s state, {:.2} s after the failure",
             r.generation,
@@ -86,4 +87,23 @@ pub trait Reporter {
             dir.display()
         );
     }
+}
+
+/// What a regroup under fault tolerance did (Note [Regroup] in `trainer/regroup/replicas.rs`),
+/// for the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Regrouped {
+    /// The process group's new generation.
+    pub generation: u64,
+    /// The slots of the new group, ascending (its ranks in order).
+    pub members: Vec<usize>,
+    /// The rank (of the new group) whose state every rank took.
+    pub source: usize,
+    /// Where the run continues.
+    pub position: Position,
+    /// From the failure (for a replacement: from its start of training) to the first step
+    /// completed after it.
+    pub seconds: f64,
+    /// Whether this rank is the replacement (it took the state; it held none).
+    pub replacement: bool,
 }

@@ -19,7 +19,7 @@ pub mod stop;
 pub mod throughput;
 pub mod trainer;
 
-pub use config::{Reporter, TrainConfig};
+pub use config::{Regrouped, Reporter, TrainConfig};
 pub use ddp_step::{accumulate_step, train_step, train_step_clipped, train_step_unfused};
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
@@ -30,5 +30,4 @@ pub use model::{
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
 pub use step::{evaluate, forward_backward, param_digest, train_step_local};
-pub use trainer::Regrouped;
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

@@ -12,7 +12,6 @@ mod regroup;
 mod resume;
 
 pub use epochs::Summary;
-pub use regroup::Regrouped;
 
 use std::{sync::Arc, time::Instant};
 
@@ -22,6 +21,7 @@ use phalanx_data::Dataset;
 use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
 use phalanx_pg::{FaultTolerance, ProcessGroup};
 
+use crate::config::Regrouped;
 pub use crate::config::{Reporter, TrainConfig};
 use crate::{
     device,

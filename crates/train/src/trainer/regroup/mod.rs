@@ -24,8 +24,6 @@ mod plan;
 mod replicas;
 mod shards;
 
-pub use replicas::Regrouped;
-
 use std::time::Instant;
 
 use phalanx_ddp::fsdp::LocalShard;

@@ -19,24 +19,6 @@ use phalanx_pg::ProcessGroup;
 
 use crate::{Classifier, Error, Optim, Result};
 
-/// What [`resync`] did, for the report.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Regrouped {
-    /// The process group's new generation.
-    pub generation: u64,
-    /// The slots of the new group, ascending (its ranks in order).
-    pub members: Vec<usize>,
-    /// The rank (of the new group) whose state every rank took.
-    pub source: usize,
-    /// Where the run continues.
-    pub position: Position,
-    /// From the failure (for a replacement: from its start of training) to the first step
-    /// completed after it.
-    pub seconds: f64,
-    /// Whether this rank is the replacement (it took the state; it held none).
-    pub replacement: bool,
-}
-
 /// Makes every rank's model, optimizer and position equal to the newest ones held by any rank
 /// (Note [Regroup]); `held` is this rank's position, `None` for a replacement. Returns the
 /// model, the position and the source rank. A collective of the new group.
