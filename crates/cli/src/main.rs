@@ -17,8 +17,9 @@ struct Cli {
 enum Command {
     /// Start a program on N processes per host (torchrun's interface).
     Launch(cmd::launch::Args),
-    /// Train the seed MLP (the main job); launches itself unless started by a launcher.
-    Train(cmd::train::Args),
+    /// Train the seed MLP (the main job), the CNN, the transformer or the GPT language model;
+    /// launches itself unless started by a launcher. (Boxed: its flags outweigh the others'.)
+    Train(Box<cmd::train::Args>),
     /// Benchmarks: `phalanx bench allreduce`, `phalanx bench train`.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
@@ -45,7 +46,7 @@ fn main() -> std::process::ExitCode {
     init_logging();
     let result = match cli.command {
         Command::Launch(a) => cmd::launch::run(a),
-        Command::Train(a) => cmd::train::run(a),
+        Command::Train(a) => cmd::train::run(*a),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Checkpoint(c) => cmd::checkpoint::run(c),
         Command::Store(a) => cmd::store::run(a),

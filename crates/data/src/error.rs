@@ -65,6 +65,18 @@ pub enum Error {
         /// The spec given.
         spec: String,
     },
+    /// The corpus spec of a language model is not one of the known forms.
+    #[error("unknown text corpus {spec:?}: --model gpt trains on shakespeare or text:PATH (a file of text, tokenised byte-level)")]
+    UnknownCorpus {
+        /// The spec given.
+        spec: String,
+    },
+    /// A text corpus was given to a model that takes feature rows.
+    #[error("{spec} is a text corpus: train it with --model gpt (the other models take feature rows: digits, mnist5k, synthetic, csv:PATH, mnist-idx:DIR)")]
+    TextCorpus {
+        /// The spec given.
+        spec: String,
+    },
     /// A dataset was built from inconsistent parts.
     #[error("dataset {name}: {reason}")]
     InvalidDataset {

@@ -1,6 +1,6 @@
 //! Data for distributed training: a `DistributedSampler` that gives exactly the indices
 //! PyTorch's gives, an exact-evaluation sharding, the datasets phalanx trains on (vendored
-//! digits and MNIST subsets, synthetic, CSV, MNIST IDX), and batching with prefetch.
+//! digits and MNIST subsets, synthetic, CSV, MNIST IDX; text corpora as windows of byte tokens), and batching with prefetch.
 //! No network is used.
 //!
 //! ```
@@ -29,6 +29,7 @@ mod randperm;
 mod sampler;
 mod spec;
 mod synthetic;
+mod text;
 mod vendored;
 
 pub use crate::csv::csv;
@@ -40,4 +41,5 @@ pub use randperm::{randperm, RANDPERM_SMALL_LIMIT};
 pub use sampler::{exact_shard, DistributedSampler};
 pub use spec::load;
 pub use synthetic::{synthetic, SYNTHETIC_CLASSES, SYNTHETIC_DIM};
+pub use text::{load_text, shakespeare, text_windows, BYTE_VOCAB};
 pub use vendored::{digits, mnist5k};

@@ -26,6 +26,8 @@ pub fn load(spec: &str) -> Result<Dataset> {
         None if spec == "digits" => vendored::digits(),
         None if spec == "mnist5k" => vendored::mnist5k(),
         None if spec == "synthetic" => Ok(synthetic::synthetic(60_000, 0)),
+        None if spec == "shakespeare" => Err(Error::TextCorpus { spec: spec.into() }),
+        Some(("text", _)) => Err(Error::TextCorpus { spec: spec.into() }),
         Some(("synthetic", rest)) => {
             let mut parts = rest.split(':');
             let n = parts

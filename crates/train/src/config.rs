@@ -12,7 +12,8 @@ use crate::{metrics::EpochRecord, ModelKind, OptimOptions};
 /// Everything `phalanx train` needs to know.
 #[derive(Debug, Clone)]
 pub struct TrainConfig {
-    /// Dataset spec (`digits`, `mnist5k`, `synthetic[:N[:SEED]]`, `csv:PATH`, `mnist-idx:DIR`).
+    /// Dataset spec (`digits`, `mnist5k`, `synthetic[:N[:SEED]]`, `csv:PATH`, `mnist-idx:DIR`;
+    /// for `--model gpt` a text corpus: `shakespeare` or `text:PATH`).
     pub dataset: String,
     /// Share of the data held out for testing.
     pub test_fraction: f64,
@@ -28,10 +29,16 @@ pub struct TrainConfig {
     pub grad_clip: Option<f32>,
     /// Freeze the parameters whose path matches (comma-separated globs or path prefixes).
     pub freeze: Option<String>,
-    /// Hidden width (MLP).
+    /// Hidden width (MLP); d_model (GPT).
     pub hidden: usize,
-    /// Hidden layers (MLP).
+    /// Hidden layers (MLP); blocks (GPT).
     pub depth: usize,
+    /// Attention heads per block (GPT).
+    pub heads: usize,
+    /// Tokens a window feeds the model (GPT; a sample is `seq_len + 1` tokens).
+    pub seq_len: usize,
+    /// Dropout probability (GPT).
+    pub dropout: f64,
     /// Seed of the model init, the split and the sampler.
     pub seed: u64,
     /// Reduce gradients in bf16 (halves bytes on the wire).

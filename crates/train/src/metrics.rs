@@ -14,8 +14,13 @@ pub struct EpochRecord {
     pub epoch: u64,
     /// Mean training loss over the epoch's steps on this rank.
     pub train_loss: f64,
-    /// Test accuracy over the whole test set (exact sharding, counts reduced over ranks).
+    /// Test accuracy over the whole test set (exact sharding, counts reduced over ranks): the
+    /// share of its targets predicted (a language model's: of its next tokens).
     pub test_accuracy: f64,
+    /// Mean cross-entropy over the test set's targets (a language model's validation loss;
+    /// its perplexity is `exp` of it).
+    #[serde(default)]
+    pub test_loss: f64,
     /// Training samples per second, all ranks together.
     pub samples_per_s: f64,
     /// Share of step time spent waiting for gradient communication.
@@ -147,6 +152,7 @@ mod tests {
                 epoch: e,
                 train_loss: 2.0 / e as f64,
                 test_accuracy: 0.5 + 0.1 * e as f64,
+                test_loss: 1.5 / e as f64,
                 samples_per_s: 1000.0,
                 comm_fraction: 0.1,
                 seconds: 1.0,

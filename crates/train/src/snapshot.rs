@@ -17,7 +17,7 @@ use crate::{
 
 /// Facts a checkpoint must agree with to be resumed.
 pub(crate) fn run_facts(cfg: &TrainConfig, data: &Dataset) -> HashMap<String, String> {
-    HashMap::from([
+    let mut facts = HashMap::from([
         ("dataset".into(), cfg.dataset.clone()),
         ("dataset_len".into(), data.len().to_string()),
         ("test_fraction".into(), cfg.test_fraction.to_string()),
@@ -32,7 +32,14 @@ pub(crate) fn run_facts(cfg: &TrainConfig, data: &Dataset) -> HashMap<String, St
         ("grad_clip".into(), format!("{:?}", cfg.grad_clip)),
         ("freeze".into(), cfg.freeze.clone().unwrap_or_default()),
         ("bf16".into(), cfg.bf16.to_string()),
-    ])
+    ]);
+    // Only the GPT has heads and windows (an MLP's checkpoint does not depend on them).
+    if cfg.model.reads_text() {
+        facts.insert("heads".into(), cfg.heads.to_string());
+        facts.insert("seq_len".into(), cfg.seq_len.to_string());
+        facts.insert("dropout".into(), cfg.dropout.to_string());
+    }
+    facts
 }
 
 pub(crate) fn check_compatible(

@@ -23,10 +23,11 @@ pub fn forward_backward<M: Classifier>(
     let device = model.device();
     let x = batch_tensor(model, features, labels.len())?;
     let y = Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);
+    let targets = model.targets(x.clone(), y);
     let logits = model.logits(x);
     let loss = CrossEntropyLossConfig::new()
         .init(&device)
-        .forward(logits, y);
+        .forward(logits, targets);
     let value = loss.clone().into_scalar::<f32>();
     Ok((loss.backward(), value))
 }
@@ -43,8 +44,27 @@ pub fn train_step_local<M: Classifier>(
     Ok((optimizer.step(model, grads), loss))
 }
 
-/// Number of rows of `features` whose arg-max logit is their label.
+/// What a model scores on held-out rows: its targets ([`Classifier::targets`]: one per
+/// sample, or one per position of a language model's windows), how many of them its arg-max
+/// logit predicts, and the sum of their cross-entropy losses.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Score {
+    /// Targets scored.
+    pub targets: usize,
+    /// Targets whose arg-max logit is the target.
+    pub correct: usize,
+    /// Sum of the targets' cross-entropy (natural log).
+    pub loss_sum: f64,
+}
+
+/// Number of targets of `features` (one per row for a classifier) whose arg-max logit is the
+/// target: [`score`]'s `correct`.
 pub fn evaluate<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> Result<usize> {
+    Ok(score(model, features, labels)?.correct)
+}
+
+/// The model's [`Score`] on `features` and `labels`, in chunks of rows to bound memory.
+pub fn score<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> Result<Score> {
     let model = model.valid();
     let input = model.input_dim();
     if features.len() != labels.len() * input {
@@ -54,19 +74,34 @@ pub fn evaluate<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> R
             input,
         });
     }
-    let mut correct = 0;
+    let device = model.device();
+    let mut score = Score::default();
     for (rows, labels) in features
         .chunks(EVAL_CHUNK * input)
         .zip(labels.chunks(EVAL_CHUNK))
     {
         let x = batch_tensor(&model, rows, labels.len())?;
-        let predicted = model.logits(x).argmax(1).into_data_as::<i64>();
-        let predicted = predicted
-            .as_slice::<i64>()
-            .map_err(|e| Error::Tensor(format!("{e:?}")))?;
-        correct += predicted.iter().zip(labels).filter(|(p, l)| p == l).count();
+        let y =
+            Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);
+        let targets = model.targets(x.clone(), y);
+        let logits = model.logits(x);
+        let count = targets.dims()[0];
+        let mean = CrossEntropyLossConfig::new()
+            .init(&device)
+            .forward(logits.clone(), targets.clone())
+            .into_scalar::<f32>();
+        let hits = logits
+            .argmax(1)
+            .reshape([count])
+            .equal(targets)
+            .int()
+            .sum()
+            .into_scalar::<i64>();
+        score.targets += count;
+        score.correct += hits as usize;
+        score.loss_sum += mean as f64 * count as f64;
     }
-    Ok(correct)
+    Ok(score)
 }
 
 /// SHA-256 (hex) of all parameters in canonical order, as little-endian `f32` bytes: equal digests

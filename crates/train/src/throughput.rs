@@ -58,12 +58,22 @@ pub struct Throughput {
 /// Runs `warmup + steps` training steps (DDP or `c.sharding`) of the model (the MLP is 784-hidden×depth-10) on
 /// synthetic MNIST-shaped batches (fixed per rank, so data loading is not measured).
 pub fn measure(pg: Arc<ProcessGroup>, c: &ThroughputConfig) -> Result<Throughput> {
+    if c.model.reads_text() {
+        return Err(crate::Error::Config(format!(
+            "bench train measures the models of feature rows (mlp, cnn, transformer); time \
+             --model {} with `phalanx train --model {} --max-steps N`, whose summary has its \
+             samples per second",
+            c.model, c.model
+        )));
+    }
     let spec = ModelSpec {
         kind: c.model,
         input: 784,
         classes: 10,
         hidden: c.hidden,
         depth: c.depth,
+        heads: 1,
+        dropout: 0.0,
         seed: 0,
     };
     with_model(&spec, &device(), Measure { pg, c: *c })

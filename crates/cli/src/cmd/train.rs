@@ -23,29 +23,36 @@ const DEFAULT_NPROC: u32 = 2;
 pub(crate) struct Args {
     #[command(flatten)]
     launch: phalanx_launch::LaunchArgs,
-    /// digits | mnist5k | synthetic[:N[:SEED]] | csv:PATH (label last) | mnist-idx:DIR.
-    #[arg(long, default_value = "digits")]
-    dataset: String,
+    /// digits (the default) | mnist5k | synthetic[:N[:SEED]] | csv:PATH (label last) |
+    /// mnist-idx:DIR; for --model gpt a text corpus: shakespeare (the default) | text:PATH.
+    #[arg(long)]
+    dataset: Option<String>,
     /// Share of the dataset held out for the test accuracy (deterministic split by --seed).
-    #[arg(long, default_value_t = 0.2)]
-    test_fraction: f64,
-    /// Passes over the training data.
-    #[arg(long, default_value_t = 60)]
-    epochs: u64,
+    /// Default 0.2; 0.01 for --model gpt (the validation loss on 50,000 tokens of Shakespeare
+    /// takes seconds, not the minute of a fifth of it).
+    #[arg(long)]
+    test_fraction: Option<f64>,
+    /// Passes over the training data (default 60; 1 for --model gpt, whose epoch is 5 MB of
+    /// text).
+    #[arg(long)]
+    epochs: Option<u64>,
     /// Samples per step on each rank (the global batch is this × world size).
     #[arg(long, default_value_t = 8)]
     batch_size: usize,
     /// The model: `mlp` (the seed recipe, sized by --hidden and --depth), `cnn` (two conv
-    /// blocks with BatchNorm on 1×28×28) or `transformer` (image rows as 28 tokens, 2 encoder
-    /// layers); the image models take --dataset mnist5k or mnist-idx:DIR (docs/train.md).
+    /// blocks with BatchNorm on 1×28×28), `transformer` (image rows as 28 tokens, 2 encoder
+    /// layers), or `gpt` (a decoder language model on byte tokens, sized by --hidden, --depth,
+    /// --heads and --seq-len); the image models take --dataset mnist5k or mnist-idx:DIR, the
+    /// gpt a text corpus (docs/train.md).
     #[arg(long, default_value = "mlp")]
     model: ModelKind,
     /// The optimizer: `sgd`, `adam` or `adamw` (PyTorch's defaults: betas 0.9/0.999, eps 1e-8).
-    #[arg(long, default_value = "sgd")]
-    optimizer: OptimizerKind,
-    /// Learning rate (the base rate of the schedule).
-    #[arg(long, default_value_t = 0.01)]
-    lr: f64,
+    /// Default: sgd; adamw for --model gpt.
+    #[arg(long)]
+    optimizer: Option<OptimizerKind>,
+    /// Learning rate (the base rate of the schedule). Default: 0.01; 0.001 for --model gpt.
+    #[arg(long)]
+    lr: Option<f64>,
     /// Learning-rate schedule: `constant`, `cosine` (to 0 at the last step), `step` (× 0.1 every
     /// 30 epochs) or `step:EPOCHS[:GAMMA]`.
     #[arg(long, default_value = "constant", value_parser = LrSchedule::parse_kind)]
@@ -66,12 +73,24 @@ pub(crate) struct Args {
     /// globs (`encoder.layers.0.*`); a pattern that matches nothing is an error.
     #[arg(long)]
     freeze: Option<String>,
-    /// Hidden width (mlp).
+    /// Hidden width (mlp); the width of the residual stream, d_model (gpt).
     #[arg(long, default_value_t = 128)]
     hidden: usize,
-    /// Hidden layers (mlp; 1 = the seed recipe's Linear → ReLU → Linear).
-    #[arg(long, default_value_t = 1)]
-    depth: usize,
+    /// Hidden layers (mlp; default 1 = the seed recipe's Linear → ReLU → Linear); blocks
+    /// (gpt; default 2).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Attention heads per block (gpt; default 4); they divide --hidden.
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Tokens the model reads at a time (gpt; default 64): a sample is a window of this many
+    /// byte tokens and their next tokens.
+    #[arg(long)]
+    seq_len: Option<usize>,
+    /// Dropout probability (gpt; default 0.1): after the embeddings, on the attention weights
+    /// and on each residual branch.
+    #[arg(long)]
+    dropout: Option<f64>,
     /// Seed of the initialisation, the split and the sampler's shuffle.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -139,6 +158,25 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             bail!("--grad-clip {c}: expected a positive global norm, e.g. --grad-clip 1.0");
         }
     }
+    if args.model != ModelKind::Gpt {
+        for (flag, given) in [
+            ("--heads", args.heads.is_some()),
+            ("--seq-len", args.seq_len.is_some()),
+            ("--dropout", args.dropout.is_some()),
+        ] {
+            if given {
+                bail!(
+                    "{flag} sizes the language model: it applies to --model gpt, not --model {}",
+                    args.model
+                );
+            }
+        }
+    }
+    if let Some(p) = args.dropout {
+        if !(0.0..1.0).contains(&p) {
+            bail!("--dropout {p}: expected a probability in [0, 1)");
+        }
+    }
     check_backend(args.backend)?;
     check_device(args.device)?;
     if args.backend != BackendType::Mpi && !phalanx_launch::started_by_launcher() {
@@ -196,19 +234,32 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         (None, None) => unreachable!("joined or fault tolerant"),
     };
     let banner = rank == 0 && !args.json && !ft.as_ref().is_some_and(|f| f.is_replacement());
+    let gpt = args.model == ModelKind::Gpt;
+    let dataset = args
+        .dataset
+        .clone()
+        .unwrap_or_else(|| if gpt { "shakespeare" } else { "digits" }.into());
+    let epochs = args.epochs.unwrap_or(if gpt { 1 } else { 60 });
+    let depth = args.depth.unwrap_or(if gpt { 2 } else { 1 });
+    let optimizer = args.optimizer.unwrap_or(if gpt {
+        OptimizerKind::AdamW
+    } else {
+        OptimizerKind::Sgd
+    });
+    let lr = args.lr.unwrap_or(if gpt { 1e-3 } else { 0.01 });
     let cfg = TrainConfig {
-        dataset: args.dataset.clone(),
-        test_fraction: args.test_fraction,
-        epochs: args.epochs,
+        dataset: dataset.clone(),
+        test_fraction: args.test_fraction.unwrap_or(if gpt { 0.01 } else { 0.2 }),
+        epochs,
         batch_size: args.batch_size,
         model: args.model,
         optim: OptimOptions {
-            kind: args.optimizer,
-            lr: args.lr,
+            kind: optimizer,
+            lr,
             momentum: args.momentum,
             weight_decay: args
                 .weight_decay
-                .unwrap_or(args.optimizer.default_weight_decay()),
+                .unwrap_or(optimizer.default_weight_decay()),
             schedule: LrSchedule {
                 kind: args.lr_schedule,
                 warmup_steps: args.warmup_steps,
@@ -217,7 +268,10 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         grad_clip: args.grad_clip,
         freeze: args.freeze.clone(),
         hidden: args.hidden,
-        depth: args.depth,
+        depth,
+        heads: args.heads.unwrap_or(4),
+        seq_len: args.seq_len.unwrap_or(64),
+        dropout: args.dropout.unwrap_or(0.1),
         seed: args.seed,
         bf16: args.bf16,
         bucket_memory: args.bucket_memory,
@@ -229,10 +283,33 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         resume: args.resume,
         max_steps: args.max_steps,
     };
-    let mut reporter = Console::new(rank, world, args.json, args.epochs, args.batch_size);
+    let mut reporter = Console::new(
+        rank,
+        world,
+        args.json,
+        epochs,
+        args.batch_size,
+        gpt.then_some(cfg.seq_len),
+    );
     if banner {
         let model = match args.model {
-            ModelKind::Mlp => format!("MLP with {} hidden layer(s) of {}", args.depth, args.hidden),
+            ModelKind::Mlp => format!("MLP with {depth} hidden layer(s) of {}", args.hidden),
+            ModelKind::Gpt => format!(
+                "GPT with {depth} block(s), d_model {}, {} heads, {} tokens of context, {} \
+                 parameters",
+                cfg.hidden,
+                cfg.heads,
+                cfg.seq_len,
+                phalanx_train::GptConfig {
+                    vocab: phalanx_data::BYTE_VOCAB,
+                    seq_len: cfg.seq_len,
+                    d_model: cfg.hidden,
+                    depth,
+                    heads: cfg.heads,
+                    dropout: cfg.dropout,
+                }
+                .num_params()
+            ),
             other => other.to_string(),
         };
         let sharding = match args.sharding {
@@ -241,11 +318,11 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         };
         println!(
             "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}{sharding}",
-            args.dataset,
+            dataset,
             world,
             args.batch_size,
-            args.optimizer,
-            args.lr,
+            optimizer,
+            lr,
             if args.bf16 { ", bf16 gradients" } else { "" }
         );
     }
@@ -331,10 +408,29 @@ struct Console {
     last_step: u64,
     started: Instant,
     records: Vec<EpochRecord>,
+    /// A language model's tokens per sample (its --seq-len): its test loss is a validation
+    /// loss, reported with its perplexity, and its rate in tokens.
+    language_model: Option<usize>,
 }
 
 impl Console {
-    fn new(rank: usize, world: usize, json: bool, epochs: u64, batch_size: usize) -> Console {
+    /// `exp(loss)` for a language model.
+    fn perplexity(&self, loss: f64) -> Option<f64> {
+        self.language_model.map(|_| loss.exp())
+    }
+
+    fn tokens_per_sample(&self) -> f64 {
+        self.language_model.unwrap_or(1) as f64
+    }
+
+    fn new(
+        rank: usize,
+        world: usize,
+        json: bool,
+        epochs: u64,
+        batch_size: usize,
+        language_model: Option<usize>,
+    ) -> Console {
         let bar = (rank == 0 && !json && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new(0);
             b.set_style(
@@ -362,6 +458,7 @@ impl Console {
             last_step: 0,
             started: Instant::now(),
             records: Vec::new(),
+            language_model,
         }
     }
 
@@ -376,11 +473,27 @@ impl Console {
                 rank: s.rank,
                 world: s.world,
                 epochs: s.epochs,
+                train_loss: s.train_loss,
                 test_accuracy: s.test_accuracy,
+                test_loss: s.test_loss,
+                perplexity: self.perplexity(s.test_loss),
                 samples_per_s: s.samples_per_s,
                 comm_fraction: s.comm_fraction,
                 param_digest: &s.param_digest,
             });
+        } else if self.rank == 0 && self.language_model.is_some() {
+            println!(
+                "done: {} epoch(s) in {:.1} s, train loss {:.4}, val loss {:.4}, perplexity {:.2}, {:.0} tokens/s on {} rank(s), {:.0}% of step time in communication, parameters {}",
+                s.epochs,
+                self.started.elapsed().as_secs_f64(),
+                s.train_loss,
+                s.test_loss,
+                s.test_loss.exp(),
+                s.samples_per_s * self.tokens_per_sample(),
+                s.world,
+                100.0 * s.comm_fraction,
+                &s.param_digest[..16]
+            );
         } else if self.rank == 0 {
             println!(
                 "done: {} epochs in {:.1} s, test accuracy {:.2}%, {:.0} samples/s on {} rank(s), {:.0}% of step time in communication, parameters {}",
@@ -459,13 +572,29 @@ impl Reporter for Console {
                 world: self.world,
                 train_loss: r.train_loss,
                 test_accuracy: r.test_accuracy,
+                test_loss: r.test_loss,
+                perplexity: self.perplexity(r.test_loss),
                 samples_per_s: r.samples_per_s,
                 comm_fraction: r.comm_fraction,
                 seconds: r.seconds,
             });
             return;
         }
-        let line = format!(
+        let line = if self.language_model.is_some() {
+            format!(
+                "epoch {:>3}/{}  loss {:.4}  val loss {:.4}  perplexity {:7.2}  next-token acc {:6.2}%  {:>8.0} tokens/s  comm {:4.1}%  ({:.2} s)",
+                r.epoch,
+                self.epochs,
+                r.train_loss,
+                r.test_loss,
+                r.test_loss.exp(),
+                100.0 * r.test_accuracy,
+                r.samples_per_s * self.tokens_per_sample(),
+                100.0 * r.comm_fraction,
+                r.seconds
+            )
+        } else {
+            format!(
             "epoch {:>3}/{}  loss {:.4}  test acc {:6.2}%  {:>8.0} samples/s  comm {:4.1}%  ({:.2} s)",
             r.epoch,
             self.epochs,
@@ -474,7 +603,8 @@ impl Reporter for Console {
             r.samples_per_s,
             100.0 * r.comm_fraction,
             r.seconds
-        );
+        )
+        };
         match &self.bar {
             Some(b) => b.println(line),
             None => println!("{line}"),
@@ -556,7 +686,13 @@ struct SummaryLine<'a> {
     rank: usize,
     world: usize,
     epochs: u64,
+    /// The last epoch's mean loss, or that of the steps run of it under --max-steps.
+    train_loss: f64,
     test_accuracy: f64,
+    test_loss: f64,
+    /// A language model's: `exp(test_loss)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    perplexity: Option<f64>,
     samples_per_s: f64,
     comm_fraction: f64,
     param_digest: &'a str,
@@ -581,6 +717,9 @@ struct EpochLine {
     world: usize,
     train_loss: f64,
     test_accuracy: f64,
+    test_loss: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    perplexity: Option<f64>,
     samples_per_s: f64,
     comm_fraction: f64,
     seconds: f64,

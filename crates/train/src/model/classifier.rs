@@ -1,8 +1,8 @@
 //! [`Classifier`]: what the trainer needs of any model, a Burn module that maps a batch of
-//! flat feature rows to logits.
+//! flat feature rows to logits, and the classes they are scored against.
 
 use burn::module::Module;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 /// A classifier the trainer can train: any Burn module with a forward pass from flat rows.
 ///
@@ -27,8 +27,16 @@ use burn::tensor::{Device, Tensor};
 pub trait Classifier: Module + 'static {
     /// Features per sample (the rows the trainer feeds are `[batch, input_dim]`).
     fn input_dim(&self) -> usize;
-    /// Logits `[batch, classes]` of a batch `[batch, input_dim]` (reshape inside as needed).
+    /// Logits `[rows, classes]` of a batch `[batch, input_dim]` (reshape inside as needed):
+    /// one row per sample for a classifier, one per position for a language model.
     fn logits(&self, input: Tensor<2>) -> Tensor<2>;
+    /// The class each row of [`logits`](Self::logits) is scored against (`[rows]`): the
+    /// labels as given, one per sample. A language model scores each position of a window
+    /// against the next token, which its input holds (Note [Language model as a classifier]
+    /// in `model/gpt.rs`).
+    fn targets(&self, _input: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1, Int> {
+        labels
+    }
     /// The device the parameters live on.
     fn device(&self) -> Device;
 }

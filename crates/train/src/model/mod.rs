@@ -9,6 +9,7 @@
 
 mod classifier;
 mod cnn;
+mod gpt;
 mod mlp;
 mod transformer;
 
@@ -17,6 +18,7 @@ use burn::tensor::{Device, Tensor};
 
 pub use classifier::Classifier;
 pub use cnn::Cnn;
+pub use gpt::{Block, CausalSelfAttention, FeedForward, Gpt, GptConfig};
 pub use mlp::{Mlp, MlpConfig};
 pub use transformer::{Encoder, Transformer};
 
@@ -32,6 +34,8 @@ pub enum ModelKind {
     Cnn,
     /// The row-token transformer on 28×28 images ([`Transformer`]).
     Transformer,
+    /// The GPT-style decoder language model on a text corpus ([`Gpt`]).
+    Gpt,
 }
 
 impl ModelKind {
@@ -41,13 +45,20 @@ impl ModelKind {
             ModelKind::Mlp => "mlp",
             ModelKind::Cnn => "cnn",
             ModelKind::Transformer => "transformer",
+            ModelKind::Gpt => "gpt",
         }
+    }
+
+    /// Whether the model reads text (windows of tokens: `phalanx_data::load_text`) rather
+    /// than feature rows (`phalanx_data::load`).
+    pub fn reads_text(self) -> bool {
+        self == ModelKind::Gpt
     }
 
     /// Checks that the dataset's samples fit this model: the image models need 28×28 images.
     pub fn check_input(self, dataset: &str, dim: usize) -> Result<()> {
         let side = cnn::SIDE;
-        if self != ModelKind::Mlp && dim != side * side {
+        if matches!(self, ModelKind::Cnn | ModelKind::Transformer) && dim != side * side {
             return Err(Error::Config(format!(
                 "--model {} takes 1×{side}×{side} images ({} features per sample), but --dataset \
                  {dataset} has {dim}: use --dataset mnist5k or mnist-idx:DIR",
@@ -73,15 +84,16 @@ impl std::str::FromStr for ModelKind {
             "mlp" => Ok(ModelKind::Mlp),
             "cnn" => Ok(ModelKind::Cnn),
             "transformer" => Ok(ModelKind::Transformer),
+            "gpt" => Ok(ModelKind::Gpt),
             _ => Err(format!(
-                "unknown model {s:?}: expected mlp, cnn or transformer"
+                "unknown model {s:?}: expected mlp, cnn, transformer or gpt"
             )),
         }
     }
 }
 
-/// What a model is built from: the data's shape, the MLP's sizes, the seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a model is built from: the data's shape, the MLP's or the GPT's sizes, the seed.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ModelSpec {
     /// Which model.
     pub kind: ModelKind,
@@ -89,12 +101,31 @@ pub struct ModelSpec {
     pub input: usize,
     /// Classes.
     pub classes: usize,
-    /// The MLP's hidden width.
+    /// The MLP's hidden width; the GPT's d_model.
     pub hidden: usize,
-    /// The MLP's hidden layers.
+    /// The MLP's hidden layers; the GPT's blocks.
     pub depth: usize,
+    /// The GPT's attention heads.
+    pub heads: usize,
+    /// The GPT's dropout probability.
+    pub dropout: f64,
     /// Seed of the initialisation.
     pub seed: u64,
+}
+
+impl ModelSpec {
+    /// The GPT this spec describes: a window of `input` tokens is `seq_len + 1` of them, and
+    /// the classes are the vocabulary.
+    pub fn gpt(&self) -> GptConfig {
+        GptConfig {
+            vocab: self.classes,
+            seq_len: self.input.saturating_sub(1),
+            d_model: self.hidden,
+            depth: self.depth,
+            heads: self.heads,
+            dropout: self.dropout,
+        }
+    }
 }
 
 /// Something to do with a freshly built model, whatever its type: the generic half of
@@ -125,6 +156,10 @@ pub fn with_model<W: WithModel>(spec: &ModelSpec, device: &Device, then: W) -> W
         ModelKind::Transformer => {
             device.seed(spec.seed);
             then.run(with_stable_ids(Transformer::new(spec.classes, device)))
+        }
+        ModelKind::Gpt => {
+            device.seed(spec.seed);
+            then.run(with_stable_ids(Gpt::new(&spec.gpt(), device)))
         }
     }
 }

@@ -15,10 +15,10 @@ use phalanx_pg::ProcessGroup;
 
 use crate::{
     config::{Reporter, TrainConfig},
-    device, evaluate,
+    device,
     metrics::EpochRecord,
     parallel::{self, WithEngine},
-    snapshot,
+    score, snapshot,
     stop::{self, StopCheck},
     Classifier, Error, Optim, Result,
 };
@@ -34,6 +34,11 @@ pub struct Summary {
     pub epochs: u64,
     /// Final test accuracy.
     pub test_accuracy: f64,
+    /// Final mean test loss (a language model's validation loss); NaN before any evaluation.
+    pub test_loss: f64,
+    /// Mean training loss over the last epoch, or over the steps of it run when
+    /// `--max-steps` ended the run, averaged over the ranks (the global batch's mean loss).
+    pub train_loss: f64,
     /// Training throughput over the run, all ranks together.
     pub samples_per_s: f64,
     /// Share of training time blocked on gradient communication.
@@ -52,6 +57,7 @@ pub(super) struct Totals {
     pub(super) train_samples: usize,
     pub(super) comm_wait: Duration,
     pub(super) last_accuracy: f64,
+    pub(super) last_test_loss: Option<f64>,
     pub(super) epochs_done: u64,
     /// The epoch in progress: its loss sum and count and samples, kept by a survivor of a
     /// regroup (a replacement starts them at zero).
@@ -265,6 +271,10 @@ impl Context<'_> {
                     totals.train_samples += totals.epoch_loss.2;
                     totals.comm_wait += par.stats().wait - wait_start;
                     totals.epochs_done = epoch;
+                    // The summary's test figures are the model's as it ends, not an older
+                    // epoch's.
+                    (totals.last_accuracy, totals.last_test_loss) =
+                        test_score(pg, par, test_x, test_y)?;
                     break 'epochs;
                 }
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
@@ -282,11 +292,7 @@ impl Context<'_> {
             let epoch_time = epoch_start.elapsed();
             let (loss_sum, loss_n, epoch_samples) = totals.epoch_loss;
             let wait = par.stats().wait - wait_start;
-            // Evaluation on exact shards; counts summed over ranks (no padded duplicates).
-            let correct = evaluate(par.unshard()?, test_x, test_y)?;
-            par.reshard();
-            let mut counts = [correct as i64, test_y.len() as i64];
-            pg.allreduce(&mut counts, ReduceOp::Sum)?;
+            let (accuracy, test_loss) = test_score(pg, par, test_x, test_y)?;
             let mut stats = [
                 if loss_n > 0 {
                     loss_sum / loss_n as f64
@@ -302,11 +308,12 @@ impl Context<'_> {
             totals.train_time += epoch_time;
             totals.train_samples += epoch_samples;
             totals.comm_wait += wait;
-            totals.last_accuracy = counts[0] as f64 / counts[1].max(1) as f64;
+            (totals.last_accuracy, totals.last_test_loss) = (accuracy, test_loss);
             let record = EpochRecord {
                 epoch: epoch + 1,
                 train_loss: stats[0],
-                test_accuracy: totals.last_accuracy,
+                test_accuracy: accuracy,
+                test_loss: test_loss.unwrap_or(f64::NAN),
                 samples_per_s: stats[1] * world as f64 / stats[2].max(1e-9),
                 comm_fraction: stats[3],
                 seconds: stats[2],
@@ -329,17 +336,48 @@ impl Context<'_> {
             }
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);
+        // The last epoch's mean loss; after --max-steps, that of the steps run of it (every
+        // rank stops at the same step, so every rank is here for the collective).
+        let train_loss = match (cfg.max_steps.is_some(), totals.records.last()) {
+            (false, Some(last)) => last.train_loss,
+            _ => {
+                let (sum, n, _) = totals.epoch_loss;
+                let mut mean = [if n > 0 { sum / n as f64 } else { f64::NAN }];
+                pg.allreduce(&mut mean, ReduceOp::Avg)?;
+                mean[0]
+            }
+        };
         Ok(Outcome::Done(Summary {
             rank: slot,
             world,
             epochs: totals.epochs_done,
             test_accuracy: totals.last_accuracy,
+            test_loss: totals.last_test_loss.unwrap_or(f64::NAN),
+            train_loss,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
             comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
             param_digest: parallel::digest(par)?,
             records: totals.records.clone(),
         }))
     }
+}
+
+/// The test accuracy and mean test loss (`None` with no test targets) of the model, evaluated
+/// on this rank's exact shard of the test set, the sums reduced over the ranks (no padded
+/// duplicates).
+fn test_score<M: Classifier, E: DataParallel<M>>(
+    pg: &ProcessGroup,
+    par: &mut E,
+    x: &[f32],
+    y: &[i64],
+) -> Result<(f64, Option<f64>)> {
+    let score = score(par.unshard()?, x, y)?;
+    par.reshard();
+    let mut sums = [score.correct as f64, score.targets as f64, score.loss_sum];
+    pg.allreduce(&mut sums, ReduceOp::Sum)?;
+    let [correct, targets, loss_sum] = sums;
+    let test_loss = (targets > 0.0).then(|| loss_sum / targets);
+    Ok((correct / targets.max(1.0), test_loss))
 }
 
 /// The seed of step `step`'s random draws: SplitMix64 of the run's seed and the step.

@@ -85,7 +85,10 @@ fn train_in(
             }
         )));
     }
-    let full = phalanx_data::load(&cfg.dataset)?;
+    let full = match cfg.model.reads_text() {
+        true => phalanx_data::load_text(&cfg.dataset, cfg.seq_len)?,
+        false => phalanx_data::load(&cfg.dataset)?,
+    };
     cfg.model.check_input(&cfg.dataset, full.dim())?;
     if cfg.batch_size == 0 {
         return Err(Error::Config("--batch-size must be at least 1".into()));
@@ -96,8 +99,13 @@ fn train_in(
         classes: full.classes(),
         hidden: cfg.hidden,
         depth: cfg.depth,
+        heads: cfg.heads,
+        dropout: cfg.dropout,
         seed: cfg.seed,
     };
+    if cfg.model.reads_text() {
+        spec.gpt().check().map_err(Error::Config)?;
+    }
     let run = Run {
         group,
         cfg,

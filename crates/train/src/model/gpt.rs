@@ -1,0 +1,338 @@
+//! The `gpt` model of `phalanx train --model gpt`: a GPT-2-style decoder language model over
+//! byte tokens (Note [Byte-level tokens] in phalanx-data).
+//!
+//! Token embedding + learned position embedding → `depth` pre-norm blocks (LayerNorm → causal
+//! self-attention → residual; LayerNorm → Linear(d, 4d) GELU Linear(4d, d) → residual) → a final
+//! LayerNorm → Linear(d, vocab) without bias. Dropout (`p`, default 0.1) after the embeddings,
+//! on the attention weights and on each residual branch, as in GPT-2.
+//!
+//! Initialised as GPT-2 is: every weight from N(0, 0.02), the residual projections' (attention
+//! and MLP outputs) from N(0, 0.02 / sqrt(2 · depth)) so that the residual stream's variance does
+//! not grow with depth, the biases zero, the LayerNorms one and zero.
+//!
+//! The attention keeps its query, key and value projections apart (GPT-2 fuses them into one
+//! `c_attn`): each is split by heads, so a head's columns are contiguous in each matrix.
+//!
+//! Note [Language model as a classifier]
+//! A language model classifies every position of a window by its next token. A sample is a
+//! window of `seq_len + 1` tokens (phalanx-data's Note [Windows as samples]); the model reads the
+//! first `seq_len` and scores its `batch × seq_len` rows of logits against the last `seq_len`
+//! ([`Classifier::targets`]). The trainer's loss is then the mean next-token cross-entropy, and
+//! its accuracy the share of next tokens predicted, with no code of its own for text.
+
+use burn::module::{Module, Param};
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
+    Linear, LinearConfig,
+};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use phalanx_ddp::fsdp::FullyShard;
+
+use super::classifier::Classifier;
+
+/// GPT-2's standard deviation of the initial weights.
+const STD: f64 = 0.02;
+
+/// The shape of a [`Gpt`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GptConfig {
+    /// Tokens in the vocabulary (256 for bytes).
+    pub vocab: usize,
+    /// Tokens a window feeds the model (`--seq-len`).
+    pub seq_len: usize,
+    /// Width of the residual stream (`--hidden`).
+    pub d_model: usize,
+    /// Blocks (`--depth`).
+    pub depth: usize,
+    /// Attention heads per block (`--heads`); they divide `d_model`.
+    pub heads: usize,
+    /// Dropout probability.
+    pub dropout: f64,
+}
+
+impl GptConfig {
+    /// Checks the shape, naming the numbers that do not fit.
+    pub fn check(&self) -> Result<(), String> {
+        if self.d_model == 0 || self.depth == 0 || self.heads == 0 || self.seq_len == 0 {
+            return Err(format!(
+                "--model gpt needs --hidden, --depth, --heads and --seq-len of at least 1 \
+                 (got {}, {}, {} and {})",
+                self.d_model, self.depth, self.heads, self.seq_len
+            ));
+        }
+        if !self.d_model.is_multiple_of(self.heads) {
+            return Err(format!(
+                "--model gpt: --heads {} does not divide --hidden {} (each head takes an equal \
+                 share of the width)",
+                self.heads, self.d_model
+            ));
+        }
+        Ok(())
+    }
+
+    /// Float parameters of the model this config builds.
+    pub fn num_params(&self) -> usize {
+        let d = self.d_model;
+        let block = 2 * 2 * d + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+        self.vocab * d + self.seq_len * d + self.depth * block + 2 * d + d * self.vocab
+    }
+}
+
+/// The GPT-style decoder. Each block is a [`FullyShard`] unit (under `--sharding full` it holds
+/// only its shard between its own forward and backward); the embeddings, the final norm and
+/// the head are the root's.
+#[derive(Module, Debug)]
+pub struct Gpt {
+    /// Token embedding `[vocab, d_model]`.
+    pub wte: Embedding,
+    /// Learned position embedding `[seq_len, d_model]`.
+    pub wpe: Embedding,
+    /// The blocks, input first.
+    pub blocks: Vec<FullyShard<Block>>,
+    /// The final LayerNorm.
+    pub ln_f: LayerNorm,
+    /// Linear(d_model, vocab), no bias: the logits.
+    pub head: Linear,
+    drop: Dropout,
+    seq_len: usize,
+}
+
+/// One pre-norm block.
+#[derive(Module, Debug)]
+pub struct Block {
+    /// LayerNorm before the attention.
+    pub ln_1: LayerNorm,
+    /// Causal self-attention.
+    pub attn: CausalSelfAttention,
+    /// LayerNorm before the MLP.
+    pub ln_2: LayerNorm,
+    /// The MLP.
+    pub mlp: FeedForward,
+}
+
+/// Multi-head causal self-attention.
+#[derive(Module, Debug)]
+pub struct CausalSelfAttention {
+    /// Query projection, Linear(d, d): heads by columns.
+    pub query: Linear,
+    /// Key projection.
+    pub key: Linear,
+    /// Value projection.
+    pub value: Linear,
+    /// Output projection, Linear(d, d): heads by rows.
+    pub proj: Linear,
+    attn_drop: Dropout,
+    resid_drop: Dropout,
+    heads: usize,
+}
+
+/// The block's MLP: Linear(d, 4d) GELU Linear(4d, d).
+#[derive(Module, Debug)]
+pub struct FeedForward {
+    /// Linear(d, 4d).
+    pub fc: Linear,
+    /// Linear(4d, d).
+    pub proj: Linear,
+    drop: Dropout,
+}
+
+impl Gpt {
+    /// Builds the model on `device`, with Burn's initialisers drawing from the device's
+    /// generator (seed it first for a reproducible init). Panics on a shape that
+    /// [`GptConfig::check`] refuses.
+    pub fn new(config: &GptConfig, device: &Device) -> Gpt {
+        config.check().expect("a checked GPT config");
+        let d = config.d_model;
+        let drop = || DropoutConfig::new(config.dropout).init();
+        let normal = |std: f64| Initializer::Normal { mean: 0.0, std };
+        let residual = STD / (2.0 * config.depth as f64).sqrt();
+        let linear_std = |i, o, std| {
+            let mut l = LinearConfig::new(i, o)
+                .with_initializer(normal(std))
+                .init(device);
+            l.bias = Some(Param::from_tensor(Tensor::zeros([o], device)));
+            l
+        };
+        let linear = |i, o| linear_std(i, o, STD);
+        let norm = || LayerNormConfig::new(d).init(device);
+        let embedding = |n| {
+            EmbeddingConfig::new(n, d)
+                .with_initializer(normal(STD))
+                .init(device)
+        };
+        Gpt {
+            wte: embedding(config.vocab),
+            wpe: embedding(config.seq_len),
+            blocks: (0..config.depth)
+                .map(|_| {
+                    FullyShard::new(Block {
+                        ln_1: norm(),
+                        attn: CausalSelfAttention {
+                            query: linear(d, d),
+                            key: linear(d, d),
+                            value: linear(d, d),
+                            proj: linear_std(d, d, residual),
+                            attn_drop: drop(),
+                            resid_drop: drop(),
+                            heads: config.heads,
+                        },
+                        ln_2: norm(),
+                        mlp: FeedForward {
+                            fc: linear(d, 4 * d),
+                            proj: linear_std(4 * d, d, residual),
+                            drop: drop(),
+                        },
+                    })
+                })
+                .collect(),
+            ln_f: norm(),
+            head: LinearConfig::new(d, config.vocab)
+                .with_bias(false)
+                .with_initializer(normal(STD))
+                .init(device),
+            drop: drop(),
+            seq_len: config.seq_len,
+        }
+    }
+
+    /// The logits `[batch, seq, vocab]` of token ids `[batch, seq]` (`seq` ≤ the model's).
+    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let [_, seq] = tokens.dims();
+        let device = tokens.device();
+        let positions = Tensor::<1, Int>::arange(0..seq as i64, &device).reshape([1, seq]);
+        let x = self
+            .drop
+            .forward(self.wte.forward(tokens) + self.wpe.forward(positions));
+        let x = self
+            .blocks
+            .iter()
+            .fold(x, |x, block| block.forward(x, |b: &Block, x| b.forward(x)));
+        self.head.forward(self.ln_f.forward(x))
+    }
+}
+
+impl Block {
+    /// `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let x = x.clone() + self.attn.forward(self.ln_1.forward(x));
+        x.clone() + self.mlp.forward(self.ln_2.forward(x))
+    }
+}
+
+impl CausalSelfAttention {
+    /// Attention of `[batch, seq, d]` over itself, each position seeing itself and the ones
+    /// before it.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [batch, seq, d] = x.dims();
+        let d_head = d / self.heads;
+        let split = |t: Tensor<3>| t.reshape([batch, seq, self.heads, d_head]).swap_dims(1, 2);
+        let q = split(self.query.forward(x.clone()));
+        let k = split(self.key.forward(x.clone()));
+        let v = split(self.value.forward(x));
+        let scores = q
+            .matmul(k.swap_dims(2, 3))
+            .div_scalar((d_head as f32).sqrt());
+        // Burn's lower-triangle mask is true above the diagonal (what is not in the lower
+        // triangle): the later positions, which a position must not attend to.
+        let future =
+            Tensor::<2, Bool>::tril_mask([seq, seq], 0, &scores.device()).reshape([1, 1, seq, seq]);
+        let weights = self
+            .attn_drop
+            .forward(softmax(scores.mask_fill(future, -1.0e9), 3));
+        let context = weights.matmul(v).swap_dims(1, 2).reshape([batch, seq, d]);
+        self.resid_drop.forward(self.proj.forward(context))
+    }
+}
+
+impl FeedForward {
+    /// Linear(d, 4d) GELU Linear(4d, d), then dropout.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.drop
+            .forward(self.proj.forward(gelu(self.fc.forward(x))))
+    }
+}
+
+impl Classifier for Gpt {
+    /// A window of `seq_len + 1` token ids (Note [Language model as a classifier]).
+    fn input_dim(&self) -> usize {
+        self.seq_len + 1
+    }
+
+    /// `[batch * seq_len, vocab]`: position `t` of each window scored for token `t + 1`.
+    fn logits(&self, input: Tensor<2>) -> Tensor<2> {
+        let [batch, _] = input.dims();
+        let tokens = input.slice([0..batch, 0..self.seq_len]).int();
+        let logits = self.forward(tokens);
+        let vocab = logits.dims()[2];
+        logits.reshape([batch * self.seq_len, vocab])
+    }
+
+    /// Each window's tokens after the first, `[batch * seq_len]`.
+    fn targets(&self, input: Tensor<2>, _labels: Tensor<1, Int>) -> Tensor<1, Int> {
+        let [batch, dim] = input.dims();
+        input
+            .slice([0..batch, 1..dim])
+            .int()
+            .reshape([batch * self.seq_len])
+    }
+
+    fn device(&self) -> Device {
+        self.head.weight.val().device()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::Module;
+
+    fn tiny() -> GptConfig {
+        GptConfig {
+            vocab: 256,
+            seq_len: 8,
+            d_model: 16,
+            depth: 2,
+            heads: 4,
+            dropout: 0.0,
+        }
+    }
+
+    #[test]
+    fn shapes_and_parameter_count() {
+        let device = Device::flex();
+        let config = tiny();
+        let model = Gpt::new(&config, &device);
+        assert_eq!(model.num_params(), config.num_params());
+        let input = Tensor::<2>::from_floats([[1.0; 9], [2.0; 9]], &device);
+        assert_eq!(model.logits(input.clone()).dims(), [16, 256]);
+        let labels = Tensor::<1, Int>::zeros([2], &device);
+        assert_eq!(model.targets(input, labels).dims(), [16]);
+    }
+
+    #[test]
+    fn a_position_never_sees_a_later_token() {
+        let device = Device::flex();
+        let model = Gpt::new(&tiny(), &device);
+        let a = Tensor::<2, Int>::from_ints([[5, 6, 7, 8, 9, 10, 11, 12]], &device);
+        let b = Tensor::<2, Int>::from_ints([[5, 6, 7, 8, 99, 98, 97, 96]], &device);
+        let (la, lb) = (model.forward(a), model.forward(b));
+        let first = |t: Tensor<3>| t.slice([0..1, 0..4, 0..256]).into_data();
+        first(la.clone()).assert_eq(&first(lb.clone()), true);
+        let later = |t: Tensor<3>| t.slice([0..1, 4..5, 0..256]).into_data();
+        assert_ne!(later(la), later(lb));
+    }
+
+    #[test]
+    fn bad_shapes_are_named() {
+        let mut c = tiny();
+        c.heads = 3;
+        let err = c.check().unwrap_err();
+        assert!(
+            err.contains("--heads 3 does not divide --hidden 16"),
+            "{err}"
+        );
+        c.heads = 0;
+        assert!(c.check().unwrap_err().contains("at least 1"));
+    }
+}
