@@ -4,6 +4,7 @@ that imports ``phalanx_torch`` (which registers the backend) in every worker.
 
     python test_ray.py equal      # the seed MLP on 2 workers: parameters equal to gloo's
     python test_ray.py kill       # rank 1 SIGKILLed mid-run: fit() fails, naming the rank
+    python test_ray.py equal kill # both, in turn, on one Ray cluster (one start, one shutdown)
 
 Prints ``RAY OK <what>`` on success; any failure raises. Run by crates/cli/tests/torch_ray.rs.
 """
@@ -166,7 +167,13 @@ if __name__ == "__main__":
     )
     code = 1
     try:
-        {"equal": equal, "kill": kill}[sys.argv[1]]()
+        modes = {"equal": equal, "kill": kill}
+        unknown = [m for m in sys.argv[1:] if m not in modes]
+        if unknown or len(sys.argv) < 2:
+            raise SystemExit(f"usage: test_ray.py equal|kill...; unknown mode(s) {unknown}")
+        # Starting a Ray cluster costs tens of seconds on 2 cores: the modes share one.
+        for mode in sys.argv[1:]:
+            modes[mode]()
         code = 0
     except BaseException:
         traceback.print_exc()

@@ -68,11 +68,22 @@ fn pytorch_backend_suite_collectives_and_point_to_point_pass_on_3_ranks() {
     };
     // Gloo, the reference; phalanx as a plugin (the suite skips the tests it reserves for
     // the backends it names); and phalanx given the tests chosen for Gloo.
-    let (gloo, gloo_failed, _) = suite(&["--backend", "gloo"]);
+    // The three side by side: the suite's tests mostly wait on their forked ranks (a run
+    // used a fifth of one core here), and each run has a temporary directory and a
+    // rendezvous port of its own.
+    let [gloo, plugin, as_gloo] = std::thread::scope(|s| {
+        let runs = [
+            s.spawn(|| suite(&["--backend", "gloo"])),
+            s.spawn(|| suite(&["--backend", "phalanx"])),
+            s.spawn(|| suite(&["--backend", "phalanx", "--selected-as", "gloo"])),
+        ];
+        runs.map(|run| run.join().expect("a run of the suite panicked"))
+    });
+    let (gloo, gloo_failed, _) = gloo;
     assert_eq!(gloo_failed, 0, "Gloo itself failed tests here");
-    let (plugin, plugin_failed, summary) = suite(&["--backend", "phalanx"]);
+    let (plugin, plugin_failed, summary) = plugin;
     assert!(plugin > 0 && plugin_failed == 0, "{summary}");
-    let (as_gloo, failed, summary) = suite(&["--backend", "phalanx", "--selected-as", "gloo"]);
+    let (as_gloo, failed, summary) = as_gloo;
     assert_eq!(failed, 0, "{summary}");
     assert!(as_gloo >= gloo, "{summary}: fewer than Gloo's {gloo}");
 }
