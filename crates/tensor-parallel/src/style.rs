@@ -1,0 +1,120 @@
+//! How a linear layer is split across a tensor-parallel group, PyTorch's parallel styles: by
+//! output columns ([`ColwiseParallel`], Megatron's `ColumnParallelLinear`) and by input rows
+//! ([`RowwiseParallel`], `RowParallelLinear`).
+//!
+//! A style cuts a whole Burn `Linear` into the `Linear` a rank holds, and runs that piece's
+//! forward with the collective its place in the pair needs (Note [Tensor parallelism]). The
+//! model keeps its own `Linear` fields, so its parameters keep their paths and their order: a
+//! checkpoint's names are the whole model's.
+//!
+//! Burn's `Linear` keeps its weight as `[d_input, d_output]` (the transpose of PyTorch's), so
+//! a column split takes a range of the weight's second axis and of the bias, and a row split a
+//! range of its first axis. Rank `r` of `n` takes the `r`-th of `n` equal ranges: the layout of
+//! Megatron and of a DTensor `Shard` placement, so that the whole weight is the ranks' pieces
+//! side by side, in rank order.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use burn::module::Param;
+use burn::nn::Linear;
+use burn::tensor::Tensor;
+use phalanx_pg::ProcessGroup;
+
+use crate::region::{copy_to_region, reduce_from_region};
+use crate::{Error, Result};
+
+/// Split by output columns: a rank holds `d_output / n` columns of the weight and their bias.
+/// Its input is whole on every rank; its output is this rank's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColwiseParallel;
+
+/// Split by input rows: a rank holds `d_input / n` rows of the weight, and the whole bias. Its
+/// input is this rank's columns of the previous layer's output; its output is whole on every
+/// rank: the sum over the group of the ranks' partial products, plus the bias (added once,
+/// after the sum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowwiseParallel;
+
+/// The `rank`-th of `size` equal ranges of `0..len`.
+///
+/// ```
+/// assert_eq!(phalanx_tensor_parallel::shard_range("columns", 8, 1, 2)?, 4..8);
+/// let err = phalanx_tensor_parallel::shard_range("heads", 4, 0, 3).unwrap_err();
+/// assert!(err.to_string().contains("3 ranks cannot split 4 heads"));
+/// # Ok::<(), phalanx_tensor_parallel::Error>(())
+/// ```
+pub fn shard_range(
+    what: &'static str,
+    len: usize,
+    rank: usize,
+    size: usize,
+) -> Result<Range<usize>> {
+    if size == 0 || rank >= size {
+        return Err(Error::Rank { rank, size });
+    }
+    if !len.is_multiple_of(size) {
+        return Err(Error::Indivisible { what, len, size });
+    }
+    let per = len / size;
+    Ok(rank * per..(rank + 1) * per)
+}
+
+impl ColwiseParallel {
+    /// Rank `rank`'s columns of `whole` (every rank passes the same whole layer).
+    pub fn shard(whole: Linear, rank: usize, size: usize) -> Result<Linear> {
+        let [d_input, d_output] = whole.weight.dims();
+        let cols = shard_range("output columns", d_output, rank, size)?;
+        // A slice of a tracked parameter is a node of the graph, not a leaf: detached, it is
+        // a parameter of its own, whose gradient is this rank's columns of the whole one's.
+        let weight = whole
+            .weight
+            .val()
+            .slice([0..d_input, cols.clone()])
+            .detach();
+        Ok(Linear {
+            weight: Param::from_tensor(weight),
+            bias: whole
+                .bias
+                .map(|b| Param::from_tensor(b.val().slice([cols]).detach())),
+        })
+    }
+
+    /// `x @ W[:, cols] + b[cols]` of rank's piece `linear`, entered through `f` (Note [f and
+    /// g]): the input's gradient is summed over `group` in the backward.
+    pub fn forward<const D: usize>(
+        linear: &Linear,
+        x: Tensor<D>,
+        group: &Arc<ProcessGroup>,
+    ) -> Tensor<D> {
+        linear.forward(copy_to_region(x, group))
+    }
+}
+
+impl RowwiseParallel {
+    /// Rank `rank`'s rows of `whole`, and its whole bias.
+    pub fn shard(whole: Linear, rank: usize, size: usize) -> Result<Linear> {
+        let [d_input, d_output] = whole.weight.dims();
+        let rows = shard_range("input rows", d_input, rank, size)?;
+        let weight = whole.weight.val().slice([rows, 0..d_output]).detach();
+        Ok(Linear {
+            weight: Param::from_tensor(weight),
+            bias: whole.bias,
+        })
+    }
+
+    /// The sum over `group` of `x @ W[rows, :]`, left through `g` (Note [f and g]), then the
+    /// bias of rank's piece `linear`.
+    pub fn forward<const D: usize>(
+        linear: &Linear,
+        x: Tensor<D>,
+        group: &Arc<ProcessGroup>,
+    ) -> Tensor<D> {
+        let partial = x.matmul(linear.weight.val().unsqueeze());
+        let y = reduce_from_region(partial, group);
+        match &linear.bias {
+            Some(b) => y + b.val().unsqueeze(),
+            None => y,
+        }
+    }
+}
