@@ -343,6 +343,86 @@ fn gpt_learns_shakespeare_with_identical_replicas_under_ddp_and_sharding() {
     assert_eq!(digests[0], digests[1], "--sharding full differs from DDP");
 }
 
+/// The summary objects of a GPT run of `args` (2 ranks unless `--nproc-per-node` says), with
+/// every rank's digest equal.
+fn gpt_run(args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["--model", "gpt", "--max-steps", "30"];
+    all.extend_from_slice(args);
+    let f = train(&all);
+    let s = json_events(&f.stdout, "summary");
+    assert!(!s.is_empty(), "{}", f.stdout);
+    assert!(
+        s.iter().all(|r| r["param_digest"] == s[0]["param_digest"]),
+        "ranks end with different models: {s:?}"
+    );
+    s
+}
+
+fn relative(a: &serde_json::Value, b: &serde_json::Value, field: &str) -> f64 {
+    let (a, b) = (a[field].as_f64().unwrap(), b[field].as_f64().unwrap());
+    (a - b).abs() / b.abs()
+}
+
+/// Tensor parallelism (Megatron's layout) against the same batches on fewer ranks: `--tp 2`
+/// on 2 ranks (one data-parallel rank) against 1 rank, and `--tp 2` on 4 ranks (2 × 2)
+/// against DDP on 2, dropout on (its masks are drawn as one rank draws them: Note [Dropout
+/// under tensor parallelism]). The losses agree to float rounding (the row-parallel sums add
+/// the ranks' partial products in another order; 2e-9 relative measured), and the whole
+/// model's digest is equal on every rank of a run. On the mesh, `--sharding full` runs on the
+/// data-parallel groups and ends bitwise where DDP there does.
+#[test]
+fn gpt_tensor_parallel_trains_as_fewer_ranks_do() {
+    let one = gpt_run(&["--nproc-per-node", "1"]);
+    let tp = gpt_run(&["--nproc-per-node", "2", "--tp", "2"]);
+    assert_eq!(tp.len(), 2);
+    assert_eq!(tp[0]["world"], 2, "{tp:?}");
+    for field in ["train_loss", "test_loss"] {
+        let r = relative(&tp[0], &one[0], field);
+        assert!(
+            r < 1e-5,
+            "--tp 2 {field} {} vs 1 rank {}",
+            tp[0][field],
+            one[0][field]
+        );
+    }
+    let ddp = gpt_run(&["--nproc-per-node", "2"]);
+    let mesh = gpt_run(&["--nproc-per-node", "4", "--tp", "2"]);
+    assert_eq!(mesh.len(), 4);
+    for field in ["train_loss", "test_loss"] {
+        let r = relative(&mesh[0], &ddp[0], field);
+        assert!(
+            r < 1e-5,
+            "--tp 2 on 4 {field} {} vs DDP on 2 {}",
+            mesh[0][field],
+            ddp[0][field]
+        );
+    }
+    let full = gpt_run(&["--nproc-per-node", "4", "--tp", "2", "--sharding", "full"]);
+    assert_eq!(
+        full[0]["param_digest"], mesh[0]["param_digest"],
+        "--tp 2 --sharding full ends elsewhere than --tp 2 under DDP"
+    );
+}
+
+#[test]
+fn tensor_parallel_sizes_that_do_not_fit_are_named() {
+    let err = refused(&["--nproc-per-node", "3", "--model", "gpt", "--tp", "3"]);
+    assert!(
+        err.contains("--tp 3") && err.contains("--heads 4 is not a multiple of 3"),
+        "{err}"
+    );
+    let err = refused(&["--nproc-per-node", "3", "--model", "gpt", "--tp", "2"]);
+    assert!(
+        err.contains("--tp 2: the world of 3 rank(s) is not a multiple of 2"),
+        "{err}"
+    );
+    let err = refused(&["--model", "cnn", "--tp", "2"]);
+    assert!(
+        err.contains("--tp 2 splits a GPT's") && err.contains("--model cnn has neither"),
+        "{err}"
+    );
+}
+
 /// A user's own text (`text:PATH`) for whole epochs: each epoch line carries the validation
 /// loss and its perplexity, in text and in `--json`.
 #[test]

@@ -39,6 +39,8 @@ pub struct TrainConfig {
     pub seq_len: usize,
     /// Dropout probability (GPT).
     pub dropout: f64,
+    /// Tensor-parallel size (`--tp`, GPT; 1: none): Note [Tensor-parallel run].
+    pub tp: usize,
     /// Seed of the model init, the split and the sampler.
     pub seed: u64,
     /// Reduce gradients in bf16 (halves bytes on the wire).

@@ -16,6 +16,7 @@ mod parallel;
 mod snapshot;
 mod step;
 pub mod stop;
+mod tensor_parallel;
 pub mod throughput;
 pub mod trainer;
 

@@ -91,6 +91,11 @@ pub(crate) struct Args {
     /// and on each residual branch.
     #[arg(long)]
     dropout: Option<f64>,
+    /// Tensor parallelism (gpt): split each block's attention heads and MLP across groups of N
+    /// consecutive ranks, in Megatron's layout; the world is N × the data-parallel size, and
+    /// --sharding applies on the data-parallel groups (docs/train.md).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    tp: usize,
     /// Seed of the initialisation, the split and the sampler's shuffle.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -171,6 +176,17 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+    }
+    if args.tp == 0 {
+        bail!("--tp 0: expected the ranks of each tensor-parallel group, at least 1");
+    }
+    if args.tp > 1 && args.model != ModelKind::Gpt {
+        bail!(
+            "--tp {} splits a GPT's attention heads and MLP across ranks; --model {} has \
+             neither: use --model gpt (or --sharding to split the training state)",
+            args.tp,
+            args.model
+        );
     }
     if let Some(p) = args.dropout {
         if !(0.0..1.0).contains(&p) {
@@ -272,6 +288,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         heads: args.heads.unwrap_or(4),
         seq_len: args.seq_len.unwrap_or(64),
         dropout: args.dropout.unwrap_or(0.1),
+        tp: args.tp,
         seed: args.seed,
         bf16: args.bf16,
         bucket_memory: args.bucket_memory,

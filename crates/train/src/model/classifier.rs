@@ -1,8 +1,12 @@
 //! [`Classifier`]: what the trainer needs of any model, a Burn module that maps a batch of
 //! flat feature rows to logits, and the classes they are scored against.
 
+use std::sync::Arc;
+
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor};
+use phalanx_pg::ProcessGroup;
+use phalanx_tensor_parallel::Placement;
 
 /// A classifier the trainer can train: any Burn module with a forward pass from flat rows.
 ///
@@ -36,6 +40,23 @@ pub trait Classifier: Module + 'static {
     /// in `model/gpt.rs`).
     fn targets(&self, _input: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1, Int> {
         labels
+    }
+    /// This rank's piece of the model under tensor parallelism on `group` (`--tp`, Note
+    /// [Tensor-parallel run] in `tensor_parallel.rs`), from the whole model every rank built;
+    /// a model that cannot be split says why. The default: none can.
+    fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Self, String>
+    where
+        Self: Sized,
+    {
+        Err(format!(
+            "--tp {}: this model has no tensor-parallel split",
+            group.world_size()
+        ))
+    }
+    /// Where each float tensor of a split model is on its tensor-parallel group, in canonical
+    /// order (none listed: every tensor whole on every rank).
+    fn placements(&self) -> Vec<Placement> {
+        Vec::new()
     }
     /// The device the parameters live on.
     fn device(&self) -> Device;

@@ -13,6 +13,26 @@
 //! The attention keeps its query, key and value projections apart (GPT-2 fuses them into one
 //! `c_attn`): each is split by heads, so a head's columns are contiguous in each matrix.
 //!
+//! Under tensor parallelism ([`Gpt::tensor_parallel`], `--tp N`) each block is split in
+//! Megatron's layout (Note [Tensor parallelism] in phalanx-tensor-parallel): the query, key and
+//! value projections and the MLP's first linear by columns, so a rank holds `heads / N` whole
+//! heads and `4d / N` of the MLP's width; the two output projections by rows. The embeddings,
+//! the LayerNorms and the head stay whole on every rank, and their gradients are the same on
+//! every rank without a collective of their own: what reaches them passed `f`'s all-reduce.
+//!
+//! Note [Dropout under tensor parallelism]
+//! Every rank of a tensor-parallel group seeds its generator alike (the step's seed, and each
+//! block's: Note [Block seeds] in phalanx-ddp) and draws the same numbers in the same order.
+//! Where the activations are replicated (after the embeddings, on each residual branch after
+//! `g`), every rank draws the same mask over the whole tensor, so the replicas stay equal.
+//! Where they are sharded (the attention weights, by heads), every rank draws the mask of the
+//! *whole* tensor, all heads, and keeps its heads' slice: the ranks' masks are different, as
+//! independent heads need, and together they are the mask one rank draws without tensor
+//! parallelism, bit for bit. Drawing `heads / N` of them on each rank would give every rank the
+//! same mask for different heads, and another mask than the run on one rank. The cost is the
+//! random numbers of the whole attention matrix on every rank, not its memory for long: the
+//! slice is taken at once.
+//!
 //! Note [Language model as a classifier]
 //! A language model classifies every position of a window by its next token. A sample is a
 //! window of `seq_len + 1` tokens (phalanx-data's Note [Windows as samples]); the model reads the
@@ -20,14 +40,18 @@
 //! ([`Classifier::targets`]). The trainer's loss is then the mean next-token cross-entropy, and
 //! its accuracy the share of next tokens predicted, with no code of its own for text.
 
-use burn::module::{Module, Param};
+use std::sync::Arc;
+
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
     Linear, LinearConfig,
 };
 use burn::tensor::activation::{gelu, softmax};
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, Device, Distribution, Int, Tensor};
 use phalanx_ddp::fsdp::FullyShard;
+use phalanx_pg::ProcessGroup;
+use phalanx_tensor_parallel::{copy_to_region, ColwiseParallel, Placement, RowwiseParallel};
 
 use super::classifier::Classifier;
 
@@ -124,7 +148,11 @@ pub struct CausalSelfAttention {
     pub proj: Linear,
     attn_drop: Dropout,
     resid_drop: Dropout,
+    /// The heads this rank computes (all of them without tensor parallelism).
     heads: usize,
+    /// The tensor-parallel group the block's projections are split on.
+    #[module(skip)]
+    tp: Option<Arc<ProcessGroup>>,
 }
 
 /// The block's MLP: Linear(d, 4d) GELU Linear(4d, d).
@@ -135,6 +163,9 @@ pub struct FeedForward {
     /// Linear(4d, d).
     pub proj: Linear,
     drop: Dropout,
+    /// The tensor-parallel group the MLP is split on.
+    #[module(skip)]
+    tp: Option<Arc<ProcessGroup>>,
 }
 
 impl Gpt {
@@ -176,12 +207,14 @@ impl Gpt {
                             attn_drop: drop(),
                             resid_drop: drop(),
                             heads: config.heads,
+                            tp: None,
                         },
                         ln_2: norm(),
                         mlp: FeedForward {
                             fc: linear(d, 4 * d),
                             proj: linear_std(4 * d, d, residual),
                             drop: drop(),
+                            tp: None,
                         },
                     })
                 })
@@ -194,6 +227,94 @@ impl Gpt {
             drop: drop(),
             seq_len: config.seq_len,
         }
+    }
+
+    /// This rank's piece of the model under tensor parallelism on `group` (the module's
+    /// notes): every rank passes the same whole model. Refused, naming the numbers, when the
+    /// group's size does not divide the heads.
+    pub fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Gpt, String> {
+        let (rank, n) = (group.rank(), group.world_size());
+        let cut = |e: phalanx_tensor_parallel::Error| format!("--tp {n}: {e}");
+        let mut blocks = Vec::with_capacity(self.blocks.len());
+        for unit in self.blocks {
+            let Block {
+                ln_1,
+                attn,
+                ln_2,
+                mlp,
+            } = unit.block().clone();
+            if !attn.heads.is_multiple_of(n) {
+                return Err(format!(
+                    "--tp {n} splits each block's attention heads among {n} ranks, but \
+                     --heads {} is not a multiple of {n}",
+                    attn.heads
+                ));
+            }
+            let attn = CausalSelfAttention {
+                query: ColwiseParallel::shard(attn.query, rank, n).map_err(cut)?,
+                key: ColwiseParallel::shard(attn.key, rank, n).map_err(cut)?,
+                value: ColwiseParallel::shard(attn.value, rank, n).map_err(cut)?,
+                proj: RowwiseParallel::shard(attn.proj, rank, n).map_err(cut)?,
+                attn_drop: attn.attn_drop,
+                resid_drop: attn.resid_drop,
+                heads: attn.heads / n,
+                tp: Some(group.clone()),
+            };
+            let mlp = FeedForward {
+                fc: ColwiseParallel::shard(mlp.fc, rank, n).map_err(cut)?,
+                proj: RowwiseParallel::shard(mlp.proj, rank, n).map_err(cut)?,
+                drop: mlp.drop,
+                tp: Some(group.clone()),
+            };
+            blocks.push(FullyShard::new(Block {
+                ln_1,
+                attn,
+                ln_2,
+                mlp,
+            }));
+        }
+        Ok(Gpt { blocks, ..self })
+    }
+
+    /// Where each float parameter is on the tensor-parallel group, in canonical order: a
+    /// column-split weight on its axis 1 (Burn's `[d_input, d_output]`) and bias on axis 0, a
+    /// row-split weight on axis 0, everything else whole.
+    pub fn placements(&self) -> Vec<Placement> {
+        struct Walk {
+            path: Vec<String>,
+            placements: Vec<Placement>,
+        }
+        impl ModuleVisitor for Walk {
+            fn enter_module(&mut self, name: &str, _container_type: &str) {
+                self.path.push(name.to_string());
+            }
+            fn exit_module(&mut self, _name: &str, _container_type: &str) {
+                self.path.pop();
+            }
+            fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<D>>) {
+                let path = self.path.join(".");
+                let columns = ["attn.query", "attn.key", "attn.value", "mlp.fc"];
+                let rows = ["attn.proj", "mlp.proj"];
+                let under = |layers: &[&str], leaf: &str| {
+                    layers
+                        .iter()
+                        .any(|l| path.ends_with(&format!("{l}.{leaf}")))
+                };
+                self.placements.push(if under(&columns, "weight") {
+                    Placement::Shard(1)
+                } else if under(&columns, "bias") || under(&rows, "weight") {
+                    Placement::Shard(0)
+                } else {
+                    Placement::Replicate
+                });
+            }
+        }
+        let mut walk = Walk {
+            path: Vec::new(),
+            placements: Vec::new(),
+        };
+        self.visit(&mut walk);
+        walk.placements
     }
 
     /// The logits `[batch, seq, vocab]` of token ids `[batch, seq]` (`seq` ≤ the model's).
@@ -224,8 +345,15 @@ impl CausalSelfAttention {
     /// Attention of `[batch, seq, d]` over itself, each position seeing itself and the ones
     /// before it.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let [batch, seq, d] = x.dims();
-        let d_head = d / self.heads;
+        let [batch, seq, _] = x.dims();
+        // One `f` for the three projections: their input's gradient is summed once.
+        let x = match &self.tp {
+            Some(group) => copy_to_region(x, group),
+            None => x,
+        };
+        // This rank's heads: the local width of the projections.
+        let width = self.query.weight.dims()[1];
+        let d_head = width / self.heads;
         let split = |t: Tensor<3>| t.reshape([batch, seq, self.heads, d_head]).swap_dims(1, 2);
         let q = split(self.query.forward(x.clone()));
         let k = split(self.key.forward(x.clone()));
@@ -237,19 +365,54 @@ impl CausalSelfAttention {
         // triangle): the later positions, which a position must not attend to.
         let future =
             Tensor::<2, Bool>::tril_mask([seq, seq], 0, &scores.device()).reshape([1, 1, seq, seq]);
-        let weights = self
-            .attn_drop
-            .forward(softmax(scores.mask_fill(future, -1.0e9), 3));
-        let context = weights.matmul(v).swap_dims(1, 2).reshape([batch, seq, d]);
-        self.resid_drop.forward(self.proj.forward(context))
+        let weights = self.drop_weights(softmax(scores.mask_fill(future, -1.0e9), 3));
+        let context = weights
+            .matmul(v)
+            .swap_dims(1, 2)
+            .reshape([batch, seq, width]);
+        let out = match &self.tp {
+            Some(group) => RowwiseParallel::forward(&self.proj, context, group),
+            None => self.proj.forward(context),
+        };
+        self.resid_drop.forward(out)
+    }
+}
+
+impl CausalSelfAttention {
+    /// Dropout of the attention weights `[batch, heads here, seq, seq]` (Note [Dropout under
+    /// tensor parallelism]).
+    fn drop_weights(&self, weights: Tensor<4>) -> Tensor<4> {
+        let Some(group) = &self.tp else {
+            return self.attn_drop.forward(weights);
+        };
+        let p = self.attn_drop.prob;
+        if p == 0.0 || !weights.device().is_autodiff() || !self.attn_drop.training.is_enabled() {
+            return weights;
+        }
+        let [batch, heads, seq, _] = weights.dims();
+        let (rank, n) = (group.rank(), group.world_size());
+        let keep = 1.0 - p;
+        let whole = Tensor::<4>::random(
+            [batch, heads * n, seq, seq],
+            Distribution::Bernoulli(keep),
+            &weights.device(),
+        );
+        let mask = whole.slice([0..batch, rank * heads..(rank + 1) * heads, 0..seq, 0..seq]);
+        weights * mask * (1.0 / keep)
     }
 }
 
 impl FeedForward {
     /// Linear(d, 4d) GELU Linear(4d, d), then dropout.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.drop
-            .forward(self.proj.forward(gelu(self.fc.forward(x))))
+        let out = match &self.tp {
+            Some(group) => {
+                let h = gelu(ColwiseParallel::forward(&self.fc, x, group));
+                RowwiseParallel::forward(&self.proj, h, group)
+            }
+            None => self.proj.forward(gelu(self.fc.forward(x))),
+        };
+        self.drop.forward(out)
     }
 }
 
@@ -279,6 +442,14 @@ impl Classifier for Gpt {
 
     fn device(&self) -> Device {
         self.head.weight.val().device()
+    }
+
+    fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Self, String> {
+        Gpt::tensor_parallel(self, group)
+    }
+
+    fn placements(&self) -> Vec<Placement> {
+        Gpt::placements(self)
     }
 }
 

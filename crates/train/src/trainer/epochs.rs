@@ -20,6 +20,7 @@ use crate::{
     parallel::{self, WithEngine},
     score, snapshot,
     stop::{self, StopCheck},
+    tensor_parallel::TensorParallel,
     Classifier, Error, Optim, Result,
 };
 
@@ -84,6 +85,9 @@ pub(super) struct Context<'a> {
     /// reports, and that group's size: the schedule's horizon.
     pub(super) slot: usize,
     pub(super) slots: usize,
+    /// Under `--tp`: the run's mesh and where the model's pieces are (Note [Tensor-parallel
+    /// run]).
+    pub(super) tp: Option<TensorParallel>,
 }
 
 /// One attempt's run of epochs, handed the model in its engine ([`WithEngine`]).
@@ -189,7 +193,12 @@ impl Context<'_> {
         // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
         // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
         // follows the same schedule as the full run, so that resuming it continues that schedule.
-        let steps_per_epoch = train_set.len().div_ceil(slots).div_ceil(cfg.batch_size) as u64;
+        // Under --tp the data is split over the "dp" group (the engine's group, which is fixed).
+        let horizon = match &self.tp {
+            Some(_) => world,
+            None => slots,
+        };
+        let steps_per_epoch = train_set.len().div_ceil(horizon).div_ceil(cfg.batch_size) as u64;
         let total_steps = steps_per_epoch * cfg.epochs;
         let test = &self.test_set;
         let shard = exact_shard(test.len(), world, rank)?;
@@ -349,14 +358,18 @@ impl Context<'_> {
         };
         Ok(Outcome::Done(Summary {
             rank: slot,
-            world,
+            // Every rank of the run: the data-parallel ranks times the tensor-parallel size.
+            world: world * self.tp.as_ref().map_or(1, TensorParallel::size),
             epochs: totals.epochs_done,
             test_accuracy: totals.last_accuracy,
             test_loss: totals.last_test_loss.unwrap_or(f64::NAN),
             train_loss,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
             comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
-            param_digest: parallel::digest(par)?,
+            param_digest: match &self.tp {
+                None => parallel::digest(par)?,
+                Some(tp) => crate::step::digest_of(&tp.whole(par.full_params()?)?),
+            },
             records: totals.records.clone(),
         }))
     }

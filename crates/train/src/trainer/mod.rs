@@ -27,7 +27,9 @@ use crate::{
     device,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
     parallel::{self, Wrapping},
-    snapshot, Classifier, Error, Optim, Result,
+    snapshot,
+    tensor_parallel::TensorParallel,
+    Classifier, Error, Optim, Result,
 };
 use epochs::{Attempt, Context, Outcome, Totals};
 use regroup::Held;
@@ -84,6 +86,22 @@ fn train_in(
                 _ => " and parameters",
             }
         )));
+    }
+    if cfg.tp > 1 {
+        let tp = cfg.tp;
+        if matches!(group, Group::Tolerant(_)) {
+            return Err(Error::Config(format!(
+                "--fault-tolerance with --tp {tp}: a lost rank takes its piece of every block \
+                 with it, and re-forming a tensor-parallel group in process is not built yet; \
+                 train with --max-restarts instead"
+            )));
+        }
+        if cfg.checkpoint_dir.is_some() {
+            return Err(Error::Config(format!(
+                "--checkpoint-dir with --tp {tp}: checkpoints of a tensor-parallel model (each \
+                 rank's piece) are not written yet; train without --checkpoint-dir"
+            )));
+        }
     }
     let full = match cfg.model.reads_text() {
         true => phalanx_data::load_text(&cfg.dataset, cfg.seq_len)?,
@@ -184,7 +202,7 @@ fn train_group<M: Classifier>(
         }
         model = frozen;
     }
-    let ctx = Context {
+    let mut ctx = Context {
         cfg,
         facts: snapshot::run_facts(cfg, full),
         train_set: Arc::new(train_set),
@@ -193,6 +211,7 @@ fn train_group<M: Classifier>(
         fused: ft.is_none(),
         slot,
         slots,
+        tp: None,
     };
     let mut optim = Optim::new(cfg.optim);
     let mut totals = Totals::default();
@@ -209,6 +228,14 @@ fn train_group<M: Classifier>(
         }
         (None, None) => unreachable!("a run has a group or a way to one"),
     };
+    // Note [Tensor-parallel run]: the model split on the mesh's "tp" group, the engine and the
+    // data on its "dp" group.
+    if cfg.tp > 1 {
+        let (tp, split) = TensorParallel::split(&pg, cfg.tp, cfg.model, model)?;
+        model = split;
+        ctx.tp = Some(tp);
+    }
+    let ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
     let mut held = match ft.as_ref().is_some_and(FaultTolerance::is_replacement) {
         true => Held::replacement(model),
@@ -227,6 +254,11 @@ fn train_group<M: Classifier>(
                 options = options.with_comm_hook(Bf16CompressHook);
             }
             let mut source = held.resync(&pg, &mut optim, sharded)?;
+            // The engine's group: the world's, or the "dp" group of a tensor-parallel run.
+            let engine_group = ctx
+                .tp
+                .as_ref()
+                .map_or_else(|| pg.clone(), |tp| tp.dp.clone());
             if source.is_some() {
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);
@@ -271,7 +303,7 @@ fn train_group<M: Classifier>(
             };
             let attempt = Attempt {
                 ctx: &ctx,
-                pg: &pg,
+                pg: &engine_group,
                 optim: &mut optim,
                 at: held.position(),
                 pending_state: held.optim_state(),
@@ -283,7 +315,7 @@ fn train_group<M: Classifier>(
                 keep: ft.is_some(),
             };
             let (at, result, kept) =
-                parallel::with_engine(wrapped, pg.clone(), wrapping, attempt)??;
+                parallel::with_engine(wrapped, engine_group.clone(), wrapping, attempt)??;
             held.end_attempt(at, kept);
             result
         })();

@@ -1,0 +1,108 @@
+//! `--tp N`: a run's mesh under tensor parallelism, its model split on the mesh's `"tp"`
+//! groups, and the whole parameters gathered back from the pieces (the digest).
+//!
+//! Note [Tensor-parallel run]
+//! The world is a mesh `("dp", world / N), ("tp", N)` (Note [Mesh layout] in phalanx-pg): the
+//! `N` ranks of a tensor-parallel group are consecutive, so they share a host under phalanx
+//! launch's and torchrun's numbering (the group that talks at every layer talks over shared
+//! memory), and the data-parallel groups cross hosts. Every rank builds the whole model from the
+//! seed and keeps its piece ([`Classifier::tensor_parallel`]). The engine (DDP, or FSDP under
+//! `--sharding`) runs on the rank's `"dp"` group: its peers there hold the same piece. The data
+//! is sharded over the `"dp"` group too, so the ranks of a tensor-parallel group train on the
+//! same batch, as the split model needs. A run's figures (losses, scores) are summed over the
+//! `"dp"` group; the digest is of the whole model, gathered over the `"tp"` group, and equal on
+//! every rank.
+
+use std::sync::Arc;
+
+use phalanx_ddp::adapter::burn::state_infos;
+use phalanx_pg::{Mesh, ProcessGroup};
+use phalanx_tensor_parallel::{gather_whole, Placement};
+
+use crate::{with_stable_ids, Classifier, Error, ModelKind, Result};
+
+/// A run's groups under tensor parallelism, and where the model's pieces are.
+#[derive(Debug)]
+pub(crate) struct TensorParallel {
+    /// This rank's data-parallel group: the engine's and the data's.
+    pub(crate) dp: Arc<ProcessGroup>,
+    /// This rank's tensor-parallel group: the model's.
+    tp: Arc<ProcessGroup>,
+    /// Each float tensor's placement and the shape of this rank's piece, in canonical order.
+    pieces: Vec<(Placement, Vec<usize>)>,
+}
+
+impl TensorParallel {
+    /// Lays `pg` out as Note [Tensor-parallel run] says and splits `model` (`kind`) on its
+    /// tensor-parallel group: a collective of `pg`. Refused, naming the numbers, for a model
+    /// without a split, or a world that `size` does not divide.
+    pub(crate) fn split<M: Classifier>(
+        pg: &ProcessGroup,
+        size: usize,
+        kind: ModelKind,
+        model: M,
+    ) -> Result<(TensorParallel, M)> {
+        if kind != ModelKind::Gpt {
+            return Err(Error::Config(format!(
+                "--tp {size} splits a GPT's attention heads and MLP across ranks; --model {kind} \
+                 has neither: use --model gpt (or --sharding to split the training state)"
+            )));
+        }
+        let world = pg.world_size();
+        if !world.is_multiple_of(size) {
+            return Err(Error::Config(format!(
+                "--tp {size}: the world of {world} rank(s) is not a multiple of {size} (each \
+                 tensor-parallel group is {size} ranks)"
+            )));
+        }
+        let mesh = Mesh::new(pg, &[("dp", world / size), ("tp", size)])?;
+        let (dp, tp) = match (mesh.group("dp"), mesh.group("tp")) {
+            (Some(dp), Some(tp)) => (dp.clone(), tp.clone()),
+            _ => unreachable!("the mesh has the dimensions it was given"),
+        };
+        let model = model.tensor_parallel(tp.clone()).map_err(Error::Config)?;
+        // New pieces are new parameters: they take their positions' ids again (Note [Stable
+        // parameter ids]).
+        let model = with_stable_ids(model);
+        let placements = model.placements();
+        let shapes = state_infos(&model)
+            .into_iter()
+            .filter(|s| s.kind.is_float())
+            .map(|s| s.info.shape);
+        let pieces = shapes
+            .enumerate()
+            .map(|(i, shape)| {
+                let placement = placements.get(i).copied().unwrap_or(Placement::Replicate);
+                (placement, shape)
+            })
+            .collect();
+        Ok((TensorParallel { dp, tp, pieces }, model))
+    }
+
+    /// The ranks of a tensor-parallel group.
+    pub(crate) fn size(&self) -> usize {
+        self.tp.world_size()
+    }
+
+    /// The whole model's float tensors from this rank's `pieces` (canonical order): a
+    /// collective of the tensor-parallel group.
+    pub(crate) fn whole(&self, pieces: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        if pieces.len() != self.pieces.len() {
+            return Err(Error::Config(format!(
+                "tensor parallelism: {} float tensors where the model has {}",
+                pieces.len(),
+                self.pieces.len()
+            )));
+        }
+        pieces
+            .into_iter()
+            .zip(&self.pieces)
+            .map(|(piece, (placement, shape))| {
+                gather_whole(&piece, shape, *placement, &self.tp).map_err(|e| match e {
+                    phalanx_tensor_parallel::Error::Pg(e) => Error::Pg(e),
+                    other => Error::Config(other.to_string()),
+                })
+            })
+            .collect()
+    }
+}
