@@ -3,7 +3,8 @@
 //! against references) on 1–4 ranks, test_ddp.py (DDP equals whole-batch training, replicas
 //! bitwise equal), test_failure.py and test_timeout.py (PhalanxError naming the culprit),
 //! test_fsdp2.py (FSDP2 over phalanx equals FSDP2 over Gloo), test_mesh.py (DeviceMesh and
-//! DTensor; groups named as Gloo's are) and test_dcp.py (torch.distributed.checkpoint across
+//! DTensor; groups named as Gloo's are), test_tp_pp.py (PyTorch's tensor parallelism and
+//! pipelining train bitwise as over Gloo) and test_dcp.py (torch.distributed.checkpoint across
 //! world sizes). Skipped with a line saying why when no Python has torch and phalanx_torch
 //! (.ci/run installs both).
 
@@ -193,6 +194,34 @@ fn dcp_checkpoint_saved_at_4_ranks_loads_at_4_3_and_2() {
     for n in [4, 3, 2] {
         let f = launch_with(&py, n, "60s", &["test_dcp.py", "load", dir.str()]);
         every_rank_says(&f, n, "dcp load ok");
+    }
+}
+
+/// PyTorch's own tensor parallelism (`parallelize_module`: a GPT block's attention and MLP by
+/// columns then rows) and pipelining (`PipelineStage`, GPipe and 1F1B, 2 stages of 4
+/// microbatches) train 30 steps over phalanx bitwise as over Gloo in the same processes
+/// (python/tests/test_tp_pp.py); each run is timed against Gloo's, and the times are said.
+#[test]
+fn pytorch_tensor_parallelism_and_pipelining_over_phalanx_equal_gloo() {
+    let Some(py) =
+        backend_python("pytorch_tensor_parallelism_and_pipelining_over_phalanx_equal_gloo")
+    else {
+        return;
+    };
+    let f = launch_with(&py, 2, "60s", &["test_tp_pp.py"]);
+    every_rank_says(&f, 2, "tp and pp over phalanx ok");
+    for what in ["tp", "pp gpipe", "pp 1f1b"] {
+        every_rank_says(&f, 2, &format!("{what} over 2 ranks: "));
+        let equal = rank_lines(&f.stdout)
+            .into_iter()
+            .filter(|(_, l)| l.contains(&format!("{what} over 2 ranks: ")))
+            .all(|(_, l)| l.contains("bitwise equal to gloo's"));
+        assert!(equal, "{}", f.stdout);
+    }
+    for (_, line) in rank_lines(&f.stdout) {
+        if line.contains(": time ") {
+            say(&line);
+        }
     }
 }
 
