@@ -52,8 +52,10 @@ mod error;
 mod placement;
 mod region;
 mod style;
+mod vocab;
 
 pub use error::{Error, Result};
 pub use placement::{gather_whole, Placement};
 pub use region::{copy_to_region, reduce_from_region};
 pub use style::{shard_range, ColwiseParallel, RowwiseParallel};
+pub use vocab::{argmax_parallel, loss_parallel, VocabParallelEmbedding};

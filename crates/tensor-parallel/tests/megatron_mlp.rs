@@ -34,6 +34,21 @@ fn whole() -> (Vec<(Linear, Linear)>, Tensor<3>) {
     (blocks, x)
 }
 
+/// `t` as a new leaf of the autodiff graph. The rank threads share one process, and Burn joins
+/// the graphs that share a node into one, under one lock: a rank's backward waiting in `f`'s
+/// all-reduce would hold the lock the other ranks' backward needs. Each rank's tensors are its
+/// own, as they are in the processes of a real job.
+fn fresh<const N: usize>(t: &Tensor<N>) -> Tensor<N> {
+    Tensor::from_data(t.to_data(), &t.device())
+}
+
+fn fresh_linear(l: &Linear) -> Linear {
+    Linear {
+        weight: Param::from_tensor(fresh(&l.weight.val())),
+        bias: l.bias.as_ref().map(|b| Param::from_tensor(fresh(&b.val()))),
+    }
+}
+
 fn values<const N: usize>(t: Tensor<N>) -> Vec<f32> {
     t.into_data().convert::<f32>().try_into_vec().unwrap()
 }
@@ -58,7 +73,11 @@ fn check(world: usize) {
     phalanx_testing::spawn_ranks(world, |pg| {
         let (rank, group) = (pg.rank(), Arc::new(pg));
         // The whole blocks, forward and backward, on each rank.
-        let (blocks, x) = (blocks.clone(), x.clone());
+        let blocks: Vec<(Linear, Linear)> = blocks
+            .iter()
+            .map(|(fc, proj)| (fresh_linear(fc), fresh_linear(proj)))
+            .collect();
+        let x = fresh(&x);
         let x_whole = x.clone().require_grad();
         let y_whole = blocks.iter().fold(x_whole.clone(), |h, (fc, proj)| {
             h.clone() + proj.forward(gelu(fc.forward(h)))

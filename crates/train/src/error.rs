@@ -35,6 +35,10 @@ pub enum Error {
     /// A collective of the training loop failed (the error names the rank and the cause).
     #[error(transparent)]
     Pg(#[from] phalanx_pg::Error),
+    /// A tensor-parallel operation failed (its process group's error, or a split that does
+    /// not fit).
+    #[error("tensor parallelism: {0}")]
+    TensorParallel(#[from] phalanx_tensor_parallel::Error),
     /// The run's configuration is invalid or does not match its checkpoint.
     #[error("{0}")]
     Config(String),

@@ -1,7 +1,6 @@
 //! One training step, evaluation and the parameter digest.
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::GradientsParams;
 use burn::tensor::{Gradients, Int, Tensor, TensorData};
 use phalanx_ddp::adapter::burn::params_to_flat;
@@ -25,9 +24,7 @@ pub fn forward_backward<M: Classifier>(
     let y = Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);
     let targets = model.targets(x.clone(), y);
     let logits = model.logits(x);
-    let loss = CrossEntropyLossConfig::new()
-        .init(&device)
-        .forward(logits, targets);
+    let loss = model.loss(logits, targets)?;
     let value = loss.clone().into_scalar::<f32>();
     Ok((loss.backward(), value))
 }
@@ -86,13 +83,11 @@ pub fn score<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> Resu
         let targets = model.targets(x.clone(), y);
         let logits = model.logits(x);
         let count = targets.dims()[0];
-        let mean = CrossEntropyLossConfig::new()
-            .init(&device)
-            .forward(logits.clone(), targets.clone())
+        let mean = model
+            .loss(logits.clone(), targets.clone())?
             .into_scalar::<f32>();
-        let hits = logits
-            .argmax(1)
-            .reshape([count])
+        let hits = model
+            .predictions(logits)?
             .equal(targets)
             .int()
             .sum()

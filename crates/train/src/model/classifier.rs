@@ -4,9 +4,12 @@
 use std::sync::Arc;
 
 use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{Device, Int, Tensor};
 use phalanx_pg::ProcessGroup;
 use phalanx_tensor_parallel::Placement;
+
+use crate::Result;
 
 /// A classifier the trainer can train: any Burn module with a forward pass from flat rows.
 ///
@@ -41,6 +44,15 @@ pub trait Classifier: Module + 'static {
     fn targets(&self, _input: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1, Int> {
         labels
     }
+    /// The mean cross-entropy of [`logits`](Self::logits) against `targets`: Burn's. A model
+    /// whose logits are split across ranks computes it from its piece.
+    fn loss(&self, logits: Tensor<2>, targets: Tensor<1, Int>) -> Result<Tensor<1>> {
+        Ok(cross_entropy(logits, targets))
+    }
+    /// The class each row of [`logits`](Self::logits) predicts (`[rows]`): the arg-max.
+    fn predictions(&self, logits: Tensor<2>) -> Result<Tensor<1, Int>> {
+        Ok(argmax(logits))
+    }
     /// This rank's piece of the model under tensor parallelism on `group` (`--tp`, Note
     /// [Tensor-parallel run] in `tensor_parallel.rs`), from the whole model every rank built;
     /// a model that cannot be split says why. The default: none can.
@@ -60,4 +72,17 @@ pub trait Classifier: Module + 'static {
     }
     /// The device the parameters live on.
     fn device(&self) -> Device;
+}
+
+/// Burn's mean cross-entropy of whole `logits` against `targets`.
+pub(crate) fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, targets)
+}
+
+/// The arg-max of each row of whole `logits`, `[rows]`.
+pub(crate) fn argmax(logits: Tensor<2>) -> Tensor<1, Int> {
+    let rows = logits.dims()[0];
+    logits.argmax(1).reshape([rows])
 }

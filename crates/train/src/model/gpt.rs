@@ -16,9 +16,12 @@
 //! Under tensor parallelism ([`Gpt::tensor_parallel`], `--tp N`) each block is split in
 //! Megatron's layout (Note [Tensor parallelism] in phalanx-tensor-parallel): the query, key and
 //! value projections and the MLP's first linear by columns, so a rank holds `heads / N` whole
-//! heads and `4d / N` of the MLP's width; the two output projections by rows. The embeddings,
-//! the LayerNorms and the head stay whole on every rank, and their gradients are the same on
-//! every rank without a collective of their own: what reaches them passed `f`'s all-reduce.
+//! heads and `4d / N` of the MLP's width; the two output projections by rows. The vocabulary
+//! is split too (Note [Vocabulary parallelism] in phalanx-tensor-parallel): the token
+//! embedding by rows, the head by columns, and the loss and the arg-max are computed from the
+//! rank's columns of the logits, which are never gathered. The position embedding and the
+//! LayerNorms stay whole on every rank, and their gradients are the same on every rank without
+//! a collective of their own: what reaches them passed `f`'s all-reduce.
 //!
 //! Note [Dropout under tensor parallelism]
 //! Every rank of a tensor-parallel group seeds its generator alike (the step's seed, and each
@@ -51,9 +54,12 @@ use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::{Bool, Device, Distribution, Int, Tensor};
 use phalanx_ddp::fsdp::FullyShard;
 use phalanx_pg::ProcessGroup;
-use phalanx_tensor_parallel::{copy_to_region, ColwiseParallel, Placement, RowwiseParallel};
+use phalanx_tensor_parallel::{
+    argmax_parallel, copy_to_region, loss_parallel, ColwiseParallel, Placement, RowwiseParallel,
+    VocabParallelEmbedding,
+};
 
-use super::classifier::Classifier;
+use super::classifier::{argmax, cross_entropy, Classifier};
 
 /// GPT-2's standard deviation of the initial weights.
 const STD: f64 = 0.02;
@@ -120,6 +126,10 @@ pub struct Gpt {
     pub head: Linear,
     drop: Dropout,
     seq_len: usize,
+    /// The tensor-parallel group the vocabulary is split on (the embedding's rows, the head's
+    /// columns, the loss: Note [Vocabulary parallelism] in phalanx-tensor-parallel).
+    #[module(skip)]
+    tp: Option<Arc<ProcessGroup>>,
 }
 
 /// One pre-norm block.
@@ -226,6 +236,7 @@ impl Gpt {
                 .init(device),
             drop: drop(),
             seq_len: config.seq_len,
+            tp: None,
         }
     }
 
@@ -273,7 +284,13 @@ impl Gpt {
                 mlp,
             }));
         }
-        Ok(Gpt { blocks, ..self })
+        Ok(Gpt {
+            wte: VocabParallelEmbedding::shard(self.wte, rank, n).map_err(cut)?,
+            head: ColwiseParallel::shard(self.head, rank, n).map_err(cut)?,
+            blocks,
+            tp: Some(group.clone()),
+            ..self
+        })
     }
 
     /// Where each float parameter is on the tensor-parallel group, in canonical order: a
@@ -300,13 +317,17 @@ impl Gpt {
                         .iter()
                         .any(|l| path.ends_with(&format!("{l}.{leaf}")))
                 };
-                self.placements.push(if under(&columns, "weight") {
-                    Placement::Shard(1)
-                } else if under(&columns, "bias") || under(&rows, "weight") {
-                    Placement::Shard(0)
-                } else {
-                    Placement::Replicate
-                });
+                self.placements
+                    .push(if under(&columns, "weight") || path == "head.weight" {
+                        Placement::Shard(1)
+                    } else if under(&columns, "bias")
+                        || under(&rows, "weight")
+                        || path == "wte.weight"
+                    {
+                        Placement::Shard(0)
+                    } else {
+                        Placement::Replicate
+                    });
             }
         }
         let mut walk = Walk {
@@ -322,14 +343,21 @@ impl Gpt {
         let [_, seq] = tokens.dims();
         let device = tokens.device();
         let positions = Tensor::<1, Int>::arange(0..seq as i64, &device).reshape([1, seq]);
-        let x = self
-            .drop
-            .forward(self.wte.forward(tokens) + self.wpe.forward(positions));
+        let embedded = match &self.tp {
+            Some(group) => VocabParallelEmbedding::forward(&self.wte, tokens, group),
+            None => self.wte.forward(tokens),
+        };
+        let x = self.drop.forward(embedded + self.wpe.forward(positions));
         let x = self
             .blocks
             .iter()
             .fold(x, |x, block| block.forward(x, |b: &Block, x| b.forward(x)));
-        self.head.forward(self.ln_f.forward(x))
+        let x = self.ln_f.forward(x);
+        match &self.tp {
+            // This rank's columns of the logits: its range of the vocabulary.
+            Some(group) => ColwiseParallel::forward(&self.head, x, group),
+            None => self.head.forward(x),
+        }
     }
 }
 
@@ -446,6 +474,22 @@ impl Classifier for Gpt {
 
     fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Self, String> {
         Gpt::tensor_parallel(self, group)
+    }
+
+    /// Under tensor parallelism, from this rank's columns of the logits without gathering
+    /// them (Note [Vocabulary parallelism] in phalanx-tensor-parallel).
+    fn loss(&self, logits: Tensor<2>, targets: Tensor<1, Int>) -> crate::Result<Tensor<1>> {
+        match &self.tp {
+            Some(group) => Ok(loss_parallel(logits, targets, group)?),
+            None => Ok(cross_entropy(logits, targets)),
+        }
+    }
+
+    fn predictions(&self, logits: Tensor<2>) -> crate::Result<Tensor<1, Int>> {
+        match &self.tp {
+            Some(group) => Ok(argmax_parallel(logits, group)?),
+            None => Ok(argmax(logits)),
+        }
     }
 
     fn placements(&self) -> Vec<Placement> {
