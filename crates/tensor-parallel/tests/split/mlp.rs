@@ -8,8 +8,10 @@ use std::sync::Arc;
 use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::gelu;
-use burn::tensor::{Device, Distribution, Gradients, Tensor};
+use burn::tensor::{Device, Distribution, Tensor};
 use phalanx_tensor_parallel::{ColwiseParallel, Error, RowwiseParallel};
+
+use super::common::{assert_close, fresh, grad, values};
 
 const D: usize = 8;
 const WIDTH: usize = 32;
@@ -34,37 +36,11 @@ fn whole() -> (Vec<(Linear, Linear)>, Tensor<3>) {
     (blocks, x)
 }
 
-/// `t` as a new leaf of the autodiff graph. The rank threads share one process, and Burn joins
-/// the graphs that share a node into one, under one lock: a rank's backward waiting in `f`'s
-/// all-reduce would hold the lock the other ranks' backward needs. Each rank's tensors are its
-/// own, as they are in the processes of a real job.
-fn fresh<const N: usize>(t: &Tensor<N>) -> Tensor<N> {
-    Tensor::from_data(t.to_data(), &t.device())
-}
-
 fn fresh_linear(l: &Linear) -> Linear {
     Linear {
         weight: Param::from_tensor(fresh(&l.weight.val())),
         bias: l.bias.as_ref().map(|b| Param::from_tensor(fresh(&b.val()))),
     }
-}
-
-fn values<const N: usize>(t: Tensor<N>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_into_vec().unwrap()
-}
-
-fn grad<const N: usize>(p: &Param<Tensor<N>>, grads: &Gradients) -> Tensor<N> {
-    p.val().grad(grads).expect("a gradient")
-}
-
-fn assert_close(what: &str, got: Vec<f32>, want: Vec<f32>) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let worst = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    assert!(worst < 1e-5, "{what}: differs by {worst}");
 }
 
 fn check(world: usize) {

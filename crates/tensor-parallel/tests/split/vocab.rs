@@ -8,10 +8,12 @@ use std::sync::Arc;
 use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::{Device, Distribution, Gradients, Int, Tensor, TensorData};
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use phalanx_tensor_parallel::{
     argmax_parallel, loss_parallel, ColwiseParallel, Error, VocabParallelEmbedding,
 };
+
+use super::common::{assert_close, fresh, grad, values};
 
 const VOCAB: usize = 16;
 const D: usize = 8;
@@ -20,30 +22,6 @@ const SEQ: usize = 5;
 
 fn device() -> Device {
     Device::flex().autodiff()
-}
-
-/// `t` as a new leaf of the autodiff graph: each rank thread's tensors are its own (Burn joins
-/// graphs that share a node under one lock, which a rank waiting in a collective would hold).
-fn fresh<const N: usize>(t: &Tensor<N>) -> Tensor<N> {
-    Tensor::from_data(t.to_data(), &t.device())
-}
-
-fn values<const N: usize>(t: Tensor<N>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_into_vec().unwrap()
-}
-
-fn grad<const N: usize>(p: &Param<Tensor<N>>, grads: &Gradients) -> Tensor<N> {
-    p.val().grad(grads).expect("a gradient")
-}
-
-fn assert_close(what: &str, got: Vec<f32>, want: Vec<f32>) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let worst = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    assert!(worst < 1e-5, "{what}: differs by {worst}");
 }
 
 /// Tokens covering every rank's range, and their next tokens.
