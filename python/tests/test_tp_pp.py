@@ -14,6 +14,10 @@ parameters and data: every step's loss and the final parameters must be bitwise 
 ranks: a sum of two values does not depend on the order it is taken in). Each run is timed;
 with `--rounds N` the runs are repeated, phalanx and gloo interleaved, and each rank prints the
 median seconds of each (`time tp phalanx 0.41 gloo 0.55`). Prints `tp and pp over phalanx ok`.
+For benchmarks (bench/compare_tp.sh): `--steps N`, `--hidden D --seq-len S --batch B` (the
+model's width, the tokens of a sample, the samples of a batch), `--only tp` (or `pp gpipe`,
+`pp 1f1b`, comma-separated) and `--backends gloo` (the comparison needs both backends, and is
+skipped with one).
 """
 
 import argparse
@@ -29,8 +33,19 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 import phalanx_torch  # noqa: F401 - registers "phalanx"
 
-STEPS = 30
-VOCAB, D, HEADS, SEQ, BATCH = 256, 64, 4, 32, 8
+STEPS = 30  # --steps
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--rounds", type=int, default=1)
+parser.add_argument("--steps", type=int, default=STEPS)
+parser.add_argument("--only", default="tp,pp gpipe,pp 1f1b")
+parser.add_argument("--backends", default="phalanx,gloo")
+parser.add_argument("--hidden", type=int, default=64)
+parser.add_argument("--seq-len", type=int, default=32)
+parser.add_argument("--batch", type=int, default=8)
+args = parser.parse_args()
+
+VOCAB, D, HEADS, SEQ, BATCH = 256, args.hidden, 4, args.seq_len, args.batch
 
 
 class Attention(nn.Module):
@@ -81,7 +96,7 @@ def loss_fn(logits, targets):
 
 def batches():
     g = torch.Generator().manual_seed(5)  # the same data on every rank
-    for _ in range(STEPS):
+    for _ in range(args.steps):
         t = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
         yield t[:, :-1], t[:, 1:]
 
@@ -168,39 +183,41 @@ def compare(what, a, b, rank):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=1)
-    rounds = parser.parse_args().rounds
+    rounds = args.rounds
+    backends = args.backends.split(",")
     dist.init_process_group("phalanx")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 2, "run on 2 ranks"
-    over = {
-        "phalanx": init_device_mesh("cpu", (world,), mesh_dim_names=("tp",)),
-        "gloo": init_device_mesh("cpu", (world,), mesh_dim_names=("tp",),
-                                 backend_override={"tp": "gloo"}),
+    meshes = {
+        "phalanx": lambda: init_device_mesh("cpu", (world,), mesh_dim_names=("tp",)),
+        "gloo": lambda: init_device_mesh("cpu", (world,), mesh_dim_names=("tp",),
+                                         backend_override={"tp": "gloo"}),
     }
+    over = {b: meshes[b]() for b in backends}
     groups = {b: m.get_group(0) for b, m in over.items()}
     runs = {
         "tp": lambda b: train_tp(over[b]),
         "pp gpipe": lambda b: train_pp(ScheduleGPipe, groups[b], rank),
         "pp 1f1b": lambda b: train_pp(Schedule1F1B, groups[b], rank),
     }
+    runs = {w: runs[w] for w in args.only.split(",")}
     seconds = {(w, b): [] for w in runs for b in over}
     for r in range(rounds):
         for what, run in runs.items():
             # Interleaved, and each backend first in turn: a warm cache favours neither.
-            order = ("phalanx", "gloo") if r % 2 == 0 else ("gloo", "phalanx")
+            order = tuple(backends) if r % 2 == 0 else tuple(reversed(backends))
             results = {b: run(b) for b in order}
             for b in order:
                 seconds[(what, b)].append(results[b][2])
-            if r == 0:
+            if r == 0 and len(backends) == 2:
                 compare(f"{what} over 2 ranks", results["phalanx"], results["gloo"], rank)
+    tokens = args.steps * BATCH * SEQ
     for what in runs:
-        p, g = (statistics.median(seconds[(what, b)]) for b in ("phalanx", "gloo"))
-        tokens = STEPS * BATCH * SEQ
-        print(f"rank {rank}: time {what} phalanx {p:.3f} s ({tokens / p:.0f} tokens/s) gloo "
-              f"{g:.3f} s ({tokens / g:.0f} tokens/s), gloo/phalanx {g / p:.2f} over {rounds} "
-              f"round(s)", flush=True)
+        median = {b: statistics.median(seconds[(what, b)]) for b in backends}
+        times = " ".join(f"{b} {s:.3f} s ({tokens / s:.0f} tokens/s)" for b, s in median.items())
+        ratio = (f", gloo/phalanx {median['gloo'] / median['phalanx']:.2f}"
+                 if len(median) == 2 else "")
+        print(f"rank {rank}: time {what} {times}{ratio} over {rounds} round(s)", flush=True)
     dist.barrier()
     print(f"rank {rank}: tp and pp over phalanx ok", flush=True)
     dist.destroy_process_group()
