@@ -404,6 +404,25 @@ fn gpt_tensor_parallel_trains_as_fewer_ranks_do() {
     );
 }
 
+/// `--freeze` under `--tp`: the frozen parameters' pieces stay frozen (a piece is a parameter
+/// of its own, cut from the whole one), so `--tp 2` trains as one rank does with the same
+/// parameters frozen.
+#[test]
+fn gpt_tensor_parallel_keeps_frozen_parameters_frozen() {
+    let frozen = ["--freeze", "wte,blocks.0"];
+    let one = gpt_run(&[&["--nproc-per-node", "1"][..], &frozen[..]].concat());
+    let tp = gpt_run(&[&["--nproc-per-node", "2", "--tp", "2"][..], &frozen[..]].concat());
+    for field in ["train_loss", "test_loss"] {
+        let r = relative(&tp[0], &one[0], field);
+        assert!(
+            r < 1e-5,
+            "--tp 2 {field} {} vs 1 rank {}",
+            tp[0][field],
+            one[0][field]
+        );
+    }
+}
+
 #[test]
 fn tensor_parallel_sizes_that_do_not_fit_are_named() {
     let err = refused(&["--nproc-per-node", "3", "--model", "gpt", "--tp", "3"]);
@@ -414,6 +433,20 @@ fn tensor_parallel_sizes_that_do_not_fit_are_named() {
     let err = refused(&["--nproc-per-node", "3", "--model", "gpt", "--tp", "2"]);
     assert!(
         err.contains("--tp 2: the world of 3 rank(s) is not a multiple of 2"),
+        "{err}"
+    );
+    let err = refused(&[
+        "--nproc-per-node",
+        "2",
+        "--model",
+        "gpt",
+        "--tp",
+        "2",
+        "--grad-clip",
+        "1",
+    ]);
+    assert!(
+        err.contains("--grad-clip 1 with --tp 2") && err.contains("not built yet"),
         "{err}"
     );
     let err = refused(&["--model", "cnn", "--tp", "2"]);

@@ -13,8 +13,8 @@
 //!
 //! Burn has no gradient hooks, so each is a node of its own in the graph, with one parent and
 //! the group as its state; the node runs its collective when Burn's backward reaches it. Every
-//! rank builds the same graph, and Burn visits the nodes of a graph in a fixed order (by
-//! creation, newest first), so the ranks meet in their collectives in the same order. Off the
+//! rank builds the same graph, and Burn visits the nodes of a graph in a fixed order (by depth
+//! from the root, then a fixed walk of the graph), so the ranks meet in their collectives in the same order. Off the
 //! autodiff backend (evaluation), `f` is the identity and `g` the all-reduce.
 //!
 //! The all-reduce sums `f32` values in the group's fixed order, so the result is the same on

@@ -60,23 +60,26 @@ pub fn shard_range(
     Ok(rank * per..(rank + 1) * per)
 }
 
+/// `slice` of the whole parameter `whole` as a parameter of its own. A slice of a tracked
+/// tensor is a node of the graph, not a leaf: detached, it is a leaf whose gradient is this
+/// rank's part of the whole one's. It keeps the whole one's gradient requirement, so a frozen
+/// parameter's pieces stay frozen.
+pub(crate) fn piece<const D: usize>(
+    whole: &Param<Tensor<D>>,
+    slice: Tensor<D>,
+) -> Param<Tensor<D>> {
+    Param::from_tensor(slice.detach()).set_require_grad(whole.is_require_grad())
+}
+
 impl ColwiseParallel {
     /// Rank `rank`'s columns of `whole` (every rank passes the same whole layer).
     pub fn shard(whole: Linear, rank: usize, size: usize) -> Result<Linear> {
         let [d_input, d_output] = whole.weight.dims();
         let cols = shard_range("output columns", d_output, rank, size)?;
-        // A slice of a tracked parameter is a node of the graph, not a leaf: detached, it is
-        // a parameter of its own, whose gradient is this rank's columns of the whole one's.
-        let weight = whole
-            .weight
-            .val()
-            .slice([0..d_input, cols.clone()])
-            .detach();
+        let weight = whole.weight.val().slice([0..d_input, cols.clone()]);
         Ok(Linear {
-            weight: Param::from_tensor(weight),
-            bias: whole
-                .bias
-                .map(|b| Param::from_tensor(b.val().slice([cols]).detach())),
+            weight: piece(&whole.weight, weight),
+            bias: whole.bias.map(|b| piece(&b, b.val().slice([cols]))),
         })
     }
 
@@ -96,9 +99,9 @@ impl RowwiseParallel {
     pub fn shard(whole: Linear, rank: usize, size: usize) -> Result<Linear> {
         let [d_input, d_output] = whole.weight.dims();
         let rows = shard_range("input rows", d_input, rank, size)?;
-        let weight = whole.weight.val().slice([rows, 0..d_output]).detach();
+        let weight = whole.weight.val().slice([rows, 0..d_output]);
         Ok(Linear {
-            weight: Param::from_tensor(weight),
+            weight: piece(&whole.weight, weight),
             bias: whole.bias,
         })
     }

@@ -23,14 +23,13 @@
 
 use std::sync::Arc;
 
-use burn::module::Param;
 use burn::nn::Embedding;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
 use crate::region::reduce_from_region;
-use crate::style::shard_range;
+use crate::style::{piece, shard_range};
 use crate::Result;
 
 /// The token embedding split by vocabulary rows (Note [Vocabulary parallelism]).
@@ -42,10 +41,8 @@ impl VocabParallelEmbedding {
     pub fn shard(whole: Embedding, rank: usize, size: usize) -> Result<Embedding> {
         let [vocab, d] = whole.weight.dims();
         let rows = shard_range("vocabulary rows", vocab, rank, size)?;
-        // Detached: the slice is a parameter of its own (as in ColwiseParallel::shard).
-        let weight = whole.weight.val().slice([rows, 0..d]).detach();
         Ok(Embedding {
-            weight: Param::from_tensor(weight),
+            weight: piece(&whole.weight, whole.weight.val().slice([rows, 0..d])),
         })
     }
 

@@ -65,17 +65,20 @@ impl TensorParallel {
         // parameter ids]).
         let model = with_stable_ids(model);
         let placements = model.placements();
-        let shapes = state_infos(&model)
+        let shapes: Vec<Vec<usize>> = state_infos(&model)
             .into_iter()
             .filter(|s| s.kind.is_float())
-            .map(|s| s.info.shape);
-        let pieces = shapes
-            .enumerate()
-            .map(|(i, shape)| {
-                let placement = placements.get(i).copied().unwrap_or(Placement::Replicate);
-                (placement, shape)
-            })
+            .map(|s| s.info.shape)
             .collect();
+        if placements.len() != shapes.len() {
+            return Err(Error::Config(format!(
+                "--tp {size}: the model places {} float tensors on the tensor-parallel group \
+                 and has {}",
+                placements.len(),
+                shapes.len()
+            )));
+        }
+        let pieces = placements.into_iter().zip(shapes).collect();
         Ok((TensorParallel { dp, tp, pieces }, model))
     }
 

@@ -96,6 +96,14 @@ fn train_in(
                  train with --max-restarts instead"
             )));
         }
+        if let Some(max) = cfg.grad_clip {
+            return Err(Error::Config(format!(
+                "--grad-clip {max} with --tp {tp}: the norm must be taken over every rank's \
+                 pieces, and the engines take it over their data-parallel group only, so the \
+                 ranks of a tensor-parallel group would scale by different factors; not built \
+                 yet: train without --grad-clip"
+            )));
+        }
         if cfg.checkpoint_dir.is_some() {
             return Err(Error::Config(format!(
                 "--checkpoint-dir with --tp {tp}: checkpoints of a tensor-parallel model (each \
