@@ -17,6 +17,7 @@ mod snapshot;
 mod step;
 pub mod stop;
 mod tensor_parallel;
+pub use tensor_parallel::check_model as check_tensor_parallel_model;
 pub mod throughput;
 pub mod trainer;
 

@@ -21,6 +21,18 @@ use phalanx_tensor_parallel::{gather_whole, Placement};
 
 use crate::{with_stable_ids, Classifier, Error, ModelKind, Result};
 
+/// Whether `--tp size` can split `--model kind`: only the GPT has a split (the CLI asks before
+/// it starts the ranks, the trainer again for a caller of the library).
+pub fn check_model(kind: ModelKind, size: usize) -> Result<()> {
+    if size > 1 && kind != ModelKind::Gpt {
+        return Err(Error::Config(format!(
+            "--tp {size} splits a GPT's attention heads and MLP across ranks; --model {kind} has \
+             neither: use --model gpt (or --sharding to split the training state)"
+        )));
+    }
+    Ok(())
+}
+
 /// A run's groups under tensor parallelism, and where the model's pieces are.
 #[derive(Debug)]
 pub(crate) struct TensorParallel {
@@ -42,12 +54,7 @@ impl TensorParallel {
         kind: ModelKind,
         model: M,
     ) -> Result<(TensorParallel, M)> {
-        if kind != ModelKind::Gpt {
-            return Err(Error::Config(format!(
-                "--tp {size} splits a GPT's attention heads and MLP across ranks; --model {kind} \
-                 has neither: use --model gpt (or --sharding to split the training state)"
-            )));
-        }
+        check_model(kind, size)?;
         let world = pg.world_size();
         if !world.is_multiple_of(size) {
             return Err(Error::Config(format!(
@@ -102,8 +109,9 @@ impl TensorParallel {
             .zip(&self.pieces)
             .map(|(piece, (placement, shape))| {
                 gather_whole(&piece, shape, *placement, &self.tp).map_err(|e| match e {
+                    // The group's failure names the peer as every other collective's does.
                     phalanx_tensor_parallel::Error::Pg(e) => Error::Pg(e),
-                    other => Error::Config(other.to_string()),
+                    other => Error::TensorParallel(other),
                 })
             })
             .collect()

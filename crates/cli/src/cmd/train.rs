@@ -180,14 +180,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if args.tp == 0 {
         bail!("--tp 0: expected the ranks of each tensor-parallel group, at least 1");
     }
-    if args.tp > 1 && args.model != ModelKind::Gpt {
-        bail!(
-            "--tp {} splits a GPT's attention heads and MLP across ranks; --model {} has \
-             neither: use --model gpt (or --sharding to split the training state)",
-            args.tp,
-            args.model
-        );
-    }
+    phalanx_train::check_tensor_parallel_model(args.model, args.tp)?;
     if let Some(p) = args.dropout {
         if !(0.0..1.0).contains(&p) {
             bail!("--dropout {p}: expected a probability in [0, 1)");
