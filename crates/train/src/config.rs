@@ -7,7 +7,7 @@ use phalanx_checkpoint::position::Position;
 use phalanx_checkpoint::{Damaged, Meta};
 use phalanx_ddp::{fsdp::Sharding, BucketMemory};
 
-use crate::{metrics::EpochRecord, ModelKind, OptimOptions};
+use crate::{metrics::EpochRecord, pipeline::PipelineOptions, ModelKind, OptimOptions};
 
 /// Everything `phalanx train` needs to know.
 #[derive(Debug, Clone)]
@@ -41,6 +41,8 @@ pub struct TrainConfig {
     pub dropout: f64,
     /// Tensor-parallel size (`--tp`, GPT; 1: none): Note [Tensor-parallel run].
     pub tp: usize,
+    /// Pipeline parallelism (`--pp` and its options, GPT): Note [Pipeline run].
+    pub pp: PipelineOptions,
     /// Seed of the model init, the split and the sampler.
     pub seed: u64,
     /// Reduce gradients in bf16 (halves bytes on the wire).

@@ -11,8 +11,10 @@ mod error;
 mod init;
 pub mod metrics;
 mod model;
+mod model_parallel;
 mod optim;
 mod parallel;
+pub mod pipeline;
 mod snapshot;
 mod step;
 pub mod stop;
@@ -27,10 +29,11 @@ pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
 pub use model::{
     freeze_matching, with_model, with_stable_ids, Block, CausalSelfAttention, Classifier, Cnn,
-    Encoder, FeedForward, Gpt, GptConfig, Mlp, MlpConfig, ModelKind, ModelSpec, Transformer,
-    WithModel,
+    Encoder, FeedForward, Gpt, GptConfig, Mlp, MlpConfig, ModelKind, ModelSpec, PipelineCosts,
+    StageOutput, Transformer, WithModel,
 };
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
+pub use pipeline::{PipelineOptions, PipelineSchedule};
 pub use step::{evaluate, forward_backward, param_digest, score, train_step_local, Score};
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

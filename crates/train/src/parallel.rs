@@ -65,10 +65,23 @@ pub(crate) fn step<M: Classifier, E: DataParallel<M>>(
     labels: &[i64],
     kind: StepKind,
 ) -> Result<f32> {
+    step_with(engine, optim, kind, |model| {
+        forward_backward(model, features, labels)
+    })
+}
+
+/// [`step`] with another forward and backward (a pipeline stage's: its gradients and the
+/// batch's loss).
+pub(crate) fn step_with<M: Classifier, E: DataParallel<M>>(
+    engine: &mut E,
+    optim: &mut Optim,
+    kind: StepKind,
+    forward_backward: impl FnOnce(&M) -> Result<(burn::tensor::Gradients, f32)>,
+) -> Result<f32> {
     let (grads, loss) = {
         let model = engine.unshard()?;
         let _c = phalanx_core::trace::span("forward+backward", "compute");
-        forward_backward(model, features, labels)?
+        forward_backward(model)?
     };
     engine.step(grads, kind, |params, g| optim.step(params, g))?;
     Ok(loss)

@@ -81,22 +81,35 @@ pub fn score<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> Resu
         let y =
             Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);
         let targets = model.targets(x.clone(), y);
-        let logits = model.logits(x);
-        let count = targets.dims()[0];
-        let mean = model
-            .loss(logits.clone(), targets.clone())?
-            .into_scalar::<f32>();
-        let hits = model
-            .predictions(logits)?
-            .equal(targets)
-            .int()
-            .sum()
-            .into_scalar::<i64>();
-        score.targets += count;
-        score.correct += hits as usize;
-        score.loss_sum += mean as f64 * count as f64;
+        let s = score_logits(&model, model.logits(x), targets)?;
+        score.targets += s.targets;
+        score.correct += s.correct;
+        score.loss_sum += s.loss_sum;
     }
     Ok(score)
+}
+
+/// The [`Score`] of `logits` against `targets`.
+pub(crate) fn score_logits<M: Classifier>(
+    model: &M,
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
+) -> Result<Score> {
+    let count = targets.dims()[0];
+    let mean = model
+        .loss(logits.clone(), targets.clone())?
+        .into_scalar::<f32>();
+    let hits = model
+        .predictions(logits)?
+        .equal(targets)
+        .int()
+        .sum()
+        .into_scalar::<i64>();
+    Ok(Score {
+        targets: count,
+        correct: hits as usize,
+        loss_sum: mean as f64 * count as f64,
+    })
 }
 
 /// SHA-256 (hex) of all parameters in canonical order, as little-endian `f32` bytes: equal digests
@@ -116,7 +129,12 @@ pub(crate) fn digest_of(values: &[Vec<f32>]) -> String {
     phalanx_core::hex::encode(&hasher.finalize())
 }
 
-fn batch_tensor<M: Classifier>(model: &M, features: &[f32], rows: usize) -> Result<Tensor<2>> {
+/// Rows `[rows, input_dim]` of flat features as a tensor on the model's device.
+pub(crate) fn batch_tensor<M: Classifier>(
+    model: &M,
+    features: &[f32],
+    rows: usize,
+) -> Result<Tensor<2>> {
     let input = model.input_dim();
     if features.len() != rows * input || rows == 0 {
         return Err(Error::BatchShape {

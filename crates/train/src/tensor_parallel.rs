@@ -1,8 +1,9 @@
-//! `--tp N`: a run's mesh under tensor parallelism, its model split on the mesh's `"tp"`
-//! groups, and the whole parameters gathered back from the pieces (the digest).
+//! `--tp N`: a run's model split on the mesh's `"tp"` groups, and the whole parameters
+//! gathered back from the pieces (the digest).
 //!
 //! Note [Tensor-parallel run]
-//! The world is a mesh `("dp", world / N), ("tp", N)` (Note [Mesh layout] in phalanx-pg): the
+//! The world is a mesh `("pp", P), ("dp", world / (P·N)), ("tp", N)` (Note [Mesh layout] in
+//! phalanx-pg; `model_parallel.rs` builds it, and Note [Pipeline run] says what "pp" does): the
 //! `N` ranks of a tensor-parallel group are consecutive, so they share a host under phalanx
 //! launch's and torchrun's numbering (the group that talks at every layer talks over shared
 //! memory), and the data-parallel groups cross hosts. Every rank builds the whole model from the
@@ -16,7 +17,7 @@
 use std::sync::Arc;
 
 use phalanx_ddp::adapter::burn::state_infos;
-use phalanx_pg::{Mesh, ProcessGroup};
+use phalanx_pg::ProcessGroup;
 use phalanx_tensor_parallel::{gather_whole, Placement};
 
 use crate::{with_stable_ids, Classifier, Error, ModelKind, Result};
@@ -33,11 +34,9 @@ pub fn check_model(kind: ModelKind, size: usize) -> Result<()> {
     Ok(())
 }
 
-/// A run's groups under tensor parallelism, and where the model's pieces are.
+/// A run's tensor-parallel group, and where the model's pieces are.
 #[derive(Debug)]
 pub(crate) struct TensorParallel {
-    /// This rank's data-parallel group: the engine's and the data's.
-    pub(crate) dp: Arc<ProcessGroup>,
     /// This rank's tensor-parallel group: the model's.
     tp: Arc<ProcessGroup>,
     /// Each float tensor's placement and the shape of this rank's piece, in canonical order.
@@ -45,28 +44,15 @@ pub(crate) struct TensorParallel {
 }
 
 impl TensorParallel {
-    /// Lays `pg` out as Note [Tensor-parallel run] says and splits `model` (`kind`) on its
-    /// tensor-parallel group: a collective of `pg`. Refused, naming the numbers, for a model
-    /// without a split, or a world that `size` does not divide.
+    /// Splits `model` (`kind`) on the tensor-parallel group `tp` (Note [Tensor-parallel
+    /// run]). Refused, naming the numbers, for a model without a split.
     pub(crate) fn split<M: Classifier>(
-        pg: &ProcessGroup,
-        size: usize,
+        tp: Arc<ProcessGroup>,
         kind: ModelKind,
         model: M,
     ) -> Result<(TensorParallel, M)> {
+        let size = tp.world_size();
         check_model(kind, size)?;
-        let world = pg.world_size();
-        if !world.is_multiple_of(size) {
-            return Err(Error::Config(format!(
-                "--tp {size}: the world of {world} rank(s) is not a multiple of {size} (each \
-                 tensor-parallel group is {size} ranks)"
-            )));
-        }
-        let mesh = Mesh::new(pg, &[("dp", world / size), ("tp", size)])?;
-        let (dp, tp) = match (mesh.group("dp"), mesh.group("tp")) {
-            (Some(dp), Some(tp)) => (dp.clone(), tp.clone()),
-            _ => unreachable!("the mesh has the dimensions it was given"),
-        };
         let model = model.tensor_parallel(tp.clone()).map_err(Error::Config)?;
         // New pieces are new parameters: they take their positions' ids again (Note [Stable
         // parameter ids]).
@@ -86,7 +72,7 @@ impl TensorParallel {
             )));
         }
         let pieces = placements.into_iter().zip(shapes).collect();
-        Ok((TensorParallel { dp, tp, pieces }, model))
+        Ok((TensorParallel { tp, pieces }, model))
     }
 
     /// The ranks of a tensor-parallel group.

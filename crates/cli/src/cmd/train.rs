@@ -96,6 +96,27 @@ pub(crate) struct Args {
     /// --sharding applies on the data-parallel groups (docs/train.md).
     #[arg(long, default_value_t = 1, value_name = "N")]
     tp: usize,
+    /// Pipeline parallelism (gpt): cut the blocks into N stages on N ranks (the embeddings on
+    /// the first, the head on the last), balanced by parameters; microbatches flow through
+    /// them as --pp-schedule says. The world is tp × pp × the data-parallel size
+    /// (docs/train.md).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pp: usize,
+    /// Microbatches per step under --pp (each rank's batch is cut into this many; default 4).
+    #[arg(long, value_name = "M")]
+    microbatches: Option<usize>,
+    /// The pipeline's schedule: `gpipe` (all forwards, then all backwards), `1f1b` (one
+    /// forward, one backward: at most --pp microbatches held), `interleaved` (1F1B over
+    /// --virtual-stages chunks per rank: a smaller bubble).
+    #[arg(long, default_value = "1f1b", value_parser = parse_pipeline_schedule)]
+    pp_schedule: phalanx_train::PipelineSchedule,
+    /// Chunks of blocks per rank under --pp-schedule interleaved (at least 2).
+    #[arg(long, value_name = "V")]
+    virtual_stages: Option<usize>,
+    /// Where the stages start, as block indices (`--pp-split 3` for 2 stages: blocks 0-2 and
+    /// 3 on); default: balanced by parameters.
+    #[arg(long, value_delimiter = ',', value_name = "BLOCK,...")]
+    pp_split: Option<Vec<usize>>,
     /// Seed of the initialisation, the split and the sampler's shuffle.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -181,6 +202,31 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         bail!("--tp 0: expected the ranks of each tensor-parallel group, at least 1");
     }
     phalanx_train::check_tensor_parallel_model(args.model, args.tp)?;
+    if args.pp == 0 {
+        bail!("--pp 0: expected the stages of each pipeline, at least 1");
+    }
+    if args.pp > 1 && args.model != ModelKind::Gpt {
+        bail!(
+            "--pp {} cuts a GPT's blocks into pipeline stages; --model {} has none: use \
+             --model gpt",
+            args.pp,
+            args.model
+        );
+    }
+    if args.pp == 1 {
+        for (flag, given) in [
+            ("--microbatches", args.microbatches.is_some()),
+            ("--virtual-stages", args.virtual_stages.is_some()),
+            ("--pp-split", args.pp_split.is_some()),
+        ] {
+            if given {
+                bail!("{flag} shapes a pipeline: it needs --pp 2 or more");
+            }
+        }
+    }
+    if args.microbatches == Some(0) {
+        bail!("--microbatches 0: expected at least 1");
+    }
     if let Some(p) = args.dropout {
         if !(0.0..1.0).contains(&p) {
             bail!("--dropout {p}: expected a probability in [0, 1)");
@@ -282,6 +328,16 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         seq_len: args.seq_len.unwrap_or(64),
         dropout: args.dropout.unwrap_or(0.1),
         tp: args.tp,
+        pp: phalanx_train::PipelineOptions {
+            stages: args.pp,
+            microbatches: args.microbatches.unwrap_or(4),
+            schedule: args.pp_schedule,
+            virtual_stages: args.virtual_stages.unwrap_or(match args.pp_schedule {
+                phalanx_train::PipelineSchedule::Interleaved => 2,
+                _ => 1,
+            }),
+            split: args.pp_split.clone(),
+        },
         seed: args.seed,
         bf16: args.bf16,
         bucket_memory: args.bucket_memory,
@@ -490,6 +546,8 @@ impl Console {
                 samples_per_s: s.samples_per_s,
                 comm_fraction: s.comm_fraction,
                 param_digest: &s.param_digest,
+                pipeline_bubble: s.pipeline_bubble.map(|b| b.0),
+                pipeline_bubble_theory: s.pipeline_bubble.map(|b| b.1),
             });
         } else if self.rank == 0 && self.language_model.is_some() {
             println!(
@@ -706,6 +764,12 @@ struct SummaryLine<'a> {
     samples_per_s: f64,
     comm_fraction: f64,
     param_digest: &'a str,
+    /// Under `--pp`: the share of its steps rank 0 did not compute, measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline_bubble: Option<f64>,
+    /// Under `--pp`: the schedule's bubble in theory, `(p − 1) / (v·m + p − 1)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline_bubble_theory: Option<f64>,
 }
 
 /// `--json`'s line after a regroup (rank 0): fault tolerance recovered from a dead rank.
@@ -740,4 +804,9 @@ fn print_json(line: &impl serde::Serialize) {
         Ok(text) => println!("{text}"),
         Err(e) => tracing::error!("--json: {e}"),
     }
+}
+
+/// `--pp-schedule`'s value.
+fn parse_pipeline_schedule(s: &str) -> Result<phalanx_train::PipelineSchedule, String> {
+    s.parse()
 }

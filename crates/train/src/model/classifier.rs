@@ -1,6 +1,7 @@
 //! [`Classifier`]: what the trainer needs of any model, a Burn module that maps a batch of
 //! flat feature rows to logits, and the classes they are scored against.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use burn::module::Module;
@@ -70,8 +71,70 @@ pub trait Classifier: Module + 'static {
     fn placements(&self) -> Vec<Placement> {
         Vec::new()
     }
+    /// What a pipeline cut weighs (`--pp`, Note [Pipeline run] in `pipeline/mod.rs`); `None`:
+    /// the model has no pipeline split (the default).
+    fn pipeline_costs(&self) -> Option<PipelineCosts> {
+        None
+    }
+    /// This rank's chunks of the model under pipeline parallelism, from the whole model
+    /// every rank built: the blocks of `chunks` (ranges of block indices, in order), the
+    /// input's layers when `first` (its first chunk is stage 0), the output's when `last` (its
+    /// last chunk is the last stage). The default: none can be cut.
+    fn pipeline_stage(
+        self,
+        chunks: &[Range<usize>],
+        _first: bool,
+        _last: bool,
+    ) -> Result<Self, String>
+    where
+        Self: Sized,
+    {
+        Err(format!(
+            "--pp: this model has no pipeline split ({} chunk(s) asked for)",
+            chunks.len()
+        ))
+    }
+    /// The forward of this rank's chunk `chunk`: from the batch `input` on the first stage,
+    /// from the activation `received` from the stage before on the others; the logits on the
+    /// last stage, the activation to send on otherwise.
+    fn stage_forward(
+        &self,
+        _chunk: usize,
+        _input: Tensor<2>,
+        _received: Option<Tensor<3>>,
+    ) -> Result<StageOutput> {
+        Err(crate::Error::Config(
+            "--pp: this model has no pipeline split".to_string(),
+        ))
+    }
+    /// The float tensors of each of this rank's chunks, in canonical order (the whole model's
+    /// order is the stages' in turn).
+    fn chunk_tensors(&self) -> Vec<usize> {
+        Vec::new()
+    }
     /// The device the parameters live on.
     fn device(&self) -> Device;
+}
+
+/// What a pipeline cut weighs, in parameters: what the first stage holds besides its blocks
+/// (the embeddings), each block, what the last holds besides its blocks (the head).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineCosts {
+    /// The first stage's own parameters.
+    pub first: usize,
+    /// Each block's.
+    pub blocks: Vec<usize>,
+    /// The last stage's own parameters.
+    pub last: usize,
+}
+
+/// What a stage's forward gives ([`Classifier::stage_forward`]).
+#[derive(Debug, Clone)]
+pub enum StageOutput {
+    /// The activation the next stage takes, `[batch, seq, width]`.
+    Hidden(Tensor<3>),
+    /// The last stage's logits, as [`Classifier::logits`] gives them.
+    Logits(Tensor<2>),
 }
 
 /// Burn's mean cross-entropy of whole `logits` against `targets`.

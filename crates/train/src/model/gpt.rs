@@ -59,7 +59,7 @@ use phalanx_tensor_parallel::{
     VocabParallelEmbedding,
 };
 
-use super::classifier::{argmax, cross_entropy, Classifier};
+use super::classifier::{argmax, cross_entropy, Classifier, PipelineCosts, StageOutput};
 
 /// GPT-2's standard deviation of the initial weights.
 const STD: f64 = 0.02;
@@ -114,22 +114,29 @@ impl GptConfig {
 /// the head are the root's.
 #[derive(Module, Debug)]
 pub struct Gpt {
-    /// Token embedding `[vocab, d_model]`.
-    pub wte: Embedding,
-    /// Learned position embedding `[seq_len, d_model]`.
-    pub wpe: Embedding,
-    /// The blocks, input first.
+    /// Token embedding `[vocab, d_model]` (on the first pipeline stage only).
+    pub wte: Option<Embedding>,
+    /// Learned position embedding `[seq_len, d_model]` (on the first pipeline stage only).
+    pub wpe: Option<Embedding>,
+    /// The blocks, input first (under pipeline parallelism, those of this rank's chunks).
     pub blocks: Vec<FullyShard<Block>>,
-    /// The final LayerNorm.
-    pub ln_f: LayerNorm,
-    /// Linear(d_model, vocab), no bias: the logits.
-    pub head: Linear,
+    /// The final LayerNorm (on the last pipeline stage only).
+    pub ln_f: Option<LayerNorm>,
+    /// Linear(d_model, vocab), no bias: the logits (on the last pipeline stage only).
+    pub head: Option<Linear>,
     drop: Dropout,
     seq_len: usize,
     /// The tensor-parallel group the vocabulary is split on (the embedding's rows, the head's
     /// columns, the loss: Note [Vocabulary parallelism] in phalanx-tensor-parallel).
     #[module(skip)]
     tp: Option<Arc<ProcessGroup>>,
+    /// Under pipeline parallelism, the blocks of each of this rank's chunks, as ranges of
+    /// `blocks`; empty for the whole model.
+    #[module(skip)]
+    chunks: Vec<std::ops::Range<usize>>,
+    /// Where the parameters live (a stage may hold no embedding and no head).
+    #[module(skip)]
+    device: Device,
 }
 
 /// One pre-norm block.
@@ -203,8 +210,8 @@ impl Gpt {
                 .init(device)
         };
         Gpt {
-            wte: embedding(config.vocab),
-            wpe: embedding(config.seq_len),
+            wte: Some(embedding(config.vocab)),
+            wpe: Some(embedding(config.seq_len)),
             blocks: (0..config.depth)
                 .map(|_| {
                     FullyShard::new(Block {
@@ -229,14 +236,18 @@ impl Gpt {
                     })
                 })
                 .collect(),
-            ln_f: norm(),
-            head: LinearConfig::new(d, config.vocab)
-                .with_bias(false)
-                .with_initializer(normal(STD))
-                .init(device),
+            ln_f: Some(norm()),
+            head: Some(
+                LinearConfig::new(d, config.vocab)
+                    .with_bias(false)
+                    .with_initializer(normal(STD))
+                    .init(device),
+            ),
             drop: drop(),
             seq_len: config.seq_len,
             tp: None,
+            chunks: Vec::new(),
+            device: device.clone(),
         }
     }
 
@@ -285,8 +296,16 @@ impl Gpt {
             }));
         }
         Ok(Gpt {
-            wte: VocabParallelEmbedding::shard(self.wte, rank, n).map_err(cut)?,
-            head: ColwiseParallel::shard(self.head, rank, n).map_err(cut)?,
+            wte: self
+                .wte
+                .map(|wte| VocabParallelEmbedding::shard(wte, rank, n))
+                .transpose()
+                .map_err(cut)?,
+            head: self
+                .head
+                .map(|head| ColwiseParallel::shard(head, rank, n))
+                .transpose()
+                .map_err(cut)?,
             blocks,
             tp: Some(group.clone()),
             ..self
@@ -339,25 +358,58 @@ impl Gpt {
     }
 
     /// The logits `[batch, seq, vocab]` of token ids `[batch, seq]` (`seq` ≤ the model's).
+    /// The whole model's (not a pipeline stage's: [`Classifier::stage_forward`]).
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let x = self.embed(tokens);
+        let x = self.run_blocks(0..self.blocks.len(), x);
+        self.finish(x)
+    }
+
+    /// The embeddings of token ids `[batch, seq]`, with dropout.
+    fn embed(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let (Some(wte), Some(wpe)) = (&self.wte, &self.wpe) else {
+            panic!("only the first pipeline stage embeds tokens");
+        };
         let [_, seq] = tokens.dims();
         let device = tokens.device();
         let positions = Tensor::<1, Int>::arange(0..seq as i64, &device).reshape([1, seq]);
         let embedded = match &self.tp {
-            Some(group) => VocabParallelEmbedding::forward(&self.wte, tokens, group),
-            None => self.wte.forward(tokens),
+            Some(group) => VocabParallelEmbedding::forward(wte, tokens, group),
+            None => wte.forward(tokens),
         };
-        let x = self.drop.forward(embedded + self.wpe.forward(positions));
-        let x = self
-            .blocks
+        self.drop.forward(embedded + wpe.forward(positions))
+    }
+
+    /// `x` through the blocks `range` (indices of `blocks`).
+    fn run_blocks(&self, range: std::ops::Range<usize>, x: Tensor<3>) -> Tensor<3> {
+        self.blocks[range]
             .iter()
-            .fold(x, |x, block| block.forward(x, |b: &Block, x| b.forward(x)));
-        let x = self.ln_f.forward(x);
+            .fold(x, |x, block| block.forward(x, |b: &Block, x| b.forward(x)))
+    }
+
+    /// The final norm and the head: the logits (this rank's columns under tensor parallelism,
+    /// its range of the vocabulary).
+    fn finish(&self, x: Tensor<3>) -> Tensor<3> {
+        let (Some(ln_f), Some(head)) = (&self.ln_f, &self.head) else {
+            panic!("only the last pipeline stage has the head");
+        };
+        let x = ln_f.forward(x);
         match &self.tp {
-            // This rank's columns of the logits: its range of the vocabulary.
-            Some(group) => ColwiseParallel::forward(&self.head, x, group),
-            None => self.head.forward(x),
+            Some(group) => ColwiseParallel::forward(head, x, group),
+            None => head.forward(x),
         }
+    }
+
+    /// Logits `[batch, seq, vocab]` flattened to the classifier's rows `[batch · seq, vocab]`.
+    fn rows(logits: Tensor<3>) -> Tensor<2> {
+        let [batch, seq, vocab] = logits.dims();
+        logits.reshape([batch * seq, vocab])
+    }
+
+    /// The token ids a window of `seq_len + 1` reads: its first `seq_len`.
+    fn tokens(&self, input: Tensor<2>) -> Tensor<2, Int> {
+        let [batch, _] = input.dims();
+        input.slice([0..batch, 0..self.seq_len]).int()
     }
 }
 
@@ -452,11 +504,7 @@ impl Classifier for Gpt {
 
     /// `[batch * seq_len, vocab]`: position `t` of each window scored for token `t + 1`.
     fn logits(&self, input: Tensor<2>) -> Tensor<2> {
-        let [batch, _] = input.dims();
-        let tokens = input.slice([0..batch, 0..self.seq_len]).int();
-        let logits = self.forward(tokens);
-        let vocab = logits.dims()[2];
-        logits.reshape([batch * self.seq_len, vocab])
+        Gpt::rows(self.forward(self.tokens(input)))
     }
 
     /// Each window's tokens after the first, `[batch * seq_len]`.
@@ -469,7 +517,7 @@ impl Classifier for Gpt {
     }
 
     fn device(&self) -> Device {
-        self.head.weight.val().device()
+        self.device.clone()
     }
 
     fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Self, String> {
@@ -494,6 +542,126 @@ impl Classifier for Gpt {
 
     fn placements(&self) -> Vec<Placement> {
         Gpt::placements(self)
+    }
+
+    /// The embeddings on the first stage, the final norm and the head on the last.
+    fn pipeline_costs(&self) -> Option<PipelineCosts> {
+        let params = |m: Option<&dyn ModuleCount>| m.map_or(0, ModuleCount::params);
+        Some(PipelineCosts {
+            first: params(self.wte.as_ref().map(|m| m as _))
+                + params(self.wpe.as_ref().map(|m| m as _)),
+            blocks: self.blocks.iter().map(Module::num_params).collect(),
+            last: params(self.ln_f.as_ref().map(|m| m as _))
+                + params(self.head.as_ref().map(|m| m as _)),
+        })
+    }
+
+    fn pipeline_stage(
+        self,
+        chunks: &[std::ops::Range<usize>],
+        first: bool,
+        last: bool,
+    ) -> Result<Self, String> {
+        let depth = self.blocks.len();
+        if let Some(bad) = chunks.iter().find(|r| r.is_empty() || r.end > depth) {
+            return Err(format!(
+                "--pp: blocks {}..{} are not a stage of a model of {depth} blocks",
+                bad.start, bad.end
+            ));
+        }
+        let mut local = Vec::with_capacity(chunks.len());
+        let mut blocks = Vec::new();
+        let mut whole: Vec<Option<FullyShard<Block>>> = self.blocks.into_iter().map(Some).collect();
+        for range in chunks {
+            let start = blocks.len();
+            for i in range.clone() {
+                blocks.push(
+                    whole[i].take().ok_or_else(|| {
+                        format!("--pp: block {i} is in two of this rank's chunks")
+                    })?,
+                );
+            }
+            local.push(start..blocks.len());
+        }
+        Ok(Gpt {
+            wte: self.wte.filter(|_| first),
+            wpe: self.wpe.filter(|_| first),
+            ln_f: self.ln_f.filter(|_| last),
+            head: self.head.filter(|_| last),
+            blocks,
+            chunks: local,
+            ..self
+        })
+    }
+
+    fn stage_forward(
+        &self,
+        chunk: usize,
+        input: Tensor<2>,
+        received: Option<Tensor<3>>,
+    ) -> crate::Result<StageOutput> {
+        let Some(range) = self.chunks.get(chunk) else {
+            return Err(crate::Error::Config(format!(
+                "--pp: this rank has {} chunk(s), not chunk {chunk}",
+                self.chunks.len()
+            )));
+        };
+        let x = match received {
+            Some(x) => x,
+            None => self.embed(self.tokens(input)),
+        };
+        let x = self.run_blocks(range.clone(), x);
+        Ok(
+            match self.head.is_some() && chunk + 1 == self.chunks.len() {
+                true => StageOutput::Logits(Gpt::rows(self.finish(x))),
+                false => StageOutput::Hidden(x),
+            },
+        )
+    }
+
+    /// Per chunk: its blocks' tensors, with the embeddings' on the first stage and the norm's
+    /// and the head's on the last.
+    fn chunk_tensors(&self) -> Vec<usize> {
+        let tensors = |m: Option<&dyn ModuleCount>| m.map_or(0, ModuleCount::tensors);
+        let n = self.chunks.len();
+        self.chunks
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let mut count: usize = self.blocks[r.clone()]
+                    .iter()
+                    .map(|b| tensors(Some(b)))
+                    .sum();
+                if i == 0 {
+                    count += tensors(self.wte.as_ref().map(|m| m as _))
+                        + tensors(self.wpe.as_ref().map(|m| m as _));
+                }
+                if i + 1 == n {
+                    count += tensors(self.ln_f.as_ref().map(|m| m as _))
+                        + tensors(self.head.as_ref().map(|m| m as _));
+                }
+                count
+            })
+            .collect()
+    }
+}
+
+/// A module's size, whatever its type: its parameters and its float tensors.
+trait ModuleCount {
+    fn params(&self) -> usize;
+    fn tensors(&self) -> usize;
+}
+
+impl<M: Module> ModuleCount for M {
+    fn params(&self) -> usize {
+        self.num_params()
+    }
+
+    fn tensors(&self) -> usize {
+        phalanx_ddp::adapter::burn::state_infos(self)
+            .iter()
+            .filter(|s| s.kind.is_float())
+            .count()
     }
 }
 

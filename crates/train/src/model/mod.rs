@@ -16,7 +16,7 @@ mod transformer;
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::tensor::{Device, Tensor};
 
-pub use classifier::Classifier;
+pub use classifier::{Classifier, PipelineCosts, StageOutput};
 pub use cnn::Cnn;
 pub use gpt::{Block, CausalSelfAttention, FeedForward, Gpt, GptConfig};
 pub use mlp::{Mlp, MlpConfig};

@@ -17,10 +17,10 @@ use crate::{
     config::{Reporter, TrainConfig},
     device,
     metrics::EpochRecord,
+    model_parallel::ModelParallel,
     parallel::{self, WithEngine},
     score, snapshot,
     stop::{self, StopCheck},
-    tensor_parallel::TensorParallel,
     Classifier, Error, Optim, Result,
 };
 
@@ -46,6 +46,9 @@ pub struct Summary {
     pub comm_fraction: f64,
     /// SHA-256 of this rank's final parameters in canonical order.
     pub param_digest: String,
+    /// Under `--pp`: the share of its steps this rank did not compute (the pipeline's bubble,
+    /// measured) and the schedule's in theory.
+    pub pipeline_bubble: Option<(f64, f64)>,
     /// Per-epoch records.
     pub records: Vec<EpochRecord>,
 }
@@ -85,9 +88,9 @@ pub(super) struct Context<'a> {
     /// reports, and that group's size: the schedule's horizon.
     pub(super) slot: usize,
     pub(super) slots: usize,
-    /// Under `--tp`: the run's mesh and where the model's pieces are (Note [Tensor-parallel
-    /// run]).
-    pub(super) tp: Option<TensorParallel>,
+    /// Under `--tp` or `--pp`: the run's mesh and this rank's part of the model (Note
+    /// [Tensor-parallel run], Note [Pipeline run]).
+    pub(super) mp: Option<ModelParallel>,
 }
 
 /// One attempt's run of epochs, handed the model in its engine ([`WithEngine`]).
@@ -194,7 +197,7 @@ impl Context<'_> {
         // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
         // follows the same schedule as the full run, so that resuming it continues that schedule.
         // Under --tp the data is split over the "dp" group (the engine's group, which is fixed).
-        let horizon = match &self.tp {
+        let horizon = match &self.mp {
             Some(_) => world,
             None => slots,
         };
@@ -237,7 +240,8 @@ impl Context<'_> {
                 // Every step's random draws (dropout) from the step's own seed, the same on
                 // every rank and under every sharding mode (Note [Block seeds] in phalanx-ddp),
                 // so that a resumed run draws what the uninterrupted one did.
-                seed_step(&device(), step_seed(cfg.seed, at.global_step));
+                let seed = step_seed(cfg.seed, at.global_step);
+                seed_step(&device(), seed);
                 let loss = {
                     let _s = trace::span("step", "compute").arg("step", at.global_step);
                     let kind = match cfg.grad_clip {
@@ -245,7 +249,12 @@ impl Context<'_> {
                         None if self.fused => StepKind::Fused,
                         None => StepKind::Unfused,
                     };
-                    parallel::step(par, optim, &batch.features, &batch.labels, kind)?
+                    match &self.mp {
+                        Some(mp) => parallel::step_with(par, optim, kind, |model| {
+                            mp.forward_backward(model, &batch.features, &batch.labels, seed)
+                        })?,
+                        None => parallel::step(par, optim, &batch.features, &batch.labels, kind)?,
+                    }
                 };
                 if !loss.is_finite() {
                     return Err(Error::Config(format!(
@@ -283,7 +292,7 @@ impl Context<'_> {
                     // The summary's test figures are the model's as it ends, not an older
                     // epoch's.
                     (totals.last_accuracy, totals.last_test_loss) =
-                        test_score(pg, par, test_x, test_y)?;
+                        test_score(pg, self.mp.as_ref(), par, test_x, test_y)?;
                     break 'epochs;
                 }
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
@@ -301,7 +310,7 @@ impl Context<'_> {
             let epoch_time = epoch_start.elapsed();
             let (loss_sum, loss_n, epoch_samples) = totals.epoch_loss;
             let wait = par.stats().wait - wait_start;
-            let (accuracy, test_loss) = test_score(pg, par, test_x, test_y)?;
+            let (accuracy, test_loss) = test_score(pg, self.mp.as_ref(), par, test_x, test_y)?;
             let mut stats = [
                 if loss_n > 0 {
                     loss_sum / loss_n as f64
@@ -358,18 +367,27 @@ impl Context<'_> {
         };
         Ok(Outcome::Done(Summary {
             rank: slot,
-            // Every rank of the run: the data-parallel ranks times the tensor-parallel size.
-            world: world * self.tp.as_ref().map_or(1, TensorParallel::size),
+            // Every rank of the run: the data-parallel ranks times a model replica's.
+            world: world * self.mp.as_ref().map_or(1, ModelParallel::size),
             epochs: totals.epochs_done,
             test_accuracy: totals.last_accuracy,
             test_loss: totals.last_test_loss.unwrap_or(f64::NAN),
             train_loss,
             samples_per_s: totals.train_samples as f64 * world as f64 / train_secs,
             comm_fraction: totals.comm_wait.as_secs_f64() / train_secs,
-            param_digest: match &self.tp {
+            param_digest: match &self.mp {
                 None => parallel::digest(par)?,
-                Some(tp) => crate::step::digest_of(&tp.whole(par.full_params()?)?),
+                Some(mp) => {
+                    let mine = par.full_params()?;
+                    crate::step::digest_of(&mp.whole(par.module(), mine)?)
+                }
             },
+            pipeline_bubble: self
+                .mp
+                .as_ref()
+                .map(ModelParallel::bubble)
+                .transpose()?
+                .flatten(),
             records: totals.records.clone(),
         }))
     }
@@ -380,11 +398,15 @@ impl Context<'_> {
 /// duplicates).
 fn test_score<M: Classifier, E: DataParallel<M>>(
     pg: &ProcessGroup,
+    mp: Option<&ModelParallel>,
     par: &mut E,
     x: &[f32],
     y: &[i64],
 ) -> Result<(f64, Option<f64>)> {
-    let score = score(par.unshard()?, x, y)?;
+    let score = match mp {
+        Some(mp) => mp.score(par.unshard()?, x, y)?,
+        None => score(par.unshard()?, x, y)?,
+    };
     par.reshard();
     let mut sums = [score.correct as f64, score.targets as f64, score.loss_sum];
     pg.allreduce(&mut sums, ReduceOp::Sum)?;

@@ -26,10 +26,9 @@ pub use crate::config::{Reporter, TrainConfig};
 use crate::{
     device,
     model::{freeze_matching, with_model, ModelSpec, WithModel},
+    model_parallel::ModelParallel,
     parallel::{self, Wrapping},
-    snapshot,
-    tensor_parallel::TensorParallel,
-    Classifier, Error, Optim, Result,
+    snapshot, Classifier, Error, Optim, Result,
 };
 use epochs::{Attempt, Context, Outcome, Totals};
 use regroup::Held;
@@ -87,27 +86,35 @@ fn train_in(
             }
         )));
     }
-    if cfg.tp > 1 {
-        let tp = cfg.tp;
+    if cfg.tp > 1 || cfg.pp.stages > 1 {
+        let tp = crate::model_parallel::flags(cfg);
         if matches!(group, Group::Tolerant(_)) {
             return Err(Error::Config(format!(
-                "--fault-tolerance with --tp {tp}: a lost rank takes its piece of every block \
-                 with it, and re-forming a tensor-parallel group in process is not built yet; \
-                 train with --max-restarts instead"
+                "--fault-tolerance with {tp}: a lost rank takes its piece of the model with \
+                 it, and re-forming a tensor-parallel group or a pipeline in process is not \
+                 built yet; train with --max-restarts instead"
             )));
         }
         if let Some(max) = cfg.grad_clip {
             return Err(Error::Config(format!(
-                "--grad-clip {max} with --tp {tp}: the norm must be taken over every rank's \
+                "--grad-clip {max} with {tp}: the norm must be taken over every rank's \
                  pieces, and the engines take it over their data-parallel group only, so the \
-                 ranks of a tensor-parallel group would scale by different factors; not built \
-                 yet: train without --grad-clip"
+                 ranks of one model would scale by different factors; not built yet: train \
+                 without --grad-clip"
             )));
         }
         if cfg.checkpoint_dir.is_some() {
             return Err(Error::Config(format!(
-                "--checkpoint-dir with --tp {tp}: checkpoints of a tensor-parallel model (each \
+                "--checkpoint-dir with {tp}: checkpoints of a model cut across ranks (each \
                  rank's piece) are not written yet; train without --checkpoint-dir"
+            )));
+        }
+        if cfg.pp.stages > 1 && matches!(cfg.sharding, Sharding::Full | Sharding::Hybrid) {
+            return Err(Error::Config(format!(
+                "--sharding {} with {tp}: a fully sharded block gathers its parameters for each \
+                 forward and frees them after, once per step; a pipeline runs each block once \
+                 per microbatch, which is not built yet: use --sharding none, optimizer or grad",
+                cfg.sharding
             )));
         }
     }
@@ -219,7 +226,7 @@ fn train_group<M: Classifier>(
         fused: ft.is_none(),
         slot,
         slots,
-        tp: None,
+        mp: None,
     };
     let mut optim = Optim::new(cfg.optim);
     let mut totals = Totals::default();
@@ -236,12 +243,12 @@ fn train_group<M: Classifier>(
         }
         (None, None) => unreachable!("a run has a group or a way to one"),
     };
-    // Note [Tensor-parallel run]: the model split on the mesh's "tp" group, the engine and the
-    // data on its "dp" group.
-    if cfg.tp > 1 {
-        let (tp, split) = TensorParallel::split(&pg, cfg.tp, cfg.model, model)?;
+    // Note [Tensor-parallel run], Note [Pipeline run]: the model cut on the mesh's "pp" group
+    // and split on its "tp" group, the engine and the data on its "dp" group.
+    if cfg.tp > 1 || cfg.pp.stages > 1 {
+        let (parts, split) = ModelParallel::split(&pg, cfg, model)?;
         model = split;
-        ctx.tp = Some(tp);
+        ctx.mp = Some(parts);
     }
     let ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
@@ -262,11 +269,11 @@ fn train_group<M: Classifier>(
                 options = options.with_comm_hook(Bf16CompressHook);
             }
             let mut source = held.resync(&pg, &mut optim, sharded)?;
-            // The engine's group: the world's, or the "dp" group of a tensor-parallel run.
+            // The engine's group: the world's, or the "dp" group of a model-parallel run.
             let engine_group = ctx
-                .tp
+                .mp
                 .as_ref()
-                .map_or_else(|| pg.clone(), |tp| tp.dp.clone());
+                .map_or_else(|| pg.clone(), |mp| mp.dp.clone());
             if source.is_some() {
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);

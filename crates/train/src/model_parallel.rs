@@ -1,0 +1,139 @@
+//! A run's mesh under model parallelism (`--tp`, `--pp`): its groups, the model cut and split
+//! on them, and what the trainer does differently with a cut model (the step, the scores, the
+//! whole model's digest). Note [Tensor-parallel run], Note [Pipeline run].
+
+use std::sync::Arc;
+
+use burn::tensor::Gradients;
+use phalanx_pg::{Mesh, ProcessGroup};
+
+use crate::pipeline::PipelineStage;
+use crate::step::Score;
+use crate::tensor_parallel::TensorParallel;
+use crate::{with_stable_ids, Classifier, Error, Result, TrainConfig};
+
+/// The flags that cut the model, as the user gave them (`--tp 2 --pp 2`).
+pub(crate) fn flags(cfg: &TrainConfig) -> String {
+    [
+        (cfg.tp > 1).then(|| format!("--tp {}", cfg.tp)),
+        (cfg.pp.stages > 1).then(|| format!("--pp {}", cfg.pp.stages)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
+/// The mesh `("pp", P), ("dp", D), ("tp", T)` of a run and this rank's parts of it.
+#[derive(Debug)]
+pub(crate) struct ModelParallel {
+    /// This rank's data-parallel group: the engine's and the data's.
+    pub(crate) dp: Arc<ProcessGroup>,
+    tp: Option<TensorParallel>,
+    pp: Option<PipelineStage>,
+}
+
+impl ModelParallel {
+    /// Lays `pg` out on the mesh and cuts `model` into this rank's stage (`--pp`), then splits
+    /// that on its tensor-parallel group (`--tp`): a collective of `pg`. Refused, naming the
+    /// numbers, for a model without the split asked for, or a world that `tp × pp` does not
+    /// divide.
+    pub(crate) fn split<M: Classifier>(
+        pg: &ProcessGroup,
+        cfg: &TrainConfig,
+        model: M,
+    ) -> Result<(ModelParallel, M)> {
+        let (tp, pp) = (cfg.tp, cfg.pp.stages);
+        crate::tensor_parallel::check_model(cfg.model, tp)?;
+        let world = pg.world_size();
+        if !world.is_multiple_of(tp * pp) {
+            return Err(Error::Config(format!(
+                "{}: the world of {world} rank(s) is not a multiple of {} (each model replica \
+                 takes tp × pp ranks)",
+                flags(cfg),
+                tp * pp
+            )));
+        }
+        let mesh = Mesh::new(pg, &[("pp", pp), ("dp", world / (tp * pp)), ("tp", tp)])?;
+        let group = |name: &str| {
+            mesh.group(name)
+                .cloned()
+                .expect("the mesh has the dimensions it was given")
+        };
+        let mut model = model;
+        let stage = match pp > 1 {
+            true => {
+                let row = [cfg.seq_len, cfg.hidden];
+                let (stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
+                model = with_stable_ids(cut);
+                Some(stage)
+            }
+            false => None,
+        };
+        let tensor = match tp > 1 {
+            true => {
+                let (tensor, split) = TensorParallel::split(group("tp"), cfg.model, model)?;
+                model = split;
+                Some(tensor)
+            }
+            false => None,
+        };
+        let parts = ModelParallel {
+            dp: group("dp"),
+            tp: tensor,
+            pp: stage,
+        };
+        Ok((parts, model))
+    }
+
+    /// Ranks of one model replica: `tp × pp`.
+    pub(crate) fn size(&self) -> usize {
+        self.tp.as_ref().map_or(1, TensorParallel::size)
+            * self.pp.as_ref().map_or(1, PipelineStage::size)
+    }
+
+    /// The forward and backward of one batch on this rank's part of the model: through the
+    /// pipeline's schedule under `--pp`, at once otherwise.
+    pub(crate) fn forward_backward<M: Classifier>(
+        &self,
+        model: &M,
+        features: &[f32],
+        labels: &[i64],
+        seed: u64,
+    ) -> Result<(Gradients, f32)> {
+        match &self.pp {
+            Some(stage) => stage.forward_backward(model, features, labels, seed),
+            None => crate::forward_backward(model, features, labels),
+        }
+    }
+
+    /// The model's score on this rank's rows (the same on every stage of a pipeline).
+    pub(crate) fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
+        match &self.pp {
+            Some(stage) => stage.score(model, x, y),
+            None => crate::score(model, x, y),
+        }
+    }
+
+    /// The whole model's float tensors from this rank's (canonical order): gathered over the
+    /// tensor-parallel group, then the pipeline's. A collective of both.
+    pub(crate) fn whole<M: Classifier>(
+        &self,
+        model: &M,
+        mine: Vec<Vec<f32>>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let stage = match &self.tp {
+            Some(tp) => tp.whole(mine)?,
+            None => mine,
+        };
+        match &self.pp {
+            Some(pp) => pp.whole(stage, &model.chunk_tensors()),
+            None => Ok(stage),
+        }
+    }
+
+    /// The pipeline's measured bubble and its theory, under `--pp`.
+    pub(crate) fn bubble(&self) -> Result<Option<(f64, f64)>> {
+        self.pp.as_ref().map(PipelineStage::bubble).transpose()
+    }
+}

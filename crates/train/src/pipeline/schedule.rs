@@ -1,0 +1,553 @@
+//! Pipeline schedules as data: each rank's list of compute actions (PyTorch pipelining's
+//! `pipeline_order`), and the program it runs, with the messages between stages placed
+//! ([`Schedule::program`]).
+//!
+//! Note [Schedules as data]
+//! A schedule says, for each rank, in which order it runs the forward and the backward of
+//! each (chunk, microbatch): GPipe all forwards then all backwards; 1F1B `p − 1 − rank`
+//! forwards, then one forward and one backward in turn, then the backwards left; interleaved
+//! 1F1B (Megatron's) the same over `v` chunks per rank, the rank's virtual stages `rank`,
+//! `rank + p`, … A forward needs its input activation from the previous stage, a backward the
+//! gradient of its output from the next; a forward sends its output on, a backward the
+//! gradient of its input back. [`Schedule::programs`] lowers the actions into each rank's
+//! program of computes and exchanges by running the schedule in lock-step ticks: in each tick
+//! every message computed in the tick before moves, its send and its receive in one exchange on
+//! each end (`batch_isend_irecv`, all of a tick's messages at once), then every rank computes
+//! its next action if what it needs is there. Every exchange of a tick then meets its peers'
+//! exchanges of the same tick, and those come after the ticks before: no rank can wait for a
+//! message its peer sends only after waiting for this rank, whatever the schedule. (A program
+//! that holds each send until its own next receive, as the first version did, deadlocks
+//! interleaved 1F1B: two ranks each send the other a gradient that the other takes only after
+//! its own send went.) A rank receives a message it needs later, as interleaved schedules have,
+//! and keeps it. The
+//! tests run every program of every schedule for many shapes through a model of the transport
+//! in which a message moves only when both ends are waiting for it, and find no deadlock.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// Which schedule (`--pp-schedule`): PyTorch's `ScheduleGPipe`, `Schedule1F1B`,
+/// `ScheduleInterleaved1F1B`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineSchedule {
+    /// Every microbatch's forward, then every backward: `m` microbatches' activations held.
+    Gpipe,
+    /// One forward, one backward: at most `p` microbatches' activations held.
+    OneFOneB,
+    /// 1F1B over `v` chunks per rank: the bubble shrinks `v` times.
+    Interleaved,
+}
+
+impl FromStr for PipelineSchedule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "gpipe" => Ok(PipelineSchedule::Gpipe),
+            "1f1b" => Ok(PipelineSchedule::OneFOneB),
+            "interleaved" | "interleaved-1f1b" => Ok(PipelineSchedule::Interleaved),
+            other => Err(format!(
+                "unknown pipeline schedule {other:?}: expected gpipe, 1f1b or interleaved"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PipelineSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PipelineSchedule::Gpipe => "gpipe",
+            PipelineSchedule::OneFOneB => "1f1b",
+            PipelineSchedule::Interleaved => "interleaved",
+        })
+    }
+}
+
+/// One compute action of a rank: the forward or backward of microbatch `mb` through the
+/// rank's chunk `chunk` (its virtual stage `chunk · p + rank`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Forward.
+    Forward {
+        /// The rank's chunk.
+        chunk: usize,
+        /// The microbatch.
+        mb: usize,
+    },
+    /// Backward.
+    Backward {
+        /// The rank's chunk.
+        chunk: usize,
+        /// The microbatch.
+        mb: usize,
+    },
+}
+
+/// A message between stages: the activation stage `from` sends to `from + 1`, or the
+/// gradient it sends back to `from − 1`, of microbatch `mb`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Message {
+    /// Whether it is a gradient (sent backwards) or an activation (forwards).
+    pub grad: bool,
+    /// The sending virtual stage.
+    pub from: usize,
+    /// The microbatch.
+    pub mb: usize,
+}
+
+impl Message {
+    /// The virtual stage it goes to.
+    pub fn to(&self) -> usize {
+        match self.grad {
+            true => self.from - 1,
+            false => self.from + 1,
+        }
+    }
+}
+
+/// One instruction of a rank's program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Instr {
+    /// Sends and receives that move together (`batch_isend_irecv`), in each pair's order.
+    Exchange {
+        /// What this rank sends.
+        sends: Vec<Message>,
+        /// What this rank receives.
+        recvs: Vec<Message>,
+    },
+    /// A forward or backward.
+    Compute(Action),
+}
+
+/// A pipeline schedule: `ranks` stages, `chunks` virtual stages per rank, `microbatches` per
+/// step (Note [Schedules as data]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    kind: PipelineSchedule,
+    ranks: usize,
+    chunks: usize,
+    microbatches: usize,
+}
+
+impl Schedule {
+    /// A schedule of `kind` for `ranks` pipeline ranks with `chunks` virtual stages each and
+    /// `microbatches` per step; refused, naming the numbers, where they do not fit.
+    pub fn new(
+        kind: PipelineSchedule,
+        ranks: usize,
+        chunks: usize,
+        microbatches: usize,
+    ) -> Result<Schedule, String> {
+        if ranks == 0 || chunks == 0 || microbatches == 0 {
+            return Err(format!(
+                "a pipeline needs at least 1 stage, virtual stage and microbatch (got --pp \
+                 {ranks}, --virtual-stages {chunks}, --microbatches {microbatches})"
+            ));
+        }
+        match kind {
+            PipelineSchedule::Interleaved if chunks < 2 => {
+                return Err(format!(
+                    "--pp-schedule interleaved runs several chunks on each rank: \
+                     --virtual-stages {chunks} must be at least 2"
+                ))
+            }
+            PipelineSchedule::Interleaved if !microbatches.is_multiple_of(ranks) => {
+                return Err(format!(
+                    "--pp-schedule interleaved sends the microbatches round the {ranks} ranks \
+                     in groups of {ranks}: --microbatches {microbatches} is not a multiple of \
+                     --pp {ranks}"
+                ))
+            }
+            PipelineSchedule::Gpipe | PipelineSchedule::OneFOneB if chunks != 1 => {
+                return Err(format!(
+                    "--virtual-stages {chunks} needs --pp-schedule interleaved (--pp-schedule \
+                     {kind} runs one stage per rank)"
+                ))
+            }
+            _ => {}
+        }
+        Ok(Schedule {
+            kind,
+            ranks,
+            chunks,
+            microbatches,
+        })
+    }
+
+    /// The schedule's kind.
+    pub fn kind(&self) -> PipelineSchedule {
+        self.kind
+    }
+
+    /// Pipeline ranks.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    /// Virtual stages per rank.
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// Microbatches per step.
+    pub fn microbatches(&self) -> usize {
+        self.microbatches
+    }
+
+    /// Virtual stages in all: `ranks × chunks`.
+    pub fn stages(&self) -> usize {
+        self.ranks * self.chunks
+    }
+
+    /// The virtual stage of `rank`'s chunk `chunk`.
+    pub fn stage_of(&self, rank: usize, chunk: usize) -> usize {
+        chunk * self.ranks + rank
+    }
+
+    /// The rank that runs virtual stage `stage`.
+    pub fn rank_of(&self, stage: usize) -> usize {
+        stage % self.ranks
+    }
+
+    /// The schedule's bubble in theory, the share of a step a rank waits when every stage's
+    /// forward and backward take the same time: `(p − 1) / (v·m + p − 1)`.
+    pub fn bubble(&self) -> f64 {
+        let p = self.ranks as f64;
+        (p - 1.0) / ((self.chunks * self.microbatches) as f64 + p - 1.0)
+    }
+
+    /// `rank`'s compute actions in order (Note [Schedules as data]).
+    pub fn actions(&self, rank: usize) -> Vec<Action> {
+        let (p, v, m) = (self.ranks, self.chunks, self.microbatches);
+        let forward = |chunk, mb| Action::Forward { chunk, mb };
+        let backward = |chunk, mb| Action::Backward { chunk, mb };
+        match self.kind {
+            PipelineSchedule::Gpipe => (0..m)
+                .map(|mb| forward(0, mb))
+                .chain((0..m).map(|mb| backward(0, mb)))
+                .collect(),
+            PipelineSchedule::OneFOneB => {
+                let warmup = (p - 1 - rank).min(m);
+                one_f_one_b(m, warmup, |k| forward(0, k), |k| backward(0, k))
+            }
+            PipelineSchedule::Interleaved => {
+                // Megatron's order: the k-th forward runs chunk (k / p) mod v on microbatch
+                // (k / (p·v))·p + k mod p; the backwards take the chunks in reverse.
+                let mb = |k: usize| (k / (p * v)) * p + k % p;
+                let chunk = |k: usize| (k / p) % v;
+                let total = m * v;
+                let warmup = ((p - rank - 1) * 2 + (v - 1) * p).min(total);
+                one_f_one_b(
+                    total,
+                    warmup,
+                    |k| forward(chunk(k), mb(k)),
+                    |k| backward(v - 1 - chunk(k), mb(k)),
+                )
+            }
+        }
+    }
+
+    /// The message `action` on `rank` needs before it runs, if any.
+    pub fn needs(&self, rank: usize, action: Action) -> Option<Message> {
+        let last = self.stages() - 1;
+        match action {
+            Action::Forward { chunk, mb } => {
+                let stage = self.stage_of(rank, chunk);
+                (stage > 0).then(|| Message {
+                    grad: false,
+                    from: stage - 1,
+                    mb,
+                })
+            }
+            Action::Backward { chunk, mb } => {
+                let stage = self.stage_of(rank, chunk);
+                (stage < last).then(|| Message {
+                    grad: true,
+                    from: stage + 1,
+                    mb,
+                })
+            }
+        }
+    }
+
+    /// The message `action` on `rank` sends when it is done, if any.
+    pub fn sends(&self, rank: usize, action: Action) -> Option<Message> {
+        let last = self.stages() - 1;
+        match action {
+            Action::Forward { chunk, mb } => {
+                let stage = self.stage_of(rank, chunk);
+                (stage < last).then_some(Message {
+                    grad: false,
+                    from: stage,
+                    mb,
+                })
+            }
+            Action::Backward { chunk, mb } => {
+                let stage = self.stage_of(rank, chunk);
+                (stage > 0).then_some(Message {
+                    grad: true,
+                    from: stage,
+                    mb,
+                })
+            }
+        }
+    }
+
+    /// The tag of `message`: unique within a step, so that a receive that does not match its
+    /// send fails naming both.
+    pub fn tag(&self, message: &Message) -> u32 {
+        let id = (message.from * self.microbatches + message.mb) * 2 + message.grad as usize;
+        id as u32
+    }
+
+    /// `rank`'s program: its actions with the exchanges between them (Note [Schedules as
+    /// data]).
+    pub fn program(&self, rank: usize) -> Vec<Instr> {
+        self.programs().swap_remove(rank)
+    }
+
+    /// Every rank's program, from a run of the schedule in lock-step ticks (Note [Schedules
+    /// as data]).
+    pub fn programs(&self) -> Vec<Vec<Instr>> {
+        let p = self.ranks;
+        let actions: Vec<Vec<Action>> = (0..p).map(|r| self.actions(r)).collect();
+        let mut next = vec![0usize; p];
+        let mut have: Vec<HashSet<Message>> = vec![HashSet::new(); p];
+        let mut programs: Vec<Vec<Instr>> = vec![Vec::new(); p];
+        // Messages computed in the last tick, in the order they were: a rank computes one
+        // action a tick, so a pair carries at most one message a tick and its order holds.
+        let mut in_flight: Vec<(usize, Message)> = Vec::new();
+        while (0..p).any(|r| next[r] < actions[r].len()) || !in_flight.is_empty() {
+            // The tick's exchange: every message of the last tick, on both ends at once.
+            let mut sends: Vec<Vec<Message>> = vec![Vec::new(); p];
+            let mut recvs: Vec<Vec<Message>> = vec![Vec::new(); p];
+            for (from, msg) in in_flight.drain(..) {
+                let to = self.rank_of(msg.to());
+                sends[from].push(msg);
+                recvs[to].push(msg);
+                have[to].insert(msg);
+            }
+            for (r, (sends, recvs)) in sends.into_iter().zip(recvs).enumerate() {
+                if !sends.is_empty() || !recvs.is_empty() {
+                    programs[r].push(Instr::Exchange { sends, recvs });
+                }
+            }
+            // The tick's computes: each rank's next action, where what it needs is here.
+            let mut progressed = false;
+            for r in 0..p {
+                let Some(&action) = actions[r].get(next[r]) else {
+                    continue;
+                };
+                if self
+                    .needs(r, action)
+                    .is_some_and(|msg| !have[r].remove(&msg))
+                {
+                    continue;
+                }
+                programs[r].push(Instr::Compute(action));
+                next[r] += 1;
+                progressed = true;
+                if let Some(msg) = self.sends(r, action) {
+                    match self.rank_of(msg.to()) == r {
+                        // Between two chunks of this rank (`--pp 1` with chunks).
+                        true => {
+                            have[r].insert(msg);
+                        }
+                        false => in_flight.push((r, msg)),
+                    }
+                }
+            }
+            assert!(
+                progressed || !in_flight.is_empty(),
+                "{self:?}: an action waits for a message no action sends"
+            );
+        }
+        programs
+    }
+}
+
+/// `total` forwards and backwards in 1F1B order: `warmup` forwards, then a forward and a
+/// backward in turn, then the backwards left.
+fn one_f_one_b(
+    total: usize,
+    warmup: usize,
+    forward: impl Fn(usize) -> Action,
+    backward: impl Fn(usize) -> Action,
+) -> Vec<Action> {
+    let mut order: Vec<Action> = (0..warmup).map(&forward).collect();
+    for k in 0..total - warmup {
+        order.push(forward(warmup + k));
+        order.push(backward(k));
+    }
+    order.extend((total - warmup..total).map(backward));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Runs every rank's program against a transport in which a message moves only when its
+    /// sender and receiver both wait for it, stepping each exchange as
+    /// `send_recv_batch` does (the k-th send to and receive from each peer in step k).
+    /// Returns whether every program ran to its end.
+    fn runs_to_the_end(s: &Schedule) -> bool {
+        // Each rank's program as steps of posted operations (sends, receives).
+        type Step = (Vec<Message>, Vec<Message>);
+        let steps_of = |rank: usize| -> Vec<Step> {
+            let mut out = Vec::new();
+            for instr in s.program(rank) {
+                let Instr::Exchange { sends, recvs } = instr else {
+                    continue;
+                };
+                let mut by_step: Vec<Step> = Vec::new();
+                let mut count: HashMap<(usize, bool), usize> = HashMap::new();
+                for (msg, is_send) in sends
+                    .iter()
+                    .map(|m| (*m, true))
+                    .chain(recvs.iter().map(|m| (*m, false)))
+                {
+                    let peer = match is_send {
+                        true => s.rank_of(msg.to()),
+                        false => s.rank_of(msg.from),
+                    };
+                    let k = count.entry((peer, is_send)).or_default();
+                    if by_step.len() <= *k {
+                        by_step.resize(*k + 1, (Vec::new(), Vec::new()));
+                    }
+                    match is_send {
+                        true => by_step[*k].0.push(msg),
+                        false => by_step[*k].1.push(msg),
+                    }
+                    *k += 1;
+                }
+                out.extend(by_step);
+            }
+            out
+        };
+        let programs: Vec<Vec<Step>> = (0..s.ranks()).map(steps_of).collect();
+        let mut pc = vec![0usize; s.ranks()];
+        let mut done: Vec<HashSet<(Message, bool)>> = vec![HashSet::new(); s.ranks()];
+        loop {
+            if (0..s.ranks()).all(|r| pc[r] == programs[r].len()) {
+                return true;
+            }
+            let mut moved = false;
+            for r in 0..s.ranks() {
+                let Some((sends, _)) = programs[r].get(pc[r]) else {
+                    continue;
+                };
+                for msg in sends {
+                    let to = s.rank_of(msg.to());
+                    let waiting = programs[to]
+                        .get(pc[to])
+                        .is_some_and(|(_, recvs)| recvs.contains(msg));
+                    if waiting && !done[r].contains(&(*msg, true)) {
+                        done[r].insert((*msg, true));
+                        done[to].insert((*msg, false));
+                        moved = true;
+                    }
+                }
+            }
+            for r in 0..s.ranks() {
+                let Some((sends, recvs)) = programs[r].get(pc[r]) else {
+                    continue;
+                };
+                let complete = sends.iter().all(|m| done[r].contains(&(*m, true)))
+                    && recvs.iter().all(|m| done[r].contains(&(*m, false)));
+                if complete {
+                    pc[r] += 1;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return false;
+            }
+        }
+    }
+
+    fn shapes() -> Vec<Schedule> {
+        let mut all = Vec::new();
+        for p in 1..=6 {
+            for m in 1..=12 {
+                for kind in [PipelineSchedule::Gpipe, PipelineSchedule::OneFOneB] {
+                    all.push(Schedule::new(kind, p, 1, m).unwrap());
+                }
+                for v in 2..=3 {
+                    if let Ok(s) = Schedule::new(PipelineSchedule::Interleaved, p, v, m) {
+                        all.push(s);
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_program_runs_to_its_end_without_a_deadlock() {
+        for s in shapes() {
+            assert!(runs_to_the_end(&s), "{s:?} deadlocks");
+        }
+    }
+
+    #[test]
+    fn every_stage_runs_each_microbatch_forward_then_backward_once() {
+        for s in shapes() {
+            for rank in 0..s.ranks() {
+                let actions = s.actions(rank);
+                assert_eq!(actions.len(), 2 * s.chunks() * s.microbatches(), "{s:?}");
+                for chunk in 0..s.chunks() {
+                    for mb in 0..s.microbatches() {
+                        let at = |a| actions.iter().position(|x| *x == a);
+                        let f = at(Action::Forward { chunk, mb }).expect("a forward");
+                        let b = at(Action::Backward { chunk, mb }).expect("a backward");
+                        assert!(f < b, "{s:?} rank {rank}: backward before forward");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_f_one_b_holds_at_most_p_microbatches() {
+        let s = Schedule::new(PipelineSchedule::OneFOneB, 4, 1, 8).unwrap();
+        for rank in 0..4 {
+            let (mut live, mut most) = (0i32, 0);
+            for a in s.actions(rank) {
+                live += match a {
+                    Action::Forward { .. } => 1,
+                    Action::Backward { .. } => -1,
+                };
+                most = most.max(live);
+            }
+            assert_eq!(most as usize, 4 - rank, "rank {rank}");
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_named() {
+        let e = Schedule::new(PipelineSchedule::Interleaved, 2, 1, 4).unwrap_err();
+        assert!(e.contains("--virtual-stages 1 must be at least 2"), "{e}");
+        let e = Schedule::new(PipelineSchedule::Interleaved, 4, 2, 6).unwrap_err();
+        assert!(
+            e.contains("--microbatches 6 is not a multiple of --pp 4"),
+            "{e}"
+        );
+        let e = Schedule::new(PipelineSchedule::OneFOneB, 2, 2, 4).unwrap_err();
+        assert!(e.contains("needs --pp-schedule interleaved"), "{e}");
+        assert!("zero"
+            .parse::<PipelineSchedule>()
+            .unwrap_err()
+            .contains("gpipe, 1f1b"));
+    }
+
+    #[test]
+    fn the_bubble_in_theory() {
+        let s = Schedule::new(PipelineSchedule::OneFOneB, 2, 1, 8).unwrap();
+        assert!((s.bubble() - 1.0 / 9.0).abs() < 1e-12);
+        let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 8).unwrap();
+        assert!((s.bubble() - 1.0 / 17.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,491 @@
+//! [`PipelineStage`]: one rank's stage of a pipeline, and the step, the evaluation and the
+//! whole model's gathering it runs with the other stages.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Gradients, Int, Tensor, TensorData};
+use phalanx_ddp::fsdp::seed_step;
+use phalanx_pg::{P2POp, ProcessGroup};
+
+use super::options::PipelineOptions;
+use super::schedule::{Action, Instr, Message, Schedule};
+use super::split::stage_starts;
+use crate::model::StageOutput;
+use crate::step::{batch_tensor, score_logits, Score};
+use crate::{Classifier, Error, Result};
+
+/// Rows of the test set one evaluation message carries.
+const EVAL_ROWS: usize = 256;
+
+/// One rank's stage of a pipeline (Note [Pipeline run]): its group, its schedule, the width
+/// of the activations it sends, and the time it computed and waited.
+#[derive(Debug)]
+pub(crate) struct PipelineStage {
+    pp: Arc<ProcessGroup>,
+    options: PipelineOptions,
+    /// An activation row's shape: `[seq, width]`.
+    row: [usize; 2],
+    /// Seconds computing and seconds in the step, summed over the run: the measured bubble.
+    busy: Cell<(f64, f64)>,
+}
+
+impl PipelineStage {
+    /// Cuts `model` for this rank of `pp` as `options` say (Note [Pipeline run]): refused,
+    /// naming the numbers, where the schedule or the cut does not fit the model.
+    pub(crate) fn cut<M: Classifier>(
+        pp: Arc<ProcessGroup>,
+        options: &PipelineOptions,
+        row: [usize; 2],
+        model: M,
+    ) -> Result<(PipelineStage, M)> {
+        // The microbatches as given: only a short last batch takes fewer.
+        let schedule = Schedule::new(
+            options.schedule,
+            options.stages,
+            options.virtual_stages,
+            options.microbatches,
+        )
+        .map_err(Error::Config)?;
+        let what = match schedule.chunks() {
+            1 => format!("--pp {}", options.stages),
+            v => format!("--pp {} --virtual-stages {v}", options.stages),
+        };
+        let Some(costs) = model.pipeline_costs() else {
+            return Err(Error::Config(format!(
+                "{what} cuts a GPT's blocks into stages; this model has no pipeline split: use \
+                 --model gpt"
+            )));
+        };
+        let blocks = costs.blocks.len();
+        let starts = stage_starts(&costs, schedule.stages(), options.split.as_deref(), &what)
+            .map_err(Error::Config)?;
+        let rank = pp.rank();
+        let range = |stage: usize| -> Range<usize> {
+            starts[stage]..starts.get(stage + 1).copied().unwrap_or(blocks)
+        };
+        let chunks: Vec<Range<usize>> = (0..schedule.chunks())
+            .map(|c| range(schedule.stage_of(rank, c)))
+            .collect();
+        let last = schedule.rank_of(schedule.stages() - 1) == rank;
+        let model = model
+            .pipeline_stage(&chunks, rank == 0, last)
+            .map_err(Error::Config)?;
+        let stage = PipelineStage {
+            pp,
+            options: options.clone(),
+            row,
+            busy: Cell::new((0.0, 0.0)),
+        };
+        Ok((stage, model))
+    }
+
+    /// The pipeline's ranks.
+    pub(crate) fn size(&self) -> usize {
+        self.pp.world_size()
+    }
+
+    /// The measured bubble so far (the share of its steps this rank did not compute) and the
+    /// schedule's in theory.
+    pub(crate) fn bubble(&self) -> Result<(f64, f64)> {
+        let (busy, wall) = self.busy.get();
+        let theory = self
+            .options
+            .schedule_for(self.options.microbatches)?
+            .bubble();
+        Ok((1.0 - busy / wall.max(1e-12), theory))
+    }
+
+    /// One step's forward and backward of `features`/`labels` through the pipeline, with the
+    /// other stages: this stage's gradients, summed over the microbatches, and the batch's
+    /// mean loss (the last stage's, sent to every stage). `seed` draws each microbatch's
+    /// dropout on each stage apart.
+    pub(crate) fn forward_backward<M: Classifier>(
+        &self,
+        model: &M,
+        features: &[f32],
+        labels: &[i64],
+        seed: u64,
+    ) -> Result<(Gradients, f32)> {
+        let start = Instant::now();
+        let rows = labels.len();
+        let dim = model.input_dim();
+        // A short last batch takes as many microbatches as it can.
+        let schedule = self
+            .options
+            .schedule_for(self.options.microbatches.min(rows))?;
+        let m = schedule.microbatches();
+        let bounds = |mb: usize| (mb * rows / m)..((mb + 1) * rows / m);
+        let rank = self.pp.rank();
+        let last = schedule.stages() - 1;
+        let device = model.device();
+        let mut run = Running::default();
+        let mut computing = Duration::ZERO;
+        for instr in schedule.program(rank) {
+            match instr {
+                Instr::Exchange { sends, recvs } => {
+                    self.exchange(&schedule, &mut run, &sends, &recvs, |msg| {
+                        bounds(msg.mb).len()
+                    })?
+                }
+                Instr::Compute(action) => {
+                    let began = Instant::now();
+                    let (chunk, mb) = match action {
+                        Action::Forward { chunk, mb } | Action::Backward { chunk, mb } => {
+                            (chunk, mb)
+                        }
+                    };
+                    let stage = schedule.stage_of(rank, chunk);
+                    let span = bounds(mb);
+                    let produced = match action {
+                        Action::Forward { .. } => {
+                            seed_step(&device, mix(seed, (stage * m + mb) as u64));
+                            let x = batch_tensor(
+                                model,
+                                &features[span.start * dim..span.end * dim],
+                                span.len(),
+                            )?;
+                            let received = match schedule.needs(rank, action) {
+                                None => None,
+                                Some(msg) => {
+                                    let leaf = self
+                                        .activation(run.take(&msg)?, span.len(), &model.device())
+                                        .require_grad();
+                                    run.inputs.insert((chunk, mb), leaf.clone());
+                                    Some(leaf)
+                                }
+                            };
+                            match model.stage_forward(chunk, x.clone(), received)? {
+                                StageOutput::Hidden(h) => {
+                                    run.outputs.insert((chunk, mb), h.clone());
+                                    Some(values(h)?)
+                                }
+                                StageOutput::Logits(logits) => {
+                                    let y = Tensor::<1, Int>::from_data(
+                                        TensorData::new(
+                                            labels[span.clone()].to_vec(),
+                                            [span.len()],
+                                        ),
+                                        &device,
+                                    );
+                                    let targets = model.targets(x, y);
+                                    // Weighted by the microbatch's share: the gradients sum to the
+                                    // whole batch's mean loss's.
+                                    let share = span.len() as f32 / rows as f32;
+                                    let loss = model.loss(logits, targets)?.mul_scalar(share);
+                                    run.loss += loss.clone().into_scalar::<f32>() as f64;
+                                    run.losses.insert(mb, loss);
+                                    None
+                                }
+                            }
+                        }
+                        Action::Backward { .. } => {
+                            let mut grads = match stage == last {
+                                true => run
+                                    .losses
+                                    .remove(&mb)
+                                    .expect("the last stage's forward kept its loss")
+                                    .backward(),
+                                false => {
+                                    let msg = schedule.needs(rank, action).expect("a gradient");
+                                    let out = run
+                                        .outputs
+                                        .remove(&(chunk, mb))
+                                        .expect("a forward kept its output");
+                                    let grad =
+                                        self.activation(run.take(&msg)?, span.len(), &device);
+                                    // The output's gradient is `grad`: backward of <out, grad>.
+                                    (out * grad).sum().backward()
+                                }
+                            };
+                            let produced = match run.inputs.remove(&(chunk, mb)) {
+                                Some(input) => Some(values(
+                                    input
+                                        .grad_remove(&mut grads)
+                                        .ok_or_else(|| missing_grad(stage, mb))?,
+                                )?),
+                                None => None,
+                            };
+                            run.accumulate(model, grads);
+                            produced
+                        }
+                    };
+                    if let (Some(data), Some(msg)) = (produced, schedule.sends(rank, action)) {
+                        run.post(msg, data);
+                    }
+                    computing += began.elapsed();
+                }
+            }
+        }
+        let mut loss = [run.loss as f32];
+        self.pp.broadcast(&mut loss, schedule.rank_of(last))?;
+        let grads = run.acc.ok_or_else(|| {
+            Error::Config(format!(
+                "--pp: stage {rank} ran no backward in its schedule"
+            ))
+        })?;
+        let (busy, wall) = self.busy.get();
+        self.busy.set((
+            busy + computing.as_secs_f64(),
+            wall + start.elapsed().as_secs_f64(),
+        ));
+        Ok((grads, loss[0]))
+    }
+
+    /// The model's [`Score`] on `x`/`y` through the pipeline (forward only), the same on every
+    /// stage.
+    pub(crate) fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
+        let model = model.valid();
+        let schedule = self.options.schedule_for(self.options.microbatches)?;
+        let (rank, dim, last) = (self.pp.rank(), model.input_dim(), schedule.stages() - 1);
+        let device = model.device();
+        let mut total = Score::default();
+        for (rows, labels) in x.chunks(EVAL_ROWS * dim).zip(y.chunks(EVAL_ROWS)) {
+            let n = labels.len();
+            let input = batch_tensor(&model, rows, n)?;
+            let mut carried: Option<Vec<f32>> = None;
+            for stage in 0..schedule.stages() {
+                if schedule.rank_of(stage) != rank {
+                    continue;
+                }
+                let chunk = stage / schedule.ranks();
+                let received = match stage {
+                    0 => None,
+                    _ => Some(match carried.take() {
+                        Some(local) => local,
+                        None => {
+                            let mut buf = vec![0f32; n * self.row[0] * self.row[1]];
+                            self.pp
+                                .recv(&mut buf, schedule.rank_of(stage - 1), stage as u32)?;
+                            buf
+                        }
+                    }),
+                };
+                let received = received.map(|v| self.activation(v, n, &device));
+                match model.stage_forward(chunk, input.clone(), received)? {
+                    StageOutput::Hidden(h) => {
+                        let data = values(h)?;
+                        let to = schedule.rank_of(stage + 1);
+                        match to == rank {
+                            true => carried = Some(data),
+                            false => self.pp.send(&data, to, stage as u32 + 1)?,
+                        }
+                    }
+                    StageOutput::Logits(logits) => {
+                        let y = Tensor::<1, Int>::from_data(
+                            TensorData::new(labels.to_vec(), [n]),
+                            &device,
+                        );
+                        let s = score_logits(&model, logits, model.targets(input.clone(), y))?;
+                        total.targets += s.targets;
+                        total.correct += s.correct;
+                        total.loss_sum += s.loss_sum;
+                    }
+                }
+            }
+        }
+        let mut sums = [total.targets as f64, total.correct as f64, total.loss_sum];
+        self.pp.broadcast(&mut sums, schedule.rank_of(last))?;
+        Ok(Score {
+            targets: sums[0] as usize,
+            correct: sums[1] as usize,
+            loss_sum: sums[2],
+        })
+    }
+
+    /// The whole model's float tensors in canonical order, from every stage's `mine` (its
+    /// tensors, `chunk_tensors[c]` of them for its chunk `c`): a collective of the pipeline.
+    pub(crate) fn whole(
+        &self,
+        mine: Vec<Vec<f32>>,
+        chunk_tensors: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
+        let (p, rank) = (self.pp.world_size(), self.pp.rank());
+        // Every stage's tensors, broadcast from each in turn: the counts, the lengths, the
+        // values.
+        let mut by_rank: Vec<Vec<Vec<Vec<f32>>>> = Vec::with_capacity(p);
+        for root in 0..p {
+            let mut chunks = [chunk_tensors.len() as i64];
+            self.pp.broadcast(&mut chunks, root)?;
+            let mut counts = match root == rank {
+                true => chunk_tensors.iter().map(|&c| c as i64).collect(),
+                false => vec![0i64; chunks[0] as usize],
+            };
+            self.pp.broadcast(&mut counts, root)?;
+            let tensors = counts.iter().sum::<i64>() as usize;
+            let mut lens = match root == rank {
+                true => mine.iter().map(|t| t.len() as i64).collect(),
+                false => vec![0i64; tensors],
+            };
+            self.pp.broadcast(&mut lens, root)?;
+            let mut flat = match root == rank {
+                true => mine.concat(),
+                false => vec![0f32; lens.iter().sum::<i64>() as usize],
+            };
+            self.pp.broadcast(&mut flat, root)?;
+            let mut at = 0;
+            let mut list = lens.iter().map(|&len| {
+                let t = flat[at..at + len as usize].to_vec();
+                at += len as usize;
+                t
+            });
+            by_rank.push(
+                counts
+                    .iter()
+                    .map(|&c| list.by_ref().take(c as usize).collect())
+                    .collect(),
+            );
+        }
+        // The stages in order: chunk 0 of every rank, then chunk 1, …
+        let chunks = by_rank[0].len();
+        let mut whole = Vec::new();
+        for c in 0..chunks {
+            for stage in by_rank.iter_mut() {
+                whole.append(&mut stage[c]);
+            }
+        }
+        Ok(whole)
+    }
+
+    /// Sends and receives one exchange's messages at once.
+    fn exchange(
+        &self,
+        schedule: &Schedule,
+        run: &mut Running,
+        sends: &[Message],
+        recvs: &[Message],
+        rows: impl Fn(&Message) -> usize,
+    ) -> Result<()> {
+        let width = self.row[0] * self.row[1];
+        let mut ops = Vec::with_capacity(sends.len() + recvs.len());
+        for msg in sends {
+            ops.push(P2POp::Send {
+                buf: run.outbox.remove(msg).expect("a sent message was computed"),
+                peer: schedule.rank_of(msg.to()),
+                tag: schedule.tag(msg),
+            });
+        }
+        for msg in recvs {
+            ops.push(P2POp::Recv {
+                buf: vec![0f32; rows(msg) * width],
+                peer: schedule.rank_of(msg.from),
+                tag: schedule.tag(msg),
+            });
+        }
+        let done = self.pp.batch_isend_irecv(ops).wait()?;
+        for (msg, op) in recvs.iter().zip(done.into_iter().skip(sends.len())) {
+            run.arrived.insert(*msg, op.into_buf());
+        }
+        Ok(())
+    }
+
+    /// `values` as an activation (or its gradient) of `rows` rows.
+    fn activation(
+        &self,
+        values: Vec<f32>,
+        rows: usize,
+        device: &burn::tensor::Device,
+    ) -> Tensor<3> {
+        let [seq, width] = self.row;
+        Tensor::from_data(TensorData::new(values, [rows, seq, width]), device)
+    }
+}
+
+/// What a step holds while its program runs.
+#[derive(Default)]
+struct Running {
+    /// Messages received (or passed between two chunks of this rank), not yet used.
+    arrived: HashMap<Message, Vec<f32>>,
+    /// Messages computed, not yet sent.
+    outbox: HashMap<Message, Vec<f32>>,
+    /// The received activations, by (chunk, microbatch): their gradients go back.
+    inputs: HashMap<(usize, usize), Tensor<3>>,
+    /// The outputs sent on, by (chunk, microbatch): their backward takes the gradient back.
+    outputs: HashMap<(usize, usize), Tensor<3>>,
+    /// The last stage's losses, by microbatch, weighted by its share of the batch.
+    losses: HashMap<usize, Tensor<1>>,
+    /// The batch's mean loss (the last stage's).
+    loss: f64,
+    /// The gradients summed over the microbatches so far.
+    acc: Option<Gradients>,
+}
+
+impl Running {
+    /// Posts a computed message: to send, or at once where this rank's next chunk takes it.
+    fn post(&mut self, msg: Message, data: Vec<f32>) {
+        self.outbox.insert(msg, data);
+    }
+
+    /// The data of `msg`, received, or computed by another chunk of this rank.
+    fn take(&mut self, msg: &Message) -> Result<Vec<f32>> {
+        self.arrived
+            .remove(msg)
+            .or_else(|| self.outbox.remove(msg))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "--pp: stage {} needs the {} of microbatch {} from stage {}, which did not \
+                     arrive",
+                    msg.to(),
+                    if msg.grad { "gradient" } else { "activation" },
+                    msg.mb,
+                    msg.from
+                ))
+            })
+    }
+
+    /// Adds `grads`' parameter gradients to the sum.
+    fn accumulate<M: Module>(&mut self, model: &M, grads: Gradients) {
+        match &mut self.acc {
+            None => self.acc = Some(grads),
+            Some(acc) => {
+                let mut add = Accumulate { acc, new: grads };
+                model.visit(&mut add);
+            }
+        }
+    }
+}
+
+/// Adds a microbatch's parameter gradients to the step's.
+struct Accumulate<'a> {
+    acc: &'a mut Gradients,
+    new: Gradients,
+}
+
+impl ModuleVisitor for Accumulate<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let t = param.val();
+        if let Some(g) = t.grad_remove(&mut self.new) {
+            let sum = match t.grad_remove(self.acc) {
+                Some(a) => a + g,
+                None => g,
+            };
+            t.grad_replace(self.acc, sum);
+        }
+    }
+}
+
+fn missing_grad(stage: usize, mb: usize) -> Error {
+    Error::Config(format!(
+        "--pp: stage {stage}'s input of microbatch {mb} got no gradient in its backward"
+    ))
+}
+
+/// A tensor's values as `f32`.
+fn values<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .try_into_vec::<f32>()
+        .map_err(|e| Error::Config(format!("--pp: an activation's values: {e:?}")))
+}
+
+/// SplitMix64 of a step's seed and a (stage, microbatch): each microbatch on each stage draws
+/// its own dropout masks.
+fn mix(seed: u64, k: u64) -> u64 {
+    let mut z = seed ^ k.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
