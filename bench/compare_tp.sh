@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Tensor parallelism on 2 ranks: `phalanx train --model gpt --tp 2` next to PyTorch's
-# `parallelize_module` (ColwiseParallel/RowwiseParallel, Megatron's layout) over Gloo, on the
-# same model shape: a GPT of 2 blocks, d HIDDEN (64), 4 heads, SEQ (32) tokens, byte vocabulary
+# Tensor or pipeline parallelism on 2 ranks, next to PyTorch's over Gloo on the same model:
+# MODE=tp (default): `phalanx train --model gpt --tp 2` against `parallelize_module`
+# (ColwiseParallel/RowwiseParallel, Megatron's layout); MODE=pp: `--pp 2 --microbatches 4
+# --pp-schedule 1f1b` against `torch.distributed.pipelining`'s `Schedule1F1B` (2 stages of one
+# block each, 4 microbatches). The shape: a GPT of 2 blocks, d HIDDEN (64), 4 heads, SEQ (32) tokens, byte vocabulary
 # (256), batch BATCH (8), SGD lr 0.1, no dropout, STEPS steps (python/tests/test_tp_pp.py is
 # PyTorch's side). Rounds interleaved, medians of tokens/s (tokens: steps × batch × SEQ). Each
 # rank computes on one
@@ -9,7 +11,7 @@
 # phalanx's figure is its summary's samples/s (the training steps, data included; startup
 # excluded), PyTorch's the timed loop of its steps.
 #
-#   [ROUNDS=5] [STEPS=100] [HIDDEN=64] [SEQ=32] [BATCH=8] bash bench/compare_tp.sh
+#   [MODE=tp|pp] [ROUNDS=5] [STEPS=100] [HIDDEN=64] [SEQ=32] [BATCH=8] bash bench/compare_tp.sh
 #
 # Needs: ../shared/anchors/setup.sh run once, and phalanx_torch installed in that venv
 # (pip install ./python), for PyTorch's side.
@@ -21,26 +23,33 @@ STEPS=${STEPS:-100}
 HIDDEN=${HIDDEN:-64}
 SEQ=${SEQ:-32}
 BATCH=${BATCH:-8}
+MODE=${MODE:-tp}
+case "$MODE" in
+  tp) flags=(--tp 2) torch_run="tp" label="--tp 2" peer="parallelize_module" ;;
+  pp) flags=(--pp 2 --microbatches 4 --pp-schedule 1f1b) torch_run="pp 1f1b"
+      label="--pp 2 1f1b" peer="Schedule1F1B" ;;
+  *) echo "MODE=$MODE: expected tp or pp" >&2; exit 2 ;;
+esac
 cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bin=$here/target/release/phalanx
 cd "$here"
 phalanx_tps=() torch_tps=()
 for r in $(seq 1 "$ROUNDS"); do
-  s=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node 2 --tp 2 --model gpt \
+  s=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node 2 "${flags[@]}" --model gpt \
         --hidden "$HIDDEN" --depth 2 --heads 4 --seq-len "$SEQ" --batch-size "$BATCH" --optimizer sgd --lr 0.1 \
         --dropout 0 --max-steps "$STEPS" --json 2>/dev/null | sed 's/^\[rank [0-9]*\]: //' \
       | grep '"event":"summary"' | head -1)
   p=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["samples_per_s"] * int(sys.argv[2]))' "$s" "$SEQ")
   t=$(PHALANX_PYTHON=$VENV/bin/python PHALANX_TIMEOUT=60s "$bin" launch --standalone \
-        --nproc-per-node 2 python/tests/test_tp_pp.py --only tp --backends gloo \
-        --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o 'time tp gloo [0-9.]* s ([0-9]* tokens/s)' \
+        --nproc-per-node 2 python/tests/test_tp_pp.py --only "$torch_run" --backends gloo \
+        --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o "time $torch_run gloo [0-9.]* s ([0-9]* tokens/s)" \
       | head -1 | grep -o '([0-9]*' | tr -d '(')
-  echo "round $r: phalanx --tp 2 $(printf %.0f "$p") tokens/s, PyTorch parallelize_module over gloo $t tokens/s"
+  echo "round $r: phalanx $label $(printf %.0f "$p") tokens/s, PyTorch $peer over gloo $t tokens/s"
   phalanx_tps+=("$p") torch_tps+=("$t")
 done
-python3 - "${phalanx_tps[*]}" "${torch_tps[*]}" <<'PY'
+python3 - "${phalanx_tps[*]}" "${torch_tps[*]}" "$label" <<'PY'
 import statistics as st, sys
 p = st.median(map(float, sys.argv[1].split()))
 t = st.median(map(float, sys.argv[2].split()))
-print(f"median of {len(sys.argv[1].split())} rounds: phalanx --tp 2 {p:.0f} tokens/s, PyTorch over gloo {t:.0f} tokens/s: {p / t:.2f}x")
+print(f"median of {len(sys.argv[1].split())} rounds: phalanx {sys.argv[3]} {p:.0f} tokens/s, PyTorch over gloo {t:.0f} tokens/s: {p / t:.2f}x")
 PY
