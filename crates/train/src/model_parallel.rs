@@ -133,7 +133,7 @@ impl ModelParallel {
     }
 
     /// The pipeline's measured bubble and its theory, under `--pp`.
-    pub(crate) fn bubble(&self) -> Result<Option<(f64, f64)>> {
-        self.pp.as_ref().map(PipelineStage::bubble).transpose()
+    pub(crate) fn bubble(&self) -> Option<(f64, f64)> {
+        self.pp.as_ref().map(PipelineStage::bubble)
     }
 }

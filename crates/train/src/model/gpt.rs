@@ -546,13 +546,11 @@ impl Classifier for Gpt {
 
     /// The embeddings on the first stage, the final norm and the head on the last.
     fn pipeline_costs(&self) -> Option<PipelineCosts> {
-        let params = |m: Option<&dyn ModuleCount>| m.map_or(0, ModuleCount::params);
+        // A part a stage does not hold (`None`) has no parameters.
         Some(PipelineCosts {
-            first: params(self.wte.as_ref().map(|m| m as _))
-                + params(self.wpe.as_ref().map(|m| m as _)),
+            first: self.wte.num_params() + self.wpe.num_params(),
             blocks: self.blocks.iter().map(Module::num_params).collect(),
-            last: params(self.ln_f.as_ref().map(|m| m as _))
-                + params(self.head.as_ref().map(|m| m as _)),
+            last: self.ln_f.num_params() + self.head.num_params(),
         })
     }
 
@@ -622,23 +620,17 @@ impl Classifier for Gpt {
     /// Per chunk: its blocks' tensors, with the embeddings' on the first stage and the norm's
     /// and the head's on the last.
     fn chunk_tensors(&self) -> Vec<usize> {
-        let tensors = |m: Option<&dyn ModuleCount>| m.map_or(0, ModuleCount::tensors);
         let n = self.chunks.len();
         self.chunks
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let mut count: usize = self.blocks[r.clone()]
-                    .iter()
-                    .map(|b| tensors(Some(b)))
-                    .sum();
+                let mut count: usize = self.blocks[r.clone()].iter().map(float_tensors).sum();
                 if i == 0 {
-                    count += tensors(self.wte.as_ref().map(|m| m as _))
-                        + tensors(self.wpe.as_ref().map(|m| m as _));
+                    count += float_tensors(&self.wte) + float_tensors(&self.wpe);
                 }
                 if i + 1 == n {
-                    count += tensors(self.ln_f.as_ref().map(|m| m as _))
-                        + tensors(self.head.as_ref().map(|m| m as _));
+                    count += float_tensors(&self.ln_f) + float_tensors(&self.head);
                 }
                 count
             })
@@ -646,23 +638,12 @@ impl Classifier for Gpt {
     }
 }
 
-/// A module's size, whatever its type: its parameters and its float tensors.
-trait ModuleCount {
-    fn params(&self) -> usize;
-    fn tensors(&self) -> usize;
-}
-
-impl<M: Module> ModuleCount for M {
-    fn params(&self) -> usize {
-        self.num_params()
-    }
-
-    fn tensors(&self) -> usize {
-        phalanx_ddp::adapter::burn::state_infos(self)
-            .iter()
-            .filter(|s| s.kind.is_float())
-            .count()
-    }
+/// The float tensors of a module (none for a part a stage does not hold).
+fn float_tensors<M: Module>(module: &M) -> usize {
+    phalanx_ddp::adapter::burn::state_infos(module)
+        .iter()
+        .filter(|s| s.kind.is_float())
+        .count()
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub(crate) struct PipelineStage {
     row: [usize; 2],
     /// Seconds computing and seconds in the step, summed over the run: the measured bubble.
     busy: Cell<(f64, f64)>,
+    /// The schedule of a full batch and this rank's program of it, lowered once (a short
+    /// last batch lowers its own).
+    full: (Schedule, Vec<Instr>),
 }
 
 impl PipelineStage {
@@ -80,6 +83,7 @@ impl PipelineStage {
             options: options.clone(),
             row,
             busy: Cell::new((0.0, 0.0)),
+            full: (schedule, schedule.program(rank)),
         };
         Ok((stage, model))
     }
@@ -91,13 +95,9 @@ impl PipelineStage {
 
     /// The measured bubble so far (the share of its steps this rank did not compute) and the
     /// schedule's in theory.
-    pub(crate) fn bubble(&self) -> Result<(f64, f64)> {
+    pub(crate) fn bubble(&self) -> (f64, f64) {
         let (busy, wall) = self.busy.get();
-        let theory = self
-            .options
-            .schedule_for(self.options.microbatches)?
-            .bubble();
-        Ok((1.0 - busy / wall.max(1e-12), theory))
+        (1.0 - busy / wall.max(1e-12), self.full.0.bubble())
     }
 
     /// One step's forward and backward of `features`/`labels` through the pipeline, with the
@@ -115,9 +115,15 @@ impl PipelineStage {
         let rows = labels.len();
         let dim = model.input_dim();
         // A short last batch takes as many microbatches as it can.
-        let schedule = self
-            .options
-            .schedule_for(self.options.microbatches.min(rows))?;
+        let short;
+        let (schedule, program) = match rows >= self.options.microbatches {
+            true => (self.full.0, &self.full.1),
+            false => {
+                let schedule = self.options.schedule_for(rows)?;
+                short = schedule.program(self.pp.rank());
+                (schedule, &short)
+            }
+        };
         let m = schedule.microbatches();
         let bounds = |mb: usize| (mb * rows / m)..((mb + 1) * rows / m);
         let rank = self.pp.rank();
@@ -125,14 +131,14 @@ impl PipelineStage {
         let device = model.device();
         let mut run = Running::default();
         let mut computing = Duration::ZERO;
-        for instr in schedule.program(rank) {
+        for instr in program {
             match instr {
                 Instr::Exchange { sends, recvs } => {
-                    self.exchange(&schedule, &mut run, &sends, &recvs, |msg| {
+                    self.exchange(&schedule, &mut run, sends, recvs, |msg| {
                         bounds(msg.mb).len()
                     })?
                 }
-                Instr::Compute(action) => {
+                &Instr::Compute(action) => {
                     let began = Instant::now();
                     let (chunk, mb) = match action {
                         Action::Forward { chunk, mb } | Action::Backward { chunk, mb } => {
@@ -215,7 +221,7 @@ impl PipelineStage {
                         }
                     };
                     if let (Some(data), Some(msg)) = (produced, schedule.sends(rank, action)) {
-                        run.post(msg, data);
+                        run.outbox.insert(msg, data);
                     }
                     computing += began.elapsed();
                 }
@@ -240,7 +246,7 @@ impl PipelineStage {
     /// stage.
     pub(crate) fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
         let model = model.valid();
-        let schedule = self.options.schedule_for(self.options.microbatches)?;
+        let schedule = self.full.0;
         let (rank, dim, last) = (self.pp.rank(), model.input_dim(), schedule.stages() - 1);
         let device = model.device();
         let mut total = Score::default();
@@ -415,11 +421,6 @@ struct Running {
 }
 
 impl Running {
-    /// Posts a computed message: to send, or at once where this rank's next chunk takes it.
-    fn post(&mut self, msg: Message, data: Vec<f32>) {
-        self.outbox.insert(msg, data);
-    }
-
     /// The data of `msg`, received, or computed by another chunk of this rank.
     fn take(&mut self, msg: &Message) -> Result<Vec<f32>> {
         self.arrived

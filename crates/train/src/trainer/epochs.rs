@@ -382,12 +382,7 @@ impl Context<'_> {
                     crate::step::digest_of(&mp.whole(par.module(), mine)?)
                 }
             },
-            pipeline_bubble: self
-                .mp
-                .as_ref()
-                .map(ModelParallel::bubble)
-                .transpose()?
-                .flatten(),
+            pipeline_bubble: self.mp.as_ref().and_then(ModelParallel::bubble),
             records: totals.records.clone(),
         }))
     }
