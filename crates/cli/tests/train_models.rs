@@ -406,10 +406,12 @@ fn gpt_tensor_parallel_trains_as_fewer_ranks_do() {
 
 /// `--freeze` under `--tp`: the frozen parameters' pieces stay frozen (a piece is a parameter
 /// of its own, cut from the whole one), so `--tp 2` trains as one rank does with the same
-/// parameters frozen.
+/// parameters frozen. With `--grad-clip 0.1`, which clips every step: the norm is the whole
+/// model's, summed over the pieces with a replicated tensor counted once and a frozen one not
+/// at all (Note [Norm across a cut model] in phalanx-ddp).
 #[test]
 fn gpt_tensor_parallel_keeps_frozen_parameters_frozen() {
-    let frozen = ["--freeze", "wte,blocks.0"];
+    let frozen = ["--freeze", "wte,blocks.0", "--grad-clip", "0.1"];
     let one = gpt_run(&[&["--nproc-per-node", "1"][..], &frozen[..]].concat());
     let tp = gpt_run(&[&["--nproc-per-node", "2", "--tp", "2"][..], &frozen[..]].concat());
     for field in ["train_loss", "test_loss"] {
@@ -611,7 +613,8 @@ fn json_output_is_plain_json_lines() {
 /// Pipeline parallelism against the same batches on one rank, dropout off (with dropout each
 /// microbatch on each stage draws its own masks: Note [Pipeline run]): each schedule on 2
 /// stages (interleaved with 2 chunks per rank over 4 blocks), `--tp 2 --pp 2` on 4 ranks, and
-/// `--pp 2` on 4 ranks against DDP on 2. The losses agree within 1e-5 relative (the
+/// `--pp 2` on 4 ranks against DDP on 2, the last three with `--grad-clip 0.1` (every step
+/// clipped by the whole model's norm over the pieces). The losses agree within 1e-5 relative (the
 /// microbatches' gradients are summed in another order: 8e-9 to 6e-7 measured), the whole
 /// model's digest is equal on every rank of a run, and the summary carries the measured bubble
 /// next to the schedule's.
@@ -647,7 +650,8 @@ fn gpt_pipeline_trains_as_one_rank_does() {
         let measured = pp[0]["pipeline_bubble"].as_f64().unwrap();
         assert!((0.0..1.0).contains(&measured), "{schedule}: {pp:?}");
     }
-    let deep = ["--dropout", "0", "--depth", "4"];
+    // Clipped at every step: the norm spans the stages and the tensor-parallel pieces.
+    let deep = ["--dropout", "0", "--depth", "4", "--grad-clip", "0.1"];
     let one = gpt_run(&[&["--nproc-per-node", "1"], &deep[..]].concat());
     let interleaved = gpt_run(
         &[

@@ -204,9 +204,10 @@ impl<M: Module> DistributedDataParallel<M> {
             })
         })?;
         self.core.sync_buffers(&agreement)?;
-        let squares = match held.iter().all(|h| matches!(h, Held::Host(_))) {
-            true => self.host_norm_squares(&held),
-            false => held.iter().map(Held::sum_of_squares).sum(),
+        let squares = match (&self.options.model_norm, held.iter().all(Held::is_host)) {
+            (Some(norm), _) => norm.total(&self.norm_squares_by_param(&held))?,
+            (None, true) => self.host_norm_squares(&held),
+            (None, false) => held.iter().map(Held::sum_of_squares).sum(),
         };
         let norm = squares.sqrt() as f32;
         let coef = (max_norm / (norm + 1e-6)).min(1.0);
@@ -256,6 +257,27 @@ impl<M: Module> DistributedDataParallel<M> {
                 Held::Device(_) => unreachable!("host buckets only"),
             }
         })
+    }
+
+    /// The sum of squares of each trainable parameter's averaged gradient, in canonical order
+    /// (what [`ModelNorm`](crate::ModelNorm) completes into a cut model's norm).
+    fn norm_squares_by_param(&self, held: &[Held]) -> Vec<f64> {
+        let mut squares = vec![0f64; self.core.infos().len()];
+        for (bucket, held) in self.reducer.buckets().iter().zip(held) {
+            for (p, range) in bucket.slots() {
+                squares[p] = match held {
+                    Held::Host(buf) => crate::layout::sum_of_squares(&buf[range]),
+                    Held::Device(flat) => f64::from(
+                        flat.clone()
+                            .slice(range)
+                            .powi_scalar(2)
+                            .sum()
+                            .into_scalar::<f32>(),
+                    ),
+                };
+            }
+        }
+        squares
     }
 
     /// [`sync_gradients`](Self::sync_gradients) fused with the optimizer step: as soon as a
@@ -538,6 +560,10 @@ enum Held {
 }
 
 impl Held {
+    fn is_host(&self) -> bool {
+        matches!(self, Held::Host(_))
+    }
+
     fn sum_of_squares(&self) -> f64 {
         match self {
             Held::Host(buf) => buf.iter().map(|&g| f64::from(g) * f64::from(g)).sum(),

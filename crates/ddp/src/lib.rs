@@ -45,6 +45,7 @@ mod error;
 pub mod fsdp;
 pub mod hook;
 pub mod layout;
+mod model_norm;
 mod options;
 mod reducer;
 mod stats;
@@ -59,5 +60,6 @@ pub use error::{Error, Result};
 pub use hook::{
     AllreduceHook, Bf16CompressHook, BucketBuffer, BucketWork, CommHook, GradBucket, LentGradient,
 };
+pub use model_norm::ModelNorm;
 pub use options::{BucketMemory, BufferSync, DdpOptions};
 pub use stats::CommStats;

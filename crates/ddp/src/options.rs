@@ -7,6 +7,7 @@ use crate::bucket::{
     DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_VIEW_MIN_BYTES,
 };
 use crate::hook::{AllreduceHook, CommHook};
+use crate::model_norm::ModelNorm;
 
 /// Options of [`DistributedDataParallel`](crate::DistributedDataParallel), PyTorch's defaults.
 #[derive(Debug, Clone)]
@@ -29,6 +30,10 @@ pub struct DdpOptions {
     /// instead of being copied into and out of a bucket (PyTorch's `gradient_as_bucket_view`;
     /// Note [Gradient as bucket view] in `bucket.rs`). True by default; host buckets only.
     pub gradient_as_bucket_view: bool,
+    /// Under tensor or pipeline parallelism, where the rest of the model's gradient norm is
+    /// (Note [Norm across a cut model]): a clipped step's norm is then the whole model's.
+    /// `None` (the default): the engine's module is the whole model.
+    pub model_norm: Option<Arc<ModelNorm>>,
 }
 
 /// How buffers are synchronised after every step (Note [Parameters, buffers and frozen] in
@@ -106,6 +111,7 @@ impl Default for DdpOptions {
             bucket_memory: BucketMemory::Auto,
             buffer_sync: BufferSync::Broadcast,
             gradient_as_bucket_view: true,
+            model_norm: None,
         }
     }
 }
@@ -130,6 +136,13 @@ impl DdpOptions {
     /// How many buckets [`bucket_assignment`](Self::bucket_assignment) makes without views.
     pub fn bucket_count(&self, numels: &[usize]) -> usize {
         self.bucket_assignment(numels, false).len()
+    }
+
+    /// Takes a clipped step's norm over the whole of a model cut across ranks (Note [Norm
+    /// across a cut model]).
+    pub fn with_model_norm(mut self, norm: Arc<ModelNorm>) -> Self {
+        self.model_norm = Some(norm);
+        self
     }
 
     /// Sets the cap of the buckets after the first, in MiB (PyTorch's `bucket_cap_mb`).

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use burn::tensor::Gradients;
+use phalanx_ddp::adapter::{burn::state_infos, StateKind};
+use phalanx_ddp::ModelNorm;
 use phalanx_pg::{Mesh, ProcessGroup};
 
 use crate::pipeline::PipelineStage;
@@ -31,6 +33,8 @@ pub(crate) struct ModelParallel {
     pub(crate) dp: Arc<ProcessGroup>,
     tp: Option<TensorParallel>,
     pp: Option<PipelineStage>,
+    /// The whole model's gradient norm from this rank's piece's (`--grad-clip`).
+    norm: Arc<ModelNorm>,
 }
 
 impl ModelParallel {
@@ -78,12 +82,19 @@ impl ModelParallel {
             }
             false => None,
         };
+        let norm = Arc::new(model_norm(&model, tensor.as_ref(), stage.as_ref()));
         let parts = ModelParallel {
             dp: group("dp"),
             tp: tensor,
             pp: stage,
+            norm,
         };
         Ok((parts, model))
+    }
+
+    /// What completes a clipped step's norm into the whole model's (the engine's options).
+    pub(crate) fn norm(&self) -> Arc<ModelNorm> {
+        self.norm.clone()
     }
 
     /// Ranks of one model replica: `tp × pp`.
@@ -136,4 +147,32 @@ impl ModelParallel {
     pub(crate) fn bubble(&self) -> Option<(f64, f64)> {
         self.pp.as_ref().map(PipelineStage::bubble)
     }
+}
+
+/// The groups over which `model`'s piece's gradient norm completes into the whole model's
+/// (tensor-parallel, then pipeline), and which of its trainable parameters count (Note [Norm
+/// across a cut model] in phalanx-ddp).
+fn model_norm<M: Classifier>(
+    model: &M,
+    tp: Option<&TensorParallel>,
+    pp: Option<&PipelineStage>,
+) -> ModelNorm {
+    let floats: Vec<StateKind> = state_infos(model)
+        .into_iter()
+        .map(|s| s.kind)
+        .filter(StateKind::is_float)
+        .collect();
+    let counted = tp.map_or_else(|| vec![true; floats.len()], TensorParallel::counted);
+    let counted = floats
+        .iter()
+        .zip(counted)
+        .filter(|(kind, _)| matches!(kind, StateKind::Trainable))
+        .map(|(_, counted)| counted)
+        .collect();
+    let groups = [tp.map(TensorParallel::group), pp.map(PipelineStage::group)]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    ModelNorm::new(groups, counted)
 }

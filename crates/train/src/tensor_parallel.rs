@@ -80,6 +80,22 @@ impl TensorParallel {
         self.tp.world_size()
     }
 
+    /// The tensor-parallel group.
+    pub(crate) fn group(&self) -> &Arc<ProcessGroup> {
+        &self.tp
+    }
+
+    /// Per float tensor (canonical order), whether this rank's piece counts towards the whole
+    /// model's gradient norm: a shard always, a replica on the group's rank 0 only (Note [Norm
+    /// across a cut model] in phalanx-ddp).
+    pub(crate) fn counted(&self) -> Vec<bool> {
+        let first = self.tp.rank() == 0;
+        self.pieces
+            .iter()
+            .map(|(placement, _)| first || *placement != Placement::Replicate)
+            .collect()
+    }
+
     /// The whole model's float tensors from this rank's `pieces` (canonical order): a
     /// collective of the tensor-parallel group.
     pub(crate) fn whole(&self, pieces: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {

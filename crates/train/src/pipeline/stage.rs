@@ -89,6 +89,11 @@ impl PipelineStage {
     }
 
     /// The pipeline's ranks.
+    pub(crate) fn group(&self) -> &Arc<ProcessGroup> {
+        &self.pp
+    }
+
+    /// The stages of the pipeline.
     pub(crate) fn size(&self) -> usize {
         self.pp.world_size()
     }

@@ -95,14 +95,6 @@ fn train_in(
                  built yet; train with --max-restarts instead"
             )));
         }
-        if let Some(max) = cfg.grad_clip {
-            return Err(Error::Config(format!(
-                "--grad-clip {max} with {tp}: the norm must be taken over every rank's \
-                 pieces, and the engines take it over their data-parallel group only, so the \
-                 ranks of one model would scale by different factors; not built yet: train \
-                 without --grad-clip"
-            )));
-        }
         if cfg.checkpoint_dir.is_some() {
             return Err(Error::Config(format!(
                 "--checkpoint-dir with {tp}: checkpoints of a model cut across ranks (each \
@@ -267,6 +259,10 @@ fn train_group<M: Classifier>(
             let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
             if cfg.bf16 {
                 options = options.with_comm_hook(Bf16CompressHook);
+            }
+            // A cut model's norm spans its pieces (Note [Norm across a cut model]).
+            if let Some(mp) = &ctx.mp {
+                options = options.with_model_norm(mp.norm());
             }
             let mut source = held.resync(&pg, &mut optim, sharded)?;
             // The engine's group: the world's, or the "dp" group of a model-parallel run.

@@ -853,7 +853,17 @@ impl<M: Module> FullyShardedDataParallel<M> {
                 source,
             })?;
         let by_rank: Vec<&[f64]> = all.chunks(partial.len().max(1)).collect();
-        Ok(fold_norm(&by_rank, self.core.infos().len()).sqrt() as f32)
+        let squares = match &self.options.ddp.model_norm {
+            // Per parameter, over the shard group, then over the model's other pieces.
+            Some(norm) => {
+                let per_param: Vec<f64> = (0..partial.len())
+                    .map(|p| by_rank.iter().map(|r| r[p]).sum())
+                    .collect();
+                norm.total(&per_param)?
+            }
+            None => fold_norm(&by_rank, self.core.infos().len()),
+        };
+        Ok(squares.sqrt() as f32)
     }
 
     /// The module's root parameters are still the ones the engine wrapped.
