@@ -110,8 +110,75 @@ pub struct LayoutEntry {
     /// Shape in Burn's layout (a `Linear` weight is `[in, out]`).
     pub shape: Vec<usize>,
     /// Per rank, the elements it holds, `[start, end)` of the flattened tensor; empty: the
-    /// tensor is whole in rank 0's shard.
+    /// tensor is whole in rank 0's shard, or placed by `blocks`.
     pub ranges: Vec<[usize; 2]>,
+    /// Per rank, the elements of a model cut across ranks that its piece holds, in the piece's
+    /// order (Note [Pieces of a cut model] in `sharded.rs`); empty for a rank that wrote none.
+    /// Absent (and `ranges` empty) for every other layout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<Vec<Strided>>,
+}
+
+/// Elements of a flattened tensor in a regular pattern: `count` runs of `len` elements, the
+/// first at `start`, each `stride` after the one before. A shard of one axis of a row-major
+/// tensor is one: `[rows, cols]` split by columns into `n` is, for rank `r`, `count = rows`
+/// runs of `len = cols / n` at `start = r · len`, `stride = cols`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Strided {
+    /// The first run's first element.
+    pub start: usize,
+    /// Elements per run.
+    pub len: usize,
+    /// From one run's start to the next's.
+    pub stride: usize,
+    /// Runs.
+    pub count: usize,
+}
+
+impl Strided {
+    /// The whole of a tensor of `numel` elements.
+    pub fn whole(numel: usize) -> Strided {
+        Strided {
+            start: 0,
+            len: numel,
+            stride: numel,
+            count: 1,
+        }
+    }
+
+    /// Range `range` of axis `dim` of a row-major tensor of `shape`.
+    pub fn axis(shape: &[usize], dim: usize, range: std::ops::Range<usize>) -> Strided {
+        let outer: usize = shape[..dim].iter().product();
+        let inner: usize = shape[dim + 1..].iter().product();
+        Strided {
+            start: range.start * inner,
+            len: range.len() * inner,
+            stride: shape[dim] * inner,
+            count: outer,
+        }
+    }
+
+    /// Elements it holds.
+    pub fn numel(&self) -> usize {
+        self.len * self.count
+    }
+
+    /// Its runs, in order, as ranges of the flattened tensor.
+    pub fn runs(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        (0..self.count).map(|i| {
+            let at = self.start + i * self.stride;
+            at..at + self.len
+        })
+    }
+
+    /// Gathers its elements of `whole` (a flattened tensor), in order.
+    pub fn gather(&self, whole: &[f32]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.numel());
+        for run in self.runs() {
+            out.extend_from_slice(&whole[run]);
+        }
+        out
+    }
 }
 
 pub(super) fn io_err(path: &Path, source: std::io::Error) -> Error {
@@ -157,5 +224,22 @@ pub(crate) fn to_torch_layout(shape: &[usize], data: Vec<f32>) -> (Vec<usize>, V
     match shape.len() {
         2 => transposed(shape, &data),
         _ => (shape.to_vec(), data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A column range of a `[rows, cols]` tensor: one run per row, the runs in row order.
+    #[test]
+    fn an_axis_range_is_one_strided_block() {
+        let whole: Vec<f32> = (0..12).map(|v| v as f32).collect(); // [3, 4]
+        let cols = Strided::axis(&[3, 4], 1, 2..4);
+        assert_eq!(cols.numel(), 6);
+        assert_eq!(cols.gather(&whole), vec![2.0, 3.0, 6.0, 7.0, 10.0, 11.0]);
+        let rows = Strided::axis(&[3, 4], 0, 1..2);
+        assert_eq!(rows.runs().collect::<Vec<_>>(), vec![4..8]);
+        assert_eq!(Strided::whole(12).gather(&whole), whole);
     }
 }

@@ -14,6 +14,8 @@ use std::ops::Range;
 use burn::tensor::Bytes;
 use burn_pack::{DType, Reader, Scalar, Tensor, Writer};
 
+use crate::format::Strided;
+
 /// Burn's scalar holding a parameter's number of dimensions.
 const RANK_KEY: &str = "__rank";
 
@@ -48,6 +50,33 @@ impl ParamState {
         scalars.insert(RANK_KEY.into(), Scalar::UInt(1));
         Ok(ParamState {
             id: self.id,
+            path: self.path.clone(),
+            tensors,
+            scalars,
+        })
+    }
+
+    /// The state of the elements `blocks` of this parameter (flat, `numel` elements in all)
+    /// as a parameter of its own of `shape` and id `id`: the state of a piece of a model cut
+    /// across ranks (Note [Pieces of a cut model] in `sharded.rs`).
+    pub fn select(
+        &self,
+        numel: usize,
+        blocks: &Strided,
+        shape: &[usize],
+        id: u64,
+    ) -> Result<ParamState, String> {
+        let mut tensors = BTreeMap::new();
+        for (field, (fshape, values)) in &self.tensors {
+            if values.len() != numel || blocks.runs().any(|r| r.end > numel) {
+                return Err(self.not_elementwise(field, fshape, numel));
+            }
+            tensors.insert(field.clone(), (shape.to_vec(), blocks.gather(values)));
+        }
+        let mut scalars = self.scalars.clone();
+        scalars.insert(RANK_KEY.into(), Scalar::UInt(shape.len() as u64));
+        Ok(ParamState {
+            id,
             path: self.path.clone(),
             tensors,
             scalars,

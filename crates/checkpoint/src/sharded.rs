@@ -33,7 +33,7 @@ use super::directory::{prune, shard_file_name};
 use super::format::{
     bad, io_err, sha256_hex, to_torch_layout, write_atomic, Checkpoint, Meta, NamedTensor, FORMAT,
 };
-pub use super::format::{LayoutEntry, ShardFile, Sharded};
+pub use super::format::{LayoutEntry, ShardFile, Sharded, Strided};
 use crate::optim_state::{self as state, ParamState};
 use crate::Result;
 
@@ -260,25 +260,20 @@ pub(super) fn assemble(dir: &Path, meta: Meta) -> Result<Checkpoint> {
     let mut states = Vec::new();
     for entry in &sharded.tensors {
         let numel: usize = entry.shape.iter().product();
-        let flat = match entry.ranges.is_empty() {
-            true => {
+        let flat = match (entry.ranges.is_empty(), entry.blocks.is_empty()) {
+            (true, false) => {
+                let (whole, state) = join_blocks(dir, &shards, &file, entry, numel, tensors.len())?;
+                states.extend(state);
+                whole
+            }
+            (true, true) => {
                 let first = shards
                     .first()
                     .ok_or_else(|| bad(dir, "the manifest lists no shard"))?;
                 first.tensor(&file(0), &entry.name, numel)?
             }
-            false => {
-                if entry.ranges.len() != shards.len() {
-                    return Err(bad(
-                        dir,
-                        format!(
-                            "tensor {} has ranges for {} ranks, the manifest {} shards",
-                            entry.name,
-                            entry.ranges.len(),
-                            shards.len()
-                        ),
-                    ));
-                }
+            (false, _) => {
+                one_per_shard(dir, entry, "ranges", entry.ranges.len(), shards.len())?;
                 let mut whole = vec![0f32; numel];
                 let mut pieces = Vec::new();
                 let mut covered = 0;
@@ -299,15 +294,7 @@ pub(super) fn assemble(dir: &Path, meta: Meta) -> Result<Checkpoint> {
                         pieces.push((start..end, st));
                     }
                 }
-                if covered != numel {
-                    return Err(bad(
-                        dir,
-                        format!(
-                            "the shards hold {covered} of the {numel} elements of {}",
-                            entry.name
-                        ),
-                    ));
-                }
+                all_covered(dir, entry, covered, numel)?;
                 if !pieces.is_empty() {
                     let joined = ParamState::join(&entry.shape, &pieces)
                         .map_err(|e| bad(dir, format!("{}: {e}", entry.name)))?;
@@ -333,6 +320,113 @@ pub(super) fn assemble(dir: &Path, meta: Meta) -> Result<Checkpoint> {
         tensors,
         optim_state,
     })
+}
+
+// Note [Pieces of a cut model]
+// Under tensor and pipeline parallelism (`--tp`, `--pp`) a rank holds a piece of some of the
+// model's tensors: a pipeline stage's tensors whole, a tensor-parallel shard as a range of one
+// axis (in Burn's layout, a column-parallel weight's piece is a column range: not contiguous
+// once flattened). Such a checkpoint's manifest places each tensor by `blocks`: per rank, the
+// [`Strided`] runs of the flattened tensor its piece holds, in the piece's order. The rank's
+// file holds the piece flattened under the tensor's name, and its optimizer state the same
+// way. Only one copy of each element is written: the data-parallel replicas of a piece, and
+// the tensor-parallel ranks that hold a replicated tensor (a LayerNorm's weight) whole, leave
+// it to the first of them. Loading scatters every piece into the whole tensor, cuts each
+// piece's optimizer state into its runs and joins those ([`ParamState::join`]), and checks
+// that the pieces tile the tensor exactly once, so a checkpoint of a cut model loads as any
+// other: whole, at any layout, under any mode.
+
+/// The tensor of `entry` (`numel` elements, the `position`-th float tensor of the model)
+/// from its pieces' blocks, and its optimizer state joined from theirs (Note [Pieces of a cut
+/// model]).
+fn join_blocks(
+    dir: &Path,
+    shards: &[ShardData],
+    file: &dyn Fn(usize) -> PathBuf,
+    entry: &LayoutEntry,
+    numel: usize,
+    position: usize,
+) -> Result<(Vec<f32>, Option<ParamState>)> {
+    one_per_shard(dir, entry, "blocks", entry.blocks.len(), shards.len())?;
+    let mut whole = vec![0f32; numel];
+    let mut seen = vec![false; numel];
+    let mut pieces = Vec::new();
+    for (rank, blocks) in entry.blocks.iter().enumerate() {
+        if blocks.is_empty() {
+            continue;
+        }
+        let len: usize = blocks.iter().map(Strided::numel).sum();
+        let part = shards[rank].tensor(&file(rank), &entry.name, len)?;
+        let state = shards[rank].state(&file(rank), &entry.name, len)?;
+        let mut at = 0;
+        for run in blocks.iter().flat_map(Strided::runs) {
+            if run.end > numel || seen[run.clone()].iter().any(|&s| s) {
+                return Err(bad(
+                    &file(rank),
+                    format!(
+                        "rank {rank}'s piece of {} (elements {}..{}) is outside it or \
+                         written twice",
+                        entry.name, run.start, run.end
+                    ),
+                ));
+            }
+            seen[run.clone()].iter_mut().for_each(|s| *s = true);
+            whole[run.clone()].copy_from_slice(&part[at..at + run.len()]);
+            if let Some(st) = &state {
+                let mut piece = st
+                    .slice(len, at..at + run.len())
+                    .map_err(|e| bad(&file(rank), format!("{}: {e}", entry.name)))?;
+                // The whole model's id of the tensor (Note [Stable parameter ids]).
+                piece.id = position as u64 + 1;
+                pieces.push((run.clone(), piece));
+            }
+            at += run.len();
+        }
+    }
+    let covered = seen.iter().filter(|&&s| s).count();
+    all_covered(dir, entry, covered, numel)?;
+    let state = match pieces.is_empty() {
+        true => None,
+        false => Some(
+            ParamState::join(&entry.shape, &pieces)
+                .map_err(|e| bad(dir, format!("{}: {e}", entry.name)))?,
+        ),
+    };
+    Ok((whole, state))
+}
+
+/// The shards hold every one of the `numel` elements of `entry`.
+fn all_covered(dir: &Path, entry: &LayoutEntry, covered: usize, numel: usize) -> Result<()> {
+    match covered == numel {
+        true => Ok(()),
+        false => Err(bad(
+            dir,
+            format!(
+                "the shards hold {covered} of the {numel} elements of {}",
+                entry.name
+            ),
+        )),
+    }
+}
+
+/// A manifest's per-rank list of `entry` (`what`: its ranges or blocks) has one item per shard.
+fn one_per_shard(
+    dir: &Path,
+    entry: &LayoutEntry,
+    what: &str,
+    items: usize,
+    shards: usize,
+) -> Result<()> {
+    match items == shards {
+        true => Ok(()),
+        false => Err(bad(
+            dir,
+            format!(
+                "tensor {} has {what} for {items} ranks, the manifest {shards} shards",
+                entry.name
+            ),
+        )),
+    }
 }
 
 /// The ranges of `ranges` (one per rank) as the manifest writes them.

@@ -207,6 +207,7 @@ pub(crate) fn shard<M: Classifier, E: DataParallel<M>>(
                 name: s.info.name.clone(),
                 shape: s.info.shape.clone(),
                 ranges,
+                blocks: Vec::new(),
             }
         })
         .collect();

@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 
 use phalanx_checkpoint::position::Position;
+use phalanx_checkpoint::sharded::{Sharded, Strided};
 use phalanx_checkpoint::{self as checkpoint, sharded, state_dict, Checkpoint, Meta};
 use phalanx_core::trace;
 use phalanx_data::Dataset;
-use phalanx_ddp::DataParallel;
+use phalanx_ddp::{adapter::burn::params_to_flat, DataParallel};
 use phalanx_pg::ProcessGroup;
 
 use crate::{
     config::{Reporter, TrainConfig},
+    model_parallel::{self, ModelParallel},
     parallel, Classifier, Error, Optim, Result,
 };
 
@@ -76,9 +78,13 @@ pub(crate) fn check_compatible(
 }
 
 /// Writes a checkpoint of the run at `at`: whole, by rank 0, under DDP; sharded, by every
-/// rank, under a sharded mode (Note [Sharded checkpoints]; a collective then).
+/// rank, under a sharded mode (Note [Sharded checkpoints]; a collective then); by every rank
+/// of the world, each its pieces, for a model cut across ranks (`mp`; Note [Pieces of a cut
+/// model]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn save<M: Classifier, E: DataParallel<M>>(
     pg: &ProcessGroup,
+    mp: Option<&ModelParallel>,
     cfg: &TrainConfig,
     engine: &E,
     optim: &Optim,
@@ -104,6 +110,38 @@ pub(crate) fn save<M: Classifier, E: DataParallel<M>>(
         tensors_file: String::new(),
         sharded,
     };
+    if let Some(mp) = mp {
+        // The engine keeps its module (this rank's piece) whole: checked before the run.
+        let values = params_to_flat(engine.module())?;
+        let state = optim
+            .state_bytes()
+            .map_err(|e| Error::Config(format!("saving the optimizer state: {e}")))?;
+        let (shard, placed) = mp.pieces().shard(values, state)?;
+        let world = mp.world();
+        let record = serde_json::to_vec(&placed).expect("blocks serialise");
+        let placed = phalanx_pg::all_gather_object(world, &record)?
+            .iter()
+            .map(|r| serde_json::from_slice(r))
+            .collect::<std::result::Result<Vec<Vec<(usize, Strided)>>, _>>()
+            .map_err(|e| Error::Config(format!("a rank's checkpoint layout: {e}")))?;
+        let layout = Sharded {
+            sharding: format!("{} {}", cfg.sharding, model_parallel::flags(cfg)),
+            shards: Vec::new(),
+            tensors: mp.pieces().layout(&placed),
+        };
+        let _s = trace::span("checkpoint", "io");
+        let written = sharded::save(
+            world,
+            dir,
+            meta(Some(layout)),
+            shard,
+            checkpoint::DEFAULT_KEEP,
+        )?;
+        if let Some(path) = written {
+            reporter.checkpoint(&path);
+        }
+        return Ok(());
+    }
     if let Some((shard, layout)) = parallel::shard(engine, optim)? {
         let _s = trace::span("checkpoint", "io");
         let written = sharded::save(pg, dir, meta(Some(layout)), shard, checkpoint::DEFAULT_KEEP)?;

@@ -34,6 +34,17 @@ pub fn check_model(kind: ModelKind, size: usize) -> Result<()> {
     Ok(())
 }
 
+/// Where a rank's float tensor sits on its tensor-parallel group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TpPlace {
+    /// How the tensor is placed.
+    pub(crate) placement: Placement,
+    /// The rank's place in the group.
+    pub(crate) rank: usize,
+    /// The group's ranks.
+    pub(crate) size: usize,
+}
+
 /// A run's tensor-parallel group, and where the model's pieces are.
 #[derive(Debug)]
 pub(crate) struct TensorParallel {
@@ -83,6 +94,18 @@ impl TensorParallel {
     /// The tensor-parallel group.
     pub(crate) fn group(&self) -> &Arc<ProcessGroup> {
         &self.tp
+    }
+
+    /// Per float tensor (canonical order), where its piece sits on the group.
+    pub(crate) fn places(&self) -> Vec<TpPlace> {
+        self.pieces
+            .iter()
+            .map(|(placement, _)| TpPlace {
+                placement: *placement,
+                rank: self.tp.rank(),
+                size: self.tp.world_size(),
+            })
+            .collect()
     }
 
     /// Per float tensor (canonical order), whether this rank's piece counts towards the whole

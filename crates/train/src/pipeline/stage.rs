@@ -93,6 +93,30 @@ impl PipelineStage {
         &self.pp
     }
 
+    /// Per float tensor of this rank's stage (canonical order, `chunk_tensors` per chunk as
+    /// [`Classifier::chunk_tensors`] counts them), its position in the whole model: the
+    /// order [`whole`](Self::whole) joins them in. A collective of the pipeline's group.
+    pub(crate) fn positions(&self, chunk_tensors: &[usize]) -> Result<Vec<usize>> {
+        let (p, rank) = (self.pp.world_size(), self.pp.rank());
+        let chunks = chunk_tensors.len();
+        let mine: Vec<i64> = chunk_tensors.iter().map(|&c| c as i64).collect();
+        let mut all = vec![0i64; chunks * p];
+        self.pp.allgather(&mine, &mut all)?;
+        // The stages in order: chunk 0 of every rank, then chunk 1, …
+        let mut positions = vec![Vec::new(); chunks];
+        let mut at = 0;
+        for (c, positions) in positions.iter_mut().enumerate() {
+            for r in 0..p {
+                let count = all[r * chunks + c] as usize;
+                if r == rank {
+                    positions.extend(at..at + count);
+                }
+                at += count;
+            }
+        }
+        Ok(positions.concat())
+    }
+
     /// The stages of the pipeline.
     pub(crate) fn size(&self) -> usize {
         self.pp.world_size()

@@ -143,6 +143,19 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
 }
 
 impl Context<'_> {
+    /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective).
+    fn save<M: Classifier, E: DataParallel<M>>(
+        &self,
+        pg: &ProcessGroup,
+        par: &E,
+        optim: &Optim,
+        at: Position,
+        reporter: &mut dyn Reporter,
+    ) -> Result<()> {
+        let mp = self.mp.as_ref();
+        snapshot::save(pg, mp, self.cfg, par, optim, &self.facts, at, reporter)
+    }
+
     /// Ends the run at `at`, the step every rank agreed to stop after (Note [Stop agreement]):
     /// commits that step's checkpoint unless `saved` (the step's own was just written), waits
     /// until it is committed on every rank, and returns [`Error::Stopped`] naming it.
@@ -158,11 +171,11 @@ impl Context<'_> {
         reporter: &mut dyn Reporter,
     ) -> Result<Error> {
         if !saved {
-            snapshot::save(pg, self.cfg, par, optim, &self.facts, at, reporter)?;
+            self.save(pg, par, optim, at, reporter)?;
         }
         // Under DDP rank 0 alone writes: no rank exits (and no launcher reports the job over)
-        // before the commit.
-        pg.barrier()?;
+        // before the commit (of every piece of a cut model: over the whole world).
+        self.mp.as_ref().map_or(pg, |mp| mp.world()).barrier()?;
         Ok(Error::Stopped {
             signal,
             global_step: at.global_step,
@@ -282,7 +295,7 @@ impl Context<'_> {
                     && at.global_step.is_multiple_of(cfg.checkpoint_every)
                     && step_in_epoch < steps_total;
                 if saved {
-                    snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
+                    self.save(pg, par, optim, *at, reporter)?;
                 }
                 if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
                     totals.train_time += epoch_start.elapsed();
@@ -346,7 +359,7 @@ impl Context<'_> {
                 samples_in_epoch: 0,
                 world: world as u64,
             };
-            snapshot::save(pg, cfg, par, optim, &self.facts, *at, reporter)?;
+            self.save(pg, par, optim, *at, reporter)?;
             if stop::armed() && epoch + 1 < cfg.epochs {
                 if let Some(signal) = stop_check.agree(pg, at.global_step)? {
                     return Err(self.stop_at(pg, par, optim, *at, signal, true, reporter)?);

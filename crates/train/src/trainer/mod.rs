@@ -95,10 +95,13 @@ fn train_in(
                  built yet; train with --max-restarts instead"
             )));
         }
-        if cfg.checkpoint_dir.is_some() {
+        if cfg.checkpoint_dir.is_some() && cfg.sharding != Sharding::None {
             return Err(Error::Config(format!(
-                "--checkpoint-dir with {tp}: checkpoints of a model cut across ranks (each \
-                 rank's piece) are not written yet; train without --checkpoint-dir"
+                "--checkpoint-dir with {tp} --sharding {}: each rank writes its piece of the \
+                 model, and a piece whose optimizer state is sharded over the data-parallel \
+                 group again is not written yet; use --sharding none (the default) with \
+                 --checkpoint-dir",
+                cfg.sharding
             )));
         }
         if cfg.pp.stages > 1 && matches!(cfg.sharding, Sharding::Full | Sharding::Hybrid) {
@@ -235,19 +238,27 @@ fn train_group<M: Classifier>(
         }
         (None, None) => unreachable!("a run has a group or a way to one"),
     };
+    let replacement = ft.as_ref().is_some_and(FaultTolerance::is_replacement);
     // Note [Tensor-parallel run], Note [Pipeline run]: the model cut on the mesh's "pp" group
-    // and split on its "tp" group, the engine and the data on its "dp" group.
+    // and split on its "tp" group, the engine and the data on its "dp" group. A resume reads
+    // the whole checkpoint into the whole model on every rank first, and cuts the optimizer's
+    // state as the model is cut (Note [Pieces of a cut model] in phalanx-checkpoint).
+    let mut resumed = None;
     if cfg.tp > 1 || cfg.pp.stages > 1 {
+        let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, true)?;
         let (parts, split) = ModelParallel::split(&pg, cfg, model)?;
+        let state = state.map(|s| parts.pieces().cut_state(&s)).transpose()?;
+        resumed = Some((pos, state));
         model = split;
         ctx.mp = Some(parts);
     }
     let ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
-    let mut held = match ft.as_ref().is_some_and(FaultTolerance::is_replacement) {
-        true => Held::replacement(model),
-        false => {
-            let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter)?;
+    let mut held = match (replacement, resumed) {
+        (true, _) => Held::replacement(model),
+        (false, Some((pos, state))) => Held::start(model, pos, state),
+        (false, None) => {
+            let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, false)?;
             Held::start(model, pos, state)
         }
     };

@@ -15,13 +15,16 @@ use crate::{
 /// optimizer state reach every rank by broadcast, the parameters through the wrapper's
 /// initial broadcast. Returns the position and the optimizer state, which the caller loads
 /// once the model is wrapped (under a sharded mode each rank keeps its pieces of it). Without
-/// `--resume`: the start.
+/// `--resume`: the start. With `every_rank` (a model about to be cut across ranks, whose
+/// pieces no broadcast of rank 0's would reach), every rank reads the checkpoint into its
+/// whole model.
 pub(super) fn resume_from_disk<M: Classifier>(
     pg: &ProcessGroup,
     cfg: &TrainConfig,
     facts: &std::collections::HashMap<String, String>,
     model: &mut M,
     reporter: &mut dyn Reporter,
+    every_rank: bool,
 ) -> Result<(Position, Option<Vec<u8>>)> {
     let rank = pg.rank();
     let world = pg.world_size() as u64;
@@ -35,17 +38,19 @@ pub(super) fn resume_from_disk<M: Classifier>(
     let mut handover = Handover::default();
     let mut optim_state = None;
     let mut resumed_meta = None;
-    if rank == 0 {
+    if rank == 0 || every_rank {
         let dir = cfg
             .checkpoint_dir
             .as_ref()
             .ok_or_else(|| Error::Config("--resume needs --checkpoint-dir".into()))?;
         let newest = checkpoint::load_newest_intact(dir)?;
-        for d in &newest.damaged {
-            reporter.checkpoint_skipped(d);
-        }
-        if newest.checkpoint.is_none() {
-            reporter.nothing_to_resume(dir);
+        if rank == 0 {
+            for d in &newest.damaged {
+                reporter.checkpoint_skipped(d);
+            }
+            if newest.checkpoint.is_none() {
+                reporter.nothing_to_resume(dir);
+            }
         }
         if let Some(ck) = newest.checkpoint {
             snapshot::check_compatible(&ck.meta, facts, cfg)?;

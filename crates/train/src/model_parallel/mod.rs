@@ -9,6 +9,10 @@ use phalanx_ddp::adapter::{burn::state_infos, StateKind};
 use phalanx_ddp::ModelNorm;
 use phalanx_pg::{Mesh, ProcessGroup};
 
+mod pieces;
+
+pub(crate) use pieces::Pieces;
+
 use crate::pipeline::PipelineStage;
 use crate::step::Score;
 use crate::tensor_parallel::TensorParallel;
@@ -35,6 +39,10 @@ pub(crate) struct ModelParallel {
     pp: Option<PipelineStage>,
     /// The whole model's gradient norm from this rank's piece's (`--grad-clip`).
     norm: Arc<ModelNorm>,
+    /// Where this rank's pieces lie in the whole model (checkpoints).
+    pieces: Pieces,
+    /// The whole world: a checkpoint's group.
+    world: Arc<ProcessGroup>,
 }
 
 impl ModelParallel {
@@ -43,7 +51,7 @@ impl ModelParallel {
     /// numbers, for a model without the split asked for, or a world that `tp × pp` does not
     /// divide.
     pub(crate) fn split<M: Classifier>(
-        pg: &ProcessGroup,
+        pg: &Arc<ProcessGroup>,
         cfg: &TrainConfig,
         model: M,
     ) -> Result<(ModelParallel, M)> {
@@ -64,6 +72,7 @@ impl ModelParallel {
                 .cloned()
                 .expect("the mesh has the dimensions it was given")
         };
+        let whole = state_infos(&model);
         let mut model = model;
         let stage = match pp > 1 {
             true => {
@@ -83,11 +92,21 @@ impl ModelParallel {
             false => None,
         };
         let norm = Arc::new(model_norm(&model, tensor.as_ref(), stage.as_ref()));
+        let local = state_infos(&model);
+        let positions = match &stage {
+            Some(stage) => stage.positions(&model.chunk_tensors())?,
+            None => (0..local.iter().filter(|s| s.kind.is_float()).count()).collect(),
+        };
+        let places = tensor.as_ref().map(TensorParallel::places);
+        let first_replica = group("dp").rank() == 0;
+        let pieces = Pieces::new(&whole, &local, &positions, places, first_replica)?;
         let parts = ModelParallel {
             dp: group("dp"),
             tp: tensor,
             pp: stage,
             norm,
+            pieces,
+            world: pg.clone(),
         };
         Ok((parts, model))
     }
@@ -95,6 +114,16 @@ impl ModelParallel {
     /// What completes a clipped step's norm into the whole model's (the engine's options).
     pub(crate) fn norm(&self) -> Arc<ModelNorm> {
         self.norm.clone()
+    }
+
+    /// Where this rank's pieces lie in the whole model.
+    pub(crate) fn pieces(&self) -> &Pieces {
+        &self.pieces
+    }
+
+    /// The whole world (every replica's every piece): a checkpoint's group.
+    pub(crate) fn world(&self) -> &Arc<ProcessGroup> {
+        &self.world
     }
 
     /// Ranks of one model replica: `tp × pp`.
