@@ -764,6 +764,42 @@ fn gpt_checkpoints_of_pieces_resume_at_another_layout() {
     );
 }
 
+/// Ranks started with other model or layout flags (hosts launched with different command
+/// lines) are named with the flag and both values, before any collective of the mesh: each
+/// rank of `phalanx launch` runs `phalanx train` with a flag that depends on its `RANK`.
+#[test]
+fn ranks_started_with_other_layout_flags_are_named() {
+    let bin = env!("CARGO_BIN_EXE_phalanx");
+    let cases = [
+        (
+            "--tp $((RANK + 1))",
+            "2",
+            "rank 1 was started with --tp 2, rank 0 with --tp 1",
+        ),
+        (
+            "--tp 2 --pp 2 --microbatches $((RANK / 3 + 2))",
+            "4",
+            "rank 3 was started with --microbatches 3, rank 0 with --microbatches 2",
+        ),
+        (
+            "--pp 2 --hidden $((64 + 64 * (RANK % 2)))",
+            "2",
+            "rank 1 was started with --hidden 128, rank 0 with --hidden 64",
+        ),
+    ];
+    for (flags, ranks, says) in cases {
+        let mut cmd = phalanx();
+        cmd.args(["launch", "--standalone", "--nproc-per-node", ranks])
+            .args(["sh", "-c"])
+            .arg(format!(
+                "exec {bin} train --model gpt --depth 2 --max-steps 2 {flags}"
+            ));
+        let f = run(cmd, Duration::from_secs(120));
+        assert_ne!(f.code(), Some(0), "{flags}: {}", f.stderr);
+        assert!(f.stderr.contains(says), "{flags}: {}", f.stderr);
+    }
+}
+
 /// Runs `phalanx train` with `args`, which it must refuse saying each of `says`.
 fn refused_saying(args: &[&str], says: &[&str]) {
     let err = refused(args);

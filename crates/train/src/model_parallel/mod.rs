@@ -30,6 +30,55 @@ pub(crate) fn flags(cfg: &TrainConfig) -> String {
     .join(" ")
 }
 
+/// The flags that shape the model and its layout on the ranks, as this rank was started with
+/// them: `(flag, value)`.
+fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
+    let pp = &cfg.pp;
+    vec![
+        ("--model", cfg.model.to_string()),
+        ("--hidden", cfg.hidden.to_string()),
+        ("--depth", cfg.depth.to_string()),
+        ("--heads", cfg.heads.to_string()),
+        ("--seq-len", cfg.seq_len.to_string()),
+        ("--tp", cfg.tp.to_string()),
+        ("--pp", pp.stages.to_string()),
+        ("--microbatches", pp.microbatches.to_string()),
+        ("--pp-schedule", pp.schedule.to_string()),
+        ("--virtual-stages", pp.virtual_stages.to_string()),
+        (
+            "--pp-split",
+            pp.split.as_ref().map_or("balanced".into(), |s| {
+                s.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+            }),
+        ),
+        ("--sharding", cfg.sharding.to_string()),
+    ]
+}
+
+/// Every rank of `pg` was started with the same model and layout flags as rank 0: else the
+/// first rank and flag that differ are named, on every rank, before any collective of the
+/// mesh could pair one rank's exchange with another's (which would say only that two
+/// collectives mismatch). One all-gather of a short line per rank. A collective.
+pub(crate) fn check_same_layout(pg: &ProcessGroup, cfg: &TrainConfig) -> Result<()> {
+    let mine = layout_flags(cfg);
+    let line: String = mine
+        .iter()
+        .map(|(flag, value)| format!("{flag} {value}\n"))
+        .collect();
+    let all = phalanx_pg::all_gather_object(pg, line.as_bytes())?;
+    let first = String::from_utf8_lossy(&all[0]).into_owned();
+    for (rank, theirs) in all.iter().enumerate().skip(1) {
+        let theirs = String::from_utf8_lossy(theirs);
+        if let Some((a, b)) = first.lines().zip(theirs.lines()).find(|(a, b)| a != b) {
+            return Err(Error::Config(format!(
+                "rank {rank} was started with {b}, rank 0 with {a}: every rank of a run must \
+                 be started with the same model and layout flags"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The mesh `("pp", P), ("dp", D), ("tp", T)` of a run and this rank's parts of it.
 #[derive(Debug)]
 pub(crate) struct ModelParallel {

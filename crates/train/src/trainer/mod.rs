@@ -238,6 +238,11 @@ fn train_group<M: Classifier>(
         }
         (None, None) => unreachable!("a run has a group or a way to one"),
     };
+    // A run's ranks agree on the model and its layout (a fault-tolerant joiner's group is
+    // checked by its peers' state instead, Note [Regroup]).
+    if ft.is_none() {
+        crate::model_parallel::check_same_layout(&pg, cfg)?;
+    }
     let replacement = ft.as_ref().is_some_and(FaultTolerance::is_replacement);
     // Note [Tensor-parallel run], Note [Pipeline run]: the model cut on the mesh's "pp" group
     // and split on its "tp" group, the engine and the data on its "dp" group. A resume reads
