@@ -117,6 +117,11 @@ pub struct LayoutEntry {
     /// Absent (and `ranges` empty) for every other layout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<Vec<Strided>>,
+    /// Whether PyTorch stores it transposed (a `Linear`'s weight, Note [PyTorch's layout] in
+    /// `state_dict.rs`). Absent in manifests written before it was recorded, whose models'
+    /// only 2-D tensors were `Linear` weights: every 2-D tensor is then transposed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_transposed: Option<bool>,
 }
 
 /// Elements of a flattened tensor in a regular pattern: `count` runs of `len` elements, the
@@ -219,11 +224,18 @@ pub(crate) fn transposed(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>
     (vec![cols, rows], out)
 }
 
-/// A tensor of Burn's layout in the checkpoint's (PyTorch's) layout.
-pub(crate) fn to_torch_layout(shape: &[usize], data: Vec<f32>) -> (Vec<usize>, Vec<f32>) {
-    match shape.len() {
-        2 => transposed(shape, &data),
-        _ => (shape.to_vec(), data),
+/// A tensor of Burn's layout in the checkpoint's (PyTorch's) layout: a `Linear`'s weight
+/// (`transposed`, Note [PyTorch's layout] in `state_dict.rs`) is `[in, out]` in Burn and
+/// `[out, in]` in PyTorch; every other tensor (an `Embedding`'s `[vocab, d]` table among them)
+/// is the same in both.
+pub(crate) fn to_torch_layout(
+    shape: &[usize],
+    data: Vec<f32>,
+    transposed_in_torch: bool,
+) -> (Vec<usize>, Vec<f32>) {
+    match transposed_in_torch && shape.len() == 2 {
+        true => transposed(shape, &data),
+        false => (shape.to_vec(), data),
     }
 }
 

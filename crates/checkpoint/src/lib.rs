@@ -152,16 +152,20 @@ pub fn load(meta_path: &Path) -> Result<Checkpoint> {
 
 /// Writes the model of a checkpoint (written whole or sharded at any world size, Note
 /// [Sharded checkpoints]) as one safetensors file at `out`: every float tensor in PyTorch's
-/// layout under its module path, nothing else, so that `model.load_state_dict(
-/// safetensors.torch.load_file(out), strict=True)` takes it for the same architecture. The
-/// metadata says which step it holds. Written atomically; returns the step.
+/// layout (Note [PyTorch's layout] in `state_dict.rs`) under PyTorch's name ([`torch_name`]),
+/// nothing else, so that `model.load_state_dict(safetensors.torch.load_file(out),
+/// strict=True)` takes it for the same architecture. The metadata says which step it holds.
+/// Written atomically; returns the step.
 pub fn consolidate(ck: &Checkpoint, out: &Path) -> Result<u64> {
+    let names: std::collections::HashSet<&str> =
+        ck.tensors.iter().map(|t| t.name.as_str()).collect();
     let views = ck
         .tensors
         .iter()
         .map(|t| {
+            let name = torch_name(&t.name, &names);
             TensorView::new(Dtype::F32, t.shape.clone(), bytemuck::cast_slice(&t.data))
-                .map(|v| (t.name.clone(), v))
+                .map(|v| (name, v))
                 .map_err(|e| bad(out, format!("tensor {}: {e}", t.name)))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -176,6 +180,28 @@ pub fn consolidate(ck: &Checkpoint, out: &Path) -> Result<u64> {
     }
     write_atomic(out, &bytes)?;
     Ok(ck.meta.global_step)
+}
+
+/// PyTorch's name for the tensor Burn calls `name` in a model whose tensors are `names`:
+/// Burn's norm layers (LayerNorm, BatchNorm, GroupNorm, RmsNorm) call their scale and shift
+/// `gamma` and `beta`, PyTorch's `weight` and `bias`; every other name is the same. A module of
+/// one's own with a parameter called `gamma` is renamed too, unless its `weight` exists (the
+/// name is then kept, so no two tensors take one name).
+pub fn torch_name(name: &str, names: &std::collections::HashSet<&str>) -> String {
+    let (path, leaf) = name.rsplit_once('.').unwrap_or(("", name));
+    let torch = match leaf {
+        "gamma" => "weight",
+        "beta" => "bias",
+        _ => return name.to_string(),
+    };
+    let renamed = match path.is_empty() {
+        true => torch.to_string(),
+        false => format!("{path}.{torch}"),
+    };
+    match names.contains(renamed.as_str()) {
+        true => name.to_string(),
+        false => renamed,
+    }
 }
 
 /// A committed checkpoint that does not verify, and why.

@@ -303,7 +303,8 @@ pub(super) fn assemble(dir: &Path, meta: Meta) -> Result<Checkpoint> {
                 whole
             }
         };
-        let (shape, data) = to_torch_layout(&entry.shape, flat);
+        let linear = entry.torch_transposed.unwrap_or(entry.shape.len() == 2);
+        let (shape, data) = to_torch_layout(&entry.shape, flat, linear);
         tensors.push(NamedTensor {
             name: entry.name.clone(),
             shape,

@@ -186,11 +186,13 @@ fn mismatch(path: &Path, mismatch: Mismatch) -> Error {
 pub fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> {
     let infos = adapter::param_infos(module);
     let values = adapter::params_to_flat(module)?;
+    let linear = torch_transposed(module);
     Ok(infos
         .into_iter()
         .zip(values)
-        .map(|(info, data)| {
-            let (shape, data) = to_torch_layout(&info.shape, data);
+        .zip(linear)
+        .map(|((info, data), linear)| {
+            let (shape, data) = to_torch_layout(&info.shape, data, linear);
             NamedTensor {
                 name: info.name,
                 shape,
@@ -205,13 +207,14 @@ pub fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> {
 /// module lacks, or another shape is refused, naming it, before anything is set.
 pub fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result<M> {
     let infos = adapter::param_infos(&module);
+    let linear = torch_transposed(&module);
     let by_name: HashMap<&str, &NamedTensor> =
         ck.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut values = Vec::with_capacity(infos.len());
-    for info in &infos {
-        let want = match info.shape.len() {
-            2 => vec![info.shape[1], info.shape[0]],
-            _ => info.shape.clone(),
+    for (info, &linear) in infos.iter().zip(&linear) {
+        let want = match linear && info.shape.len() == 2 {
+            true => vec![info.shape[1], info.shape[0]],
+            false => info.shape.clone(),
         };
         let Some(t) = by_name.get(info.name.as_str()) else {
             return Err(mismatch(
@@ -232,9 +235,9 @@ pub fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result
                 },
             ));
         }
-        values.push(match info.shape.len() {
-            2 => transposed(&t.shape, &t.data).1,
-            _ => t.data.clone(),
+        values.push(match linear && info.shape.len() == 2 {
+            true => transposed(&t.shape, &t.data).1,
+            false => t.data.clone(),
         });
     }
     if let Some(extra) = ck
@@ -251,6 +254,53 @@ pub fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result
         ));
     }
     Ok(adapter::set_params_from_flat(module, &values)?)
+}
+
+// Note [PyTorch's layout]
+// A checkpoint holds every tensor as PyTorch holds it, so that `load_state_dict` takes it. The
+// one difference in layout between the two frameworks is `Linear`'s weight: `[in, out]` in
+// Burn, `[out, in]` in PyTorch. An `Embedding`'s table is `[num_embeddings, dim]` in both, and
+// a convolution's kernel is the same too. So the rule is by module, not by shape: a float
+// tensor is transposed when it is the `weight` of a `burn::nn::Linear` (the module type the
+// `Module` derive reports while visiting it, as Burn's own PyTorch adapter in burn-store
+// decides), and no other. Checkpoints written before the rule transposed every 2-D tensor;
+// their models (the MLP, the CNN, the row transformer) had no 2-D tensor but `Linear` weights,
+// so both rules agree on them.
+
+/// Per float tensor of `module` (canonical order), whether PyTorch stores it transposed: a
+/// `Linear`'s weight (Note [PyTorch's layout]).
+pub fn torch_transposed<M: Module>(module: &M) -> Vec<bool> {
+    let mut linear = LinearWeights {
+        stack: Vec::new(),
+        found: Vec::new(),
+    };
+    module.visit(&mut linear);
+    linear.found
+}
+
+struct LinearWeights {
+    /// The fields entered, each with the type of the module that holds it.
+    stack: Vec<(String, String)>,
+    found: Vec<bool>,
+}
+
+impl ModuleVisitor for LinearWeights {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.stack
+            .push((name.to_string(), container_type.to_string()));
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.stack.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<D>>) {
+        let linear = self
+            .stack
+            .last()
+            .is_some_and(|(field, holder)| field == "weight" && holder == "Struct:Linear");
+        self.found.push(linear);
+    }
 }
 
 /// `optim`'s state with each parameter's id replaced by its position among `ids` (the module's
@@ -376,6 +426,36 @@ mod tests {
         let d = std::env::temp_dir().join(format!("phalanx-sd-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    #[derive(Module, Debug)]
+    struct Lm {
+        wte: burn::nn::Embedding,
+        fc: Linear,
+        ln: burn::nn::LayerNorm,
+    }
+
+    /// Only a `Linear`'s weight is transposed for PyTorch: an `Embedding`'s table is
+    /// `[vocab, d]` in both frameworks (Note [PyTorch's layout]).
+    #[test]
+    fn a_linear_weight_is_transposed_and_an_embedding_table_is_not() {
+        let device = Device::flex();
+        let lm = Lm {
+            wte: burn::nn::EmbeddingConfig::new(11, 4).init(&device),
+            fc: LinearConfig::new(4, 3).init(&device),
+            ln: burn::nn::LayerNormConfig::new(3).init(&device),
+        };
+        assert_eq!(
+            torch_transposed(&lm),
+            vec![false, true, false, false, false]
+        );
+        let shapes: Vec<(String, Vec<usize>)> = module_tensors(&lm)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.name, t.shape))
+            .collect();
+        assert_eq!(shapes[0], ("wte.weight".into(), vec![11, 4]));
+        assert_eq!(shapes[1], ("fc.weight".into(), vec![3, 4]));
     }
 
     #[test]

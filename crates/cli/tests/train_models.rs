@@ -694,12 +694,43 @@ fn gpt_pipeline_trains_as_one_rank_does() {
     close(&pp_dp, &ddp[0], "--pp 2 on 4 ranks against DDP on 2");
 }
 
+/// A PyTorch GPT of `--model gpt --depth 4`'s shape (vocabulary 256, d 128, 64 positions),
+/// with the same module names; loads the file `argv[1]` with `strict=True`.
+const TORCH_GPT: &str = r#"
+import sys, torch
+from torch import nn
+from safetensors.torch import load_file
+V, D, L, T = 256, 128, 4, 64
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query, self.key, self.value, self.proj = (nn.Linear(D, D) for _ in range(4))
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(D), Attention()
+        self.ln_2, self.mlp = nn.LayerNorm(D), Mlp()
+class Gpt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.ModuleList(Block() for _ in range(L))
+        self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, V, bias=False)
+Gpt().load_state_dict(load_file(sys.argv[1]), strict=True)
+print("loaded strictly")
+"#;
+
 /// Checkpoints of a model cut across ranks (Note [Pieces of a cut model]): every rank writes
 /// its piece (AdamW's state with it), and `--resume` at another layout ends where the
 /// uninterrupted run at that layout ends. The bound is 1e-4 relative on the validation loss
 /// (1e-6 to 2e-5 measured: the layouts sum in other orders). Three moves: `--tp 2 --pp 2` →
-/// 1 rank, 1 rank → `--tp 2 --pp 2`, and `--tp 2` on 4 ranks → DDP on 2. Then a damaged piece
-/// is named with its file and its rank, and nothing is resumed.
+/// 1 rank, 1 rank → `--tp 2 --pp 2`, and `--tp 2` on 4 ranks → DDP on 2. `phalanx checkpoint
+/// consolidate` joins the pieces into one file that a PyTorch GPT takes with `strict=True`.
+/// Then a damaged piece is named with its file and its rank, and nothing is resumed.
 #[test]
 fn gpt_checkpoints_of_pieces_resume_at_another_layout() {
     let deep = ["--depth", "4", "--dropout", "0"];
@@ -746,6 +777,26 @@ fn gpt_checkpoints_of_pieces_resume_at_another_layout() {
     gpt_run_for("15", &with(&[&deep, &tp, &save(&c)]));
     let resumed = gpt_run(&with(&[&deep, &["--nproc-per-node", "2"], &resume(&c)]));
     close(&resumed, &ddp[0], "--tp 2 on 4 resumed under DDP on 2");
+    // One file for PyTorch, which a PyTorch GPT of the same shape takes with strict=True:
+    // the embeddings' tables as nn.Embedding holds them, the norms' weight and bias.
+    let out = a.path().join("consolidated.safetensors");
+    let mut cmd = phalanx();
+    cmd.args(["checkpoint", "consolidate", a.str(), "--out"])
+        .arg(&out);
+    let f = run(cmd, Duration::from_secs(60));
+    assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+    assert!(f.stdout.contains("--tp 2 --pp 2"), "{}", f.stdout);
+    let test = "gpt_checkpoints_of_pieces_resume_at_another_layout";
+    if let Some(py) = phalanx_testing::process::torch_python(test) {
+        let mut cmd = std::process::Command::new(py);
+        cmd.args(["-c", TORCH_GPT])
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let f = run(cmd, Duration::from_secs(120));
+        assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+        assert!(f.stdout.contains("loaded strictly"), "{}", f.stdout);
+    }
     // One piece damaged: named, with its rank, and nothing resumed.
     let piece = a
         .path()

@@ -192,9 +192,11 @@ pub(crate) fn shard<M: Classifier, E: DataParallel<M>>(
         }
     }
     let mut trainable = 0;
+    let linear = phalanx_checkpoint::state_dict::torch_transposed(engine.module());
     let layout = floats
         .iter()
-        .map(|s| {
+        .zip(linear)
+        .map(|(s, linear)| {
             let ranges = match s.kind == StateKind::Trainable {
                 true => {
                     let r = ranges_of(view.saved_ranges[trainable].clone());
@@ -208,6 +210,7 @@ pub(crate) fn shard<M: Classifier, E: DataParallel<M>>(
                 shape: s.info.shape.clone(),
                 ranges,
                 blocks: Vec::new(),
+                torch_transposed: Some(linear),
             }
         })
         .collect();

@@ -122,6 +122,7 @@ impl ModelParallel {
                 .expect("the mesh has the dimensions it was given")
         };
         let whole = state_infos(&model);
+        let linear = phalanx_checkpoint::state_dict::torch_transposed(&model);
         let mut model = model;
         let stage = match pp > 1 {
             true => {
@@ -148,7 +149,7 @@ impl ModelParallel {
         };
         let places = tensor.as_ref().map(TensorParallel::places);
         let first_replica = group("dp").rank() == 0;
-        let pieces = Pieces::new(&whole, &local, &positions, places, first_replica)?;
+        let pieces = Pieces::new(&whole, linear, &local, &positions, places, first_replica)?;
         let parts = ModelParallel {
             dp: group("dp"),
             tp: tensor,

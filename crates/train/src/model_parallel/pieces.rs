@@ -17,6 +17,9 @@ use crate::{Error, Result};
 pub(crate) struct Pieces {
     /// The whole model's float tensors (canonical order): name and shape (Burn's layout).
     whole: Vec<(String, Vec<usize>)>,
+    /// Per whole float tensor, whether PyTorch stores it transposed (Note [PyTorch's layout]
+    /// in phalanx-checkpoint).
+    linear: Vec<bool>,
     /// Per float tensor of this rank's model, in canonical order.
     local: Vec<Piece>,
 }
@@ -37,12 +40,14 @@ struct Piece {
 }
 
 impl Pieces {
-    /// `whole`: the whole model's states; `local`: this rank's model's; `positions[i]`: the
+    /// `whole`: the whole model's states; `linear`: which of its float tensors PyTorch
+    /// stores transposed; `local`: this rank's model's; `positions[i]`: the
     /// whole float tensor that local float tensor `i` comes from (its stage's place in the
     /// pipeline); `tp[i]`: its placement on the tensor-parallel group, if the model is split;
     /// `first_replica`: whether this rank is its data-parallel group's rank 0.
     pub(crate) fn new(
         whole: &[StateInfo],
+        linear: Vec<bool>,
         local: &[StateInfo],
         positions: &[usize],
         tp: Option<Vec<TpPlace>>,
@@ -105,6 +110,7 @@ impl Pieces {
         }
         Ok(Pieces {
             whole,
+            linear,
             local: pieces,
         })
     }
@@ -149,6 +155,7 @@ impl Pieces {
                 name: name.clone(),
                 shape: shape.clone(),
                 ranges: Vec::new(),
+                torch_transposed: Some(self.linear[w]),
                 blocks: placed
                     .iter()
                     .map(|rank| {
