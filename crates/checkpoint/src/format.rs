@@ -56,6 +56,11 @@ pub struct Meta {
     /// `sharded.rs`); absent for one written whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharded: Option<Sharded>,
+    /// Whether only `Linear` weights are transposed into PyTorch's layout (Note [PyTorch's
+    /// layout] in `state_dict.rs`); false in checkpoints written before, where every 2-D
+    /// tensor was, and which load by that rule.
+    #[serde(default)]
+    pub linear_only: bool,
 }
 
 impl Meta {
@@ -118,8 +123,8 @@ pub struct LayoutEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<Vec<Strided>>,
     /// Whether PyTorch stores it transposed (a `Linear`'s weight, Note [PyTorch's layout] in
-    /// `state_dict.rs`). Absent in manifests written before it was recorded, whose models'
-    /// only 2-D tensors were `Linear` weights: every 2-D tensor is then transposed.
+    /// `state_dict.rs`). Absent in manifests written before it was recorded, where every 2-D
+    /// tensor was transposed, and is read so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torch_transposed: Option<bool>,
 }

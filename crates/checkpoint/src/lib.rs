@@ -284,6 +284,7 @@ mod tests {
                 tensors_sha256: String::new(),
                 tensors_file: String::new(),
                 sharded: None,
+                linear_only: true,
             },
             tensors: vec![
                 NamedTensor {

@@ -102,6 +102,7 @@ pub fn save<M: Module>(
         tensors_sha256: String::new(),
         tensors_file: String::new(),
         sharded: None,
+        linear_only: true,
     };
     let ids = float_param_ids(module);
     let optim_state = optim_state_by_position(optim, &ids)
@@ -207,7 +208,11 @@ pub fn module_tensors<M: Module>(module: &M) -> Result<Vec<NamedTensor>> {
 /// module lacks, or another shape is refused, naming it, before anything is set.
 pub fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result<M> {
     let infos = adapter::param_infos(&module);
-    let linear = torch_transposed(&module);
+    let linear = match ck.meta.linear_only {
+        true => torch_transposed(&module),
+        // Written before the rule: every 2-D tensor was transposed (Note [PyTorch's layout]).
+        false => vec![true; infos.len()],
+    };
     let by_name: HashMap<&str, &NamedTensor> =
         ck.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut values = Vec::with_capacity(infos.len());
@@ -263,9 +268,10 @@ pub fn load_module<M: Module>(module: M, ck: &Checkpoint, path: &Path) -> Result
 // a convolution's kernel is the same too. So the rule is by module, not by shape: a float
 // tensor is transposed when it is the `weight` of a `burn::nn::Linear` (the module type the
 // `Module` derive reports while visiting it, as Burn's own PyTorch adapter in burn-store
-// decides), and no other. Checkpoints written before the rule transposed every 2-D tensor;
-// their models (the MLP, the CNN, the row transformer) had no 2-D tensor but `Linear` weights,
-// so both rules agree on them.
+// decides), and no other. Checkpoints written before the rule transposed every 2-D tensor
+// (the GPT's embeddings, the row transformer's position `Embedding`): a checkpoint says which
+// rule wrote it (`Meta::linear_only`, and per tensor in a sharded manifest), and loads by that
+// rule, so older checkpoints resume as before.
 
 /// Per float tensor of `module` (canonical order), whether PyTorch stores it transposed: a
 /// `Linear`'s weight (Note [PyTorch's layout]).
@@ -456,6 +462,55 @@ mod tests {
             .collect();
         assert_eq!(shapes[0], ("wte.weight".into(), vec![11, 4]));
         assert_eq!(shapes[1], ("fc.weight".into(), vec![3, 4]));
+    }
+
+    /// A checkpoint written before the rule (every 2-D tensor transposed, the embedding's table
+    /// too) loads by its own rule into the same values.
+    #[test]
+    fn a_checkpoint_of_the_older_rule_loads_as_it_was_written() {
+        let device = Device::flex();
+        let lm = || Lm {
+            wte: burn::nn::EmbeddingConfig::new(11, 4).init(&device),
+            fc: LinearConfig::new(4, 3).init(&device),
+            ln: burn::nn::LayerNormConfig::new(3).init(&device),
+        };
+        let (written, fresh) = (lm(), lm());
+        let tensors = module_tensors(&written)
+            .unwrap()
+            .into_iter()
+            .map(|t| match t.name.as_str() {
+                "wte.weight" => {
+                    let (shape, data) = transposed(&t.shape, &t.data);
+                    NamedTensor { shape, data, ..t }
+                }
+                _ => t,
+            })
+            .collect();
+        let meta = Meta {
+            format: String::new(),
+            epoch: 0,
+            step_in_epoch: 0,
+            global_step: 0,
+            samples_in_epoch: 0,
+            seed: 0,
+            world_size: 1,
+            batch_size: 0,
+            config: HashMap::new(),
+            tensors_sha256: String::new(),
+            tensors_file: String::new(),
+            sharded: None,
+            linear_only: false,
+        };
+        let ck = Checkpoint {
+            meta,
+            tensors,
+            optim_state: None,
+        };
+        let loaded = load_module(fresh, &ck, Path::new("old.json")).unwrap();
+        assert_eq!(
+            adapter::params_to_flat(&loaded).unwrap(),
+            adapter::params_to_flat(&written).unwrap()
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn sample() -> Checkpoint {
             tensors_sha256: String::new(),
             tensors_file: String::new(),
             sharded: None,
+            linear_only: true,
         },
         tensors: vec![
             NamedTensor {

@@ -109,6 +109,7 @@ pub(crate) fn save<M: Classifier, E: DataParallel<M>>(
         tensors_sha256: String::new(),
         tensors_file: String::new(),
         sharded,
+        linear_only: true,
     };
     if let Some(mp) = mp {
         // The engine keeps its module (this rank's piece) whole: checked before the run.
