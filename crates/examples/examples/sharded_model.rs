@@ -14,8 +14,9 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::AdamConfig;
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use phalanx_ddp::fsdp::{seed_step, FsdpOptions, FullyShard, FullyShardedDataParallel, Sharding};
+use phalanx_examples::teacher_batch;
 
 /// Blocks wrapped like `fully_shard(layer)`; the head is the root's (gathered by `unshard`).
 #[derive(Module, Debug)]
@@ -46,22 +47,6 @@ impl Net {
     }
 }
 
-/// This rank's batch `step`: a fixed teacher labels random points.
-fn batch(step: usize, rank: usize, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
-    let rows = 64;
-    let x: Vec<f32> = (0..rows * 32)
-        .map(|i| (((step * 7919 + rank * 104_729 + i * 31) % 1000) as f32) / 500.0 - 1.0)
-        .collect();
-    let y: Vec<i64> = x
-        .chunks(32)
-        .map(|r| (r[0] > 0.0) as i64 * 2 + (r[1] > 0.0) as i64)
-        .collect();
-    (
-        Tensor::from_data(TensorData::new(x, [rows, 32]), device),
-        Tensor::from_data(TensorData::new(y, [rows]), device),
-    )
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pg = Arc::new(phalanx_pg::init_process_group()?); // RANK, WORLD_SIZE… from any launcher
     pg.abort_on_panic();
@@ -73,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for step in 0..200 {
         seed_step(&device, step as u64);
         fsdp.unshard()?; // the root's parameters (the head); the blocks gather their own
-        let (x, y) = batch(step, pg.rank(), &device);
+        let (x, y) = teacher_batch(step, pg.rank(), &device);
         let loss = loss_fn.forward(fsdp.module().forward(x), y);
         let value = loss.clone().into_scalar::<f32>();
         fsdp.sync_and_step(loss.backward(), |shard, g| optim.step(1e-3, shard, g))?;
