@@ -181,6 +181,38 @@ impl Strided {
         })
     }
 
+    /// Elements `range` of its own order (what a data-parallel shard of a piece holds), as
+    /// blocks of the whole tensor, in order: a partial run, whole runs, a partial run.
+    pub fn sub(&self, range: std::ops::Range<usize>) -> Vec<Strided> {
+        let mut blocks = Vec::new();
+        let mut k = range.start;
+        while k < range.end.min(self.numel()) {
+            let (run, offset) = (k / self.len, k % self.len);
+            let at = self.start + run * self.stride + offset;
+            let runs = (range.end - k) / self.len;
+            if offset == 0 && runs > 0 {
+                let count = runs.min(self.count - run);
+                blocks.push(Strided {
+                    start: at,
+                    len: self.len,
+                    stride: self.stride,
+                    count,
+                });
+                k += count * self.len;
+            } else {
+                let len = (self.len - offset).min(range.end - k);
+                blocks.push(Strided {
+                    start: at,
+                    len,
+                    stride: len,
+                    count: 1,
+                });
+                k += len;
+            }
+        }
+        blocks
+    }
+
     /// Gathers its elements of `whole` (a flattened tensor), in order.
     pub fn gather(&self, whole: &[f32]) -> Vec<f32> {
         let mut out = Vec::with_capacity(self.numel());
@@ -258,5 +290,22 @@ mod tests {
         let rows = Strided::axis(&[3, 4], 0, 1..2);
         assert_eq!(rows.runs().collect::<Vec<_>>(), vec![4..8]);
         assert_eq!(Strided::whole(12).gather(&whole), whole);
+    }
+
+    /// Any range of a block's own order is the same elements as the blocks `sub` gives.
+    #[test]
+    fn a_range_of_a_block_is_the_same_elements_as_its_sub_blocks() {
+        let whole: Vec<f32> = (0..60).map(|v| v as f32).collect(); // [5, 12]
+        for cols in [0..12, 3..7, 5..6] {
+            let block = Strided::axis(&[5, 12], 1, cols);
+            let mine = block.gather(&whole);
+            for start in 0..=mine.len() {
+                for end in start..=mine.len() {
+                    let subs = block.sub(start..end);
+                    let got: Vec<f32> = subs.iter().flat_map(|b| b.gather(&whole)).collect();
+                    assert_eq!(got, mine[start..end], "{block:?} {start}..{end}: {subs:?}");
+                }
+            }
+        }
     }
 }

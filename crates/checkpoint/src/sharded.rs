@@ -332,7 +332,9 @@ pub(super) fn assemble(dir: &Path, meta: Meta) -> Result<Checkpoint> {
 // file holds the piece flattened under the tensor's name, and its optimizer state the same
 // way. Only one copy of each element is written: the data-parallel replicas of a piece, and
 // the tensor-parallel ranks that hold a replicated tensor (a LayerNorm's weight) whole, leave
-// it to the first of them. Loading scatters every piece into the whole tensor, cuts each
+// it to the first of them. Under a sharding mode the data-parallel ranks hold ranges of the
+// piece instead, and each writes its own: a range of a piece's order is up to three blocks of
+// the whole tensor ([`Strided::sub`]). Loading scatters every piece into the whole tensor, cuts each
 // piece's optimizer state into its runs and joins those ([`ParamState::join`]), and checks
 // that the pieces tile the tensor exactly once, so a checkpoint of a cut model loads as any
 // other: whole, at any layout, under any mode.

@@ -440,25 +440,6 @@ fn tensor_parallel_sizes_that_do_not_fit_are_named() {
         &["--nproc-per-node", "3", "--model", "gpt", "--tp", "2"],
         &["--tp 2: the world of 3 rank(s) is not a multiple of 2"],
     );
-    let dir = TempDir::new("ck-tp-sharded");
-    refused_saying(
-        &[
-            "--nproc-per-node",
-            "4",
-            "--model",
-            "gpt",
-            "--tp",
-            "2",
-            "--sharding",
-            "optimizer",
-            "--checkpoint-dir",
-            dir.str(),
-        ],
-        &[
-            "--checkpoint-dir with --tp 2 --sharding optimizer",
-            "not written yet",
-        ],
-    );
     refused_saying(
         &["--model", "cnn", "--tp", "2"],
         &["--tp 2 splits a GPT's", "--model cnn has neither"],
@@ -728,7 +709,8 @@ print("loaded strictly")
 /// its piece (AdamW's state with it), and `--resume` at another layout ends where the
 /// uninterrupted run at that layout ends. The bound is 1e-4 relative on the validation loss
 /// (1e-6 to 2e-5 measured: the layouts sum in other orders). Three moves: `--tp 2 --pp 2` →
-/// 1 rank, 1 rank → `--tp 2 --pp 2`, and `--tp 2` on 4 ranks → DDP on 2. `phalanx checkpoint
+/// 1 rank, 1 rank → `--tp 2 --pp 2`, and `--tp 2 --sharding optimizer` on 4 ranks (the
+/// pieces' optimizer state sharded again) → DDP on 2 and → `--tp 2 --sharding full`. `phalanx checkpoint
 /// consolidate` joins the pieces into one file that a PyTorch GPT takes with `strict=True`.
 /// Then a damaged piece is named with its file and its rank, and nothing is resumed.
 #[test]
@@ -773,10 +755,21 @@ fn gpt_checkpoints_of_pieces_resume_at_another_layout() {
     assert_eq!(resumed.len(), 4);
     close(&resumed, &one[0], "1 rank resumed under --tp 2 --pp 2");
     let ddp = gpt_run(&with(&[&deep, &["--nproc-per-node", "2"]]));
-    let tp = ["--nproc-per-node", "4", "--tp", "2"];
-    gpt_run_for("15", &with(&[&deep, &tp, &save(&c)]));
+    // The pieces' optimizer state sharded again over the data-parallel group.
+    let tp = ["--nproc-per-node", "4", "--tp", "2", "--sharding"];
+    gpt_run_for("15", &with(&[&deep, &tp, &["optimizer"], &save(&c)]));
     let resumed = gpt_run(&with(&[&deep, &["--nproc-per-node", "2"], &resume(&c)]));
-    close(&resumed, &ddp[0], "--tp 2 on 4 resumed under DDP on 2");
+    close(
+        &resumed,
+        &ddp[0],
+        "--tp 2 --sharding optimizer on 4 resumed under DDP on 2",
+    );
+    let resumed = gpt_run(&with(&[&deep, &tp, &["full"], &resume(&c)]));
+    close(
+        &resumed,
+        &ddp[0],
+        "... resumed under --tp 2 --sharding full on 4",
+    );
     // One file for PyTorch, which a PyTorch GPT of the same shape takes with strict=True:
     // the embeddings' tables as nn.Embedding holds them, the norms' weight and bias.
     let out = a.path().join("consolidated.safetensors");

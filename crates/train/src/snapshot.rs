@@ -112,12 +112,21 @@ pub(crate) fn save<M: Classifier, E: DataParallel<M>>(
         linear_only: true,
     };
     if let Some(mp) = mp {
-        // The engine keeps its module (this rank's piece) whole: checked before the run.
-        let values = params_to_flat(engine.module())?;
-        let state = optim
-            .state_bytes()
-            .map_err(|e| Error::Config(format!("saving the optimizer state: {e}")))?;
-        let (shard, placed) = mp.pieces().shard(values, state)?;
+        let (shard, placed) = match parallel::shard(engine, optim)? {
+            // The engine shards the piece over the data-parallel group.
+            Some((shard, layout)) => {
+                let dp_rank = engine.process_group().rank();
+                mp.pieces().of_shard(shard, &layout, dp_rank)?
+            }
+            // The engine keeps its module (this rank's piece) whole.
+            None => {
+                let values = params_to_flat(engine.module())?;
+                let state = optim
+                    .state_bytes()
+                    .map_err(|e| Error::Config(format!("saving the optimizer state: {e}")))?;
+                mp.pieces().shard(values, state)?
+            }
+        };
         let world = mp.world();
         let record = serde_json::to_vec(&placed).expect("blocks serialise");
         let placed = phalanx_pg::all_gather_object(world, &record)?

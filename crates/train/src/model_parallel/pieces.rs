@@ -2,10 +2,10 @@
 //! checkpoint of a cut model writes, and what a resume cuts from a whole checkpoint (Note
 //! [Pieces of a cut model] in phalanx-checkpoint).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use phalanx_checkpoint::optim_state::{self, ParamState};
-use phalanx_checkpoint::sharded::{LayoutEntry, Shard, Strided};
+use phalanx_checkpoint::sharded::{LayoutEntry, Shard, Sharded, Strided};
 use phalanx_ddp::adapter::{StateInfo, StateKind};
 use phalanx_tensor_parallel::{shard_range, Placement};
 
@@ -37,6 +37,9 @@ struct Piece {
     trainable: bool,
     /// Whether this rank writes it: the first of the ranks that hold the same elements.
     writes: bool,
+    /// Whether this rank is the first of its tensor-parallel group to hold these elements (a
+    /// shard's only holder, or a replica's rank 0).
+    tp_first: bool,
 }
 
 impl Pieces {
@@ -106,6 +109,7 @@ impl Pieces {
                 shape: state.info.shape.clone(),
                 trainable: matches!(state.kind, StateKind::Trainable),
                 writes: first && first_replica,
+                tp_first: first,
             });
         }
         Ok(Pieces {
@@ -144,6 +148,66 @@ impl Pieces {
             placed.push((piece.of, piece.blocks));
         }
         Ok((shard, placed))
+    }
+
+    /// What this rank writes when its engine shards its piece over the data-parallel group
+    /// (`--sharding`): the engine's own checkpoint shard (`shard`, named and placed by the
+    /// piece's tensors, `layout`), renamed to the whole model's tensors and placed in them; the
+    /// elements of a piece this rank holds (its range of it, `dp_rank`'s) become blocks of the
+    /// whole tensor (Note [Pieces of a cut model]).
+    pub(crate) fn of_shard(
+        &self,
+        shard: Shard,
+        layout: &Sharded,
+        dp_rank: usize,
+    ) -> Result<(Shard, Vec<(usize, Strided)>)> {
+        let index: HashMap<&str, usize> = layout
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.as_str(), i))
+            .collect();
+        let piece_of = |name: &str| -> Result<(usize, &Piece)> {
+            let i = *index.get(name).ok_or_else(|| {
+                Error::Config(format!(
+                    "a checkpoint shard holds {name}, not a tensor of the piece"
+                ))
+            })?;
+            Ok((i, &self.local[i]))
+        };
+        let mut out = Shard::default();
+        let mut placed = Vec::new();
+        for (name, values) in shard.tensors {
+            let (i, piece) = piece_of(&name)?;
+            if !piece.tp_first {
+                continue;
+            }
+            let entry = &layout.tensors[i];
+            let range = match entry.ranges.get(dp_rank) {
+                Some(&[start, end]) => start..end,
+                // Whole in the first data-parallel rank's shard.
+                None => 0..piece.blocks.numel(),
+            };
+            if range.len() != values.len() {
+                return Err(Error::Config(format!(
+                    "the checkpoint shard holds {} elements of {name}, its layout {}",
+                    values.len(),
+                    range.len()
+                )));
+            }
+            placed.extend(piece.blocks.sub(range).into_iter().map(|b| (piece.of, b)));
+            out.tensors.push((self.whole[piece.of].0.clone(), values));
+        }
+        for (name, mut state) in shard.optim {
+            let (_, piece) = piece_of(&name)?;
+            if piece.tp_first {
+                let whole = self.whole[piece.of].0.clone();
+                state.id = piece.of as u64 + 1;
+                state.path = Some(whole.clone());
+                out.optim.push((whole, state));
+            }
+        }
+        Ok((out, placed))
     }
 
     /// The manifest's layout from every rank's placed pieces (`placed[rank]`).

@@ -95,15 +95,6 @@ fn train_in(
                  built yet; train with --max-restarts instead"
             )));
         }
-        if cfg.checkpoint_dir.is_some() && cfg.sharding != Sharding::None {
-            return Err(Error::Config(format!(
-                "--checkpoint-dir with {tp} --sharding {}: each rank writes its piece of the \
-                 model, and a piece whose optimizer state is sharded over the data-parallel \
-                 group again is not written yet; use --sharding none (the default) with \
-                 --checkpoint-dir",
-                cfg.sharding
-            )));
-        }
         if cfg.pp.stages > 1 && matches!(cfg.sharding, Sharding::Full | Sharding::Hybrid) {
             return Err(Error::Config(format!(
                 "--sharding {} with {tp}: a fully sharded block gathers its parameters for each \
