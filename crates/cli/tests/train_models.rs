@@ -811,6 +811,8 @@ fn gpt_checkpoints_of_pieces_resume_at_another_layout() {
 /// Ranks started with other model or layout flags (hosts launched with different command
 /// lines) are named with the flag and both values, before any collective of the mesh: each
 /// rank of `phalanx launch` runs `phalanx train` with a flag that depends on its `RANK`.
+/// Then ranks of a cut model that resume from different directories (one not shared) are
+/// named with the steps they found.
 #[test]
 fn ranks_started_with_other_layout_flags_are_named() {
     let bin = env!("CARGO_BIN_EXE_phalanx");
@@ -842,6 +844,41 @@ fn ranks_started_with_other_layout_flags_are_named() {
         assert_ne!(f.code(), Some(0), "{flags}: {}", f.stderr);
         assert!(f.stderr.contains(says), "{flags}: {}", f.stderr);
     }
+    // Under --tp every rank reads the checkpoint: one that sees another directory (not shared)
+    // is named before any step.
+    let (saved, empty) = (TempDir::new("ck-shared"), TempDir::new("ck-unshared"));
+    let tp = ["--model", "gpt", "--depth", "2", "--tp", "2"];
+    let mut cmd = phalanx();
+    cmd.args(["train", "--standalone", "--nproc-per-node", "2"])
+        .args(tp)
+        .args(["--max-steps", "2", "--checkpoint-every", "2"])
+        .args(["--checkpoint-dir", saved.str()]);
+    assert_eq!(run(cmd, Duration::from_secs(120)).code(), Some(0));
+    let mut cmd = phalanx();
+    cmd.args([
+        "launch",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "sh",
+        "-c",
+    ])
+    .arg(format!(
+        "if [ $RANK = 0 ]; then d={}; else d={}; fi; exec {bin} train {} --max-steps 4 \
+             --checkpoint-dir $d --resume",
+        saved.str(),
+        empty.str(),
+        tp.join(" ")
+    ));
+    let f = run(cmd, Duration::from_secs(120));
+    assert_ne!(f.code(), Some(0), "{}", f.stderr);
+    let says = "rank 1 found no checkpoint in";
+    assert!(f.stderr.contains(says), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("rank 0 the checkpoint of step 2"),
+        "{}",
+        f.stderr
+    );
 }
 
 /// Runs `phalanx train` with `args`, which it must refuse saying each of `says`.

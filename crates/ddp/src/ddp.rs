@@ -190,6 +190,8 @@ impl<M: Module> DistributedDataParallel<M> {
     /// `min(1, max_norm / (norm + 1e-6))`. Returns the gradients and the norm before clipping.
     /// The norm spans all buckets, so the optimizer cannot start on a bucket before the last
     /// one arrives: [`sync_and_step`](Self::sync_and_step) has no clipping for that reason.
+    /// With [`DdpOptions::model_norm`] (a model cut across ranks) the norm is the whole
+    /// model's, summed over its pieces (Note [Norm across a cut model]), in another order.
     pub fn sync_gradients_clipped(
         &mut self,
         grads: Gradients,

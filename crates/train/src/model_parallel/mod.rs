@@ -30,8 +30,9 @@ pub(crate) fn flags(cfg: &TrainConfig) -> String {
     .join(" ")
 }
 
-/// The flags that shape the model and its layout on the ranks, as this rank was started with
-/// them: `(flag, value)`.
+/// The flags that shape the model and its layout on the ranks, and those that decide which
+/// collectives a step, a checkpoint and a resume run, as this rank was started with them:
+/// `(flag, value)`.
 fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
     let pp = &cfg.pp;
     vec![
@@ -52,6 +53,22 @@ fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
             }),
         ),
         ("--sharding", cfg.sharding.to_string()),
+        // What decides the collectives of a step, a checkpoint and a resume.
+        (
+            "--grad-clip",
+            cfg.grad_clip.map_or("none".into(), |c| c.to_string()),
+        ),
+        ("--freeze", cfg.freeze.clone().unwrap_or("none".into())),
+        ("--bf16", cfg.bf16.to_string()),
+        (
+            "--checkpoint-dir",
+            match cfg.checkpoint_dir {
+                Some(_) => "given".into(),
+                None => "none".into(),
+            },
+        ),
+        ("--checkpoint-every", cfg.checkpoint_every.to_string()),
+        ("--resume", cfg.resume.to_string()),
     ]
 }
 

@@ -62,11 +62,11 @@ impl Pieces {
             .map(|s| (s.info.name.clone(), s.info.shape.clone()))
             .collect();
         let floats: Vec<&StateInfo> = local.iter().filter(|s| s.kind.is_float()).collect();
-        if floats.len() != positions.len() || tp.as_ref().is_some_and(|t| t.len() != floats.len()) {
+        let placed = [Some(positions.len()), tp.as_ref().map(Vec::len)];
+        if let Some(n) = placed.into_iter().flatten().find(|&n| n != floats.len()) {
             return Err(Error::Config(format!(
-                "the model's piece has {} float tensors, its layout places {}",
-                floats.len(),
-                positions.len()
+                "the model's piece has {} float tensors, its layout places {n}",
+                floats.len()
             )));
         }
         let mut pieces = Vec::with_capacity(floats.len());

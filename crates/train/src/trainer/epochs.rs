@@ -143,6 +143,13 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
 }
 
 impl Context<'_> {
+    /// The group every rank of the run is in: `pg` (the engine's), or the whole world under a
+    /// cut model, whose data-parallel groups must stop at the same step as each other (a stop
+    /// writes every piece: a collective of the world).
+    fn everyone<'a>(&'a self, pg: &'a ProcessGroup) -> &'a ProcessGroup {
+        self.mp.as_ref().map_or(pg, |mp| mp.world())
+    }
+
     /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective).
     fn save<M: Classifier, E: DataParallel<M>>(
         &self,
@@ -175,7 +182,7 @@ impl Context<'_> {
         }
         // Under DDP rank 0 alone writes: no rank exits (and no launcher reports the job over)
         // before the commit (of every piece of a cut model: over the whole world).
-        self.mp.as_ref().map_or(pg, |mp| mp.world()).barrier()?;
+        self.everyone(pg).barrier()?;
         Ok(Error::Stopped {
             signal,
             global_step: at.global_step,
@@ -310,7 +317,7 @@ impl Context<'_> {
                 }
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
                 if step_in_epoch < steps_total && stop_check.due(at.global_step) {
-                    if let Some(signal) = stop_check.agree(pg, at.global_step)? {
+                    if let Some(signal) = stop_check.agree(self.everyone(pg), at.global_step)? {
                         return Err(self.stop_at(pg, par, optim, *at, signal, saved, reporter)?);
                     }
                 }
@@ -361,7 +368,7 @@ impl Context<'_> {
             };
             self.save(pg, par, optim, *at, reporter)?;
             if stop::armed() && epoch + 1 < cfg.epochs {
-                if let Some(signal) = stop_check.agree(pg, at.global_step)? {
+                if let Some(signal) = stop_check.agree(self.everyone(pg), at.global_step)? {
                     return Err(self.stop_at(pg, par, optim, *at, signal, true, reporter)?);
                 }
             }

@@ -64,10 +64,13 @@ pub(super) fn resume_from_disk<M: Classifier>(
             resumed_meta = Some(ck.meta);
         }
     }
+    if every_rank {
+        same_checkpoint(pg, cfg, resumed_meta.as_ref().map(|m| m.global_step))?;
+    }
     let handover = handover.broadcast(pg, 0)?;
     // The momentum buffers reach every rank from rank 0, like the parameters.
     let state = handover.broadcast_optim_state(pg, 0, optim_state)?;
-    if let Some(m) = &resumed_meta {
+    if let Some(m) = resumed_meta.as_ref().filter(|_| rank == 0) {
         reporter.resumed(m);
     }
     let Some(at) = handover.position else {
@@ -82,4 +85,29 @@ pub(super) fn resume_from_disk<M: Classifier>(
         );
     }
     Ok((at, state))
+}
+
+/// Every rank read the checkpoint rank 0 read (`step`: the step of the one this rank read):
+/// else the rank and both steps are named, since a rank that read another (a directory that is
+/// not shared, a stale view of one) would train its piece from other parameters. A collective.
+fn same_checkpoint(pg: &ProcessGroup, cfg: &TrainConfig, step: Option<u64>) -> Result<()> {
+    let mine = step.map_or(-1, |s| s as i64);
+    let mut all = vec![0i64; pg.world_size()];
+    pg.allgather(&[mine], &mut all)?;
+    let said = |s: i64| match s {
+        -1 => "no checkpoint".to_string(),
+        s => format!("the checkpoint of step {s}"),
+    };
+    match all.iter().position(|&s| s != all[0]) {
+        None => Ok(()),
+        Some(rank) => Err(Error::Config(format!(
+            "--resume: rank {rank} found {} in {}, rank 0 {}: under --tp/--pp every rank reads \
+             the checkpoint, so every rank must see the same directory (a shared filesystem)",
+            said(all[rank]),
+            cfg.checkpoint_dir
+                .as_deref()
+                .map_or("?".into(), |d| d.display().to_string()),
+            said(all[0])
+        ))),
+    }
 }
