@@ -44,6 +44,41 @@ fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds()
     }
 }
 
+/// SIGUSR1 to one rank of a model cut across ranks (`--tp 2 --pp 2`): every rank stops after
+/// the same step (the stop is agreed over the whole world, not over each data-parallel group),
+/// every rank's piece is committed in one checkpoint, and the launcher exits 138.
+#[test]
+fn sigusr1_to_one_rank_of_a_cut_model_stops_every_rank_with_every_piece_committed() {
+    let dir = TempDir::new("stop-pieces");
+    let mut cmd = phalanx();
+    cmd.args(["train", "--standalone", "--nproc-per-node", "4"])
+        .args(["--model", "gpt", "--depth", "2", "--tp", "2", "--pp", "2"])
+        .args(["--max-steps", "1000000", "--checkpoint-every", "1000000"])
+        .args(["--checkpoint-dir", dir.str()]);
+    let job = start(cmd);
+    let procs = wait_for_workers(job.pid(), 4);
+    // The handler is installed before the rendezvous; let a few steps run.
+    std::thread::sleep(Duration::from_millis(4000));
+    let victim = procs.iter().find(|(_, r)| *r == 3).unwrap().0;
+    unsafe { libc::kill(victim, libc::SIGUSR1) };
+    let f = job.wait(Duration::from_secs(120));
+    assert_eq!(f.code(), Some(138), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("all ranks stopped after step"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(committed(dir.str()).len(), 1, "{}", f.stderr);
+    let pieces = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().contains(".shard-")
+        })
+        .count();
+    assert_eq!(pieces, 4, "one piece per rank");
+}
+
 /// Names of the committed checkpoints (`step-N.json`, the commit record) in `dir`.
 fn committed(dir: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
