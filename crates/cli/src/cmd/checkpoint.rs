@@ -55,6 +55,16 @@ pub(crate) fn run(c: Checkpoint) -> anyhow::Result<ExitCode> {
                 }
             };
             let step = checkpoint::consolidate(&ck, &out)?;
+            if !ck.meta.linear_only {
+                // Note [PyTorch's layout] in phalanx-checkpoint.
+                eprintln!(
+                    "phalanx checkpoint consolidate: note: this checkpoint was written by an older \
+                     phalanx, which transposed every 2-D tensor; an Embedding's table in {} is \
+                     [dim, num_embeddings], not PyTorch's [num_embeddings, dim] (Linear weights \
+                     are right): resume it and save once with this phalanx to fix it",
+                    out.display()
+                );
+            }
             println!(
                 "wrote {} ({} tensors, step {step}, from {})",
                 out.display(),
