@@ -736,12 +736,17 @@ impl Reporter for Console {
 
     fn resumed(&mut self, m: &Meta) {
         if !self.json {
+            // The ranks that wrote it: a cut model's pieces come from every rank of the world,
+            // while `world_size` counts the data-parallel ranks the position is sharded over.
+            let writers = m
+                .sharded
+                .as_ref()
+                .map_or(m.world_size, |s| s.shards.len() as u64);
             println!(
-                "resumed from step {} (epoch {}, step {} of it), saved by {} rank(s)",
+                "resumed from step {} (epoch {}, step {} of it), saved by {writers} rank(s)",
                 m.global_step,
                 m.epoch + 1,
                 m.step_in_epoch,
-                m.world_size
             );
         }
     }
