@@ -182,6 +182,53 @@ fn a_stopped_rank_is_named_by_the_hang_diagnosis_within_ten_seconds() {
     }
 }
 
+/// A stopped rank of a model cut across ranks (`phalanx train --tp 2 --pp 2`): the launcher's
+/// diagnosis names it, and `phalanx fr-trace` names it in each of its subgroups, which the
+/// ranks number each in their own order (Note [Groups across dumps] in `fr_trace.rs`): its
+/// tensor-parallel peer waits in an all-reduce of their group.
+#[test]
+fn a_stopped_rank_of_a_cut_model_is_named_in_its_subgroups() {
+    let dir = TempDir::new("fr-stop-mp");
+    let prefix = format!("{}/trace_", dir.str());
+    let mut cmd = phalanx();
+    cmd.env("PHALANX_TIMEOUT", "5s")
+        .env("TORCH_FR_DUMP_TEMP_FILE", &prefix)
+        .args(["train", "--standalone", "--nproc-per-node", "4"])
+        .args(["--model", "gpt", "--depth", "2", "--tp", "2", "--pp", "2"])
+        .args(["--max-steps", "1000000"]);
+    let run = start(cmd);
+    let procs = wait_for_workers(run.pid(), 4);
+    std::thread::sleep(Duration::from_millis(3000));
+    let (victim, _) = procs.iter().copied().find(|(_, r)| *r == 3).unwrap();
+    let _resume = Resume(victim);
+    // SAFETY: kill(2) on our grandchild.
+    unsafe { libc::kill(victim, libc::SIGSTOP) };
+    let f = run.wait(Duration::from_secs(60));
+    let report = format!("stdout:\n{}\nstderr:\n{}", f.stdout, f.stderr);
+    assert_ne!(f.code(), Some(0), "{report}");
+    assert!(
+        f.stderr.contains("hang diagnosis: rank 3 stopped or stuck"),
+        "{report}"
+    );
+    let ours = fr_trace(&prefix);
+    assert!(
+        ours.lines()
+            .any(|l| l.starts_with("group ") && l.contains("ranks [2, 3]")),
+        "{ours}"
+    );
+    let named = ours
+        .lines()
+        .filter(|l| l.starts_with("  culprit: rank 3 wrote no dump"))
+        .count();
+    assert!(named >= 1, "{ours}");
+    assert!(
+        !ours
+            .lines()
+            .any(|l| l.contains("culprit:") && !l.contains("rank 3")),
+        "another rank named\n{ours}"
+    );
+}
+
 #[test]
 fn allreduce_with_different_sizes_names_both_sides_on_every_rank_within_one_second() {
     let dir = TempDir::new("fr-mismatch");

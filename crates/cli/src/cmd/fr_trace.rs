@@ -85,8 +85,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         join(dumps.keys()),
         version.trim_matches('\'')
     );
-    for (name, (desc, ranks)) in groups(&dumps)? {
-        let calls = calls_of(&dumps, &name);
+    for Group {
+        name,
+        desc,
+        ranks,
+        names,
+    } in groups(&dumps)?
+    {
+        let calls = calls_of(&dumps, &names);
         println!(
             "group {name} ({desc}, ranks [{}]): {}",
             join(ranks.iter()),
@@ -157,26 +163,66 @@ fn locate(path: &Path, prefix: Option<&str>) -> anyhow::Result<(String, Vec<(usi
     Ok((dir.join(&prefix).display().to_string(), files))
 }
 
-/// Every group any dump knows: name → (description, job ranks).
-fn groups(
-    dumps: &BTreeMap<usize, Value>,
-) -> anyhow::Result<BTreeMap<String, (String, Vec<usize>)>> {
-    let mut out = BTreeMap::new();
+/// One process group across the dumps.
+struct Group {
+    /// Its name in the report: the lowest dumped rank's.
+    name: String,
+    desc: String,
+    /// Its ranks, in the job's numbering.
+    ranks: Vec<usize>,
+    /// The name each dumped rank knows it by.
+    names: BTreeMap<usize, String>,
+}
+
+// Note [Groups across dumps]
+// PyTorch numbers its groups alike on every rank, since every rank calls `new_group` for every
+// group. A phalanx rank creates only the subgroups it is in (a mesh's "tp", "dp" and "pp"
+// groups), numbered in the order it created them, so the group that rank 0 calls "1" (its
+// pipeline peers [0, 2]) is not the group rank 1 calls "1" ([1, 3]). A group is therefore
+// known by its ranks: the k-th group over ranks R that a rank created is the k-th one over R
+// that each other rank of R created, since they create the groups of one mesh in one order.
+
+/// Every group any dump knows, matched across the dumps by its ranks (Note [Groups across
+/// dumps]), in the order of their names.
+fn groups(dumps: &BTreeMap<usize, Value>) -> anyhow::Result<Vec<Group>> {
+    let mut out: BTreeMap<(Vec<usize>, usize), Group> = BTreeMap::new();
     for (rank, d) in dumps {
         let Some(Value::Dict(cfg)) = d.get("pg_config") else {
             bail!("rank {rank}'s dump has no pg_config");
         };
-        for (k, g) in cfg {
-            let name = k.as_str().map_or_else(|| k.repr(), str::to_string);
-            let desc = g.get("desc").and_then(Value::as_str).unwrap_or("undefined");
-            let ranks = g.get("ranks").map(parse_ranks).unwrap_or_default();
-            out.entry(name).or_insert((desc.to_string(), ranks));
+        let mut seen: BTreeMap<Vec<usize>, usize> = BTreeMap::new();
+        let mut mine: Vec<(String, String, Vec<usize>)> = cfg
+            .iter()
+            .map(|(k, g)| {
+                let name = k.as_str().map_or_else(|| k.repr(), str::to_string);
+                let desc = g.get("desc").and_then(Value::as_str).unwrap_or("undefined");
+                let ranks = g.get("ranks").map(parse_ranks).unwrap_or_default();
+                (name, desc.to_string(), ranks)
+            })
+            .collect();
+        // Creation order: the names are the numbers a rank gave its groups in turn.
+        mine.sort_by_key(|(name, _, _)| order(name));
+        for (name, desc, ranks) in mine {
+            let k = seen.entry(ranks.clone()).or_default();
+            let group = out.entry((ranks.clone(), *k)).or_insert_with(|| Group {
+                name: name.clone(),
+                desc,
+                ranks,
+                names: BTreeMap::new(),
+            });
+            group.names.insert(*rank, name);
+            *k += 1;
         }
     }
+    let mut groups: Vec<Group> = out.into_values().collect();
     // Groups the entries name but `pg_config` does not (Gloo's own dumps key their one group
     // by "" while its entries say "0": PyTorch's analyser stops there with a KeyError): their
     // ranks are the dumps that hold entries of them.
-    let configured: BTreeSet<String> = out.keys().cloned().collect();
+    let configured: BTreeSet<(usize, String)> = groups
+        .iter()
+        .flat_map(|g| g.names.iter().map(|(r, n)| (*r, n.clone())))
+        .collect();
+    let mut unconfigured: BTreeMap<String, Group> = BTreeMap::new();
     for (rank, d) in dumps {
         for e in d.get("entries").and_then(Value::as_seq).unwrap_or(&[]) {
             let pg = e
@@ -186,19 +232,33 @@ fn groups(
             let Some(name) = pg.first().and_then(Value::as_str) else {
                 continue;
             };
-            if configured.contains(name) {
+            if configured.contains(&(*rank, name.to_string())) {
                 continue;
             }
             let desc = pg.get(1).and_then(Value::as_str).unwrap_or("undefined");
-            let (_, ranks) = out
+            let group = unconfigured
                 .entry(name.to_string())
-                .or_insert_with(|| (desc.to_string(), Vec::new()));
-            if !ranks.contains(rank) {
-                ranks.push(*rank);
+                .or_insert_with(|| Group {
+                    name: name.to_string(),
+                    desc: desc.to_string(),
+                    ranks: Vec::new(),
+                    names: BTreeMap::new(),
+                });
+            if !group.ranks.contains(rank) {
+                group.ranks.push(*rank);
             }
+            group.names.insert(*rank, name.to_string());
         }
     }
-    Ok(out)
+    groups.extend(unconfigured.into_values());
+    groups.sort_by_key(|g| order(&g.name));
+    Ok(groups)
+}
+
+/// Groups by name: the names that are not numbers first, then the numbers in order.
+fn order(name: &str) -> (bool, u64, String) {
+    let number = name.parse::<u64>();
+    (number.is_ok(), number.unwrap_or(0), name.to_string())
 }
 
 /// `"[0, 1, 2]"` (PyTorch writes the ranks as text) or a list.
@@ -218,10 +278,17 @@ fn parse_ranks(v: &Value) -> Vec<usize> {
     }
 }
 
-/// Each rank's collectives (not point-to-point) of group `name`, by sequence number.
-fn calls_of(dumps: &BTreeMap<usize, Value>, name: &str) -> BTreeMap<usize, BTreeMap<i64, Call>> {
+/// Each rank's collectives (not point-to-point) of the group each rank calls `names[rank]`, by
+/// sequence number.
+fn calls_of(
+    dumps: &BTreeMap<usize, Value>,
+    names: &BTreeMap<usize, String>,
+) -> BTreeMap<usize, BTreeMap<i64, Call>> {
     let mut out = BTreeMap::new();
     for (rank, d) in dumps {
+        let Some(name) = names.get(rank).map(String::as_str) else {
+            continue;
+        };
         let mut by_seq = BTreeMap::new();
         for e in d.get("entries").and_then(Value::as_seq).unwrap_or(&[]) {
             let pg = e.get("process_group").and_then(Value::as_seq);
@@ -396,6 +463,11 @@ mod tests {
 
     /// A dump of group "0" over `ranks` holding `calls` (sequence number, op, count, state).
     fn dump(ranks: &str, cfg_key: &str, calls: &[(i64, &str, i64, &str)]) -> Value {
+        dump_groups(&[(cfg_key, ranks)], "0", calls)
+    }
+
+    /// A dump of the groups `(name, ranks)`, holding `calls` of group `of`.
+    fn dump_groups(groups: &[(&str, &str)], of: &str, calls: &[(i64, &str, i64, &str)]) -> Value {
         let s = |t: &str| Value::from(t);
         let entries = calls
             .iter()
@@ -403,7 +475,7 @@ mod tests {
                 Value::Dict(vec![
                     (
                         s("process_group"),
-                        Value::Tuple(vec![s("0"), s("default_pg")]),
+                        Value::Tuple(vec![s(of), s("default_pg")]),
                     ),
                     (s("collective_seq_id"), Value::Int(seq)),
                     (s("is_p2p"), Value::Bool(false)),
@@ -418,16 +490,53 @@ mod tests {
                 ])
             })
             .collect();
-        let cfg = Value::Dict(vec![(s("desc"), s("default_pg")), (s("ranks"), s(ranks))]);
+        let cfg = groups
+            .iter()
+            .map(|&(name, ranks)| {
+                let g = Value::Dict(vec![(s("desc"), s("default_pg")), (s("ranks"), s(ranks))]);
+                (s(name), g)
+            })
+            .collect();
         Value::Dict(vec![
-            (s("pg_config"), Value::Dict(vec![(s(cfg_key), cfg)])),
+            (s("pg_config"), Value::Dict(cfg)),
             (s("entries"), Value::List(entries)),
         ])
     }
 
     fn report(dumps: BTreeMap<usize, Value>) -> String {
-        let (name, (_, ranks)) = groups(&dumps).unwrap().into_iter().next_back().unwrap();
-        verdict(&ranks, &dumps, &calls_of(&dumps, &name))
+        let g = groups(&dumps).unwrap().into_iter().next_back().unwrap();
+        verdict(&g.ranks, &dumps, &calls_of(&dumps, &g.names))
+    }
+
+    /// Ranks number their subgroups each in its own order (Note [Groups across dumps]): rank
+    /// 0's group "1" and rank 2's group "2" are both the group of ranks [0, 2], and rank 2
+    /// never issued its #1 there.
+    #[test]
+    fn a_subgroup_is_matched_across_dumps_by_its_ranks_not_its_name() {
+        let both = [
+            (0, "all_reduce", 4, "completed"),
+            (1, "all_reduce", 4, "started"),
+        ];
+        let one = [(0, "all_reduce", 4, "completed")];
+        let world = ("0", "[0, 1, 2, 3]");
+        let dumps = BTreeMap::from([
+            (0, dump_groups(&[world, ("1", "[0, 2]")], "1", &both)),
+            (
+                2,
+                dump_groups(&[world, ("1", "[2, 3]"), ("2", "[0, 2]")], "2", &one),
+            ),
+        ]);
+        let g = groups(&dumps).unwrap();
+        let pair = g.iter().find(|g| g.ranks == [0, 2]).unwrap();
+        assert_eq!(
+            pair.names,
+            BTreeMap::from([(0, "1".into()), (2, "2".into())])
+        );
+        let r = verdict(&pair.ranks, &dumps, &calls_of(&dumps, &pair.names));
+        assert!(
+            r.contains("culprit: rank 2 never issued #1 all_reduce"),
+            "{r}"
+        );
     }
 
     #[test]
@@ -469,7 +578,11 @@ mod tests {
         let calls = [(1, "all_reduce", 8, "scheduled")];
         let dumps = BTreeMap::from([(0, dump("[0]", "", &calls))]);
         let g = groups(&dumps).unwrap();
-        assert_eq!(g["0"], ("default_pg".to_string(), vec![0]));
+        let zero = g.iter().find(|g| g.name == "0").unwrap();
+        assert_eq!(
+            (zero.desc.as_str(), zero.ranks.as_slice()),
+            ("default_pg", &[0][..])
+        );
         assert!(report(dumps).ends_with("every recorded collective matches and completed"));
     }
 }
