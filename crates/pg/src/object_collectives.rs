@@ -20,21 +20,38 @@
 use crate::{P2POp, ProcessGroup, Result};
 
 /// PyTorch's `all_gather_object`: every rank's bytes (its object, serialised as the caller
-/// likes), in rank order, on every rank. Native backend only.
+/// likes), in rank order, on every rank. Every backend runs it: the native one sends each
+/// object at its own length (allgather_v); the others, which lack allgather_v, pad every
+/// object to the longest, as PyTorch does for every backend.
 pub fn all_gather_object(pg: &ProcessGroup, obj: &[u8]) -> Result<Vec<Vec<u8>>> {
     let mut lens = vec![0i64; pg.world_size()];
     pg.allgather(&[obj.len() as i64], &mut lens)?;
     let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
-    let mut all = vec![0u8; counts.iter().sum()];
-    pg.allgather_v(obj, &mut all, &counts)?;
-    let mut out = Vec::with_capacity(counts.len());
-    let mut rest = &all[..];
-    for c in counts {
-        let (o, tail) = rest.split_at(c);
-        out.push(o.to_vec());
-        rest = tail;
+    if pg.backend() == "native" {
+        let mut all = vec![0u8; counts.iter().sum()];
+        pg.allgather_v(obj, &mut all, &counts)?;
+        let mut out = Vec::with_capacity(counts.len());
+        let mut rest = &all[..];
+        for c in counts {
+            let (o, tail) = rest.split_at(c);
+            out.push(o.to_vec());
+            rest = tail;
+        }
+        return Ok(out);
     }
-    Ok(out)
+    let longest = counts.iter().copied().max().unwrap_or(0);
+    if longest == 0 {
+        return Ok(vec![Vec::new(); counts.len()]);
+    }
+    let mut mine = obj.to_vec();
+    mine.resize(longest, 0);
+    let mut all = vec![0u8; longest * counts.len()];
+    pg.allgather(&mine, &mut all)?;
+    Ok(all
+        .chunks(longest)
+        .zip(counts)
+        .map(|(o, c)| o[..c].to_vec())
+        .collect())
 }
 
 /// PyTorch's `broadcast_object_list` for one object: `root`'s bytes on every rank (`obj` is
@@ -53,7 +70,7 @@ pub fn broadcast_object(pg: &ProcessGroup, obj: &[u8], root: usize) -> Result<Ve
 }
 
 /// PyTorch's `gather_object`: every rank's bytes, in rank order, on `root` (`None`
-/// elsewhere). Native backend only.
+/// elsewhere). Every backend, as [`all_gather_object`].
 pub fn gather_object(pg: &ProcessGroup, obj: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>> {
     pg.caller().rank(root, "gather_object root")?;
     let all = all_gather_object(pg, obj)?;
