@@ -17,6 +17,10 @@
 //! all-reduce in the forward (`g`) and one in the backward (`f`), of the activations' size,
 //! whatever the width split.
 //!
+//! Under sequence parallelism (Note [Sequence parallelism] in `sequence.rs`) the activations
+//! between the pairs are split along the sequence, and the pair is entered by an all-gather and
+//! left by a reduce-scatter instead.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use burn::nn::LinearConfig;
@@ -51,11 +55,13 @@
 mod error;
 mod placement;
 mod region;
+mod sequence;
 mod style;
 mod vocab;
 
 pub use error::{Error, Result};
 pub use placement::{gather_whole, Placement};
 pub use region::{copy_to_region, reduce_from_region};
+pub use sequence::{enter, gather_sequence, reduce_scatter_sequence, SequenceParallel};
 pub use style::{shard_range, ColwiseParallel, RowwiseParallel};
 pub use vocab::{argmax_parallel, loss_parallel, VocabParallelEmbedding};

@@ -34,11 +34,11 @@ use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
 /// The autodiff backend the operations run on: Burn's CPU backend with autodiff.
-type Ad = Autodiff<Flex, NoCheckpointing>;
+pub(crate) type Ad = Autodiff<Flex, NoCheckpointing>;
 
 /// The group a node sums over, or the failure it met (a backward step cannot return one).
 #[derive(Clone)]
-struct Group(Arc<ProcessGroup>);
+pub(crate) struct Group(pub(crate) Arc<ProcessGroup>);
 
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -128,7 +128,7 @@ pub fn reduce_from_region<const D: usize>(x: Tensor<D>, group: &Arc<ProcessGroup
 }
 
 /// The autodiff primitive of `x`.
-fn into_ad<const D: usize>(x: Tensor<D>) -> FloatTensor<Ad> {
+pub(crate) fn into_ad<const D: usize>(x: Tensor<D>) -> FloatTensor<Ad> {
     x.try_into_primitive::<Ad>().unwrap_or_else(|e| {
         panic!(
             "tensor parallelism runs on Burn's flex backend with autodiff and no gradient \

@@ -22,6 +22,7 @@ use burn::tensor::Tensor;
 use phalanx_pg::ProcessGroup;
 
 use crate::region::{copy_to_region, reduce_from_region};
+use crate::sequence::{enter, gather_sequence, reduce_scatter_sequence};
 use crate::{Error, Result};
 
 /// Split by output columns: a rank holds `d_output / n` columns of the weight and their bias.
@@ -92,6 +93,17 @@ impl ColwiseParallel {
     ) -> Tensor<D> {
         linear.forward(copy_to_region(x, group))
     }
+
+    /// As [`forward`](Self::forward) with the input split along the sequence (PyTorch's
+    /// `ColwiseParallel(input_layouts=Shard(1))`): `x` is this rank's positions `[batch, seq /
+    /// n, d]`, all-gathered to the whole sequence first (Note [Sequence parallelism]).
+    pub fn forward_from_shards(
+        linear: &Linear,
+        x: Tensor<3>,
+        group: &Arc<ProcessGroup>,
+    ) -> Tensor<3> {
+        linear.forward(gather_sequence(x, group))
+    }
 }
 
 impl RowwiseParallel {
@@ -117,6 +129,24 @@ impl RowwiseParallel {
         let y = reduce_from_region(partial, group);
         match &linear.bias {
             Some(b) => y + b.val().unsqueeze(),
+            None => y,
+        }
+    }
+
+    /// As [`forward`](Self::forward) with the output split along the sequence (PyTorch's
+    /// `RowwiseParallel(output_layouts=Shard(1))`): the partial products reduce-scattered, so
+    /// each rank gets its positions `[batch, seq / n, d_output]` of the sum, then the bias,
+    /// entered through `f` because each rank's positions give a part of its gradient (Note
+    /// [Sequence parallelism]).
+    pub fn forward_to_shards(
+        linear: &Linear,
+        x: Tensor<3>,
+        group: &Arc<ProcessGroup>,
+    ) -> Tensor<3> {
+        let partial = x.matmul(linear.weight.val().unsqueeze());
+        let y = reduce_scatter_sequence(partial, group);
+        match &linear.bias {
+            Some(b) => y + enter(b.val(), group).unsqueeze(),
             None => y,
         }
     }

@@ -29,6 +29,7 @@ use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
 use crate::region::reduce_from_region;
+use crate::sequence::reduce_scatter_sequence;
 use crate::style::{piece, shard_range};
 use crate::Result;
 
@@ -53,13 +54,29 @@ impl VocabParallelEmbedding {
         tokens: Tensor<2, Int>,
         group: &Arc<ProcessGroup>,
     ) -> Tensor<3> {
+        reduce_from_region(Self::partial(piece, tokens, group), group)
+    }
+
+    /// As [`forward`](Self::forward) with the output split along the sequence: each rank's
+    /// positions `[batch, seq / n, d]` of the sum, by a reduce-scatter (Note [Sequence
+    /// parallelism]).
+    pub fn forward_to_shards(
+        piece: &Embedding,
+        tokens: Tensor<2, Int>,
+        group: &Arc<ProcessGroup>,
+    ) -> Tensor<3> {
+        reduce_scatter_sequence(Self::partial(piece, tokens, group), group)
+    }
+
+    /// The rows of the tokens in this rank's range, zeros for the others'.
+    fn partial(piece: &Embedding, tokens: Tensor<2, Int>, group: &ProcessGroup) -> Tensor<3> {
         let [batch, seq] = tokens.dims();
         let rows = piece.weight.dims()[0];
         let device = tokens.device();
         let (local, mine) = local_ids(ids(tokens), rows, group.rank());
         let local = Tensor::<2, Int>::from_data(TensorData::new(local, [batch, seq]), &device);
         let mine = Tensor::<3>::from_data(TensorData::new(mine, [batch, seq, 1]), &device);
-        reduce_from_region(piece.forward(local) * mine, group)
+        piece.forward(local) * mine
     }
 }
 

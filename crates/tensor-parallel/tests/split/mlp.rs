@@ -11,7 +11,7 @@ use burn::tensor::activation::gelu;
 use burn::tensor::{Device, Distribution, Tensor};
 use phalanx_tensor_parallel::{ColwiseParallel, Error, RowwiseParallel};
 
-use super::common::{assert_close, fresh, grad, values};
+use super::common::{assert_close, assert_pair_grads, fresh, values};
 
 const D: usize = 8;
 const WIDTH: usize = 32;
@@ -83,25 +83,12 @@ fn check(world: usize) {
         );
         let cols = rank * WIDTH / world..(rank + 1) * WIDTH / world;
         for (b, ((fc, proj), (fc_s, proj_s))) in blocks.iter().zip(&split).enumerate() {
-            assert_close(
-                &format!("block {b} fc weight"),
-                values(grad(&fc_s.weight, &g_split)),
-                values(grad(&fc.weight, &g_whole).slice([0..D, cols.clone()])),
-            );
-            assert_close(
-                &format!("block {b} fc bias"),
-                values(grad(fc_s.bias.as_ref().unwrap(), &g_split)),
-                values(grad(fc.bias.as_ref().unwrap(), &g_whole).slice([cols.clone()])),
-            );
-            assert_close(
-                &format!("block {b} proj weight"),
-                values(grad(&proj_s.weight, &g_split)),
-                values(grad(&proj.weight, &g_whole).slice([cols.clone(), 0..D])),
-            );
-            assert_close(
-                &format!("block {b} proj bias"),
-                values(grad(proj_s.bias.as_ref().unwrap(), &g_split)),
-                values(grad(proj.bias.as_ref().unwrap(), &g_whole)),
+            assert_pair_grads(
+                b,
+                (fc_s, proj_s),
+                (fc, proj),
+                (&g_split, &g_whole),
+                cols.clone(),
             );
         }
     });
