@@ -373,22 +373,27 @@ fn relative(a: &serde_json::Value, b: &serde_json::Value, field: &str) -> f64 {
 /// against DDP on 2, dropout on (its masks are drawn as one rank draws them: Note [Dropout
 /// under tensor parallelism]). The losses agree to float rounding (the row-parallel sums add
 /// the ranks' partial products in another order; 2e-9 relative measured), and the whole
-/// model's digest is equal on every rank of a run. On the mesh, `--sharding full` runs on the
-/// data-parallel groups and ends bitwise where DDP there does.
+/// model's digest is equal on every rank of a run. `--tp 2 --sequence-parallel` agrees with
+/// one rank too (its dropout masks are the whole stream's, sliced: Note [Sequence parallelism
+/// in the GPT]; 3e-8 relative from `--tp 2` measured). On the mesh, `--sharding full` runs on
+/// the data-parallel groups and ends bitwise where DDP there does.
 #[test]
 fn gpt_tensor_parallel_trains_as_fewer_ranks_do() {
     let one = gpt_run(&["--nproc-per-node", "1"]);
     let tp = gpt_run(&["--nproc-per-node", "2", "--tp", "2"]);
     assert_eq!(tp.len(), 2);
     assert_eq!(tp[0]["world"], 2, "{tp:?}");
-    for field in ["train_loss", "test_loss"] {
-        let r = relative(&tp[0], &one[0], field);
-        assert!(
-            r < 1e-5,
-            "--tp 2 {field} {} vs 1 rank {}",
-            tp[0][field],
-            one[0][field]
-        );
+    let sp = gpt_run(&["--nproc-per-node", "2", "--tp", "2", "--sequence-parallel"]);
+    for (run, what) in [(&tp, "--tp 2"), (&sp, "--tp 2 --sequence-parallel")] {
+        for field in ["train_loss", "test_loss"] {
+            let r = relative(&run[0], &one[0], field);
+            assert!(
+                r < 1e-5,
+                "{what} {field} {} vs 1 rank {}",
+                run[0][field],
+                one[0][field]
+            );
+        }
     }
     let ddp = gpt_run(&["--nproc-per-node", "2"]);
     let mesh = gpt_run(&["--nproc-per-node", "4", "--tp", "2"]);
@@ -443,6 +448,22 @@ fn tensor_parallel_sizes_that_do_not_fit_are_named() {
     refused_saying(
         &["--model", "cnn", "--tp", "2"],
         &["--tp 2 splits a GPT's", "--model cnn has neither"],
+    );
+    refused_saying(
+        &["--model", "gpt", "--sequence-parallel"],
+        &["--sequence-parallel", "needs --tp 2 or more (got --tp 1)"],
+    );
+    refused_saying(
+        &[
+            "--model",
+            "gpt",
+            "--tp",
+            "2",
+            "--seq-len",
+            "63",
+            "--sequence-parallel",
+        ],
+        &["--seq-len 63 positions among the 2 ranks of --tp 2; it must be a multiple of 2"],
     );
 }
 
@@ -604,8 +625,10 @@ fn json_output_is_plain_json_lines() {
 
 /// Pipeline parallelism against the same batches on one rank, dropout off (with dropout each
 /// microbatch on each stage draws its own masks: Note [Pipeline run]): each schedule on 2
-/// stages (interleaved with 2 chunks per rank over 4 blocks), `--tp 2 --pp 2` on 4 ranks, and
-/// `--pp 2` on 4 ranks against DDP on 2, the last three with `--grad-clip 0.1` (every step
+/// stages (interleaved with 2 chunks per rank over 4 blocks), `--tp 2 --pp 2
+/// --sequence-parallel` on 4 ranks (the stages send their positions only; `--tp 2 --pp 2`
+/// without it is run by the checkpoint tests), and `--pp 2` on 4 ranks against DDP on 2, the
+/// last three with `--grad-clip 0.1` (every step
 /// clipped by the whole model's norm over the pieces). The losses agree within 1e-5 relative (the
 /// microbatches' gradients are summed in another order: 8e-9 to 6e-7 measured), the whole
 /// model's digest is equal on every rank of a run, and the summary carries the measured bubble
@@ -662,14 +685,22 @@ fn gpt_pipeline_trains_as_one_rank_does() {
     close(&interleaved, &one[0], "interleaved");
     let mesh = gpt_run(
         &[
-            &["--nproc-per-node", "4", "--tp", "2", "--pp", "2"],
+            &[
+                "--nproc-per-node",
+                "4",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--sequence-parallel",
+            ],
             &deep[..],
         ]
         .concat(),
     );
     assert_eq!(mesh.len(), 4);
     assert_eq!(mesh[0]["world"], 4, "{mesh:?}");
-    close(&mesh, &one[0], "--tp 2 --pp 2");
+    close(&mesh, &one[0], "--tp 2 --pp 2 --sequence-parallel");
     let ddp = gpt_run(&[&["--nproc-per-node", "2"], &deep[..]].concat());
     let pp_dp = gpt_run(&[&["--nproc-per-node", "4", "--pp", "2"], &deep[..]].concat());
     close(&pp_dp, &ddp[0], "--pp 2 on 4 ranks against DDP on 2");

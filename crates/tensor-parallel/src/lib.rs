@@ -52,6 +52,7 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+mod dropout;
 mod error;
 mod placement;
 mod region;
@@ -59,6 +60,7 @@ mod sequence;
 mod style;
 mod vocab;
 
+pub use dropout::dropout_of_shard;
 pub use error::{Error, Result};
 pub use placement::{gather_whole, Placement};
 pub use region::{copy_to_region, reduce_from_region};

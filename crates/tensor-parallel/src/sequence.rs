@@ -27,10 +27,9 @@
 //! to the engine.
 //!
 //! Dropout between the regions ([`SequenceParallel::dropout`]): every rank draws the mask of the
-//! *whole* `[batch, seq, d]` tensor, as every rank does without sequence parallelism (the
-//! generators of a group are seeded alike), and keeps its positions' slice. The masks are then
-//! the ones of the run without it, bit for bit, and different positions get independent masks;
-//! drawing only `seq / n` positions' worth on each rank would give every rank the same mask.
+//! *whole* `[batch, seq, d]` tensor, as every rank does without sequence parallelism, and keeps
+//! its positions' slice (Note [Dropout of a shard] in `dropout.rs`). The masks are then the ones
+//! of the run without it, bit for bit.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -59,7 +58,7 @@
 use std::sync::Arc;
 
 use burn::nn::{Dropout, LayerNorm};
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
@@ -68,6 +67,7 @@ use burn_flex::{Flex, FlexTensor};
 use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
+use crate::dropout::dropout_of_shard;
 use crate::region::{copy_to_region, into_ad, Ad, Group};
 use crate::style::shard_range;
 use crate::Result;
@@ -107,22 +107,10 @@ impl SequenceParallel {
     }
 
     /// `drop` on this rank's positions `x` of a `[batch, seq, d]` tensor: the whole tensor's
-    /// mask, drawn as every rank draws it, sliced to this rank's positions.
+    /// mask, drawn as every rank draws it, sliced to this rank's positions (Note [Dropout of a
+    /// shard]).
     pub fn dropout(drop: &Dropout, x: Tensor<3>, group: &ProcessGroup) -> Tensor<3> {
-        let p = drop.prob;
-        if p == 0.0 || !x.device().is_autodiff() || !drop.training.is_enabled() {
-            return x;
-        }
-        let [batch, local, d] = x.dims();
-        let (rank, n) = (group.rank(), group.world_size());
-        let keep = 1.0 - p;
-        let whole = Tensor::<3>::random(
-            [batch, local * n, d],
-            Distribution::Bernoulli(keep),
-            &x.device(),
-        );
-        let mask = whole.slice([0..batch, rank * local..(rank + 1) * local, 0..d]);
-        x * mask * (1.0 / keep)
+        dropout_of_shard(drop, x, 1, group)
     }
 }
 

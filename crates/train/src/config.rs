@@ -41,6 +41,9 @@ pub struct TrainConfig {
     pub dropout: f64,
     /// Tensor-parallel size (`--tp`, GPT; 1: none): Note [Tensor-parallel run].
     pub tp: usize,
+    /// Split the activations between the tensor-parallel regions along the sequence
+    /// (`--sequence-parallel`, GPT under `--tp`): Note [Sequence parallelism in the GPT].
+    pub sequence_parallel: bool,
     /// Pipeline parallelism (`--pp` and its options, GPT): Note [Pipeline run].
     pub pp: PipelineOptions,
     /// Seed of the model init, the split and the sampler.

@@ -19,7 +19,7 @@ mod snapshot;
 mod step;
 pub mod stop;
 mod tensor_parallel;
-pub use tensor_parallel::check_model as check_tensor_parallel_model;
+pub use tensor_parallel::{check_model as check_tensor_parallel_model, check_sequence_parallel};
 pub mod throughput;
 pub mod trainer;
 

@@ -20,7 +20,7 @@ use phalanx_ddp::adapter::burn::state_infos;
 use phalanx_pg::ProcessGroup;
 use phalanx_tensor_parallel::{gather_whole, Placement};
 
-use crate::{with_stable_ids, Classifier, Error, ModelKind, Result};
+use crate::{with_stable_ids, Classifier, Error, ModelKind, Result, TrainConfig};
 
 /// Whether `--tp size` can split `--model kind`: only the GPT has a split (the CLI asks before
 /// it starts the ranks, the trainer again for a caller of the library).
@@ -29,6 +29,26 @@ pub fn check_model(kind: ModelKind, size: usize) -> Result<()> {
         return Err(Error::Config(format!(
             "--tp {size} splits a GPT's attention heads and MLP across ranks; --model {kind} has \
              neither: use --model gpt (or --sharding to split the training state)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `--sequence-parallel` fits `--tp size` and `--seq-len seq_len`: it needs a
+/// tensor-parallel group, and equal ranges of the sequence (the CLI asks before it starts the
+/// ranks, the trainer again for a caller of the library).
+pub fn check_sequence_parallel(size: usize, seq_len: usize) -> Result<()> {
+    if size < 2 {
+        return Err(Error::Config(format!(
+            "--sequence-parallel splits the activations between the tensor-parallel regions \
+             along the sequence, among the ranks of a tensor-parallel group: it needs --tp 2 \
+             or more (got --tp {size})"
+        )));
+    }
+    if !seq_len.is_multiple_of(size) {
+        return Err(Error::Config(format!(
+            "--sequence-parallel splits each window's --seq-len {seq_len} positions among the \
+             {size} ranks of --tp {size}; it must be a multiple of {size}"
         )));
     }
     Ok(())
@@ -55,16 +75,22 @@ pub(crate) struct TensorParallel {
 }
 
 impl TensorParallel {
-    /// Splits `model` (`kind`) on the tensor-parallel group `tp` (Note [Tensor-parallel
-    /// run]). Refused, naming the numbers, for a model without a split.
+    /// Splits `cfg`'s model on the tensor-parallel group `tp` (Note [Tensor-parallel run]),
+    /// under `--sequence-parallel` too. Refused, naming the numbers, for a model without a
+    /// split.
     pub(crate) fn split<M: Classifier>(
         tp: Arc<ProcessGroup>,
-        kind: ModelKind,
+        cfg: &TrainConfig,
         model: M,
     ) -> Result<(TensorParallel, M)> {
         let size = tp.world_size();
-        check_model(kind, size)?;
-        let model = model.tensor_parallel(tp.clone()).map_err(Error::Config)?;
+        check_model(cfg.model, size)?;
+        if cfg.sequence_parallel {
+            check_sequence_parallel(size, cfg.seq_len)?;
+        }
+        let model = model
+            .tensor_parallel(tp.clone(), cfg.sequence_parallel)
+            .map_err(Error::Config)?;
         // New pieces are new parameters: they take their positions' ids again (Note [Stable
         // parameter ids]).
         let model = with_stable_ids(model);

@@ -17,6 +17,9 @@ use phalanx_train::{
 /// Default number of local processes when none is asked for: the seed recipe's 2.
 const DEFAULT_NPROC: u32 = 2;
 
+/// Default tokens a GPT window feeds the model (`--seq-len`).
+const DEFAULT_SEQ_LEN: usize = 64;
+
 /// Train the seed MLP (Linear → ReLU → Linear, cross-entropy, SGD) data-parallel. With no flags:
 /// 2 local processes on the vendored UCI digits, to ≥ 95% test accuracy in seconds.
 #[derive(clap::Args, Debug)]
@@ -96,6 +99,12 @@ pub(crate) struct Args {
     /// --sharding applies on the data-parallel groups (docs/train.md).
     #[arg(long, default_value_t = 1, value_name = "N")]
     tp: usize,
+    /// Sequence parallelism under --tp (gpt): between the tensor-parallel regions, each rank
+    /// of a group holds its range of the sequence, so the norms, the dropouts and the residual
+    /// stream take 1/N of the work and memory; the regions are entered by an all-gather and
+    /// left by a reduce-scatter (docs/train.md).
+    #[arg(long)]
+    sequence_parallel: bool,
     /// Pipeline parallelism (gpt): cut the blocks into N stages on N ranks (the embeddings on
     /// the first, the head on the last), balanced by parameters; microbatches flow through
     /// them as --pp-schedule says. The world is tp × pp × the data-parallel size
@@ -202,6 +211,9 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         bail!("--tp 0: expected the ranks of each tensor-parallel group, at least 1");
     }
     phalanx_train::check_tensor_parallel_model(args.model, args.tp)?;
+    if args.sequence_parallel {
+        phalanx_train::check_sequence_parallel(args.tp, args.seq_len.unwrap_or(DEFAULT_SEQ_LEN))?;
+    }
     if args.pp == 0 {
         bail!("--pp 0: expected the stages of each pipeline, at least 1");
     }
@@ -325,9 +337,10 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         hidden: args.hidden,
         depth,
         heads: args.heads.unwrap_or(4),
-        seq_len: args.seq_len.unwrap_or(64),
+        seq_len: args.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
         dropout: args.dropout.unwrap_or(0.1),
         tp: args.tp,
+        sequence_parallel: args.sequence_parallel,
         pp: phalanx_train::PipelineOptions {
             stages: args.pp,
             microbatches: args.microbatches.unwrap_or(4),

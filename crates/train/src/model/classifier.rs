@@ -55,9 +55,15 @@ pub trait Classifier: Module + 'static {
         Ok(argmax(logits))
     }
     /// This rank's piece of the model under tensor parallelism on `group` (`--tp`, Note
-    /// [Tensor-parallel run] in `tensor_parallel.rs`), from the whole model every rank built;
-    /// a model that cannot be split says why. The default: none can.
-    fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Self, String>
+    /// [Tensor-parallel run] in `tensor_parallel.rs`), from the whole model every rank built,
+    /// with the activations between the regions split along the sequence when
+    /// `sequence_parallel` (`--sequence-parallel`); a model that cannot be split says why. The
+    /// default: none can.
+    fn tensor_parallel(
+        self,
+        group: Arc<ProcessGroup>,
+        _sequence_parallel: bool,
+    ) -> Result<Self, String>
     where
         Self: Sized,
     {

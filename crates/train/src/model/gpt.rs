@@ -29,12 +29,26 @@
 //! Where the activations are replicated (after the embeddings, on each residual branch after
 //! `g`), every rank draws the same mask over the whole tensor, so the replicas stay equal.
 //! Where they are sharded (the attention weights, by heads), every rank draws the mask of the
-//! *whole* tensor, all heads, and keeps its heads' slice: the ranks' masks are different, as
-//! independent heads need, and together they are the mask one rank draws without tensor
-//! parallelism, bit for bit. Drawing `heads / N` of them on each rank would give every rank the
-//! same mask for different heads, and another mask than the run on one rank. The cost is the
-//! random numbers of the whole attention matrix on every rank, not its memory for long: the
-//! slice is taken at once.
+//! *whole* tensor, all heads, and keeps its heads' slice (Note [Dropout of a shard] in
+//! phalanx-tensor-parallel): the ranks' masks are different, as independent heads need, and
+//! together they are the mask one rank draws without tensor parallelism, bit for bit. The cost
+//! is the random numbers of the whole attention matrix on every rank, not its memory: the slice
+//! is copied out and the whole mask dropped at once.
+//!
+//! Note [Sequence parallelism in the GPT]
+//! Under `--sequence-parallel` (Note [Sequence parallelism] in phalanx-tensor-parallel) the
+//! residual stream between the tensor-parallel regions is split along the sequence: rank `r`
+//! of `n` holds positions `r · seq / n ..` of every window. The embeddings leave the
+//! vocabulary-parallel lookup by a reduce-scatter, and each rank adds its positions' rows of
+//! the position table. Each block's two norms, its residual additions and its two residual
+//! dropouts run on the rank's positions; the attention and the MLP enter by an all-gather of
+//! the sequence and leave by a reduce-scatter. The attention's own dropout is as without it
+//! (its weights are whole in the sequence after the gather, split by heads). The final norm runs
+//! on the positions, and the head gathers the sequence, so the logits and the loss are as
+//! without it. The parameters used on the positions (the norms', the position table, the output
+//! projections' biases) enter through `f`. Dropout masks are the whole stream's, sliced, so a
+//! run with sequence parallelism draws the masks of the run without it. Between pipeline stages
+//! a rank sends its positions only.
 //!
 //! Note [Language model as a classifier]
 //! A language model classifies every position of a window by its next token. A sample is a
@@ -51,18 +65,23 @@ use burn::nn::{
     Linear, LinearConfig,
 };
 use burn::tensor::activation::{gelu, softmax};
-use burn::tensor::{Bool, Device, Distribution, Int, Tensor};
+use burn::tensor::module::embedding;
+use burn::tensor::{Bool, Device, Int, Tensor};
 use phalanx_ddp::fsdp::FullyShard;
 use phalanx_pg::ProcessGroup;
 use phalanx_tensor_parallel::{
-    argmax_parallel, copy_to_region, loss_parallel, ColwiseParallel, Placement, RowwiseParallel,
-    VocabParallelEmbedding,
+    argmax_parallel, copy_to_region, dropout_of_shard, enter, gather_sequence, loss_parallel,
+    ColwiseParallel, Placement, RowwiseParallel, SequenceParallel, VocabParallelEmbedding,
 };
 
 use super::classifier::{argmax, cross_entropy, Classifier, PipelineCosts, StageOutput};
 
 /// GPT-2's standard deviation of the initial weights.
 const STD: f64 = 0.02;
+
+/// The LayerNorms' epsilon (Burn's and PyTorch's default); sequence parallelism runs the norms
+/// itself and needs it, which Burn keeps private.
+const LN_EPSILON: f64 = 1e-5;
 
 /// The shape of a [`Gpt`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -130,6 +149,10 @@ pub struct Gpt {
     /// columns, the loss: Note [Vocabulary parallelism] in phalanx-tensor-parallel).
     #[module(skip)]
     tp: Option<Arc<ProcessGroup>>,
+    /// Under `--sequence-parallel`, the residual stream is split along the sequence on the
+    /// tensor-parallel group (Note [Sequence parallelism in the GPT]).
+    #[module(skip)]
+    sequence_parallel: bool,
     /// Under pipeline parallelism, the blocks of each of this rank's chunks, as ranges of
     /// `blocks`; empty for the whole model.
     #[module(skip)]
@@ -150,6 +173,10 @@ pub struct Block {
     pub ln_2: LayerNorm,
     /// The MLP.
     pub mlp: FeedForward,
+    /// Under sequence parallelism, the group whose ranks each hold a range of the sequence:
+    /// the norms run on it.
+    #[module(skip)]
+    sp: Option<Arc<ProcessGroup>>,
 }
 
 /// Multi-head causal self-attention.
@@ -170,6 +197,9 @@ pub struct CausalSelfAttention {
     /// The tensor-parallel group the block's projections are split on.
     #[module(skip)]
     tp: Option<Arc<ProcessGroup>>,
+    /// Whether its input and output are sequence shards.
+    #[module(skip)]
+    sequence_parallel: bool,
 }
 
 /// The block's MLP: Linear(d, 4d) GELU Linear(4d, d).
@@ -183,6 +213,9 @@ pub struct FeedForward {
     /// The tensor-parallel group the MLP is split on.
     #[module(skip)]
     tp: Option<Arc<ProcessGroup>>,
+    /// Whether its input and output are sequence shards.
+    #[module(skip)]
+    sequence_parallel: bool,
 }
 
 impl Gpt {
@@ -203,7 +236,11 @@ impl Gpt {
             l
         };
         let linear = |i, o| linear_std(i, o, STD);
-        let norm = || LayerNormConfig::new(d).init(device);
+        let norm = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(LN_EPSILON)
+                .init(device)
+        };
         let embedding = |n| {
             EmbeddingConfig::new(n, d)
                 .with_initializer(normal(STD))
@@ -225,6 +262,7 @@ impl Gpt {
                             resid_drop: drop(),
                             heads: config.heads,
                             tp: None,
+                            sequence_parallel: false,
                         },
                         ln_2: norm(),
                         mlp: FeedForward {
@@ -232,7 +270,9 @@ impl Gpt {
                             proj: linear_std(4 * d, d, residual),
                             drop: drop(),
                             tp: None,
+                            sequence_parallel: false,
                         },
+                        sp: None,
                     })
                 })
                 .collect(),
@@ -246,17 +286,31 @@ impl Gpt {
             drop: drop(),
             seq_len: config.seq_len,
             tp: None,
+            sequence_parallel: false,
             chunks: Vec::new(),
             device: device.clone(),
         }
     }
 
     /// This rank's piece of the model under tensor parallelism on `group` (the module's
-    /// notes): every rank passes the same whole model. Refused, naming the numbers, when the
-    /// group's size does not divide the heads.
-    pub fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Gpt, String> {
+    /// notes), with the residual stream split along the sequence when `sequence_parallel`
+    /// (Note [Sequence parallelism in the GPT]): every rank passes the same whole model.
+    /// Refused, naming the numbers, when the group's size does not divide the heads (or the
+    /// sequence).
+    pub fn tensor_parallel(
+        self,
+        group: Arc<ProcessGroup>,
+        sequence_parallel: bool,
+    ) -> Result<Gpt, String> {
         let (rank, n) = (group.rank(), group.world_size());
         let cut = |e: phalanx_tensor_parallel::Error| format!("--tp {n}: {e}");
+        if sequence_parallel && !self.seq_len.is_multiple_of(n) {
+            return Err(format!(
+                "--sequence-parallel splits each window's --seq-len {} positions among the {n} \
+                 ranks of --tp {n}; it must be a multiple of {n}",
+                self.seq_len
+            ));
+        }
         let mut blocks = Vec::with_capacity(self.blocks.len());
         for unit in self.blocks {
             let Block {
@@ -264,6 +318,7 @@ impl Gpt {
                 attn,
                 ln_2,
                 mlp,
+                sp: _,
             } = unit.block().clone();
             if !attn.heads.is_multiple_of(n) {
                 return Err(format!(
@@ -281,18 +336,21 @@ impl Gpt {
                 resid_drop: attn.resid_drop,
                 heads: attn.heads / n,
                 tp: Some(group.clone()),
+                sequence_parallel,
             };
             let mlp = FeedForward {
                 fc: ColwiseParallel::shard(mlp.fc, rank, n).map_err(cut)?,
                 proj: RowwiseParallel::shard(mlp.proj, rank, n).map_err(cut)?,
                 drop: mlp.drop,
                 tp: Some(group.clone()),
+                sequence_parallel,
             };
             blocks.push(FullyShard::new(Block {
                 ln_1,
                 attn,
                 ln_2,
                 mlp,
+                sp: sequence_parallel.then(|| group.clone()),
             }));
         }
         Ok(Gpt {
@@ -308,6 +366,7 @@ impl Gpt {
                 .map_err(cut)?,
             blocks,
             tp: Some(group.clone()),
+            sequence_parallel,
             ..self
         })
     }
@@ -372,12 +431,29 @@ impl Gpt {
         };
         let [_, seq] = tokens.dims();
         let device = tokens.device();
-        let positions = Tensor::<1, Int>::arange(0..seq as i64, &device).reshape([1, seq]);
-        let embedded = match &self.tp {
-            Some(group) => VocabParallelEmbedding::forward(wte, tokens, group),
-            None => wte.forward(tokens),
+        let arange = |r: std::ops::Range<usize>| {
+            let len = r.len();
+            Tensor::<1, Int>::arange(r.start as i64..r.end as i64, &device).reshape([1, len])
         };
-        self.drop.forward(embedded + wpe.forward(positions))
+        match (&self.tp, self.sequence_parallel) {
+            (Some(group), true) => {
+                // This rank's positions of the embeddings (Note [Sequence parallelism in the
+                // GPT]); the position table is whole, and each rank's positions give a part
+                // of its gradient.
+                let mine = SequenceParallel::range(seq, group)
+                    .unwrap_or_else(|e| panic!("--sequence-parallel: {e}"));
+                let embedded = VocabParallelEmbedding::forward_to_shards(wte, tokens, group);
+                let table = enter(wpe.weight.val(), group);
+                let placed = embedded + embedding(table, arange(mine));
+                SequenceParallel::dropout(&self.drop, placed, group)
+            }
+            (Some(group), false) => self.drop.forward(
+                VocabParallelEmbedding::forward(wte, tokens, group) + wpe.forward(arange(0..seq)),
+            ),
+            (None, _) => self
+                .drop
+                .forward(wte.forward(tokens) + wpe.forward(arange(0..seq))),
+        }
     }
 
     /// `x` through the blocks `range` (indices of `blocks`).
@@ -393,10 +469,13 @@ impl Gpt {
         let (Some(ln_f), Some(head)) = (&self.ln_f, &self.head) else {
             panic!("only the last pipeline stage has the head");
         };
-        let x = ln_f.forward(x);
-        match &self.tp {
-            Some(group) => ColwiseParallel::forward(head, x, group),
-            None => head.forward(x),
+        match (&self.tp, self.sequence_parallel) {
+            (Some(group), true) => {
+                let x = SequenceParallel::layer_norm(ln_f, LN_EPSILON, x, group);
+                ColwiseParallel::forward_from_shards(head, x, group)
+            }
+            (Some(group), false) => ColwiseParallel::forward(head, ln_f.forward(x), group),
+            (None, _) => head.forward(ln_f.forward(x)),
         }
     }
 
@@ -416,8 +495,12 @@ impl Gpt {
 impl Block {
     /// `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let x = x.clone() + self.attn.forward(self.ln_1.forward(x));
-        x.clone() + self.mlp.forward(self.ln_2.forward(x))
+        let norm = |ln: &LayerNorm, x: Tensor<3>| match &self.sp {
+            Some(group) => SequenceParallel::layer_norm(ln, LN_EPSILON, x, group),
+            None => ln.forward(x),
+        };
+        let x = x.clone() + self.attn.forward(norm(&self.ln_1, x));
+        x.clone() + self.mlp.forward(norm(&self.ln_2, x))
     }
 }
 
@@ -425,12 +508,14 @@ impl CausalSelfAttention {
     /// Attention of `[batch, seq, d]` over itself, each position seeing itself and the ones
     /// before it.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let [batch, seq, _] = x.dims();
-        // One `f` for the three projections: their input's gradient is summed once.
-        let x = match &self.tp {
-            Some(group) => copy_to_region(x, group),
-            None => x,
+        // One `f` (or one all-gather of the sequence shards) for the three projections: their
+        // input's gradient is summed once.
+        let x = match (&self.tp, self.sequence_parallel) {
+            (Some(group), true) => gather_sequence(x, group),
+            (Some(group), false) => copy_to_region(x, group),
+            (None, _) => x,
         };
+        let [batch, seq, _] = x.dims();
         // This rank's heads: the local width of the projections.
         let width = self.query.weight.dims()[1];
         let d_head = width / self.heads;
@@ -450,11 +535,17 @@ impl CausalSelfAttention {
             .matmul(v)
             .swap_dims(1, 2)
             .reshape([batch, seq, width]);
-        let out = match &self.tp {
-            Some(group) => RowwiseParallel::forward(&self.proj, context, group),
-            None => self.proj.forward(context),
-        };
-        self.resid_drop.forward(out)
+        match (&self.tp, self.sequence_parallel) {
+            (Some(group), true) => SequenceParallel::dropout(
+                &self.resid_drop,
+                RowwiseParallel::forward_to_shards(&self.proj, context, group),
+                group,
+            ),
+            (Some(group), false) => self
+                .resid_drop
+                .forward(RowwiseParallel::forward(&self.proj, context, group)),
+            (None, _) => self.resid_drop.forward(self.proj.forward(context)),
+        }
     }
 }
 
@@ -462,37 +553,32 @@ impl CausalSelfAttention {
     /// Dropout of the attention weights `[batch, heads here, seq, seq]` (Note [Dropout under
     /// tensor parallelism]).
     fn drop_weights(&self, weights: Tensor<4>) -> Tensor<4> {
-        let Some(group) = &self.tp else {
-            return self.attn_drop.forward(weights);
-        };
-        let p = self.attn_drop.prob;
-        if p == 0.0 || !weights.device().is_autodiff() || !self.attn_drop.training.is_enabled() {
-            return weights;
+        match &self.tp {
+            // By heads: axis 1.
+            Some(group) => dropout_of_shard(&self.attn_drop, weights, 1, group),
+            None => self.attn_drop.forward(weights),
         }
-        let [batch, heads, seq, _] = weights.dims();
-        let (rank, n) = (group.rank(), group.world_size());
-        let keep = 1.0 - p;
-        let whole = Tensor::<4>::random(
-            [batch, heads * n, seq, seq],
-            Distribution::Bernoulli(keep),
-            &weights.device(),
-        );
-        let mask = whole.slice([0..batch, rank * heads..(rank + 1) * heads, 0..seq, 0..seq]);
-        weights * mask * (1.0 / keep)
     }
 }
 
 impl FeedForward {
     /// Linear(d, 4d) GELU Linear(4d, d), then dropout.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let out = match &self.tp {
-            Some(group) => {
-                let h = gelu(ColwiseParallel::forward(&self.fc, x, group));
-                RowwiseParallel::forward(&self.proj, h, group)
+        match (&self.tp, self.sequence_parallel) {
+            (Some(group), true) => {
+                let h = gelu(ColwiseParallel::forward_from_shards(&self.fc, x, group));
+                let out = RowwiseParallel::forward_to_shards(&self.proj, h, group);
+                SequenceParallel::dropout(&self.drop, out, group)
             }
-            None => self.proj.forward(gelu(self.fc.forward(x))),
-        };
-        self.drop.forward(out)
+            (Some(group), false) => {
+                let h = gelu(ColwiseParallel::forward(&self.fc, x, group));
+                self.drop
+                    .forward(RowwiseParallel::forward(&self.proj, h, group))
+            }
+            (None, _) => self
+                .drop
+                .forward(self.proj.forward(gelu(self.fc.forward(x)))),
+        }
     }
 }
 
@@ -520,8 +606,12 @@ impl Classifier for Gpt {
         self.device.clone()
     }
 
-    fn tensor_parallel(self, group: Arc<ProcessGroup>) -> Result<Self, String> {
-        Gpt::tensor_parallel(self, group)
+    fn tensor_parallel(
+        self,
+        group: Arc<ProcessGroup>,
+        sequence_parallel: bool,
+    ) -> Result<Self, String> {
+        Gpt::tensor_parallel(self, group, sequence_parallel)
     }
 
     /// Under tensor parallelism, from this rank's columns of the logits without gathering

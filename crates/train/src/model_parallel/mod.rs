@@ -22,6 +22,8 @@ use crate::{with_stable_ids, Classifier, Error, Result, TrainConfig};
 pub(crate) fn flags(cfg: &TrainConfig) -> String {
     [
         (cfg.tp > 1).then(|| format!("--tp {}", cfg.tp)),
+        cfg.sequence_parallel
+            .then(|| "--sequence-parallel".to_string()),
         (cfg.pp.stages > 1).then(|| format!("--pp {}", cfg.pp.stages)),
     ]
     .into_iter()
@@ -42,6 +44,7 @@ fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
         ("--heads", cfg.heads.to_string()),
         ("--seq-len", cfg.seq_len.to_string()),
         ("--tp", cfg.tp.to_string()),
+        ("--sequence-parallel", cfg.sequence_parallel.to_string()),
         ("--pp", pp.stages.to_string()),
         ("--microbatches", pp.microbatches.to_string()),
         ("--pp-schedule", pp.schedule.to_string()),
@@ -143,7 +146,12 @@ impl ModelParallel {
         let mut model = model;
         let stage = match pp > 1 {
             true => {
-                let row = [cfg.seq_len, cfg.hidden];
+                // Under sequence parallelism a rank sends its positions only.
+                let positions = match cfg.sequence_parallel {
+                    true => cfg.seq_len / tp,
+                    false => cfg.seq_len,
+                };
+                let row = [positions, cfg.hidden];
                 let (stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
                 model = with_stable_ids(cut);
                 Some(stage)
@@ -152,7 +160,7 @@ impl ModelParallel {
         };
         let tensor = match tp > 1 {
             true => {
-                let (tensor, split) = TensorParallel::split(group("tp"), cfg.model, model)?;
+                let (tensor, split) = TensorParallel::split(group("tp"), cfg, model)?;
                 model = split;
                 Some(tensor)
             }

@@ -86,6 +86,9 @@ fn train_in(
             }
         )));
     }
+    if cfg.sequence_parallel {
+        crate::tensor_parallel::check_sequence_parallel(cfg.tp, cfg.seq_len)?;
+    }
     if cfg.tp > 1 || cfg.pp.stages > 1 {
         let tp = crate::model_parallel::flags(cfg);
         if matches!(group, Group::Tolerant(_)) {
