@@ -62,8 +62,8 @@ mod vocab;
 
 pub use dropout::dropout_of_shard;
 pub use error::{Error, Result};
-pub use placement::{gather_whole, Placement};
+pub use placement::{gather_whole, shard_range, Placement};
 pub use region::{copy_to_region, reduce_from_region};
 pub use sequence::{enter, gather_sequence, reduce_scatter_sequence, SequenceParallel};
-pub use style::{shard_range, ColwiseParallel, RowwiseParallel};
+pub use style::{ColwiseParallel, RowwiseParallel};
 pub use vocab::{argmax_parallel, loss_parallel, VocabParallelEmbedding};

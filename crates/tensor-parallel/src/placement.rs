@@ -1,6 +1,9 @@
 //! Where a parameter's values are across a tensor-parallel group ([`Placement`], DTensor's
 //! `Replicate` and `Shard(dim)`), and the whole tensor from the ranks' pieces
-//! ([`gather_whole`]): what a digest, a whole checkpoint and an equivalence check need.
+//! ([`gather_whole`]): what a digest, a whole checkpoint and an equivalence check need; and
+//! which range of a split axis a rank holds ([`shard_range`]).
+
+use std::ops::Range;
 
 use phalanx_pg::ProcessGroup;
 
@@ -63,4 +66,28 @@ pub fn gather_whole(
         }
     }
     Ok(whole)
+}
+
+/// The `rank`-th of `size` equal ranges of `0..len`.
+///
+/// ```
+/// assert_eq!(phalanx_tensor_parallel::shard_range("columns", 8, 1, 2)?, 4..8);
+/// let err = phalanx_tensor_parallel::shard_range("heads", 4, 0, 3).unwrap_err();
+/// assert!(err.to_string().contains("3 ranks cannot split 4 heads"));
+/// # Ok::<(), phalanx_tensor_parallel::Error>(())
+/// ```
+pub fn shard_range(
+    what: &'static str,
+    len: usize,
+    rank: usize,
+    size: usize,
+) -> Result<Range<usize>> {
+    if size == 0 || rank >= size {
+        return Err(Error::Rank { rank, size });
+    }
+    if !len.is_multiple_of(size) {
+        return Err(Error::Indivisible { what, len, size });
+    }
+    let per = len / size;
+    Ok(rank * per..(rank + 1) * per)
 }

@@ -68,8 +68,8 @@ use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
 use crate::dropout::dropout_of_shard;
+use crate::placement::shard_range;
 use crate::region::{copy_to_region, into_ad, Ad, Group};
-use crate::style::shard_range;
 use crate::Result;
 
 /// Between the regions: the activations split along the sequence (Note [Sequence

@@ -13,7 +13,6 @@
 //! Megatron and of a DTensor `Shard` placement, so that the whole weight is the ranks' pieces
 //! side by side, in rank order.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use burn::module::Param;
@@ -21,9 +20,10 @@ use burn::nn::Linear;
 use burn::tensor::Tensor;
 use phalanx_pg::ProcessGroup;
 
+use crate::placement::shard_range;
 use crate::region::{copy_to_region, reduce_from_region};
 use crate::sequence::{enter, gather_sequence, reduce_scatter_sequence};
-use crate::{Error, Result};
+use crate::Result;
 
 /// Split by output columns: a rank holds `d_output / n` columns of the weight and their bias.
 /// Its input is whole on every rank; its output is this rank's columns.
@@ -36,30 +36,6 @@ pub struct ColwiseParallel;
 /// after the sum).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowwiseParallel;
-
-/// The `rank`-th of `size` equal ranges of `0..len`.
-///
-/// ```
-/// assert_eq!(phalanx_tensor_parallel::shard_range("columns", 8, 1, 2)?, 4..8);
-/// let err = phalanx_tensor_parallel::shard_range("heads", 4, 0, 3).unwrap_err();
-/// assert!(err.to_string().contains("3 ranks cannot split 4 heads"));
-/// # Ok::<(), phalanx_tensor_parallel::Error>(())
-/// ```
-pub fn shard_range(
-    what: &'static str,
-    len: usize,
-    rank: usize,
-    size: usize,
-) -> Result<Range<usize>> {
-    if size == 0 || rank >= size {
-        return Err(Error::Rank { rank, size });
-    }
-    if !len.is_multiple_of(size) {
-        return Err(Error::Indivisible { what, len, size });
-    }
-    let per = len / size;
-    Ok(rank * per..(rank + 1) * per)
-}
 
 /// `slice` of the whole parameter `whole` as a parameter of its own. A slice of a tracked
 /// tensor is a node of the graph, not a leaf: detached, it is a leaf whose gradient is this

@@ -28,9 +28,10 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use phalanx_core::ReduceOp;
 use phalanx_pg::ProcessGroup;
 
+use crate::placement::shard_range;
 use crate::region::reduce_from_region;
 use crate::sequence::reduce_scatter_sequence;
-use crate::style::{piece, shard_range};
+use crate::style::piece;
 use crate::Result;
 
 /// The token embedding split by vocabulary rows (Note [Vocabulary parallelism]).

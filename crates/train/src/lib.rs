@@ -34,6 +34,6 @@ pub use model::{
 };
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
-pub use pipeline::{PipelineOptions, PipelineSchedule};
+pub use pipeline::{PipelineOptions, PipelineSchedule, PipelineStage};
 pub use step::{evaluate, forward_backward, param_digest, score, train_step_local, Score};
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

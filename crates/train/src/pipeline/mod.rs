@@ -30,4 +30,4 @@ mod stage;
 
 pub use options::PipelineOptions;
 pub use schedule::{Action, Instr, Message, PipelineSchedule, Schedule};
-pub(crate) use stage::PipelineStage;
+pub use stage::PipelineStage;

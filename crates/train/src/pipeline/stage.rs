@@ -23,9 +23,15 @@ use crate::{Classifier, Error, Result};
 const EVAL_ROWS: usize = 256;
 
 /// One rank's stage of a pipeline (Note [Pipeline run]): its group, its schedule, the width
-/// of the activations it sends, and the time it computed and waited.
+/// of the activations it sends, and the time it computed and waited. PyTorch's
+/// `PipelineStage` with its schedule (`ScheduleGPipe`, `Schedule1F1B`,
+/// `ScheduleInterleaved1F1B`): [`cut`](Self::cut) keeps this rank's chunks of a model that
+/// implements [`Classifier`]'s pipeline hooks, and [`forward_backward`](Self::forward_backward)
+/// runs one batch through the schedule with the other stages, as `schedule.step` does. The
+/// tutorial `crates/examples/examples/pipeline.rs` trains a user's own Burn model with it in a
+/// loop of the user's own.
 #[derive(Debug)]
-pub(crate) struct PipelineStage {
+pub struct PipelineStage {
     pp: Arc<ProcessGroup>,
     options: PipelineOptions,
     /// An activation row's shape: `[seq, width]`.
@@ -38,9 +44,11 @@ pub(crate) struct PipelineStage {
 }
 
 impl PipelineStage {
-    /// Cuts `model` for this rank of `pp` as `options` say (Note [Pipeline run]): refused,
-    /// naming the numbers, where the schedule or the cut does not fit the model.
-    pub(crate) fn cut<M: Classifier>(
+    /// Cuts `model` for this rank of `pp` as `options` say (Note [Pipeline run]); `row` is
+    /// the shape `[seq, width]` of one sample's activation between two stages. Every rank
+    /// passes the same whole model. Refused, naming the numbers, where the schedule or the
+    /// cut does not fit the model.
+    pub fn cut<M: Classifier>(
         pp: Arc<ProcessGroup>,
         options: &PipelineOptions,
         row: [usize; 2],
@@ -60,8 +68,9 @@ impl PipelineStage {
         };
         let Some(costs) = model.pipeline_costs() else {
             return Err(Error::Config(format!(
-                "{what} cuts a GPT's blocks into stages; this model has no pipeline split: use \
-                 --model gpt"
+                "{what} cuts a model's blocks into stages; this model has no pipeline split: use \
+                 --model gpt (a model of your own implements Classifier::pipeline_costs, \
+                 pipeline_stage, stage_forward and chunk_tensors)"
             )));
         };
         let blocks = costs.blocks.len();
@@ -75,6 +84,13 @@ impl PipelineStage {
             .map(|c| range(schedule.stage_of(rank, c)))
             .collect();
         let last = schedule.rank_of(schedule.stages() - 1) == rank;
+        // Note [Whole before cut]
+        // Burn draws a parameter's initial values lazily, at its first use, from the device's
+        // generator. A stage that only ever used its own blocks would draw its first block's
+        // values where the whole model drew the first stage's: every rank would hold another
+        // model. So the whole model's parameters are drawn here, in canonical order, before
+        // the cut, as one process drawing the whole model draws them.
+        model.visit(&mut Materialize);
         let model = model
             .pipeline_stage(&chunks, rank == 0, last)
             .map_err(Error::Config)?;
@@ -89,14 +105,14 @@ impl PipelineStage {
     }
 
     /// The pipeline's ranks.
-    pub(crate) fn group(&self) -> &Arc<ProcessGroup> {
+    pub fn group(&self) -> &Arc<ProcessGroup> {
         &self.pp
     }
 
     /// Per float tensor of this rank's stage (canonical order, `chunk_tensors` per chunk as
     /// [`Classifier::chunk_tensors`] counts them), its position in the whole model: the
     /// order [`whole`](Self::whole) joins them in. A collective of the pipeline's group.
-    pub(crate) fn positions(&self, chunk_tensors: &[usize]) -> Result<Vec<usize>> {
+    pub fn positions(&self, chunk_tensors: &[usize]) -> Result<Vec<usize>> {
         let (p, rank) = (self.pp.world_size(), self.pp.rank());
         let chunks = chunk_tensors.len();
         let mine: Vec<i64> = chunk_tensors.iter().map(|&c| c as i64).collect();
@@ -118,13 +134,13 @@ impl PipelineStage {
     }
 
     /// The stages of the pipeline.
-    pub(crate) fn size(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.pp.world_size()
     }
 
     /// The measured bubble so far (the share of its steps this rank did not compute) and the
     /// schedule's in theory.
-    pub(crate) fn bubble(&self) -> (f64, f64) {
+    pub fn bubble(&self) -> (f64, f64) {
         let (busy, wall) = self.busy.get();
         (1.0 - busy / wall.max(1e-12), self.full.0.bubble())
     }
@@ -133,7 +149,7 @@ impl PipelineStage {
     /// other stages: this stage's gradients, summed over the microbatches, and the batch's
     /// mean loss (the last stage's, sent to every stage). `seed` draws each microbatch's
     /// dropout on each stage apart.
-    pub(crate) fn forward_backward<M: Classifier>(
+    pub fn forward_backward<M: Classifier>(
         &self,
         model: &M,
         features: &[f32],
@@ -273,7 +289,7 @@ impl PipelineStage {
 
     /// The model's [`Score`] on `x`/`y` through the pipeline (forward only), the same on every
     /// stage.
-    pub(crate) fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
+    pub fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
         let model = model.valid();
         let schedule = self.full.0;
         let (rank, dim, last) = (self.pp.rank(), model.input_dim(), schedule.stages() - 1);
@@ -334,11 +350,7 @@ impl PipelineStage {
 
     /// The whole model's float tensors in canonical order, from every stage's `mine` (its
     /// tensors, `chunk_tensors[c]` of them for its chunk `c`): a collective of the pipeline.
-    pub(crate) fn whole(
-        &self,
-        mine: Vec<Vec<f32>>,
-        chunk_tensors: &[usize],
-    ) -> Result<Vec<Vec<f32>>> {
+    pub fn whole(&self, mine: Vec<Vec<f32>>, chunk_tensors: &[usize]) -> Result<Vec<Vec<f32>>> {
         let (p, rank) = (self.pp.world_size(), self.pp.rank());
         // Every stage's tensors, broadcast from each in turn: the counts, the lengths, the
         // values.
@@ -476,6 +488,15 @@ impl Running {
                 model.visit(&mut add);
             }
         }
+    }
+}
+
+/// Draws every parameter of a whole model that is still to be drawn (Note [Whole before cut]).
+struct Materialize;
+
+impl ModuleVisitor for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let _ = param.val();
     }
 }
 
