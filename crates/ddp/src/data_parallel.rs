@@ -164,6 +164,16 @@ pub trait DataParallel<M: Module>: Sized {
     /// whole (a collective where they are sharded): for a digest or an export.
     fn full_params(&mut self) -> Result<Vec<Vec<f32>>>;
 
+    /// Hands `f` what [`full_params`](Self::full_params) returns, tensor by tensor in canonical
+    /// order: an engine that shards the parameters gathers them a block at a time, so the
+    /// caller (a digest, an export) never holds the whole model (a collective then).
+    fn for_each_full_param(&mut self, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        for values in self.full_params()? {
+            f(&values);
+        }
+        Ok(())
+    }
+
     /// One synchronising step: averages `grads` over the ranks (with the gradients of the
     /// `no_sync` steps before it) and hands them to `step` with what the engine keeps,
     /// as `kind` says. `step` is called once per bucket (its gradients only) under

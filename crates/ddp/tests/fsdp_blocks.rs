@@ -196,7 +196,15 @@ fn run_sharded(pg: ProcessGroup, plan: Plan, sharding: Sharding, group: Option<u
     // Between steps the blocks and the root hold no parameter: the shards do.
     assert_eq!(fsdp.module().middle[0].block().weight.val().dims(), [0, 0]);
     assert_eq!(fsdp.module().head.weight.val().dims(), [0, 0]);
-    fsdp.full_params().unwrap()
+    let whole = fsdp.full_params().unwrap();
+    // Block by block (Note [One block at a time]): the same tensors, in the same order, and
+    // the blocks and the root hold no parameter again after it.
+    let mut streamed = Vec::new();
+    fsdp.for_each_full_param(&mut |v| streamed.push(v.to_vec()))
+        .unwrap();
+    assert_eq!(streamed, whole);
+    assert_eq!(fsdp.module().middle[0].block().weight.val().dims(), [0, 0]);
+    whole
 }
 
 fn check(world: usize, plan: Plan) {

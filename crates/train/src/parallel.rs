@@ -88,11 +88,13 @@ pub(crate) fn step_with<M: Classifier, E: DataParallel<M>>(
 }
 
 /// SHA-256 of every float tensor's value in canonical order ([`param_digest`] of the whole
-/// model; gathered where the engine shards it: a collective then).
+/// model; gathered a block at a time where the engine shards it: a collective then).
 ///
 /// [`param_digest`]: crate::param_digest
 pub(crate) fn digest<M: Classifier, E: DataParallel<M>>(engine: &mut E) -> Result<String> {
-    Ok(crate::step::digest_of(&engine.full_params()?))
+    let mut hasher = crate::step::ParamHasher::default();
+    engine.for_each_full_param(&mut |values| hasher.update(values))?;
+    Ok(hasher.finish())
 }
 
 /// The training state this rank holds between steps (ZeRO's accounting, Note [Shard layout]

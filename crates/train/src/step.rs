@@ -120,13 +120,32 @@ pub fn param_digest<M: Module>(model: &M) -> Result<String> {
 
 /// [`param_digest`] of float tensors' values in canonical order.
 pub(crate) fn digest_of(values: &[Vec<f32>]) -> String {
-    let mut hasher = Sha256::new();
+    let mut hasher = ParamHasher::default();
     for param in values {
-        for v in param {
-            hasher.update(v.to_le_bytes());
+        hasher.update(param);
+    }
+    hasher.finish()
+}
+
+/// [`param_digest`] fed one tensor at a time (a sharded model gathered block by block).
+#[derive(Default)]
+pub(crate) struct ParamHasher(Sha256);
+
+impl ParamHasher {
+    /// Adds a tensor's values, as little-endian `f32` bytes.
+    pub(crate) fn update(&mut self, values: &[f32]) {
+        let mut bytes = Vec::with_capacity(4 * values.len().min(1 << 16));
+        for chunk in values.chunks(1 << 16) {
+            bytes.clear();
+            bytes.extend(chunk.iter().flat_map(|v| v.to_le_bytes()));
+            self.0.update(&bytes);
         }
     }
-    phalanx_core::hex::encode(&hasher.finalize())
+
+    /// The digest (hex).
+    pub(crate) fn finish(self) -> String {
+        phalanx_core::hex::encode(&self.0.finalize())
+    }
 }
 
 /// Rows `[rows, input_dim]` of flat features as a tensor on the model's device.

@@ -514,6 +514,48 @@ impl<M: Module> FullyShardedDataParallel<M> {
         Ok(values)
     }
 
+    /// Hands `f` the value of every float tensor of the model in canonical order, the trainable
+    /// ones whole, as [`full_params`](Self::full_params) returns them, but gathering one
+    /// [`FullyShard`](super::FullyShard) block at a time (a collective under `full`): a digest
+    /// or an export of a sharded model never holds the whole model (Note [One block at a
+    /// time]).
+    pub fn for_each_full_param(&mut self, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        // Note [One block at a time]
+        // Gathering the whole model on every rank to hash or export it makes the end of a
+        // `full` run its peak: every parameter once more, next to the shards (a 70 M-parameter
+        // MLP on 4 ranks peaked at 924 MB there, against about 600 MB in its steps). The
+        // blocks' tensors sit together in canonical order (a block is one submodule), so the
+        // walk gathers a block where its first tensor comes and drops it at the next block.
+        // Every rank walks the same order, so the gathers match across the group.
+        let was = self.root.is_unsharded();
+        self.unshard()?;
+        let values = params_to_flat(self.module())?;
+        let mut of_block: HashMap<usize, (usize, usize)> = HashMap::new();
+        for (b, block) in self.blocks.iter().enumerate() {
+            for (j, &p) in block.unit.params().iter().enumerate() {
+                of_block.insert(self.trainable[p], (b, j));
+            }
+        }
+        let mut gathered: Option<(usize, Vec<Shaped>)> = None;
+        for (k, v) in values.iter().enumerate() {
+            let Some(&(b, j)) = of_block.get(&k) else {
+                f(v);
+                continue;
+            };
+            if gathered.as_ref().map(|(held, _)| *held) != Some(b) {
+                drop(gathered.take()); // before the next block arrives
+                gathered = Some((b, self.blocks[b].gather_now()?));
+            }
+            let (_, block) = gathered.as_ref().expect("gathered above");
+            f(&block[j].0);
+        }
+        drop(gathered);
+        if !was {
+            self.reshard();
+        }
+        Ok(())
+    }
+
     /// Averages this step's gradients, steps this rank's shard with `step` bucket by bucket as
     /// they arrive, and brings the updated parameters back (Note [Sharded step]); then
     /// synchronises the buffers. `step` is called with the shard and the gradients of the
@@ -921,6 +963,10 @@ impl<M: Module> DataParallel<M> for FullyShardedDataParallel<M> {
 
     fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
         FullyShardedDataParallel::full_params(self)
+    }
+
+    fn for_each_full_param(&mut self, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        FullyShardedDataParallel::for_each_full_param(self, f)
     }
 
     fn step(
