@@ -414,6 +414,26 @@ fn gpt_tensor_parallel_trains_as_fewer_ranks_do() {
     );
 }
 
+/// Each rank draws only the piece it keeps (Note [Deferred init] in phalanx-train), and the
+/// pieces are the whole build's: with a learning rate of 0 every layout ends with the model
+/// one rank builds, bitwise (a piece drawn with another seed, or in another order with Burn's
+/// one generator, would not).
+#[test]
+fn gpt_every_layout_starts_from_the_whole_build() {
+    let flat = ["--optimizer", "sgd", "--lr", "0", "--depth", "4"];
+    let at =
+        |args: &[&str]| gpt_run_for("1", &[&flat[..], args].concat())[0]["param_digest"].clone();
+    let one = at(&["--nproc-per-node", "1"]);
+    for layout in [
+        &["--nproc-per-node", "2", "--tp", "2"][..],
+        &["--nproc-per-node", "2", "--pp", "2"],
+        &["--nproc-per-node", "4", "--tp", "2", "--pp", "2"],
+        &["--nproc-per-node", "2", "--sharding", "full"],
+    ] {
+        assert_eq!(at(layout), one, "{layout:?} starts from another model");
+    }
+}
+
 /// `--freeze` under `--tp`: the frozen parameters' pieces stay frozen (a piece is a parameter
 /// of its own, cut from the whole one), so `--tp 2` trains as one rank does with the same
 /// parameters frozen. With `--grad-clip 0.1`, which clips every step: the norm is the whole

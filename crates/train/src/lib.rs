@@ -28,12 +28,12 @@ pub use ddp_step::{accumulate_step, train_step, train_step_clipped, train_step_u
 pub use device::{cuda_device_count, device, set_device, DeviceSpec};
 pub use error::{Error, Result};
 pub use model::{
-    freeze_matching, with_model, with_stable_ids, Block, CausalSelfAttention, Classifier, Cnn,
-    Encoder, FeedForward, Gpt, GptConfig, Mlp, MlpConfig, ModelKind, ModelSpec, PipelineCosts,
-    StageOutput, Transformer, WithModel,
+    freeze_matching, with_deferred_init, with_model, with_stable_ids, Block, CausalSelfAttention,
+    Classifier, Cnn, Encoder, FeedForward, Gpt, GptConfig, Mlp, MlpConfig, ModelKind, ModelSpec,
+    PipelineCosts, StageOutput, Transformer, WithModel,
 };
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
-pub use pipeline::{PipelineOptions, PipelineSchedule, PipelineStage};
+pub use pipeline::{PipelineOptions, PipelineSchedule, PipelineStage, WholeOf};
 pub use step::{evaluate, forward_backward, param_digest, score, train_step_local, Score};
 pub use trainer::{train, train_fault_tolerant, train_model, Summary};

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use phalanx_ddp::adapter::burn::params_to_flat;
+use phalanx_ddp::adapter::burn::{params_to_flat, without_drawing};
 use phalanx_ddp::adapter::StateKind;
 use phalanx_ddp::fsdp::{FsdpOptions, FullyShardedDataParallel, Sharding};
 use phalanx_ddp::{DataParallel, DdpOptions, DistributedDataParallel, StepKind};
@@ -43,15 +43,25 @@ pub(crate) fn with_engine<M: Classifier, W: WithEngine<M>>(
     then: W,
 ) -> Result<W::Output> {
     Ok(match wrapping.sharding {
-        Sharding::None => then.run(DistributedDataParallel::new(model, pg, wrapping.ddp)?),
-        sharding => then.run(FullyShardedDataParallel::new(
-            model,
-            pg,
-            FsdpOptions::new(sharding)
+        Sharding::None => {
+            // What DDP keeps whole is drawn now, before any step; the sharding modes draw
+            // each tensor as they cut it.
+            crate::model::deferred::draw_all(&model);
+            then.run(DistributedDataParallel::new(model, pg, wrapping.ddp)?)
+        }
+        sharding => {
+            let options = FsdpOptions::new(sharding)
                 .with_ddp(wrapping.ddp)
                 .with_reshard_after_forward(wrapping.reshard_after_forward)
-                .with_shard_group_size(wrapping.shard_group_size),
-        )?),
+                .with_shard_group_size(wrapping.shard_group_size);
+            // A model with deferred init is cut a tensor at a time, never drawn whole (Note
+            // [Deferred init]).
+            let engine = match model.deferred_init() {
+                true => without_drawing(|| FullyShardedDataParallel::new(model, pg, options))?,
+                false => FullyShardedDataParallel::new(model, pg, options)?,
+            };
+            then.run(engine)
+        }
     })
 }
 

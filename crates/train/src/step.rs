@@ -8,9 +8,6 @@ use sha2::{Digest, Sha256};
 
 use crate::{Classifier, Error, Optim, Result};
 
-/// Rows evaluated per forward pass in [`evaluate`], to bound memory.
-const EVAL_CHUNK: usize = 1024;
-
 /// Forward and backward of one batch: the gradients and the mean cross-entropy loss.
 ///
 /// `features` is row-major `[labels.len(), input]`; labels are class indices.
@@ -73,10 +70,8 @@ pub fn score<M: Classifier>(model: &M, features: &[f32], labels: &[i64]) -> Resu
     }
     let device = model.device();
     let mut score = Score::default();
-    for (rows, labels) in features
-        .chunks(EVAL_CHUNK * input)
-        .zip(labels.chunks(EVAL_CHUNK))
-    {
+    let chunk = model.eval_rows().max(1);
+    for (rows, labels) in features.chunks(chunk * input).zip(labels.chunks(chunk)) {
         let x = batch_tensor(&model, rows, labels.len())?;
         let y =
             Tensor::<1, Int>::from_data(TensorData::new(labels.to_vec(), [labels.len()]), &device);

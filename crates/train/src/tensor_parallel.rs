@@ -145,26 +145,19 @@ impl TensorParallel {
             .collect()
     }
 
-    /// The whole model's float tensors from this rank's `pieces` (canonical order): a
-    /// collective of the tensor-parallel group.
-    pub(crate) fn whole(&self, pieces: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
-        if pieces.len() != self.pieces.len() {
+    /// Float tensor `k` (canonical order) whole from this rank's `piece` of it: a collective
+    /// of the tensor-parallel group.
+    pub(crate) fn whole_of(&self, k: usize, piece: &[f32]) -> Result<Vec<f32>> {
+        let Some((placement, shape)) = self.pieces.get(k) else {
             return Err(Error::Config(format!(
-                "tensor parallelism: {} float tensors where the model has {}",
-                pieces.len(),
+                "tensor parallelism: float tensor {k} where the model has {}",
                 self.pieces.len()
             )));
-        }
-        pieces
-            .into_iter()
-            .zip(&self.pieces)
-            .map(|(piece, (placement, shape))| {
-                gather_whole(&piece, shape, *placement, &self.tp).map_err(|e| match e {
-                    // The group's failure names the peer as every other collective's does.
-                    phalanx_tensor_parallel::Error::Pg(e) => Error::Pg(e),
-                    other => Error::TensorParallel(other),
-                })
-            })
-            .collect()
+        };
+        gather_whole(piece, shape, *placement, &self.tp).map_err(|e| match e {
+            // The group's failure names the peer as every other collective's does.
+            phalanx_tensor_parallel::Error::Pg(e) => Error::Pg(e),
+            other => Error::TensorParallel(other),
+        })
     }
 }

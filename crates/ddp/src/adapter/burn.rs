@@ -36,6 +36,7 @@
 //! anything written in between. [`flush_running_state`] folds the pending values in first, so
 //! that reading a buffer sees this step's value and writing one (the synchronisation) sticks.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
@@ -83,9 +84,40 @@ pub fn state_infos<M: Module>(module: &M) -> Vec<StateInfo> {
     out
 }
 
+thread_local! {
+    /// Whether this thread's walks leave undrawn parameters undrawn ([`without_drawing`]).
+    static UNDRAWN_STAY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with this thread's walks of modules leaving the parameters Burn has not drawn yet
+/// undrawn, each drawn only when its value is read (Note [Undrawn parameters]): the engines
+/// cut a model a tensor at a time instead of drawing it whole first. Only for a model whose
+/// undrawn parameters are all trainable and that has run no forward pass, as one built with
+/// deferred init is (`phalanx_train::with_deferred_init`).
+pub fn without_drawing<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNDRAWN_STAY.with(|u| u.set(self.0));
+        }
+    }
+    let _restore = Restore(UNDRAWN_STAY.with(|u| u.replace(true)));
+    f()
+}
+
 /// Folds every running state's pending per-thread value into its value (Note [Parameters,
 /// buffers and frozen]): call before reading or writing buffers.
 pub fn flush_running_state<M: Module>(module: &M) {
+    // Inside `without_drawing`, `valid` would draw every undrawn parameter (Note [Undrawn
+    // parameters]); the caller's module has run no forward pass (a forward draws what it
+    // uses), so no running state of it holds a pending value: nothing to fold.
+    if UNDRAWN_STAY.with(Cell::get) {
+        let mut undrawn = Undrawn(false);
+        module.visit(&mut undrawn);
+        if undrawn.0 {
+            return;
+        }
+    }
     // `valid` syncs each running state in place (its storage is shared with this module) on
     // the way to an inference snapshot, which is dropped.
     drop(module.valid());
@@ -489,17 +521,46 @@ impl ModuleVisitor for Walker {
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let id: ParamId = param.id;
-        let tensor = param.val();
-        let shape = tensor.shape().as_slice().to_vec();
-        let device: Device = tensor.device().inner();
-        let dtype = tensor.dtype();
-        let requires_grad = param.is_require_grad();
+        // Note [Undrawn parameters]
+        // Inside `without_drawing`, a parameter Burn has not drawn yet (a model built with
+        // deferred init, Note [Deferred init] in phalanx-train) is read for its name, shape and
+        // device without drawing it: listing a model's tensors must not hold the whole model.
+        // It is taken as trainable (Burn keeps a lazy parameter's gradient flag private; the
+        // caller vouches that its undrawn parameters are trainable), and it is drawn when its
+        // value or gradient is first asked for. Elsewhere every parameter is drawn first, in
+        // canonical order, as Burn's lazy initialisers expect.
+        let undrawn = !param.is_initialized() && UNDRAWN_STAY.with(Cell::get);
+        let (shape, device, dtype, requires_grad) = match !undrawn {
+            true => {
+                let tensor = param.val();
+                let shape = tensor.shape().as_slice().to_vec();
+                (
+                    shape,
+                    tensor.device().inner(),
+                    tensor.dtype(),
+                    param.is_require_grad(),
+                )
+            }
+            false => {
+                let device = param.lazy_device();
+                // The device's float type, from an empty tensor (nothing drawn).
+                let dtype = Tensor::<1>::empty([0], &device).dtype();
+                let requires_grad = device.is_autodiff();
+                (
+                    param.lazy_shape().as_slice().to_vec(),
+                    device.inner(),
+                    dtype,
+                    requires_grad,
+                )
+            }
+        };
         let info = ParamInfo {
             name: self.name(),
             shape: shape.clone(),
         };
-        let for_value = tensor.clone();
-        let for_has = tensor.clone();
+        let for_value = param.clone();
+        let for_has = param.clone();
+        let for_take = param.clone();
         let numel = info.numel();
         self.handles.push(Handle {
             info,
@@ -508,17 +569,17 @@ impl ModuleVisitor for Walker {
             requires_grad,
             value: Box::new(move || {
                 for_value
-                    .clone()
+                    .val()
                     .try_into_data_as::<f32>()
                     .map_err(|e| e.to_string())
             }),
-            has_grad: Box::new(move |grads| requires_grad && for_has.grad(grads).is_some()),
+            has_grad: Box::new(move |grads| requires_grad && for_has.val().grad(grads).is_some()),
             take_grad: Box::new(move |grads| {
                 // Like Burn's own `GradientsParams::from_module`: a frozen parameter has no node.
                 if !requires_grad {
                     return None;
                 }
-                let grad = tensor.grad_remove(grads)?;
+                let grad = for_take.val().grad_remove(grads)?;
                 Some(grad.reshape([numel]))
             }),
             register: Box::new(move |grad, params| {
@@ -526,6 +587,15 @@ impl ModuleVisitor for Walker {
                 params.register::<D>(id, grad);
             }),
         });
+    }
+}
+
+/// Whether a module has a float parameter Burn has not drawn yet.
+struct Undrawn(bool);
+
+impl ModuleVisitor for Undrawn {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0 |= !param.is_initialized();
     }
 }
 

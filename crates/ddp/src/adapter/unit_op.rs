@@ -163,6 +163,9 @@ where
         let mut grads = (y * g).sum().backward();
         buffers.restore(&block);
         let per_param = self.block.param_grads(&block, &mut grads);
+        // The gathered parameters go before the reduce-scatter's packed buffer comes: a
+        // block's whole parameters, its gradients and their packed copy never live together.
+        drop(block);
         self.block.comm.reduce(per_param);
         x.grad(&grads)?.try_into_primitive::<Flex>().ok()
     }
@@ -185,6 +188,7 @@ where
         let g = Tensor::<E>::from_primitive::<Ad>(AdTensor::new(g));
         let mut grads = (y * g).sum().backward();
         let per_param = self.block.param_grads(&block, &mut grads);
+        drop(block); // as in a recomputing backward
         self.block.comm.reduce(per_param);
         x.grad(&grads)?.try_into_primitive::<Flex>().ok()
     }

@@ -12,6 +12,9 @@ use phalanx_tensor_parallel::Placement;
 
 use crate::Result;
 
+/// Rows an evaluation runs at once unless a model says otherwise ([`Classifier::eval_rows`]).
+pub(crate) const EVAL_ROWS: usize = 1024;
+
 /// A classifier the trainer can train: any Burn module with a forward pass from flat rows.
 ///
 /// ```
@@ -76,6 +79,20 @@ pub trait Classifier: Module + 'static {
     /// order (none listed: every tensor whole on every rank).
     fn placements(&self) -> Vec<Placement> {
         Vec::new()
+    }
+    /// Whether each parameter draws its initial values on its own, from the seed and its
+    /// position (Note [Deferred init] in `model/mod.rs`), so that a pipeline stage or a
+    /// tensor-parallel shard is drawn without the rest of the model. The default: no (Burn's
+    /// initialisers draw from the device's one generator in order of first use, so a stage
+    /// draws the whole model first: Note [Whole before cut] in `pipeline/stage.rs`).
+    fn deferred_init(&self) -> bool {
+        false
+    }
+    /// How many rows an evaluation runs through the model at once: it bounds the evaluation's
+    /// activations, which a chunk of a model whose rows are long (a language model's windows)
+    /// makes the run's peak. The default: 1,024 (a classifier's rows are samples).
+    fn eval_rows(&self) -> usize {
+        EVAL_ROWS
     }
     /// What a pipeline cut weighs (`--pp`, Note [Pipeline run] in `pipeline/mod.rs`); `None`:
     /// the model has no pipeline split (the default).

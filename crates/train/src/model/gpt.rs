@@ -83,6 +83,17 @@ const STD: f64 = 0.02;
 /// itself and needs it, which Burn keeps private.
 const LN_EPSILON: f64 = 1e-5;
 
+// Note [Evaluation chunks]
+// The trainer evaluates a classifier 1,024 rows at a time; a row of this model is a window of
+// `seq_len` positions, each with a `d_model` residual, a `4 d_model` MLP activation and its
+// attention row. At `--hidden 1024 --seq-len 64` a chunk of 1,024 windows held over a GB of
+// activations on every rank, whatever `--tp` or `--pp` split: the run's peak, far above its
+// training steps' (1,381 MB per rank under --tp 4 against 690 MB before the first step). So
+// the model evaluates as many windows as hold `EVAL_POSITIONS` positions, about a small
+// training batch's worth of activations; the sums are the same up to float rounding.
+/// Positions an evaluation chunk holds (Note [Evaluation chunks]).
+const EVAL_POSITIONS: usize = 4096;
+
 /// The shape of a [`Gpt`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GptConfig {
@@ -219,10 +230,18 @@ pub struct FeedForward {
 }
 
 impl Gpt {
-    /// Builds the model on `device`, with Burn's initialisers drawing from the device's
-    /// generator (seed it first for a reproducible init). Panics on a shape that
-    /// [`GptConfig::check`] refuses.
-    pub fn new(config: &GptConfig, device: &Device) -> Gpt {
+    /// Builds the model on `device` with every parameter undrawn: Burn's initialisers (GPT-2's
+    /// normal of std 0.02, the residual projections scaled by depth), each drawing at the
+    /// parameter's first use from the device's generator seeded with `seed` and the
+    /// parameter's position (Note [Deferred init] in `model/mod.rs`), so that a rank draws
+    /// only the piece it keeps, and every piece equals the whole build's. Panics on a shape
+    /// that [`GptConfig::check`] refuses.
+    pub fn new(config: &GptConfig, seed: u64, device: &Device) -> Gpt {
+        super::deferred::with_deferred_init(Gpt::undrawn(config, device), seed)
+    }
+
+    /// The model with Burn's initialisers, undrawn.
+    fn undrawn(config: &GptConfig, device: &Device) -> Gpt {
         config.check().expect("a checked GPT config");
         let d = config.d_model;
         let drop = || DropoutConfig::new(config.dropout).init();
@@ -588,6 +607,16 @@ impl Classifier for Gpt {
         self.seq_len + 1
     }
 
+    /// Always: [`Gpt::new`] builds it with deferred init.
+    fn deferred_init(&self) -> bool {
+        true
+    }
+
+    /// As many windows as hold [`EVAL_POSITIONS`] positions (Note [Evaluation chunks]).
+    fn eval_rows(&self) -> usize {
+        (EVAL_POSITIONS / self.seq_len.max(1)).clamp(1, crate::model::classifier::EVAL_ROWS)
+    }
+
     /// `[batch * seq_len, vocab]`: position `t` of each window scored for token `t + 1`.
     fn logits(&self, input: Tensor<2>) -> Tensor<2> {
         Gpt::rows(self.forward(self.tokens(input)))
@@ -756,7 +785,7 @@ mod tests {
     fn shapes_and_parameter_count() {
         let device = Device::flex();
         let config = tiny();
-        let model = Gpt::new(&config, &device);
+        let model = Gpt::new(&config, 0, &device);
         assert_eq!(model.num_params(), config.num_params());
         let input = Tensor::<2>::from_floats([[1.0; 9], [2.0; 9]], &device);
         assert_eq!(model.logits(input.clone()).dims(), [16, 256]);
@@ -764,10 +793,41 @@ mod tests {
         assert_eq!(model.targets(input, labels).dims(), [16]);
     }
 
+    /// Draws every parameter of `model`, last first.
+    struct Backwards(Vec<Box<dyn Fn()>>);
+
+    impl burn::module::ModuleVisitor for Backwards {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+            let param = param.clone();
+            self.0.push(Box::new(move || drop(param.val())));
+        }
+    }
+
+    /// Note [Deferred init]: a parameter's values are its own, whatever was drawn before it,
+    /// so a rank drawing only its piece draws the whole build's values.
+    #[test]
+    fn each_parameter_draws_its_own_values_in_any_order() {
+        let device = Device::flex();
+        let flat = |m: &Gpt| phalanx_ddp::adapter::burn::params_to_flat(m).unwrap();
+        let forwards = Gpt::new(&tiny(), 7, &device);
+        let backwards = Gpt::new(&tiny(), 7, &device);
+        let mut draws = Backwards(Vec::new());
+        backwards.visit(&mut draws);
+        assert!(draws.0.len() > 4);
+        // Some other draws on the device's generator in between change nothing.
+        device.seed(99);
+        let _ = Tensor::<1>::random([1000], burn::tensor::Distribution::Default, &device);
+        for draw in draws.0.iter().rev() {
+            draw();
+        }
+        assert_eq!(flat(&backwards), flat(&forwards));
+        assert_ne!(flat(&Gpt::new(&tiny(), 8, &device)), flat(&forwards));
+    }
+
     #[test]
     fn a_position_never_sees_a_later_token() {
         let device = Device::flex();
-        let model = Gpt::new(&tiny(), &device);
+        let model = Gpt::new(&tiny(), 0, &device);
         let a = Tensor::<2, Int>::from_ints([[5, 6, 7, 8, 9, 10, 11, 12]], &device);
         let b = Tensor::<2, Int>::from_ints([[5, 6, 7, 8, 99, 98, 97, 96]], &device);
         let (la, lb) = (model.forward(a), model.forward(b));

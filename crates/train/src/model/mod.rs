@@ -9,6 +9,7 @@
 
 mod classifier;
 mod cnn;
+pub(crate) mod deferred;
 mod gpt;
 mod mlp;
 mod transformer;
@@ -18,6 +19,7 @@ use burn::tensor::{Device, Tensor};
 
 pub use classifier::{Classifier, PipelineCosts, StageOutput};
 pub use cnn::Cnn;
+pub use deferred::with_deferred_init;
 pub use gpt::{Block, CausalSelfAttention, FeedForward, Gpt, GptConfig};
 pub use mlp::{Mlp, MlpConfig};
 pub use transformer::{Encoder, Transformer};
@@ -157,10 +159,7 @@ pub fn with_model<W: WithModel>(spec: &ModelSpec, device: &Device, then: W) -> W
             device.seed(spec.seed);
             then.run(with_stable_ids(Transformer::new(spec.classes, device)))
         }
-        ModelKind::Gpt => {
-            device.seed(spec.seed);
-            then.run(with_stable_ids(Gpt::new(&spec.gpt(), device)))
-        }
+        ModelKind::Gpt => then.run(Gpt::new(&spec.gpt(), spec.seed, device)),
     }
 }
 

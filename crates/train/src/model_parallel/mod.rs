@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use burn::tensor::Gradients;
-use phalanx_ddp::adapter::{burn::state_infos, StateKind};
+use phalanx_ddp::adapter::{
+    burn::{state_infos, without_drawing},
+    StateKind,
+};
 use phalanx_ddp::ModelNorm;
 use phalanx_pg::{Mesh, ProcessGroup};
 
@@ -141,7 +144,11 @@ impl ModelParallel {
                 .cloned()
                 .expect("the mesh has the dimensions it was given")
         };
-        let whole = state_infos(&model);
+        // The whole model's layout without drawing it (Note [Deferred init]).
+        let whole = match model.deferred_init() {
+            true => without_drawing(|| state_infos(&model)),
+            false => state_infos(&model),
+        };
         let linear = phalanx_checkpoint::state_dict::torch_transposed(&model);
         let mut model = model;
         let stage = match pp > 1 {
@@ -230,20 +237,28 @@ impl ModelParallel {
         }
     }
 
-    /// The whole model's float tensors from this rank's (canonical order): gathered over the
-    /// tensor-parallel group, then the pipeline's. A collective of both.
-    pub(crate) fn whole<M: Classifier>(
+    /// Hands `f` the whole model's float tensors in canonical order, one at a time, from this
+    /// rank's (`mine`): each gathered over the tensor-parallel group, then broadcast over the
+    /// pipeline's (Note [One block at a time] in phalanx-ddp: the end of a run hashes the
+    /// model without holding it). A collective of both.
+    pub(crate) fn for_each_whole<M: Classifier>(
         &self,
         model: &M,
         mine: Vec<Vec<f32>>,
-    ) -> Result<Vec<Vec<f32>>> {
-        let stage = match &self.tp {
-            Some(tp) => tp.whole(mine)?,
-            None => mine,
+        f: &mut dyn FnMut(&[f32]),
+    ) -> Result<()> {
+        let mut whole_of = |k: usize, piece: &[f32]| match &self.tp {
+            Some(tp) => tp.whole_of(k, piece),
+            None => Ok(piece.to_vec()),
         };
         match &self.pp {
-            Some(pp) => pp.whole(stage, &model.chunk_tensors()),
-            None => Ok(stage),
+            Some(pp) => pp.for_each_whole(&mine, &model.chunk_tensors(), &mut whole_of, f),
+            None => {
+                for (k, piece) in mine.iter().enumerate() {
+                    f(&whole_of(k, piece)?);
+                }
+                Ok(())
+            }
         }
     }
 

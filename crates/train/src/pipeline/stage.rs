@@ -89,8 +89,12 @@ impl PipelineStage {
         // generator. A stage that only ever used its own blocks would draw its first block's
         // values where the whole model drew the first stage's: every rank would hold another
         // model. So the whole model's parameters are drawn here, in canonical order, before
-        // the cut, as one process drawing the whole model draws them.
-        model.visit(&mut Materialize);
+        // the cut, as one process drawing the whole model draws them. A model whose
+        // parameters draw on their own (Note [Deferred init] in `model/mod.rs`) is cut
+        // undrawn: the stage draws its own blocks only.
+        if !model.deferred_init() {
+            crate::model::deferred::draw_all(&model);
+        }
         let model = model
             .pipeline_stage(&chunks, rank == 0, last)
             .map_err(Error::Config)?;
@@ -295,7 +299,8 @@ impl PipelineStage {
         let (rank, dim, last) = (self.pp.rank(), model.input_dim(), schedule.stages() - 1);
         let device = model.device();
         let mut total = Score::default();
-        for (rows, labels) in x.chunks(EVAL_ROWS * dim).zip(y.chunks(EVAL_ROWS)) {
+        let chunk = model.eval_rows().clamp(1, EVAL_ROWS);
+        for (rows, labels) in x.chunks(chunk * dim).zip(y.chunks(chunk)) {
             let n = labels.len();
             let input = batch_tensor(&model, rows, n)?;
             let mut carried: Option<Vec<f32>> = None;
@@ -351,51 +356,57 @@ impl PipelineStage {
     /// The whole model's float tensors in canonical order, from every stage's `mine` (its
     /// tensors, `chunk_tensors[c]` of them for its chunk `c`): a collective of the pipeline.
     pub fn whole(&self, mine: Vec<Vec<f32>>, chunk_tensors: &[usize]) -> Result<Vec<Vec<f32>>> {
+        let mut whole = Vec::new();
+        self.for_each_whole(&mine, chunk_tensors, &mut |_, t| Ok(t.to_vec()), &mut |t| {
+            whole.push(t.to_vec())
+        })?;
+        Ok(whole)
+    }
+
+    /// Hands `f` the whole model's float tensors in canonical order, one at a time (a digest
+    /// or an export holds one tensor, not the model: Note [One block at a time] in
+    /// phalanx-ddp). Each stage's tensors come from its `mine` (`chunk_tensors[c]` of them for
+    /// its chunk `c`) through `whole_of(k, mine[k])`, which may complete a piece (a
+    /// tensor-parallel gather among the stage's ranks), and are broadcast to the other stages.
+    /// A collective of the pipeline.
+    pub fn for_each_whole(
+        &self,
+        mine: &[Vec<f32>],
+        chunk_tensors: &[usize],
+        whole_of: &mut WholeOf<'_>,
+        f: &mut dyn FnMut(&[f32]),
+    ) -> Result<()> {
         let (p, rank) = (self.pp.world_size(), self.pp.rank());
-        // Every stage's tensors, broadcast from each in turn: the counts, the lengths, the
-        // values.
-        let mut by_rank: Vec<Vec<Vec<Vec<f32>>>> = Vec::with_capacity(p);
+        // Every stage's tensors per chunk, broadcast from each in turn.
+        let mut counts: Vec<Vec<i64>> = Vec::with_capacity(p);
         for root in 0..p {
             let mut chunks = [chunk_tensors.len() as i64];
             self.pp.broadcast(&mut chunks, root)?;
-            let mut counts = match root == rank {
+            let mut of_root = match root == rank {
                 true => chunk_tensors.iter().map(|&c| c as i64).collect(),
                 false => vec![0i64; chunks[0] as usize],
             };
-            self.pp.broadcast(&mut counts, root)?;
-            let tensors = counts.iter().sum::<i64>() as usize;
-            let mut lens = match root == rank {
-                true => mine.iter().map(|t| t.len() as i64).collect(),
-                false => vec![0i64; tensors],
-            };
-            self.pp.broadcast(&mut lens, root)?;
-            let mut flat = match root == rank {
-                true => mine.concat(),
-                false => vec![0f32; lens.iter().sum::<i64>() as usize],
-            };
-            self.pp.broadcast(&mut flat, root)?;
-            let mut at = 0;
-            let mut list = lens.iter().map(|&len| {
-                let t = flat[at..at + len as usize].to_vec();
-                at += len as usize;
-                t
-            });
-            by_rank.push(
-                counts
-                    .iter()
-                    .map(|&c| list.by_ref().take(c as usize).collect())
-                    .collect(),
-            );
+            self.pp.broadcast(&mut of_root, root)?;
+            counts.push(of_root);
         }
         // The stages in order: chunk 0 of every rank, then chunk 1, …
-        let chunks = by_rank[0].len();
-        let mut whole = Vec::new();
-        for c in 0..chunks {
-            for stage in by_rank.iter_mut() {
-                whole.append(&mut stage[c]);
+        for c in 0..counts[0].len() {
+            for (root, of_root) in counts.iter().enumerate() {
+                let first: i64 = of_root[..c].iter().sum();
+                for k in first..first + of_root[c] {
+                    let mut tensor = match root == rank {
+                        true => whole_of(k as usize, &mine[k as usize])?,
+                        false => Vec::new(),
+                    };
+                    let mut len = [tensor.len() as i64];
+                    self.pp.broadcast(&mut len, root)?;
+                    tensor.resize(len[0] as usize, 0.0);
+                    self.pp.broadcast(&mut tensor, root)?;
+                    f(&tensor);
+                }
             }
         }
-        Ok(whole)
+        Ok(())
     }
 
     /// Sends and receives one exchange's messages at once.
@@ -491,14 +502,8 @@ impl Running {
     }
 }
 
-/// Draws every parameter of a whole model that is still to be drawn (Note [Whole before cut]).
-struct Materialize;
-
-impl ModuleVisitor for Materialize {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let _ = param.val();
-    }
-}
+/// Completes a stage's tensor `k` from this rank's piece of it (a tensor-parallel gather).
+pub type WholeOf<'a> = dyn FnMut(usize, &[f32]) -> Result<Vec<f32>> + 'a;
 
 /// Adds a microbatch's parameter gradients to the step's.
 struct Accumulate<'a> {

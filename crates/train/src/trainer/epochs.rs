@@ -399,7 +399,9 @@ impl Context<'_> {
                 None => parallel::digest(par)?,
                 Some(mp) => {
                     let mine = par.full_params()?;
-                    crate::step::digest_of(&mp.whole(par.module(), mine)?)
+                    let mut hasher = crate::step::ParamHasher::default();
+                    mp.for_each_whole(par.module(), mine, &mut |t| hasher.update(t))?;
+                    hasher.finish()
                 }
             },
             pipeline_bubble: self.mp.as_ref().and_then(ModelParallel::bubble),
