@@ -81,7 +81,7 @@ pub trait Classifier: Module + 'static {
         Vec::new()
     }
     /// Whether each parameter draws its initial values on its own, from the seed and its
-    /// position (Note [Deferred init] in `model/mod.rs`), so that a pipeline stage or a
+    /// position (Note [Deferred init] in `model/deferred.rs`), so that a pipeline stage or a
     /// tensor-parallel shard is drawn without the rest of the model. The default: no (Burn's
     /// initialisers draw from the device's one generator in order of first use, so a stage
     /// draws the whole model first: Note [Whole before cut] in `pipeline/stage.rs`).

@@ -233,7 +233,7 @@ impl Gpt {
     /// Builds the model on `device` with every parameter undrawn: Burn's initialisers (GPT-2's
     /// normal of std 0.02, the residual projections scaled by depth), each drawing at the
     /// parameter's first use from the device's generator seeded with `seed` and the
-    /// parameter's position (Note [Deferred init] in `model/mod.rs`), so that a rank draws
+    /// parameter's position (Note [Deferred init] in `model/deferred.rs`), so that a rank draws
     /// only the piece it keeps, and every piece equals the whole build's. Panics on a shape
     /// that [`GptConfig::check`] refuses.
     pub fn new(config: &GptConfig, seed: u64, device: &Device) -> Gpt {

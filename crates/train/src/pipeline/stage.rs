@@ -20,7 +20,7 @@ use crate::step::{batch_tensor, score_logits, Score};
 use crate::{Classifier, Error, Result};
 
 /// Rows of the test set one evaluation message carries.
-const EVAL_ROWS: usize = 256;
+const STAGE_EVAL_ROWS: usize = 256;
 
 /// One rank's stage of a pipeline (Note [Pipeline run]): its group, its schedule, the width
 /// of the activations it sends, and the time it computed and waited. PyTorch's
@@ -90,7 +90,7 @@ impl PipelineStage {
         // values where the whole model drew the first stage's: every rank would hold another
         // model. So the whole model's parameters are drawn here, in canonical order, before
         // the cut, as one process drawing the whole model draws them. A model whose
-        // parameters draw on their own (Note [Deferred init] in `model/mod.rs`) is cut
+        // parameters draw on their own (Note [Deferred init] in `model/deferred.rs`) is cut
         // undrawn: the stage draws its own blocks only.
         if !model.deferred_init() {
             crate::model::deferred::draw_all(&model);
@@ -299,7 +299,7 @@ impl PipelineStage {
         let (rank, dim, last) = (self.pp.rank(), model.input_dim(), schedule.stages() - 1);
         let device = model.device();
         let mut total = Score::default();
-        let chunk = model.eval_rows().clamp(1, EVAL_ROWS);
+        let chunk = model.eval_rows().clamp(1, STAGE_EVAL_ROWS);
         for (rows, labels) in x.chunks(chunk * dim).zip(y.chunks(chunk)) {
             let n = labels.len();
             let input = batch_tensor(&model, rows, n)?;

@@ -506,11 +506,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// The value of every float tensor of the model, in canonical order, the trainable ones
     /// whole (gathered from their owners under `full`: a collective then).
     pub fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
-        let whole = self.whole_params()?;
-        let mut values = params_to_flat(self.module())?;
-        for (p, info) in self.core.infos().iter().enumerate() {
-            values[self.trainable[p]] = whole[&info.name].0.clone();
-        }
+        let mut values = Vec::new();
+        self.for_each_full_param(&mut |v| values.push(v.to_vec()))?;
         Ok(values)
     }
 
