@@ -8,13 +8,15 @@
 #                      with --two-ifaces also eth1 = 10.77.<id>.<129+i>/25 (veth peer q<i> on br1)
 #   --rate R           tc tbf on both directions of every host link (host egress and hub egress
 #                      toward the host): a full-duplex NIC of rate R per host, e.g. 1gbit
+#   --htb              shape with an HTB class of rate and ceil R instead of tbf (a WAN link's
+#                      usual shaper; bench/wan_outer.sh)
 #
 # <id> (1..254) keeps parallel runs apart. It is claimed atomically with mkdir of
 # $PHX_NETNS_RUN/<id> (default /run/phx-netns), which also records the owner pid; `up` exits 3
 # when the id is taken (pick another), `gc` removes the setups whose owner is gone.
 #
 # Usage (root, iproute2):
-#   netns.sh up N [--id ID] [--rate R] [--two-ifaces] [--owner PID]   prints "id=<ID>"
+#   netns.sh up N [--id ID] [--rate R [--htb]] [--two-ifaces] [--owner PID]   prints "id=<ID>"
 #   netns.sh down [--id ID]     kills every process inside the id's namespaces, deletes them;
 #                               safe after a partial `up` and when nothing exists
 #   netns.sh gc                 `down` for every id whose owner process has exited
@@ -26,6 +28,7 @@ set -euo pipefail
 RUN=${PHX_NETNS_RUN:-/run/phx-netns}
 id=${PHX_NETNS_ID:-}
 rate=none
+htb=0
 two=0
 owner=$PPID
 args=()
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
     --id) id=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --two-ifaces) two=1; shift ;;
+    --htb) htb=1; shift ;;
     --owner) owner=$2; shift 2 ;;
     *) args+=("$1"); shift ;;
   esac
@@ -54,6 +58,11 @@ spaces() {
 
 shape() {  # namespace device
   [ "$rate" = none ] && return 0
+  if [ $htb = 1 ]; then
+    ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: htb default 10
+    ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$rate" ceil "$rate"
+    return 0
+  fi
   # latency bounds the tbf queue (how long a packet may wait), it adds no delay.
   ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 256kb latency 20ms
 }
@@ -145,7 +154,7 @@ case "${1:-}" in
     for ns in $(spaces); do
       echo "== $ns"
       ip netns exec "$ns" ip -brief addr
-      ip netns exec "$ns" tc -s qdisc show | grep -E 'qdisc tbf|Sent' || true
+      ip netns exec "$ns" tc -s qdisc show | grep -E 'qdisc (tbf|htb)|Sent' || true
     done ;;
   *) sed -n 2,24p "$0"; exit 2 ;;
 esac

@@ -88,6 +88,7 @@ fn every_rank_says(f: &Finished, nproc: u32, what: &str) {
 
 #[test]
 fn every_collective_dtype_and_op_matches_the_reference_on_1_to_4_ranks() {
+    let _busy = one_at_a_time();
     let Some(py) =
         backend_python("every_collective_dtype_and_op_matches_the_reference_on_1_to_4_ranks")
     else {
@@ -101,6 +102,7 @@ fn every_collective_dtype_and_op_matches_the_reference_on_1_to_4_ranks() {
 
 #[test]
 fn ddp_over_phalanx_equals_whole_batch_training() {
+    let _busy = one_at_a_time();
     let Some(py) = backend_python("ddp_over_phalanx_equals_whole_batch_training") else {
         return;
     };
@@ -117,6 +119,7 @@ fn ddp_over_phalanx_equals_whole_batch_training() {
 
 #[test]
 fn failures_are_python_exceptions_naming_the_culprit() {
+    let _busy = one_at_a_time();
     let Some(py) = backend_python("failures_are_python_exceptions_naming_the_culprit") else {
         return;
     };
@@ -134,6 +137,7 @@ fn failures_are_python_exceptions_naming_the_culprit() {
 
 #[test]
 fn fsdp2_over_phalanx_equals_fsdp2_over_gloo() {
+    let _busy = one_at_a_time();
     let Some(py) = backend_python("fsdp2_over_phalanx_equals_fsdp2_over_gloo") else {
         return;
     };
@@ -162,6 +166,7 @@ fn group_lines(f: &Finished) -> Vec<(u32, String)> {
 
 #[test]
 fn device_mesh_and_dtensor_over_phalanx_name_groups_as_gloo() {
+    let _busy = one_at_a_time();
     let Some(py) = backend_python("device_mesh_and_dtensor_over_phalanx_name_groups_as_gloo")
     else {
         return;
@@ -185,6 +190,7 @@ fn device_mesh_and_dtensor_over_phalanx_name_groups_as_gloo() {
 
 #[test]
 fn dcp_checkpoint_saved_at_4_ranks_loads_at_4_3_and_2() {
+    let _busy = one_at_a_time();
     let Some(py) = backend_python("dcp_checkpoint_saved_at_4_ranks_loads_at_4_3_and_2") else {
         return;
     };
@@ -203,6 +209,7 @@ fn dcp_checkpoint_saved_at_4_ranks_loads_at_4_3_and_2() {
 /// (python/tests/test_tp_pp.py); each run is timed against Gloo's, and the times are said.
 #[test]
 fn pytorch_tensor_parallelism_and_pipelining_over_phalanx_equal_gloo() {
+    let _busy = one_at_a_time();
     let Some(py) =
         backend_python("pytorch_tensor_parallelism_and_pipelining_over_phalanx_equal_gloo")
     else {
@@ -259,6 +266,7 @@ fn stamps(f: &Finished, what: &str) -> Vec<(u32, f64)> {
 
 #[test]
 fn a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank() {
+    let _busy = one_at_a_time();
     let Some(py) = backend_python("a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank")
     else {
         return;
@@ -355,6 +363,7 @@ fn a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank() {
 
 #[test]
 fn shrink_group_over_phalanx_leaves_the_ranks_left_a_smaller_named_group() {
+    let _busy = one_at_a_time();
     let Some(py) =
         backend_python("shrink_group_over_phalanx_leaves_the_ranks_left_a_smaller_named_group")
     else {

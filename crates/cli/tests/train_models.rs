@@ -665,6 +665,7 @@ fn json_output_is_plain_json_lines() {
 /// next to the schedule's.
 #[test]
 fn gpt_pipeline_trains_as_one_rank_does() {
+    let _busy = launch_util::one_at_a_time();
     let close = |run: &[serde_json::Value], to: &serde_json::Value, what: &str| {
         for field in ["train_loss", "test_loss"] {
             let r = relative(&run[0], to, field);
@@ -776,6 +777,7 @@ print("loaded strictly")
 /// Then a damaged piece is named with its file and its rank, and nothing is resumed.
 #[test]
 fn gpt_checkpoints_of_pieces_resume_at_another_layout() {
+    let _busy = launch_util::one_at_a_time();
     let deep = ["--depth", "4", "--dropout", "0"];
     let mesh = ["--nproc-per-node", "4", "--tp", "2", "--pp", "2"];
     let close = |resumed: &[serde_json::Value], to: &serde_json::Value, what: &str| {

@@ -164,6 +164,13 @@ pub trait DataParallel<M: Module>: Sized {
     /// whole (a collective where they are sharded): for a digest or an export.
     fn full_params(&mut self) -> Result<Vec<Vec<f32>>>;
 
+    /// Replaces the value of every float tensor of the model on this rank by `values` (whole
+    /// tensors in canonical order, as [`full_params`](Self::full_params) returns them), between
+    /// steps and without a collective: every rank of the group must be given the same values.
+    /// What an outer optimizer does at a sync (Note [Outer sync] in `outer/`). The optimizer's
+    /// state is left as it is.
+    fn set_full_params(&mut self, values: &[Vec<f32>]) -> Result<()>;
+
     /// Hands `f` what [`full_params`](Self::full_params) returns, tensor by tensor in canonical
     /// order: an engine that shards the parameters gathers them a block at a time, so the
     /// caller (a digest, an export) never holds the whole model (a collective then).

@@ -17,8 +17,8 @@ use burn::module::Module;
 use phalanx_pg::ProcessGroup;
 
 use crate::adapter::burn::{
-    flush_running_state, params_to_flat, state_infos, GradTable, Gradients, GradientsParams,
-    StepGradients,
+    check_flat, flush_running_state, params_to_flat, set_params_from_flat, state_infos, GradTable,
+    Gradients, GradientsParams, StepGradients,
 };
 use crate::adapter::device_buckets::{choose_averaging, Averaging, DeviceReducer};
 use crate::adapter::{ParamInfo, StateInfo};
@@ -451,6 +451,13 @@ impl<M: Module> DataParallel<M> for DistributedDataParallel<M> {
 
     fn full_params(&mut self) -> Result<Vec<Vec<f32>>> {
         params_to_flat(self.core.module())
+    }
+
+    fn set_full_params(&mut self, values: &[Vec<f32>]) -> Result<()> {
+        check_flat(self.core.module(), values)?;
+        self.core
+            .map(|m| set_params_from_flat(m, values).expect("checked: one value per tensor"));
+        Ok(())
     }
 
     fn step(

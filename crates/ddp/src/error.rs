@@ -73,6 +73,30 @@ pub enum Error {
         rank: usize,
     },
 
+    // === Outer sync (DiLoCo) ===
+    /// The outer sync's options cannot work in this group (`reason` names the flag and why).
+    #[error("outer sync: {reason}")]
+    Outer {
+        /// What is wrong, with what to use instead.
+        reason: String,
+    },
+    /// A collective of the outer sync failed.
+    #[error("outer sync: {op} failed: {source}")]
+    OuterSync {
+        /// The collective and its purpose.
+        op: &'static str,
+        /// The process group's error (names the rank and root cause).
+        source: phalanx_pg::Error,
+    },
+    /// The engine cannot have its parameters replaced between steps (`reason` says why).
+    #[error("{engine}: {reason}")]
+    Unsupported {
+        /// The engine and its mode.
+        engine: String,
+        /// What is not built, and what to use instead.
+        reason: String,
+    },
+
     // === Adapter ===
     /// A list of parameter values has the wrong number of entries.
     #[error("expected values for {expected} parameters, got {got}")]

@@ -47,6 +47,7 @@ pub mod hook;
 pub mod layout;
 mod model_norm;
 mod options;
+pub mod outer;
 mod reducer;
 mod stats;
 mod step_core;

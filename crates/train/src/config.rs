@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use phalanx_checkpoint::position::Position;
 use phalanx_checkpoint::{Damaged, Meta};
+use phalanx_ddp::outer::OuterOptions;
 use phalanx_ddp::{fsdp::Sharding, BucketMemory};
 
 use crate::{metrics::EpochRecord, pipeline::PipelineOptions, ModelKind, OptimOptions};
@@ -67,6 +68,9 @@ pub struct TrainConfig {
     pub resume: bool,
     /// Stop after this many steps in total (benchmarks, tests); `None` = all epochs.
     pub max_steps: Option<u64>,
+    /// Train in islands that meet every few steps (`--outer`, `--sync-every`, ...): Note
+    /// [Outer sync] in phalanx-ddp, Note [Islands run] in `trainer/`; `None`: every step syncs.
+    pub outer: Option<OuterOptions>,
 }
 
 /// Events the caller renders (progress lines, JSON).

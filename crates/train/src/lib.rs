@@ -33,6 +33,7 @@ pub use model::{
     PipelineCosts, StageOutput, Transformer, WithModel,
 };
 pub use optim::{LrSchedule, Optim, OptimOptions, OptimizerKind, ScheduleKind};
+pub use phalanx_ddp::outer::{OuterDType, OuterMode, OuterOptions};
 pub use phalanx_ddp::{fsdp::Sharding, on_compute_pool, threads_per_rank, BucketMemory};
 pub use pipeline::{PipelineOptions, PipelineSchedule, PipelineStage, WholeOf};
 pub use step::{evaluate, forward_backward, param_digest, score, train_step_local, Score};

@@ -11,7 +11,7 @@ use phalanx_checkpoint::Meta;
 use phalanx_pg::BackendType;
 use phalanx_train::{
     metrics, metrics::EpochRecord, DeviceSpec, LrSchedule, ModelKind, OptimOptions, OptimizerKind,
-    Reporter, Sharding, Summary, TrainConfig,
+    OuterDType, OuterMode, OuterOptions, Reporter, Sharding, Summary, TrainConfig,
 };
 
 /// Default number of local processes when none is asked for: the seed recipe's 2.
@@ -126,6 +126,28 @@ pub(crate) struct Args {
     /// 3 on); default: balanced by parameters.
     #[arg(long, value_delimiter = ',', value_name = "BLOCK,...")]
     pp_split: Option<Vec<usize>>,
+    /// Train in islands that meet every --sync-every steps instead of syncing every step:
+    /// `diloco` (the pseudo-gradients stepped by Nesterov SGD, --outer-lr and
+    /// --outer-momentum) or `local-sgd` (the islands' parameters averaged). Inside an island,
+    /// DDP as usual; only the outer syncs cross between islands (docs/outer.md).
+    #[arg(long)]
+    outer: Option<OuterMode>,
+    /// Inner steps between outer syncs under --outer (DiLoCo's H, torchft's sync_every).
+    #[arg(long, value_name = "H")]
+    sync_every: Option<u64>,
+    /// The outer learning rate under --outer diloco (default 0.7, the paper's).
+    #[arg(long)]
+    outer_lr: Option<f32>,
+    /// The outer Nesterov momentum under --outer diloco (default 0.9, the paper's).
+    #[arg(long)]
+    outer_momentum: Option<f32>,
+    /// The pseudo-gradients' dtype between islands: `f32`, `bf16`, `int8` or `fp4` (blocks
+    /// with their scales; docs/outer.md bounds the error). Default f32.
+    #[arg(long)]
+    outer_dtype: Option<OuterDType>,
+    /// Ranks per island under --outer, consecutive ranks (default: the ranks of one host).
+    #[arg(long, value_name = "N")]
+    island_size: Option<usize>,
     /// Seed of the initialisation, the split and the sampler's shuffle.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -244,6 +266,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             bail!("--dropout {p}: expected a probability in [0, 1)");
         }
     }
+    let outer = outer_options(&args)?;
     check_backend(args.backend)?;
     check_device(args.device)?;
     if args.backend != BackendType::Mpi && !phalanx_launch::started_by_launcher() {
@@ -361,6 +384,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,
         max_steps: args.max_steps,
+        outer,
     };
     let mut reporter = Console::new(
         rank,
@@ -561,6 +585,8 @@ impl Console {
                 param_digest: &s.param_digest,
                 pipeline_bubble: s.pipeline_bubble.map(|b| b.0),
                 pipeline_bubble_theory: s.pipeline_bubble.map(|b| b.1),
+                outer_syncs: s.outer.map(|o| o.syncs),
+                outer_bytes_across: s.outer.map(|o| o.bytes_across),
             });
         } else if self.rank == 0 && self.language_model.is_some() {
             println!(
@@ -765,6 +791,60 @@ impl Reporter for Console {
     }
 }
 
+/// The outer sync's options from `--outer` and its flags, or the sentence for a flag that
+/// cannot apply (the checks that need the world, such as the island size dividing it, are the
+/// ranks': `OuterOptions::check`).
+fn outer_options(args: &Args) -> anyhow::Result<Option<OuterOptions>> {
+    let Some(mode) = args.outer else {
+        for (flag, given) in [
+            ("--sync-every", args.sync_every.is_some()),
+            ("--outer-lr", args.outer_lr.is_some()),
+            ("--outer-momentum", args.outer_momentum.is_some()),
+            ("--outer-dtype", args.outer_dtype.is_some()),
+            ("--island-size", args.island_size.is_some()),
+        ] {
+            if given {
+                bail!("{flag} shapes the outer sync between islands: it needs --outer diloco or --outer local-sgd");
+            }
+        }
+        return Ok(None);
+    };
+    let Some(sync_every) = args.sync_every else {
+        bail!("--outer {mode} needs --sync-every H, the inner steps between outer syncs (DiLoCo's paper uses 500, torchft's examples 20 to 100)");
+    };
+    let options = match mode {
+        OuterMode::DiLoCo => OuterOptions::diloco(sync_every),
+        OuterMode::LocalSgd => {
+            for (flag, given) in [
+                ("--outer-lr", args.outer_lr.is_some()),
+                ("--outer-momentum", args.outer_momentum.is_some()),
+            ] {
+                if given {
+                    bail!("{flag} applies to --outer diloco: --outer local-sgd averages the islands' parameters, with no outer optimizer");
+                }
+            }
+            OuterOptions::local_sgd(sync_every)
+        }
+    };
+    let (lr, momentum) = (options.lr, options.momentum);
+    let options = options
+        .with_outer_optimizer(
+            args.outer_lr.unwrap_or(lr),
+            args.outer_momentum.unwrap_or(momentum),
+        )
+        .with_dtype(args.outer_dtype.unwrap_or_default())
+        .with_island_size(args.island_size);
+    if args.island_size == Some(0) {
+        bail!("--island-size 0: expected the ranks of each island, at least 1");
+    }
+    // The checks that need no group (--sync-every 0, the outer optimizer's numbers), before
+    // any process starts.
+    if let Err(e) = options.check_alone() {
+        bail!("{e}");
+    }
+    Ok(Some(options))
+}
+
 /// `--json`'s line at the end of a run, one per rank (fields in this order).
 #[derive(serde::Serialize)]
 struct SummaryLine<'a> {
@@ -788,6 +868,12 @@ struct SummaryLine<'a> {
     /// Under `--pp`: the schedule's bubble in theory, `(p − 1) / (v·m + p − 1)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pipeline_bubble_theory: Option<f64>,
+    /// Under `--outer`: the outer syncs run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outer_syncs: Option<u64>,
+    /// Under `--outer`: the bytes this rank sent across islands in them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outer_bytes_across: Option<u64>,
 }
 
 /// `--json`'s line after a regroup (rank 0): fault tolerance recovered from a dead rank.

@@ -90,6 +90,18 @@ pub fn newest_step(dir: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Held for the whole of a test that keeps every core busy by itself (several ranks of
+/// PyTorch or of a GPT, each importing or computing flat out): such tests of one binary run one
+/// after another, not beside each other. On CI's 2 cores, torch_backend.rs's 9 tests took 316 s
+/// two at a time and 198 s one at a time: two of them together only take turns on the cores,
+/// and their ranks, switched in and out, each run slower. Tests that mostly wait (on a timeout,
+/// a killed process, a daemon) do not take it.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BUSY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it has said so; the next one still runs.
+    BUSY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A Python with torch in which `phalanx_torch` imports, or `None` after saying why not.
 pub fn backend_python(test: &str) -> Option<std::path::PathBuf> {
     let py = torch_python(test)?;

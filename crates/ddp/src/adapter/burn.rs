@@ -240,15 +240,26 @@ pub fn set_discrete_from_bytes<M: Module>(module: M, bytes: Vec<Vec<u8>>) -> M {
 /// Replaces the value of every float tensor of `module` by `values` (canonical order, flat
 /// `f32`), keeping each one's id, device, dtype and gradient requirement.
 pub fn set_params_from_flat<M: Module>(module: M, values: &[Vec<f32>]) -> Result<M> {
+    check_flat(&module, values)?;
     flush_running_state(&module);
-    let infos = param_infos(&module);
+    let by_name = param_infos(&module)
+        .into_iter()
+        .zip(values)
+        .map(|(info, value)| (info.name, value.as_slice()))
+        .collect();
+    Ok(set_floats_by_name(module, by_name))
+}
+
+/// Whether `values` fit `module`'s float tensors for [`set_params_from_flat`]: one per tensor,
+/// each of its length; the first that does not is named.
+pub fn check_flat<M: Module>(module: &M, values: &[Vec<f32>]) -> Result<()> {
+    let infos = param_infos(module);
     if infos.len() != values.len() {
         return Err(Error::ParamCount {
             expected: infos.len(),
             got: values.len(),
         });
     }
-    let mut by_name = HashMap::with_capacity(infos.len());
     for (info, value) in infos.iter().zip(values) {
         if info.numel() != value.len() {
             return Err(Error::ParamSize {
@@ -257,9 +268,8 @@ pub fn set_params_from_flat<M: Module>(module: M, values: &[Vec<f32>]) -> Result
                 got: value.len(),
             });
         }
-        by_name.insert(info.name.clone(), value.as_slice());
     }
-    Ok(set_floats_by_name(module, by_name))
+    Ok(())
 }
 
 /// The gradient side of one step: built from the module, it reads each trainable parameter's

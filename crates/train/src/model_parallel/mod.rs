@@ -75,6 +75,31 @@ fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
         ),
         ("--checkpoint-every", cfg.checkpoint_every.to_string()),
         ("--resume", cfg.resume.to_string()),
+        // The outer sync's collectives and their sizes (Note [Islands run]).
+        (
+            "--outer",
+            cfg.outer
+                .as_ref()
+                .map_or("none".into(), |o| o.mode.to_string()),
+        ),
+        (
+            "--sync-every",
+            cfg.outer
+                .as_ref()
+                .map_or("none".into(), |o| o.sync_every.to_string()),
+        ),
+        (
+            "--outer-dtype",
+            cfg.outer
+                .as_ref()
+                .map_or("none".into(), |o| o.dtype.to_string()),
+        ),
+        (
+            "--island-size",
+            cfg.outer.as_ref().map_or("none".into(), |o| {
+                o.island_size.map_or("a host's".into(), |n| n.to_string())
+            }),
+        ),
     ]
 }
 

@@ -10,7 +10,7 @@ use phalanx_checkpoint as checkpoint;
 use phalanx_checkpoint::position::{self, Position};
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
-use phalanx_ddp::{fsdp::seed_step, DataParallel, Local, StepKind};
+use phalanx_ddp::{fsdp::seed_step, outer::DiLoCo, DataParallel, Local, StepKind};
 use phalanx_pg::ProcessGroup;
 
 use crate::{
@@ -49,6 +49,8 @@ pub struct Summary {
     /// Under `--pp`: the share of its steps this rank did not compute (the pipeline's bubble,
     /// measured) and the schedule's in theory.
     pub pipeline_bubble: Option<(f64, f64)>,
+    /// Under `--outer`: what the outer syncs cost this rank.
+    pub outer: Option<phalanx_ddp::outer::OuterStats>,
     /// Per-epoch records.
     pub records: Vec<EpochRecord>,
 }
@@ -91,6 +93,9 @@ pub(super) struct Context<'a> {
     /// Under `--tp` or `--pp`: the run's mesh and this rank's part of the model (Note
     /// [Tensor-parallel run], Note [Pipeline run]).
     pub(super) mp: Option<ModelParallel>,
+    /// Under `--outer`: the whole group, over which the data, the test set and the figures
+    /// are split while the engine runs on this rank's island (Note [Islands run]).
+    pub(super) islands: Option<Arc<ProcessGroup>>,
 }
 
 /// One attempt's run of epochs, handed the model in its engine ([`WithEngine`]).
@@ -108,6 +113,8 @@ pub(super) struct Attempt<'a, 'r> {
     pub(super) boundary: &'a mut dyn FnMut(&ProcessGroup) -> Result<Option<u64>>,
     /// Whether the model is kept after the run (fault tolerance goes on with it).
     pub(super) keep: bool,
+    /// Under `--outer`: the outer optimizer across the islands.
+    pub(super) outer: Option<&'a mut DiLoCo>,
 }
 
 impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
@@ -124,6 +131,10 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
             }
         }
         let mut at = self.at;
+        let mut outer = self.outer;
+        if let Some(outer) = outer.as_deref_mut() {
+            outer.start(&mut engine)?;
+        }
         let result = self.ctx.epochs(
             self.pg,
             &mut engine,
@@ -133,6 +144,7 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
             self.reporter,
             self.after_regroup,
             self.boundary,
+            outer,
         );
         let kept = match self.keep {
             true => Some(engine.into_local()?),
@@ -147,7 +159,15 @@ impl Context<'_> {
     /// cut model, whose data-parallel groups must stop at the same step as each other (a stop
     /// writes every piece: a collective of the world).
     fn everyone<'a>(&'a self, pg: &'a ProcessGroup) -> &'a ProcessGroup {
-        self.mp.as_ref().map_or(pg, |mp| mp.world())
+        self.mp
+            .as_ref()
+            .map_or_else(|| self.data_group(pg), |mp| mp.world())
+    }
+
+    /// The group the data, the test set and the epoch's figures are split over: the engine's,
+    /// or the whole group when the engine runs on an island (Note [Islands run]).
+    fn data_group<'a>(&'a self, pg: &'a ProcessGroup) -> &'a ProcessGroup {
+        self.islands.as_deref().unwrap_or(pg)
     }
 
     /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective).
@@ -206,9 +226,17 @@ impl Context<'_> {
         reporter: &mut dyn Reporter,
         after_regroup: &mut dyn FnMut(Position, &mut dyn Reporter),
         boundary: &mut dyn FnMut(&ProcessGroup) -> Result<Option<u64>>,
+        mut outer: Option<&mut DiLoCo>,
     ) -> Result<Outcome> {
         let cfg = self.cfg;
-        let (rank, world) = (pg.rank(), pg.world_size());
+        let data = self.data_group(pg);
+        let (rank, world) = (data.rank(), data.world_size());
+        // The outer syncs' time counts as communication, as the engine's waits do.
+        let outer_wait = |outer: &Option<&mut DiLoCo>| {
+            outer
+                .as_ref()
+                .map_or(Default::default(), |o| o.stats().wait)
+        };
         // The data, the gradients and the test set are split among the ranks alive; a change
         // of them mid-epoch re-shards the rest of the epoch (Note [Sampler position]).
         let (slot, slots) = (self.slot, self.slots);
@@ -254,7 +282,7 @@ impl Context<'_> {
             let mut step_in_epoch = step0;
             let mut samples_in_epoch = skip;
             let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
-            let (epoch_start, wait_start) = (Instant::now(), par.stats().wait);
+            let (epoch_start, wait_start) = (Instant::now(), par.stats().wait + outer_wait(&outer));
             for batch in loader.iter() {
                 optim.schedule_step(at.global_step, steps_per_epoch, total_steps);
                 // Every step's random draws (dropout) from the step's own seed, the same on
@@ -285,6 +313,15 @@ impl Context<'_> {
                 }
                 step_in_epoch += 1;
                 samples_in_epoch += batch.labels.len() * world;
+                if let Some(outer) = outer.as_deref_mut() {
+                    let _s = trace::span("outer sync", "comm");
+                    // The run's last step ends on the global parameters, whatever the count.
+                    let last = cfg.max_steps.is_some_and(|m| at.global_step + 1 >= m)
+                        || (epoch + 1 == cfg.epochs && step_in_epoch == steps_total);
+                    if !outer.step(par)? && last && outer.since_sync() > 0 {
+                        outer.sync(par)?;
+                    }
+                }
                 *at = Position {
                     epoch,
                     step_in_epoch,
@@ -307,12 +344,12 @@ impl Context<'_> {
                 if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
                     totals.train_time += epoch_start.elapsed();
                     totals.train_samples += totals.epoch_loss.2;
-                    totals.comm_wait += par.stats().wait - wait_start;
+                    totals.comm_wait += par.stats().wait + outer_wait(&outer) - wait_start;
                     totals.epochs_done = epoch;
                     // The summary's test figures are the model's as it ends, not an older
                     // epoch's.
                     (totals.last_accuracy, totals.last_test_loss) =
-                        test_score(pg, self.mp.as_ref(), par, test_x, test_y)?;
+                        test_score(data, self.mp.as_ref(), par, test_x, test_y)?;
                     break 'epochs;
                 }
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
@@ -323,14 +360,14 @@ impl Context<'_> {
                 }
                 if let Some(to) = boundary(pg)? {
                     totals.train_time += epoch_start.elapsed();
-                    totals.comm_wait += par.stats().wait - wait_start;
+                    totals.comm_wait += par.stats().wait + outer_wait(&outer) - wait_start;
                     return Ok(Outcome::Advance(to));
                 }
             }
             let epoch_time = epoch_start.elapsed();
             let (loss_sum, loss_n, epoch_samples) = totals.epoch_loss;
-            let wait = par.stats().wait - wait_start;
-            let (accuracy, test_loss) = test_score(pg, self.mp.as_ref(), par, test_x, test_y)?;
+            let wait = par.stats().wait + outer_wait(&outer) - wait_start;
+            let (accuracy, test_loss) = test_score(data, self.mp.as_ref(), par, test_x, test_y)?;
             let mut stats = [
                 if loss_n > 0 {
                     loss_sum / loss_n as f64
@@ -341,7 +378,7 @@ impl Context<'_> {
                 epoch_time.as_secs_f64(),
                 wait.as_secs_f64() / epoch_time.as_secs_f64().max(1e-9),
             ];
-            pg.allreduce(&mut stats, ReduceOp::Avg)?;
+            data.allreduce(&mut stats, ReduceOp::Avg)?;
             // Counted once the epoch's collectives are through: a regroup repeats them.
             totals.train_time += epoch_time;
             totals.train_samples += epoch_samples;
@@ -381,7 +418,7 @@ impl Context<'_> {
             _ => {
                 let (sum, n, _) = totals.epoch_loss;
                 let mut mean = [if n > 0 { sum / n as f64 } else { f64::NAN }];
-                pg.allreduce(&mut mean, ReduceOp::Avg)?;
+                data.allreduce(&mut mean, ReduceOp::Avg)?;
                 mean[0]
             }
         };
@@ -405,6 +442,7 @@ impl Context<'_> {
                 }
             },
             pipeline_bubble: self.mp.as_ref().and_then(ModelParallel::bubble),
+            outer: outer.map(|o| o.stats()),
             records: totals.records.clone(),
         }))
     }

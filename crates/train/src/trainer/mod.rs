@@ -8,6 +8,7 @@
 //! [`DistributedSampler`]: phalanx_data::DistributedSampler
 
 mod epochs;
+mod islands;
 mod regroup;
 mod resume;
 
@@ -89,6 +90,7 @@ fn train_in(
     if cfg.sequence_parallel {
         crate::tensor_parallel::check_sequence_parallel(cfg.tp, cfg.seq_len)?;
     }
+    islands::check(cfg, matches!(group, Group::Tolerant(_)))?;
     if cfg.tp > 1 || cfg.pp.stages > 1 {
         let tp = crate::model_parallel::flags(cfg);
         if matches!(group, Group::Tolerant(_)) {
@@ -216,6 +218,7 @@ fn train_group<M: Classifier>(
         slot,
         slots,
         mp: None,
+        islands: None,
     };
     let mut optim = Optim::new(cfg.optim);
     let mut totals = Totals::default();
@@ -251,6 +254,14 @@ fn train_group<M: Classifier>(
         model = split;
         ctx.mp = Some(parts);
     }
+    // Note [Islands run]: the engine on this rank's island, the data over the whole group.
+    let mut outer = match &cfg.outer {
+        Some(options) => {
+            ctx.islands = Some(pg.clone());
+            Some(phalanx_ddp::outer::DiLoCo::new(&pg, options.clone())?)
+        }
+        None => None,
+    };
     let ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
     let mut held = match (replacement, resumed) {
@@ -275,11 +286,13 @@ fn train_group<M: Classifier>(
                 options = options.with_model_norm(mp.norm());
             }
             let mut source = held.resync(&pg, &mut optim, sharded)?;
-            // The engine's group: the world's, or the "dp" group of a model-parallel run.
-            let engine_group = ctx
-                .mp
-                .as_ref()
-                .map_or_else(|| pg.clone(), |mp| mp.dp.clone());
+            // The engine's group: the world's, the "dp" group of a model-parallel run, or this
+            // rank's island.
+            let engine_group = match (&ctx.mp, &outer) {
+                (Some(mp), _) => mp.dp.clone(),
+                (None, Some(outer)) => outer.island().clone(),
+                (None, None) => pg.clone(),
+            };
             if source.is_some() {
                 // Every rank holds the source's state already.
                 options = options.with_broadcast_params(false);
@@ -334,6 +347,7 @@ fn train_group<M: Classifier>(
                 boundary: &mut boundary,
                 // Only fault tolerance goes on with the model after the run of epochs.
                 keep: ft.is_some(),
+                outer: outer.as_mut(),
             };
             let (at, result, kept) =
                 parallel::with_engine(wrapped, engine_group.clone(), wrapping, attempt)??;

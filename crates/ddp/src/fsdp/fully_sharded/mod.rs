@@ -966,6 +966,16 @@ impl<M: Module> DataParallel<M> for FullyShardedDataParallel<M> {
         FullyShardedDataParallel::for_each_full_param(self, f)
     }
 
+    fn set_full_params(&mut self, _values: &[Vec<f32>]) -> Result<()> {
+        // Each rank's pieces (and, under `full`, the module's empty tensors) would be cut again
+        // from the whole values, and the optimizer's pieces kept: not built yet.
+        Err(Error::Unsupported {
+            engine: format!("FSDP under --sharding {}", self.options.sharding),
+            reason: "replacing the parameters between steps (an outer sync, --outer) is not                      built yet for a sharding engine: use --sharding none inside the islands"
+                .into(),
+        })
+    }
+
     fn step(
         &mut self,
         grads: Gradients,
