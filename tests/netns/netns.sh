@@ -60,7 +60,7 @@ shape() {  # namespace device
   [ "$rate" = none ] && return 0
   if [ $htb = 1 ]; then
     ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: htb default 10
-    ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$rate" ceil "$rate"
+    ip netns exec "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate "$rate" ceil "$rate" quantum 60000
     return 0
   fi
   # latency bounds the tbf queue (how long a packet may wait), it adds no delay.

@@ -23,7 +23,8 @@
 //! the inner optimizer's state stays with its island, as in DiLoCo. The result is bitwise the
 //! same on every rank of every island: each reduction folds in one order, and every rank
 //! decodes the same bytes. Before the first step, [`DiLoCo::start`] gives every island island
-//! 0's parameters, so the islands start equal whatever each built.
+//! 0's parameters, so the islands start equal whatever each built (sent across only where a
+//! fingerprint of the chunks differs: islands built from one seed send 16 bytes).
 //!
 //! ```
 //! use burn::module::Module;
@@ -360,10 +361,19 @@ impl DiLoCo {
             at += len;
         }
         self.global = gather_range(&values, self.chunk.clone());
+        // Islands that built the same model (the same seed) need not send it across the slow
+        // links: a fingerprint of each chunk first, the chunk itself only where they differ.
         let across = self.across().clone();
+        let print = fingerprint(&self.global);
+        let mut prints = [print, print.wrapping_neg()];
         across
-            .broadcast(&mut self.global, 0)
-            .map_err(|source| outer_err("the first global parameters from island 0", source))?;
+            .allreduce(&mut prints, phalanx_core::ReduceOp::Max)
+            .map_err(|source| outer_err("the islands' first parameters compared", source))?;
+        if prints != [print, print.wrapping_neg()] {
+            across
+                .broadcast(&mut self.global, 0)
+                .map_err(|source| outer_err("the first global parameters from island 0", source))?;
+        }
         self.momentum = vec![0.0; self.global.len()];
         self.since_sync = 0;
         self.publish(engine, &mut values)
@@ -456,6 +466,20 @@ impl fmt::Debug for DiLoCo {
             .field("stats", &self.stats)
             .finish()
     }
+}
+
+/// FNV-1a of `values`' bits: equal on two islands when their chunks are (a difference
+/// escapes it with probability about 2^-64), as a value whose maximum and whose negation's
+/// maximum over a group are both its own only when every rank has the same.
+fn fingerprint(values: &[f32]) -> i64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for v in values {
+        for b in v.to_bits().to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    // Away from i64::MIN, whose negation is itself.
+    (h >> 1) as i64
 }
 
 /// Elements `range` of `tensors` laid end to end.
