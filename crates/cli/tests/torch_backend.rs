@@ -4,7 +4,8 @@
 //! bitwise equal), test_failure.py and test_timeout.py (PhalanxError naming the culprit),
 //! test_fsdp2.py (FSDP2 over phalanx equals FSDP2 over Gloo), test_mesh.py (DeviceMesh and
 //! DTensor; groups named as Gloo's are), test_tp_pp.py (PyTorch's tensor parallelism and
-//! pipelining train bitwise as over Gloo) and test_dcp.py (torch.distributed.checkpoint across
+//! pipelining train bitwise as over Gloo), test_diloco.py (`phalanx_torch.diloco`, DiLoCo
+//! across islands, bitwise as over Gloo) and test_dcp.py (torch.distributed.checkpoint across
 //! world sizes). Skipped with a line saying why when no Python has torch and phalanx_torch
 //! (.ci/run installs both).
 
@@ -115,6 +116,29 @@ fn ddp_over_phalanx_equals_whole_batch_training() {
     let detail = [("TORCH_DISTRIBUTED_DEBUG", "DETAIL")];
     let f = launch_flags(&py, 2, "30s", &detail, &[], &["test_ddp.py"]);
     every_rank_says(&f, 2, "ddp over phalanx ok");
+}
+
+/// `phalanx_torch.diloco.DiLoCo` (torchft's semantics) on 4 ranks in 2 islands: local SGD is
+/// the islands' mean, DiLoCo's Nesterov steps end equal on every rank, and the parameters are
+/// bitwise gloo's.
+#[test]
+fn diloco_over_phalanx_ends_equal_everywhere_as_over_gloo() {
+    let _busy = one_at_a_time();
+    let Some(py) = backend_python("diloco_over_phalanx_ends_equal_everywhere_as_over_gloo") else {
+        return;
+    };
+    let mut digests = Vec::new();
+    for backend in ["phalanx", "gloo"] {
+        let f = launch_with(&py, 4, "30s", &["test_diloco.py", backend]);
+        every_rank_says(&f, 4, "diloco ok");
+        digests.extend(
+            rank_lines(&f.stdout)
+                .into_iter()
+                .filter_map(|(_, l)| Some(l.split("diloco ok digest ").nth(1)?.to_string())),
+        );
+    }
+    assert_eq!(digests.len(), 8, "{digests:?}");
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
 }
 
 #[test]
