@@ -43,6 +43,7 @@ fn needs_root_netns_drop_kills_leftover_processes_and_deletes_namespaces() {
         &Net {
             two_ifaces: true,
             rate: Some("1gbit".into()),
+            htb: false,
         },
     ) else {
         return;

@@ -79,10 +79,12 @@ fn draw_id() -> u32 {
 /// Options of a namespace setup.
 #[derive(Clone, Debug, Default)]
 pub struct Net {
-    /// tbf rate per host link (`1gbit`), none when `None`.
+    /// The rate per host link (`1gbit`, shaped by tbf unless `htb`), none when `None`.
     pub rate: Option<String>,
     /// A second interface per host (`eth1`, 10.77.<id>.129+i) on a second bridge.
     pub two_ifaces: bool,
+    /// Shape `rate` with an HTB class instead of tbf (a WAN link's usual shaper).
+    pub htb: bool,
 }
 
 /// N simulated hosts; torn down on drop.
@@ -113,6 +115,9 @@ impl Hosts {
                 .args(["--owner", &std::process::id().to_string()]);
             if let Some(rate) = &net.rate {
                 cmd.args(["--rate", rate]);
+                if net.htb {
+                    cmd.arg("--htb");
+                }
             }
             if net.two_ifaces {
                 cmd.arg("--two-ifaces");
