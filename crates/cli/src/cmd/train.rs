@@ -419,8 +419,20 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             Sharding::None => String::new(),
             s => format!(", --sharding {s}"),
         };
+        // Islands of one host by default: one host alone is one island (the outer optimizer
+        // then steps alone), which the line says.
+        let outer = cfg.outer.as_ref().map_or(String::new(), |o| {
+            let local = pg.as_ref().map_or(world, |pg| pg.local_world_size());
+            let size = o.island_size.unwrap_or(local).max(1);
+            format!(
+                ", --outer {} every {} steps: {} island(s) of {size} rank(s)",
+                o.mode,
+                o.sync_every,
+                world / size
+            )
+        });
         println!(
-            "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}{sharding}",
+            "phalanx train: {} on {} rank(s), {model}, batch {}/rank, {} lr {}{}{sharding}{outer}",
             dataset,
             world,
             args.batch_size,

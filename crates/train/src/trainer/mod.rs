@@ -258,7 +258,8 @@ fn train_group<M: Classifier>(
     let mut outer = match &cfg.outer {
         Some(options) => {
             ctx.islands = Some(pg.clone());
-            Some(phalanx_ddp::outer::DiLoCo::new(&pg, options.clone())?)
+            let outer = phalanx_ddp::outer::DiLoCo::new(&pg, options.clone())?;
+            Some(outer)
         }
         None => None,
     };
