@@ -25,6 +25,10 @@ use crate::worker::{record, Exit, Exited, Spec, Worker};
 use crate::worker_env::{substitute_args, worker_env, JobEnv, Layout};
 use crate::{Error, LaunchArgs};
 
+/// The exit code of a worker that stopped on SIGTERM at a step boundary (`phalanx train`'s,
+/// as a shell reports a process ended by the signal: 128 + 15).
+const STOPPED_BY_SIGTERM: u8 = 128 + libc::SIGTERM as u8;
+
 /// How a round ended.
 pub(crate) enum End {
     /// Every worker of every node exited 0.
@@ -254,6 +258,25 @@ impl Job<'_> {
                 );
                 self.stop(&mut workers, &rx, sig);
                 return Ok(End::Signal(sig));
+            }
+            Watch::Local(lr)
+                if workers[lr as usize]
+                    .exit
+                    .is_some_and(|(exit, _)| exit.shell_code() == STOPPED_BY_SIGTERM)
+                    && coord.node_waiting(round) =>
+            {
+                // Another agent saw the waiting node first and stopped its workers; theirs
+                // agreed with every rank to stop after the same step (Note [Stop agreement] in
+                // phalanx-train), so this one exited as a stopped run does before this agent's
+                // own tick saw the node. The round ends for the node, not for a failure: no
+                // restart is spent (seen in netns_elastic.rs on a loaded machine).
+                eprintln!(
+                    "phalanx launch: a node waits to join: round {round} was ended for a new \
+                     rendezvous by another node; the workers restart from the job's newest \
+                     checkpoint"
+                );
+                self.stop(&mut workers, &rx, libc::SIGTERM);
+                return Ok(End::Rejoin);
             }
             Watch::Local(lr) => {
                 let w = &workers[lr as usize];
