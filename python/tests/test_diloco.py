@@ -2,7 +2,8 @@
 backend given as the first argument (`phalanx` or `gloo`), tried as a torchft user writes it:
 DDP over the island's group, AdamW inside, the outer optimizer a torch optimizer.
 
-- Local SGD (`SGD(lr=1)`): after a sync, every rank holds the mean of the islands' parameters.
+- Local SGD (`SGD(lr=1)`): after a sync, every rank holds the mean of the islands' parameters
+  (in bfloat16 between islands: within bf16's rounding of it).
 - DiLoCo (`SGD(lr=0.7, momentum=0.9, nesterov=True)`), 12 steps, a sync every 4: every rank of
   every island ends with the same parameters, printed as a digest (the Rust test compares it
   across ranks and with gloo's: 2 islands, and a sum of two values does not depend on its
@@ -75,6 +76,28 @@ assert not torch.equal(before, others), "the islands should differ before the sy
 DILOCO.sync()
 err = (flat(m) - mean).abs().max().item()
 assert err < 1e-6, f"local SGD: {err} from the islands' mean"
+DILOCO.close()
+
+# Local SGD with bfloat16 pseudo-gradients between islands: the mean to bf16's rounding of the
+# islands' drifts (at most 2^-8 of each, twice: the islands' and the sum's).
+m = model()
+inner = torch.optim.AdamW(m.parameters(), lr=1e-2)
+DILOCO = DiLoCo(m, inner, torch.optim.SGD(m.parameters(), lr=1.0), sync_every=1000,
+                island_size=2, outer_dtype=torch.bfloat16)
+start = flat(m).clone()
+train(m, inner, 3)
+before = flat(m).clone()
+mean = before.clone()
+dist.all_reduce(mean)
+mean /= world
+DILOCO.sync()
+err = (flat(m) - mean).abs().max().item()
+bound = 2 * (before - start).abs().max().item() / 256 + 1e-6
+assert 0 < err <= bound, f"bf16 local SGD: {err} from the islands' mean, bound {bound}"
+low, high = flat(m).clone(), flat(m).clone()
+dist.all_reduce(low, op=dist.ReduceOp.MIN)
+dist.all_reduce(high, op=dist.ReduceOp.MAX)
+assert torch.equal(low, high), "bf16: the islands differ after the sync"
 DILOCO.close()
 
 # DiLoCo: Nesterov outer steps, every rank ends equal.
