@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training across a slow link (docs/outer.md): 2 simulated hosts (network namespaces,
 # tests/netns/netns.sh) x 2 ranks, the link of each host capped at RATE each way with HTB.
-# Columns: DDP, HSDP, DiLoCo at H 20 and 100, and DiLoCo at H 100 with int8 and fp4
+# Columns: DDP, HSDP, DiLoCo at H 20 and 100, Streaming DiLoCo at H 100 in 4 fragments
+# (each sync overlapping 5 inner steps), and DiLoCo at H 100 with int8 and fp4
 # pseudo-gradients. Per column: wall time on the capped link, the bytes that crossed it (host
 # 0's eth0 counters, both directions), and compute utilisation: the same run's wall time on an
 # unshaped link over its wall time on the capped one. Needs root and iproute2; build first
@@ -56,6 +57,7 @@ run() {
 printf '%-34s %9s %9s %12s %8s %6s\n' run "capped s" "free s" "bytes" accuracy util
 for col in "ddp|" "hsdp|--sharding hybrid" \
   "diloco H20|--outer diloco --sync-every 20" "diloco H100|--outer diloco --sync-every 100" \
+  "streaming H100 F4 T5|--outer streaming-diloco --sync-every 100 --fragments 4 --fragment-delay 5" \
   "diloco H100 int8|--outer diloco --sync-every 100 --outer-dtype int8" \
   "diloco H100 fp4|--outer diloco --sync-every 100 --outer-dtype fp4"; do
   name=${col%%|*} flags=${col#*|}

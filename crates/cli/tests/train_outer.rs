@@ -30,8 +30,10 @@ fn digests(stdout: &str) -> Vec<String> {
 
 #[test]
 fn the_cnn_in_two_islands_ends_equal_everywhere_and_within_a_point_of_ddp() {
-    // 10 epochs of 31 steps at 4 ranks: DiLoCo at H 20 syncs 15 times and once more at the
-    // end; local SGD at H 100 in fp4 3 times and once more.
+    // 10 epochs of 32 steps at 4 ranks: DiLoCo at H 20 syncs 16 times, the last on the last
+    // step; local SGD at H 100 in fp4 3 times and once more at the end; streaming DiLoCo at
+    // H 20 in 4 fragments, each sync overlapping 2 steps, one fragment every 5 steps (64
+    // syncs) and the 4 fragments at the end.
     let common = [
         "--nproc-per-node",
         "4",
@@ -63,6 +65,19 @@ fn the_cnn_in_two_islands_ends_equal_everywhere_and_within_a_point_of_ddp() {
                 "fp4",
             ][..],
             4,
+        ),
+        (
+            &[
+                "--outer",
+                "streaming-diloco",
+                "--sync-every",
+                "20",
+                "--fragments",
+                "4",
+                "--fragment-delay",
+                "2",
+            ][..],
+            68,
         ),
     ] {
         let args: Vec<&str> = common
@@ -119,9 +134,32 @@ fn flags_that_cannot_work_are_named() {
             &["--outer-lr applies to --outer diloco"][..],
         ),
         (
-            &["--outer", "streaming-diloco", "--sync-every", "5"][..],
-            &["not built yet"][..],
+            &["--outer", "streaming-diloco", "--sync-every", "10"][..],
+            &["--sync-every 10 is not a multiple of --fragments 4"][..],
         ),
+        (
+            &[
+                "--outer",
+                "streaming-diloco",
+                "--sync-every",
+                "20",
+                "--fragment-delay",
+                "5",
+            ][..],
+            &["--fragment-delay 5", "H/F = 20/4 = 5", "at most 4"][..],
+        ),
+        (
+            &[
+                "--outer",
+                "diloco",
+                "--sync-every",
+                "20",
+                "--fragments",
+                "2",
+            ][..],
+            &["--fragments", "applies to --outer streaming-diloco"][..],
+        ),
+        (&["--fragment-alpha", "0.5"][..], &["needs --outer"][..]),
         (
             &[
                 "--outer",

@@ -35,17 +35,25 @@ fn drift(k: usize, s: usize, i: usize) -> f32 {
 /// A model's values: each float tensor, flat.
 type Values = Vec<Vec<f32>>;
 
+/// This rank's outer sync in islands of 2, and DDP on its island.
+fn islands(
+    pg: &phalanx_pg::ProcessGroup,
+    options: &OuterOptions,
+) -> (DiLoCo, DistributedDataParallel<Net>) {
+    let device = Device::flex().autodiff();
+    let diloco = DiLoCo::new(pg, options.clone().with_island_size(Some(2))).unwrap();
+    let island = diloco.island().clone();
+    let ddp = DistributedDataParallel::new(net(&device), island, DdpOptions::default()).unwrap();
+    (diloco, ddp)
+}
+
 /// On 4 ranks in 2 islands of 2: each island's parameters set to the global ones plus its
 /// drift, then synced, `syncs` times. Returns every rank's parameters after each sync, and the
 /// first global parameters.
 fn run(options: OuterOptions, syncs: usize) -> Vec<(Vec<Values>, Values)> {
     phalanx_testing::spawn_ranks(4, |pg| {
-        let device = Device::flex().autodiff();
-        let mut diloco = DiLoCo::new(&pg, options.clone().with_island_size(Some(2))).unwrap();
-        let island = diloco.island().clone();
         // Each island builds its own model: start gives every island island 0's.
-        let mut ddp =
-            DistributedDataParallel::new(net(&device), island, DdpOptions::default()).unwrap();
+        let (mut diloco, mut ddp) = islands(&pg, &options);
         diloco.start(&mut ddp).unwrap();
         let first = ddp.full_params().unwrap();
         let (k, islands) = diloco.island_index();
@@ -186,4 +194,189 @@ fn options_that_cannot_work_are_named() {
         "{momentum}"
     );
     assert!(lr.contains("--outer-lr") && lr.contains("positive"), "{lr}");
+}
+
+/// On 4 ranks in 2 islands of 2: `steps` inner steps, each adding island `k`'s drift of that
+/// step to its parameters, with `options`' outer syncs, then the end-of-run sync. Returns each
+/// rank's parameters at the end, its stats, and the first global parameters.
+fn train(
+    options: OuterOptions,
+    steps: usize,
+) -> Vec<(Values, phalanx_ddp::outer::OuterStats, Values)> {
+    phalanx_testing::spawn_ranks(4, |pg| {
+        let (mut diloco, mut ddp) = islands(&pg, &options);
+        // The same first parameters in every run, for runs to be compared bit for bit.
+        let mut values = ddp.full_params().unwrap();
+        for (i, v) in values.iter_mut().flatten().enumerate() {
+            *v = ((i * 31) % 100) as f32 / 1000.0 - 0.05;
+        }
+        ddp.set_full_params(&values).unwrap();
+        diloco.start(&mut ddp).unwrap();
+        let first = ddp.full_params().unwrap();
+        let (k, _) = diloco.island_index();
+        for t in 1..=steps {
+            let mut values = ddp.full_params().unwrap();
+            for (i, v) in values.iter_mut().flatten().enumerate() {
+                *v += drift(k, t, i);
+            }
+            ddp.set_full_params(&values).unwrap();
+            diloco.step(&mut ddp).unwrap();
+        }
+        if diloco.is_apart() {
+            diloco.sync(&mut ddp).unwrap();
+        }
+        assert!(!diloco.is_apart());
+        (ddp.full_params().unwrap(), diloco.stats(), first)
+    })
+}
+
+/// Streaming DiLoCo by hand in f64 (Note [Streaming fragments]): two islands, `count`
+/// fragments in element order, each sync's pseudo-gradient taken `delay` steps before it
+/// ends, `alpha` of the islands' progress kept, and the end-of-run sync.
+fn streaming_by_hand(
+    first: &[f32],
+    (h, count, delay, alpha): (usize, usize, usize, f64),
+    steps: usize,
+) -> (Vec<f64>, usize) {
+    let (lr, mu) = (0.7f64, 0.9f64);
+    let n = first.len();
+    let fragment = |f: usize| f * n / count..(f + 1) * n / count;
+    let mut global: Vec<f64> = first.iter().map(|&v| v as f64).collect();
+    let mut local = [global.clone(), global.clone()];
+    let mut b = vec![0.0f64; n];
+    let mut dirty = vec![false; count];
+    let mut pending: Option<(usize, [Vec<f64>; 2])> = None;
+    let mut syncs = 0;
+    let mut end = |f: usize,
+                   deltas: [Vec<f64>; 2],
+                   alpha: f64,
+                   global: &mut Vec<f64>,
+                   local: &mut [Vec<f64>; 2],
+                   dirty: &mut Vec<bool>| {
+        for (x, i) in fragment(f).enumerate() {
+            let d = (deltas[0][x] + deltas[1][x]) / 2.0;
+            b[i] = mu * b[i] + d;
+            global[i] -= lr * (d + mu * b[i]);
+            for l in local.iter_mut() {
+                l[i] = global[i] + alpha * (l[i] - global[i]);
+            }
+        }
+        dirty[f] = alpha != 0.0;
+        syncs += 1;
+    };
+    let deltas = |f: usize, global: &[f64], local: &[Vec<f64>; 2]| {
+        [0, 1].map(|k| {
+            fragment(f)
+                .map(|i| global[i] - local[k][i])
+                .collect::<Vec<_>>()
+        })
+    };
+    let cadence = h / count;
+    for t in 1..=steps {
+        for (k, l) in local.iter_mut().enumerate() {
+            for (i, v) in l.iter_mut().enumerate() {
+                *v += drift(k, t, i) as f64;
+            }
+        }
+        dirty.iter_mut().for_each(|d| *d = true);
+        if (t + delay).is_multiple_of(cadence) {
+            let f = ((t + delay) / cadence - 1) % count;
+            pending = Some((f, deltas(f, &global, &local)));
+        }
+        if t.is_multiple_of(cadence) {
+            let (f, d) = pending.take().unwrap();
+            end(f, d, alpha, &mut global, &mut local, &mut dirty);
+        }
+    }
+    if let Some((f, d)) = pending.take() {
+        end(f, d, alpha, &mut global, &mut local, &mut dirty);
+    }
+    if dirty.iter().any(|d| *d) {
+        for f in 0..count {
+            let d = deltas(f, &global, &local);
+            end(f, d, 0.0, &mut global, &mut local, &mut dirty);
+        }
+    }
+    (global, syncs)
+}
+
+#[test]
+fn streaming_diloco_with_one_fragment_and_no_overlap_is_diloco_bitwise() {
+    let diloco = train(OuterOptions::diloco(4), 10);
+    let streaming = train(OuterOptions::streaming_diloco(4, 1), 10);
+    for (d, s) in diloco.iter().zip(&streaming) {
+        assert_eq!(d.0, s.0, "the same parameters, bit for bit");
+        assert_eq!(d.1.syncs, s.1.syncs);
+        assert_eq!(d.1.bytes_across, s.1.bytes_across);
+    }
+    // 2 syncs in the run and the end-of-run sync of the 2 steps after the last.
+    assert_eq!(diloco[0].1.syncs, 3);
+}
+
+#[test]
+fn streaming_fragments_sync_in_turn_overlapped_as_by_hand_and_end_equal_everywhere() {
+    let (h, count, steps) = (8, 4, 21);
+    for (delay, alpha) in [(0u64, 0.0f32), (1, 0.0), (1, 0.5)] {
+        let options = OuterOptions::streaming_diloco(h, count).with_fragment_delay(delay, alpha);
+        let results = train(options, steps);
+        for (params, stats, _) in &results {
+            assert_eq!(
+                *params, results[0].0,
+                "delay {delay} alpha {alpha}: every rank ends on the global parameters"
+            );
+            assert_eq!(stats.syncs, results[0].1.syncs);
+        }
+        let first = flat(&results[0].2);
+        let (want, syncs) = streaming_by_hand(
+            &first,
+            (h as usize, count, delay as usize, alpha as f64),
+            steps,
+        );
+        let got = flat(&results[0].0);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (*g as f64 - w).abs())
+            .fold(0.0f64, f64::max);
+        assert!(
+            worst < 1e-4,
+            "delay {delay} alpha {alpha}: off the hand-made run by {worst}"
+        );
+        assert_eq!(
+            results[0].1.syncs, syncs as u64,
+            "delay {delay} alpha {alpha}"
+        );
+        // A fragment's sync carries a quarter of what the whole model's would.
+        let whole = train(OuterOptions::diloco(h), 1)[0].1.bytes_across;
+        let per_sync = results[0].1.bytes_across as f64 / syncs as f64;
+        assert!(
+            (per_sync / whole as f64 - 0.25).abs() < 0.01,
+            "a fragment's sync sends {per_sync} bytes, the whole model's {whole}"
+        );
+    }
+}
+
+#[test]
+fn fragment_schedules_that_cannot_work_are_named() {
+    let e = |o: OuterOptions| o.check_alone().unwrap_err().to_string();
+    let zero = e(OuterOptions::streaming_diloco(8, 0));
+    assert!(zero.contains("--fragments 0"), "{zero}");
+    let odd = e(OuterOptions::streaming_diloco(10, 4));
+    assert!(
+        odd.contains("--sync-every 10 is not a multiple of --fragments 4")
+            && odd.contains("--sync-every 12 or 8"),
+        "{odd}"
+    );
+    let late = e(OuterOptions::streaming_diloco(8, 4).with_fragment_delay(2, 0.0));
+    assert!(
+        late.contains("--fragment-delay 2") && late.contains("use at most 1"),
+        "{late}"
+    );
+    let alpha = e(OuterOptions::streaming_diloco(8, 4).with_fragment_delay(1, 1.5));
+    assert!(alpha.contains("--fragment-alpha 1.5"), "{alpha}");
+    let other = e(OuterOptions::diloco(8).with_fragment_delay(1, 0.0));
+    assert!(
+        other.contains("--fragment-delay") && other.contains("streaming-diloco"),
+        "{other}"
+    );
 }

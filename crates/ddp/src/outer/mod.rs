@@ -26,6 +26,27 @@
 //! 0's parameters, so the islands start equal whatever each built (sent across only where a
 //! fingerprint of the chunks differs: islands built from one seed send 16 bytes).
 //!
+//! Note [Streaming fragments]
+//! Streaming DiLoCo (arXiv 2501.18512; torchft's `DiLoCo` with several model fragments) cuts
+//! the model into `F` fragments of nearly equal size, in tensor order (a fragment is a run of
+//! layers), and syncs them in turn: fragment `k`'s sync ends at the inner steps
+//! `(k + 1 + F i) H / F`, so each fragment meets the other islands once every `H` steps and
+//! the slow link carries `1/F` of the model at a time (the peak bandwidth drops `F` times).
+//! Each rank holds chunk `j` of every fragment's global parameters and momentum, and a
+//! fragment's sync is the four steps above on that fragment alone. With `--fragment-delay T`
+//! a sync starts `T` steps before it ends: its pseudo-gradient is taken then, and its mean
+//! across islands runs on a thread of its own while the inner engine goes on (the `"island"`
+//! group has its own connections, apart from the `"dp"` group's, so the two never mix);
+//! when it ends, the fragment's new global parameters are set into the engine as
+//! `global + α (local - global)` (torchft's `lerp`): with `α = 0` (the default) the `T`
+//! steps of the island's own progress on that fragment are dropped and the islands are equal
+//! on it again, with `α > 0` they keep a share of it and stay apart until the next sync. `T`
+//! must be below `H / F`, so one sync at a time is under way. The values are bitwise those
+//! of the same sync without overlap: the thread runs the same collective on the same values,
+//! only at another time. At the end of a run, where [`DiLoCo::is_apart`], [`DiLoCo::sync`]
+//! ends the sync under way and syncs every fragment with `α = 0`, so every island ends on the
+//! global parameters. One fragment with no delay is DiLoCo, step for step.
+//!
 //! ```
 //! use burn::module::Module;
 //! use burn::nn::{Linear, LinearConfig};
@@ -63,12 +84,14 @@
 
 mod codec;
 mod exchange;
+mod fragment;
+mod options;
 
 pub use codec::{OuterDType, FP4_BLOCK, INT8_BLOCK};
+pub use options::{OuterMode, OuterOptions};
 
 use std::fmt;
 use std::ops::Range;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,177 +100,12 @@ use phalanx_pg::{Mesh, ProcessGroup};
 
 use crate::adapter::StateKind;
 use crate::{DataParallel, Error, Result};
-
-/// The outer optimizer (`--outer`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OuterMode {
-    /// Pseudo-gradients stepped by SGD with Nesterov momentum (DiLoCo).
-    DiLoCo,
-    /// The islands' parameters averaged (local SGD): DiLoCo with `lr` 1 and no momentum.
-    LocalSgd,
-}
-
-impl OuterMode {
-    /// Every mode, as `--outer` spells it.
-    pub const ALL: [OuterMode; 2] = [OuterMode::DiLoCo, OuterMode::LocalSgd];
-
-    /// The flag's spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            OuterMode::DiLoCo => "diloco",
-            OuterMode::LocalSgd => "local-sgd",
-        }
-    }
-}
-
-impl fmt::Display for OuterMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for OuterMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "streaming-diloco" => Err("--outer streaming-diloco (fragments synced in turn, \
-                 overlapped with the inner steps) is not built yet: use diloco or local-sgd"
-                .into()),
-            _ => Self::ALL
-                .into_iter()
-                .find(|m| m.name() == s)
-                .ok_or_else(|| format!("unknown outer optimizer `{s}`: use diloco or local-sgd")),
-        }
-    }
-}
-
-/// How the islands sync: the outer optimizer, how often, in which dtype, and the islands' size.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OuterOptions {
-    /// The outer optimizer.
-    pub mode: OuterMode,
-    /// Inner steps between outer syncs (DiLoCo's `H`, torchft's `sync_every`).
-    pub sync_every: u64,
-    /// The outer learning rate (DiLoCo only).
-    pub lr: f32,
-    /// The outer Nesterov momentum (DiLoCo only).
-    pub momentum: f32,
-    /// The pseudo-gradients' dtype between islands.
-    pub dtype: OuterDType,
-    /// Ranks per island; `None`: the ranks of one host (the group's local world size).
-    pub island_size: Option<usize>,
-}
-
-impl OuterOptions {
-    /// DiLoCo with the paper's outer optimizer: Nesterov SGD, `lr` 0.7, momentum 0.9.
-    pub fn diloco(sync_every: u64) -> Self {
-        OuterOptions {
-            mode: OuterMode::DiLoCo,
-            sync_every,
-            lr: 0.7,
-            momentum: 0.9,
-            dtype: OuterDType::F32,
-            island_size: None,
-        }
-    }
-
-    /// Local SGD: the islands' parameters averaged every `sync_every` steps.
-    pub fn local_sgd(sync_every: u64) -> Self {
-        OuterOptions {
-            mode: OuterMode::LocalSgd,
-            lr: 1.0,
-            momentum: 0.0,
-            ..Self::diloco(sync_every)
-        }
-    }
-
-    /// With another outer learning rate and momentum.
-    pub fn with_outer_optimizer(mut self, lr: f32, momentum: f32) -> Self {
-        (self.lr, self.momentum) = (lr, momentum);
-        self
-    }
-
-    /// With another dtype between islands.
-    pub fn with_dtype(mut self, dtype: OuterDType) -> Self {
-        self.dtype = dtype;
-        self
-    }
-
-    /// With another island size (`None`: the ranks of one host).
-    pub fn with_island_size(mut self, size: Option<usize>) -> Self {
-        self.island_size = size;
-        self
-    }
-
-    /// Whether these options can work in any group: `sync_every` at least 1, the outer
-    /// optimizer's numbers in range.
-    pub fn check_alone(&self) -> Result<()> {
-        let reason = |reason: String| Err(Error::Outer { reason });
-        if self.sync_every == 0 {
-            return reason(
-                "sync_every (--sync-every) is 0: the islands would never meet; give the inner \
-                 steps between outer syncs, at least 1 (DiLoCo's paper uses 500, torchft's \
-                 examples 20 to 100)"
-                    .into(),
-            );
-        }
-        if self.mode == OuterMode::DiLoCo {
-            if !(self.lr.is_finite() && self.lr > 0.0) {
-                return reason(format!(
-                    "the outer learning rate (--outer-lr) is {}: it must be a positive number \
-                     (DiLoCo's paper uses 0.7)",
-                    self.lr
-                ));
-            }
-            if !(0.0..1.0).contains(&self.momentum) {
-                return reason(format!(
-                    "the outer momentum (--outer-momentum) is {}: it must be at least 0 and \
-                     below 1 (DiLoCo's paper uses 0.9)",
-                    self.momentum
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// The island size these options give in `pg`, or why they cannot work there.
-    pub fn check(&self, pg: &ProcessGroup) -> Result<usize> {
-        self.check_alone()?;
-        let reason = |reason: String| Error::Outer { reason };
-        let world = pg.world_size();
-        let size = self.island_size.unwrap_or(pg.local_world_size());
-        if size == 0 || !world.is_multiple_of(size) {
-            let divisors: Vec<String> = (1..=world)
-                .filter(|d| world.is_multiple_of(*d))
-                .map(|d| d.to_string())
-                .collect();
-            return Err(reason(format!(
-                "an island of {size} ranks{} does not divide the world's {world} ranks into \
-                 islands of equal size: use --island-size {}",
-                match self.island_size {
-                    None => " (the ranks of one host, the default)",
-                    Some(_) => "",
-                },
-                divisors.join(", ")
-            )));
-        }
-        if self.dtype != OuterDType::F32 && pg.backend() != "native" && world > size {
-            return Err(reason(format!(
-                "--outer-dtype {} sends its blocks with all_to_all, which the {} backend does \
-                 not have: use --outer-dtype f32 (an all-reduce) or the native backend",
-                self.dtype,
-                pg.backend()
-            )));
-        }
-        Ok(size)
-    }
-}
+use fragment::Fragment;
 
 /// What the outer syncs cost so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct OuterStats {
-    /// Outer syncs done.
+    /// Outer syncs done (under streaming DiLoCo, each fragment's sync counts once).
     pub syncs: u64,
     /// Wall time inside them.
     pub wait: Duration,
@@ -264,15 +122,25 @@ pub struct DiLoCo {
     mesh: Mesh,
     /// Each float tensor's length, in canonical order.
     lens: Vec<usize>,
-    /// This rank's chunk of the tensors laid end to end, and each tensor's part of it (its
-    /// range in the chunk and whether the outer optimizer steps it).
-    chunk: Range<usize>,
-    parts: Vec<(Range<usize>, bool)>,
-    /// The chunk of the global parameters and of the outer momentum.
-    global: Vec<f32>,
-    momentum: Vec<f32>,
-    since_sync: u64,
+    /// The model's fragments (one but under streaming DiLoCo), with this rank's outer state.
+    fragments: Vec<Fragment>,
+    /// The fragment whose sync is under way, started in an earlier step.
+    pending: Option<Pending>,
+    /// Inner steps since `start`.
+    steps: u64,
     stats: OuterStats,
+}
+
+/// A fragment's sync under way: its pseudo-gradient's mean across islands, still to be taken
+/// here or being taken on a thread of its own (Note [Streaming fragments]).
+struct Pending {
+    fragment: usize,
+    mean: Exchange,
+}
+
+enum Exchange {
+    Here(Vec<f32>),
+    Away(std::thread::JoinHandle<phalanx_pg::Result<Vec<f32>>>),
 }
 
 impl DiLoCo {
@@ -289,11 +157,9 @@ impl DiLoCo {
             options,
             mesh,
             lens: Vec::new(),
-            chunk: 0..0,
-            parts: Vec::new(),
-            global: Vec::new(),
-            momentum: Vec::new(),
-            since_sync: 0,
+            fragments: Vec::new(),
+            pending: None,
+            steps: 0,
             stats: OuterStats::default(),
         })
     }
@@ -324,9 +190,9 @@ impl DiLoCo {
         )
     }
 
-    /// Inner steps since the last outer sync.
-    pub fn since_sync(&self) -> u64 {
-        self.since_sync
+    /// Inner steps since [`start`](Self::start).
+    pub fn steps(&self) -> u64 {
+        self.steps
     }
 
     /// What the syncs cost so far.
@@ -346,112 +212,181 @@ impl DiLoCo {
             .map(|s| s.kind == StateKind::Trainable)
             .collect();
         debug_assert_eq!(trainable.len(), self.lens.len());
-        let total: usize = self.lens.iter().sum();
-        let (n, j) = (self.island().world_size(), self.island().rank());
-        let per = total.div_ceil(n);
-        self.chunk = (j * per).min(total)..((j + 1) * per).min(total);
-        self.parts.clear();
-        let mut at = 0;
-        for (len, trainable) in self.lens.iter().zip(trainable) {
-            let (lo, hi) = (at.max(self.chunk.start), (at + len).min(self.chunk.end));
-            if lo < hi {
-                self.parts
-                    .push((lo - self.chunk.start..hi - self.chunk.start, trainable));
-            }
-            at += len;
-        }
-        self.global = gather_range(&values, self.chunk.clone());
+        let island = (self.island().world_size(), self.island().rank());
+        self.fragments = Fragment::layout(&self.lens, &trainable, self.options.fragments, island);
+        let mut firsts: Vec<Vec<f32>> = self
+            .fragments
+            .iter()
+            .map(|f| gather_range(&values, f.chunk.clone()))
+            .collect();
         // Islands that built the same model (the same seed) need not send it across the slow
-        // links: a fingerprint of each chunk first, the chunk itself only where they differ.
+        // links: a fingerprint of each chunk first, the chunks themselves only where they
+        // differ.
         let across = self.across().clone();
-        let print = fingerprint(&self.global);
+        let print = fingerprint(firsts.iter().flatten());
         let mut prints = [print, print.wrapping_neg()];
         across
             .allreduce(&mut prints, phalanx_core::ReduceOp::Max)
             .map_err(|source| outer_err("the islands' first parameters compared", source))?;
         if prints != [print, print.wrapping_neg()] {
-            across
-                .broadcast(&mut self.global, 0)
-                .map_err(|source| outer_err("the first global parameters from island 0", source))?;
+            for first in &mut firsts {
+                across.broadcast(first, 0).map_err(|source| {
+                    outer_err("the first global parameters from island 0", source)
+                })?;
+            }
         }
-        self.momentum = vec![0.0; self.global.len()];
-        self.since_sync = 0;
-        self.publish(engine, &mut values)
+        for (fragment, first) in self.fragments.iter_mut().zip(firsts) {
+            fragment.reset(first);
+        }
+        self.pending = None;
+        self.steps = 0;
+        let all: Vec<usize> = (0..self.fragments.len()).collect();
+        self.publish(engine, &mut values, &all, 0.0)
     }
 
-    /// Counts an inner step; every `sync_every`-th one is followed by an outer sync (a
-    /// collective of the world then). Returns whether it synced.
+    /// Counts an inner step and runs the outer syncs it is due (Note [Streaming fragments]):
+    /// under DiLoCo and local SGD the whole model every `sync_every`-th step; under streaming
+    /// DiLoCo the next fragment's sync ends every `sync_every / fragments` steps, having
+    /// started `fragment_delay` steps before. A collective of the world when one is due.
+    /// Returns whether a sync ended.
     pub fn step<M: Module, E: DataParallel<M>>(&mut self, engine: &mut E) -> Result<bool> {
-        self.since_sync += 1;
-        if self.since_sync < self.options.sync_every {
+        assert!(
+            !self.fragments.is_empty(),
+            "DiLoCo::start runs before the first step"
+        );
+        self.steps += 1;
+        self.fragments.iter_mut().for_each(|f| f.dirty = true);
+        let count = self.fragments.len() as u64;
+        let cadence = self.options.sync_every / count;
+        let delay = self.options.fragment_delay;
+        let ahead = self.steps + delay;
+        if ahead.is_multiple_of(cadence) {
+            let fragment = ((ahead / cadence - 1) % count) as usize;
+            self.begin(engine, fragment, delay > 0)?;
+        }
+        if !self.steps.is_multiple_of(cadence) {
             return Ok(false);
         }
-        self.sync(engine)?;
+        self.complete(engine, self.options.fragment_alpha)?;
         Ok(true)
     }
 
-    /// An outer sync now (Note [Outer sync]), whatever the count: at the end of a run, so that
-    /// every island ends with the global parameters. A collective of the world.
+    /// Whether the islands may be apart: an inner step ran since a fragment's last sync, a
+    /// sync kept some of the islands' own progress, or a sync is under way. Where it is false
+    /// every island holds the global parameters, and [`sync`](Self::sync) is not needed.
+    pub fn is_apart(&self) -> bool {
+        self.pending.is_some() || self.fragments.iter().any(|f| f.dirty)
+    }
+
+    /// Ends every island on the global parameters now, whatever the count: at the end of a
+    /// run. The sync under way (if any) ends first; then every fragment syncs, keeping none
+    /// of the islands' own progress. A collective of the world.
     pub fn sync<M: Module, E: DataParallel<M>>(&mut self, engine: &mut E) -> Result<()> {
         assert!(
-            !self.lens.is_empty(),
+            !self.fragments.is_empty(),
             "DiLoCo::start runs before the first sync"
         );
-        let started = Instant::now();
-        let mut values = engine.full_params()?;
-        let local = gather_range(&values, self.chunk.clone());
-        let mut delta: Vec<f32> = self.global.iter().zip(&local).map(|(g, l)| g - l).collect();
-        drop(local);
-        let across = self.across().clone();
-        exchange::mean_across(&across, &mut delta, self.options.dtype)
-            .map_err(|source| outer_err("the pseudo-gradients' mean across islands", source))?;
-        let (lr, mu) = (self.options.lr, self.options.momentum);
-        for (range, stepped) in &self.parts {
-            for i in range.clone() {
-                let d = delta[i];
-                if *stepped && self.options.mode == OuterMode::DiLoCo {
-                    // torch.optim.SGD(lr, momentum, nesterov=True): b = mu b + d, then
-                    // d + mu b.
-                    let b = mu * self.momentum[i] + d;
-                    self.momentum[i] = b;
-                    self.global[i] -= lr * (d + mu * b);
-                } else {
-                    self.global[i] -= d;
-                }
-            }
+        if self.pending.is_some() {
+            self.complete(engine, self.options.fragment_alpha)?;
         }
-        self.stats.bytes_across +=
-            sent_across(across.world_size(), delta.len(), self.options.dtype);
-        self.publish(engine, &mut values)?;
-        self.since_sync = 0;
+        for fragment in 0..self.fragments.len() {
+            self.begin(engine, fragment, false)?;
+            self.complete(engine, 0.0)?;
+        }
+        Ok(())
+    }
+
+    /// Starts `fragment`'s sync: its chunk of the pseudo-gradient `Δ = θ - local` (the inner
+    /// engine keeps its island's ranks equal, so the chunks need no exchange inside the
+    /// island), whose mean across islands is taken on a thread of its own when `overlap`
+    /// (the `"island"` group's collectives run beside the inner engine's, Note [Streaming
+    /// fragments]), else when the sync completes.
+    fn begin<M: Module, E: DataParallel<M>>(
+        &mut self,
+        engine: &mut E,
+        fragment: usize,
+        overlap: bool,
+    ) -> Result<()> {
+        assert!(self.pending.is_none(), "one fragment's sync at a time");
+        let started = Instant::now();
+        let values = engine.full_params()?;
+        let f = &self.fragments[fragment];
+        let local = gather_range(&values, f.chunk.clone());
+        drop(values);
+        let delta: Vec<f32> = f.global.iter().zip(&local).map(|(g, l)| g - l).collect();
+        let (across, dtype) = (self.across().clone(), self.options.dtype);
+        self.stats.bytes_across += sent_across(across.world_size(), delta.len(), dtype);
+        let mean = match overlap {
+            false => Exchange::Here(delta),
+            true => {
+                let thread = std::thread::Builder::new()
+                    .name("phalanx-outer-sync".into())
+                    .spawn(move || {
+                        let mut delta = delta;
+                        exchange::mean_across(&across, &mut delta, dtype).map(|()| delta)
+                    })
+                    .map_err(|e| Error::Outer {
+                        reason: format!("could not start the outer sync's thread: {e}"),
+                    })?;
+                Exchange::Away(thread)
+            }
+        };
+        self.pending = Some(Pending { fragment, mean });
+        self.stats.wait += started.elapsed();
+        Ok(())
+    }
+
+    /// Completes the sync under way: waits for its mean, steps the fragment's global
+    /// parameters with the outer optimizer, and sets them into the engine keeping `alpha` of
+    /// the island's own progress.
+    fn complete<M: Module, E: DataParallel<M>>(
+        &mut self,
+        engine: &mut E,
+        alpha: f32,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let Pending { fragment, mean } = self.pending.take().expect("a sync under way");
+        let delta = match mean {
+            Exchange::Here(mut delta) => {
+                exchange::mean_across(self.across(), &mut delta, self.options.dtype).map(|()| delta)
+            }
+            Exchange::Away(thread) => thread.join().map_err(|_| Error::Outer {
+                reason: "the outer sync's thread panicked".into(),
+            })?,
+        }
+        .map_err(|source| outer_err("the pseudo-gradients' mean across islands", source))?;
+        self.fragments[fragment].outer_step(&delta, &self.options);
+        let mut values = engine.full_params()?;
+        self.publish(engine, &mut values, &[fragment], alpha)?;
+        self.fragments[fragment].dirty = alpha != 0.0;
         self.stats.syncs += 1;
         self.stats.wait += started.elapsed();
         Ok(())
     }
 
-    /// The global parameters, gathered over the island (shared memory), set into the engine.
+    /// The global parameters of `fragments`, gathered over the island (shared memory), set
+    /// into the engine as `global + alpha (local - global)` where `values` holds the local
+    /// ones.
     fn publish<M: Module, E: DataParallel<M>>(
         &self,
         engine: &mut E,
         values: &mut [Vec<f32>],
+        fragments: &[usize],
+        alpha: f32,
     ) -> Result<()> {
         let island = self.island();
-        let per = self
-            .lens
-            .iter()
-            .sum::<usize>()
-            .div_ceil(island.world_size());
-        let mut send = self.global.clone();
-        send.resize(per, 0.0);
-        let mut all = vec![0.0f32; per * island.world_size()];
-        island
-            .allgather(&send, &mut all)
-            .map_err(|source| outer_err("the global parameters over the island", source))?;
-        let mut at = 0;
-        for tensor in values.iter_mut() {
-            let len = tensor.len();
-            tensor.copy_from_slice(&all[at..at + len]);
-            at += len;
+        let n = island.world_size();
+        for &fragment in fragments {
+            let f = &self.fragments[fragment];
+            let per = f.per(n);
+            let mut send = f.global.clone();
+            send.resize(per, 0.0);
+            let mut all = vec![0.0f32; per * n];
+            island
+                .allgather(&send, &mut all)
+                .map_err(|source| outer_err("the global parameters over the island", source))?;
+            all.truncate(f.range.len());
+            scatter_range(values, f.range.start, &all, alpha);
         }
         engine.set_full_params(values)
     }
@@ -462,7 +397,7 @@ impl fmt::Debug for DiLoCo {
         f.debug_struct("DiLoCo")
             .field("options", &self.options)
             .field("island", &self.island_index())
-            .field("chunk", &self.chunk)
+            .field("steps", &self.steps)
             .field("stats", &self.stats)
             .finish()
     }
@@ -471,7 +406,7 @@ impl fmt::Debug for DiLoCo {
 /// FNV-1a of `values`' bits: equal on two islands when their chunks are (a difference
 /// escapes it with probability about 2^-64), as a value whose maximum and whose negation's
 /// maximum over a group are both its own only when every rank has the same.
-fn fingerprint(values: &[f32]) -> i64 {
+fn fingerprint<'a>(values: impl Iterator<Item = &'a f32>) -> i64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for v in values {
         for b in v.to_bits().to_le_bytes() {
@@ -494,6 +429,25 @@ fn gather_range(tensors: &[Vec<f32>], range: Range<usize>) -> Vec<f32> {
         at += t.len();
     }
     out
+}
+
+/// Writes `global` over `tensors` laid end to end from element `start`, as
+/// `global + alpha (local - global)` (PyTorch's `lerp(global, local, alpha)`).
+fn scatter_range(tensors: &mut [Vec<f32>], start: usize, global: &[f32], alpha: f32) {
+    let end = start + global.len();
+    let mut at = 0;
+    for t in tensors {
+        let (lo, hi) = (start.max(at), end.min(at + t.len()));
+        for i in lo..hi {
+            let (g, local) = (global[i - start], &mut t[i - at]);
+            *local = if alpha == 0.0 {
+                g
+            } else {
+                g + alpha * (*local - g)
+            };
+        }
+        at += t.len();
+    }
 }
 
 /// Bytes a rank sends to take the mean of `len` values over `n` ranks in `dtype`

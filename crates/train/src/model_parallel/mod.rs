@@ -40,6 +40,10 @@ pub(crate) fn flags(cfg: &TrainConfig) -> String {
 /// `(flag, value)`.
 fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
     let pp = &cfg.pp;
+    // An outer flag's value, `none` without --outer.
+    let outer = |flag, value: &dyn Fn(&phalanx_ddp::outer::OuterOptions) -> String| {
+        (flag, cfg.outer.as_ref().map_or("none".into(), value))
+    };
     vec![
         ("--model", cfg.model.to_string()),
         ("--hidden", cfg.hidden.to_string()),
@@ -76,30 +80,15 @@ fn layout_flags(cfg: &TrainConfig) -> Vec<(&'static str, String)> {
         ("--checkpoint-every", cfg.checkpoint_every.to_string()),
         ("--resume", cfg.resume.to_string()),
         // The outer sync's collectives and their sizes (Note [Islands run]).
-        (
-            "--outer",
-            cfg.outer
-                .as_ref()
-                .map_or("none".into(), |o| o.mode.to_string()),
-        ),
-        (
-            "--sync-every",
-            cfg.outer
-                .as_ref()
-                .map_or("none".into(), |o| o.sync_every.to_string()),
-        ),
-        (
-            "--outer-dtype",
-            cfg.outer
-                .as_ref()
-                .map_or("none".into(), |o| o.dtype.to_string()),
-        ),
-        (
-            "--island-size",
-            cfg.outer.as_ref().map_or("none".into(), |o| {
-                o.island_size.map_or("a host's".into(), |n| n.to_string())
-            }),
-        ),
+        outer("--outer", &|o| o.mode.to_string()),
+        outer("--sync-every", &|o| o.sync_every.to_string()),
+        outer("--outer-dtype", &|o| o.dtype.to_string()),
+        outer("--island-size", &|o| {
+            o.island_size.map_or("a host's".into(), |n| n.to_string())
+        }),
+        outer("--fragments", &|o| o.fragments.to_string()),
+        outer("--fragment-delay", &|o| o.fragment_delay.to_string()),
+        outer("--fragment-alpha", &|o| o.fragment_alpha.to_string()),
     ]
 }
 

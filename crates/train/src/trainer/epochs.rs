@@ -318,8 +318,8 @@ impl Context<'_> {
                     // The run's last step ends on the global parameters, whatever the count.
                     let last = cfg.max_steps.is_some_and(|m| at.global_step + 1 >= m)
                         || (epoch + 1 == cfg.epochs && step_in_epoch == steps_total);
-                    // A step that did not sync leaves at least one step unsynced.
-                    if !outer.step(par)? && last {
+                    outer.step(par)?;
+                    if last && outer.is_apart() {
                         outer.sync(par)?;
                     }
                 }
