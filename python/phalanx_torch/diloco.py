@@ -1,6 +1,7 @@
-"""DiLoCo and local SGD across islands for a PyTorch loop, with torchft's semantics
-(``torchft.local_sgd.DiLoCo``: ``sync_every``, the outer optimizer as a torch optimizer over
-the model's parameters), over any ``torch.distributed`` backend, ``"phalanx"`` included::
+"""DiLoCo, Streaming DiLoCo and local SGD across islands for a PyTorch loop, with torchft's
+semantics (``torchft.local_sgd.DiLoCo``: ``sync_every``, model fragments synced in turn with
+``fragment_sync_delay`` and ``fragment_update_alpha``, the outer optimizer as a torch optimizer
+over the model's parameters), over any ``torch.distributed`` backend, ``"phalanx"`` included::
 
     import torch, torch.distributed as dist
     import phalanx_torch
@@ -29,6 +30,14 @@ rank alike: ``SGD(lr=0.7, momentum=0.9, nesterov=True)`` is DiLoCo, ``SGD(lr=1)`
 (the islands' mean). As in torchft, the parameters are synced and the buffers are not; the
 inner optimizer's state stays with its island. ``outer_dtype=torch.bfloat16`` halves the bytes
 between islands. At construction every island takes island 0's parameters.
+
+``fragments=F`` (an int: the parameters in order, cut at parameter boundaries into ``F`` runs
+of nearly equal size; or a list of modules, torchft's ``model_fragments``) is Streaming DiLoCo
+(Note [Streaming fragments]): fragment ``k``'s sync ends at the inner steps
+``(k + 1 + F i) sync_every / F``, and starts ``fragment_sync_delay`` steps earlier, its
+all-reduce between islands running (``async_op``) while the inner steps go on; when it ends the
+fragment's parameters become ``global + alpha (local - global)``, ``alpha`` being
+``fragment_update_alpha``.
 """
 
 import os
@@ -43,18 +52,34 @@ __all__ = ["DiLoCo"]
 class DiLoCo:
     """The outer sync of ``model`` across islands, driven by ``inner_optimizer``'s steps.
 
-    ``island_size``: ranks per island (default ``LOCAL_WORLD_SIZE``, one host). Construction
-    is a collective of the default group.
+    ``island_size``: ranks per island (default ``LOCAL_WORLD_SIZE``, one host). ``fragments``:
+    ``None`` (the whole model at each sync), an int, or a list of modules that together hold
+    the model's parameters. Construction is a collective of the default group.
     """
 
     def __init__(self, model, inner_optimizer, outer_optimizer, sync_every, *,
-                 island_size=None, outer_dtype=torch.float32):
+                 island_size=None, outer_dtype=torch.float32, fragments=None,
+                 fragment_sync_delay=0, fragment_update_alpha=0.0):
         if not isinstance(sync_every, int) or sync_every < 1:
             raise ValueError(f"sync_every={sync_every!r}: the inner steps between outer syncs, "
                              "at least 1 (DiLoCo's paper uses 500, torchft's examples 20 to 100)")
         if outer_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"outer_dtype={outer_dtype}: use torch.float32 or torch.bfloat16 "
                              "(int8 and fp4 are phalanx train's, --outer-dtype)")
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.fragments = _fragments(self.params, fragments)
+        count = len(self.fragments)
+        if sync_every % count:
+            raise ValueError(f"sync_every={sync_every} is not a multiple of the {count} "
+                             "fragments: one fragment syncs every sync_every / fragments steps")
+        self.cadence = sync_every // count
+        if not isinstance(fragment_sync_delay, int) or not 0 <= fragment_sync_delay < self.cadence:
+            raise ValueError(f"fragment_sync_delay={fragment_sync_delay!r}: at least 0 and below "
+                             f"sync_every / fragments = {self.cadence}, so that a fragment's sync "
+                             "ends before the next one starts")
+        if not 0.0 <= fragment_update_alpha <= 1.0:
+            raise ValueError(f"fragment_update_alpha={fragment_update_alpha!r}: the share of the "
+                             "island's own progress a synced fragment keeps, 0 to 1")
         world = dist.get_world_size()
         size = island_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
         if size < 1 or world % size:
@@ -62,56 +87,120 @@ class DiLoCo:
             raise ValueError(f"an island of {size} ranks does not divide the world's {world} "
                              f"ranks into islands of equal size: use island_size {sizes}")
         self.sync_every = sync_every
+        self.delay = fragment_sync_delay
+        self.alpha = fragment_update_alpha
         self.outer_optimizer = outer_optimizer
         self.outer_dtype = outer_dtype
         self.islands = world // size
         self.mesh = init_device_mesh("cpu", (self.islands, size), mesh_dim_names=("island", "dp"))
         self.island_group = self.mesh.get_group("dp")
         self.across_group = self.mesh.get_group("island")
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.since_sync = 0
+        self.steps = 0
         self.syncs = 0
+        self._pending = None
         with torch.no_grad():
             for p in self.params:
                 dist.broadcast(p, group_src=0, group=self.across_group)
-        self._global = self._flat()
+        self._global = [_flat(f) for f in self.fragments]
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
 
-    def _flat(self):
-        return torch.cat([p.detach().reshape(-1).float() for p in self.params])
-
     def _after_step(self, _optimizer, _args, _kwargs):
-        self.since_sync += 1
-        if self.since_sync >= self.sync_every:
-            self.sync()
+        self.steps += 1
+        ahead = self.steps + self.delay
+        if ahead % self.cadence == 0:
+            self._begin((ahead // self.cadence - 1) % len(self.fragments), self.delay > 0)
+        if self.steps % self.cadence == 0:
+            self._complete(self.alpha)
 
     @torch.no_grad()
     def sync(self):
-        """An outer sync now, whatever the count (a collective of the world)."""
+        """Ends every island on the global parameters now, whatever the count: the sync under
+        way ends, then every fragment syncs keeping none of the islands' own progress (a
+        collective of the world)."""
+        if self._pending is not None:
+            self._complete(self.alpha)
+        for k in range(len(self.fragments)):
+            self._begin(k, False)
+            self._complete(0.0)
+
+    @torch.no_grad()
+    def _begin(self, k, overlap):
+        """Fragment ``k``'s chunk of the pseudo-gradient, its sum across islands started (and
+        left running when ``overlap``)."""
         n = dist.get_world_size(self.island_group)
         j = dist.get_rank(self.island_group)
-        delta = self._global - self._flat()
+        delta = self._global[k] - _flat(self.fragments[k])
         per = -(-delta.numel() // n)
         padded = torch.zeros(per * n)
         padded[:delta.numel()] = delta
         mine = padded[j * per:(j + 1) * per].to(self.outer_dtype)
-        dist.all_reduce(mine, group=self.across_group)
+        work = dist.all_reduce(mine, group=self.across_group, async_op=overlap)
+        self._pending = (k, mine, work, per)
+
+    @torch.no_grad()
+    def _complete(self, alpha):
+        """Waits for the sum, gathers the mean over the island, steps the fragment's global
+        parameters with the outer optimizer and sets them as ``global + alpha (local -
+        global)``."""
+        k, mine, work, per = self._pending
+        self._pending = None
+        if work is not None:
+            work.wait()
         mine = mine.float() / self.islands
-        whole = torch.empty(per * n)
+        whole = torch.empty(per * dist.get_world_size(self.island_group))
         dist.all_gather_into_tensor(whole, mine, group=self.island_group)
-        at = 0
+        params = self.fragments[k]
+        local = [p.detach().clone() for p in params]
         for p in self.params:
-            k = p.numel()
-            p.copy_(self._global[at:at + k].view_as(p))
-            p.grad = whole[at:at + k].view_as(p).to(p.dtype).clone()
-            at += k
+            p.grad = None
+        at = 0
+        for p in params:
+            size = p.numel()
+            p.copy_(self._global[k][at:at + size].view_as(p))
+            p.grad = whole[at:at + size].view_as(p).to(p.dtype).clone()
+            at += size
+        # Only this fragment's parameters have gradients: the outer optimizer steps them alone.
         self.outer_optimizer.step()
         for p in self.params:
             p.grad = None
-        self._global = self._flat()
-        self.since_sync = 0
+        self._global[k] = _flat(params)
+        if alpha:
+            for p, mine in zip(params, local):
+                p.lerp_(mine, alpha)
         self.syncs += 1
 
     def close(self):
         """Stops following the inner optimizer's steps."""
         self._hook.remove()
+
+
+def _flat(params):
+    return torch.cat([p.detach().reshape(-1).float() for p in params])
+
+
+def _fragments(params, fragments):
+    """The parameters of each fragment, in the model's order."""
+    if fragments is None:
+        return [params]
+    if isinstance(fragments, int):
+        if fragments < 1 or fragments > len(params):
+            raise ValueError(f"fragments={fragments}: between 1 and the model's {len(params)} "
+                             "trainable parameters (fragments are cut at parameter boundaries)")
+        # Each cut at the parameter boundary nearest its share of the elements, leaving at
+        # least one parameter to every fragment: runs of nearly equal size, in order.
+        starts = [0]
+        for p in params:
+            starts.append(starts[-1] + p.numel())
+        total, bounds = starts[-1], [0]
+        for b in range(1, fragments):
+            room = range(bounds[-1] + 1, len(params) - (fragments - b) + 1)
+            bounds.append(min(room, key=lambda i: abs(starts[i] * fragments - b * total)))
+        bounds.append(len(params))
+        return [params[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+    mine = {id(p) for p in params}
+    cut = [[p for p in m.parameters() if p.requires_grad] for m in fragments]
+    held = [id(p) for f in cut for p in f]
+    if sorted(held) != sorted(mine):
+        raise ValueError("fragments: the modules must hold every trainable parameter of the "
+                         "model once (torchft's model_fragments)")
+    return cut

@@ -7,7 +7,9 @@ DDP over the island's group, AdamW inside, the outer optimizer a torch optimizer
 - DiLoCo (`SGD(lr=0.7, momentum=0.9, nesterov=True)`), 12 steps, a sync every 4: every rank of
   every island ends with the same parameters, printed as a digest (the Rust test compares it
   across ranks and with gloo's: 2 islands, and a sum of two values does not depend on its
-  order).
+  order). One fragment is DiLoCo bit for bit; Streaming DiLoCo in 2 fragments (an int, or
+  torchft's list of modules) with a delay of 1 syncs a fragment every 2 steps, overlapped, and
+  ends equal everywhere too (its parameters are in the digest).
 - Bad arguments raise ValueError naming them, before any collective.
 
 Prints `diloco ok digest <hex>` on every rank.
@@ -53,7 +55,11 @@ def train(m, inner, steps):
         inner.step()
 
 
-for bad, words in [(dict(sync_every=0), "sync_every=0"), (dict(sync_every=4, island_size=3), "island of 3")]:
+for bad, words in [(dict(sync_every=0), "sync_every=0"), (dict(sync_every=4, island_size=3), "island of 3"),
+                   (dict(sync_every=4, fragments=3), "not a multiple of the 3 fragments"),
+                   (dict(sync_every=4, fragments=2, fragment_sync_delay=2), "fragment_sync_delay=2"),
+                   (dict(sync_every=4, fragments=2, fragment_update_alpha=2.0), "fragment_update_alpha=2.0"),
+                   (dict(sync_every=4, fragments=9), "fragments=9")]:
     m = model()
     try:
         DiLoCo(m, torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(m.parameters(), lr=1.0), **bad)
@@ -100,18 +106,42 @@ dist.all_reduce(high, op=dist.ReduceOp.MAX)
 assert torch.equal(low, high), "bf16: the islands differ after the sync"
 DILOCO.close()
 
-# DiLoCo: Nesterov outer steps, every rank ends equal.
-m = model()
-inner = torch.optim.AdamW(m.parameters(), lr=1e-2)
-outer = torch.optim.SGD(m.parameters(), lr=0.7, momentum=0.9, nesterov=True)
-DILOCO = DiLoCo(m, inner, outer, sync_every=4, island_size=2)
-train(m, inner, 12)
-assert DILOCO.syncs == 3, DILOCO.syncs
-mine = flat(m)
-digest = hashlib.sha256(mine.numpy().tobytes()).hexdigest()
-low, high = mine.clone(), mine.clone()
-dist.all_reduce(low, op=dist.ReduceOp.MIN)
-dist.all_reduce(high, op=dist.ReduceOp.MAX)
-assert torch.equal(low, high), "the islands differ after the last sync"
+
+
+def diloco(steps, **kw):
+    """DiLoCo's Nesterov outer steps over `steps` inner steps and a sync at the end: every rank
+    ends equal. Returns the parameters and the syncs."""
+    global DILOCO
+    m = model()
+    inner = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    outer = torch.optim.SGD(m.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+    if callable(kw.get("fragments")):
+        kw["fragments"] = kw["fragments"](m)
+    DILOCO = DiLoCo(m, inner, outer, sync_every=4, island_size=2, **kw)
+    train(m, inner, steps)
+    DILOCO.sync()
+    DILOCO.close()
+    mine = flat(m)
+    low, high = mine.clone(), mine.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    assert torch.equal(low, high), f"{kw}: the islands differ after the last sync"
+    return mine, DILOCO.syncs
+
+
+plain, syncs = diloco(12)
+assert syncs == 3 + 1, syncs
+# One fragment without delay is DiLoCo, bit for bit.
+same, _ = diloco(12, fragments=1)
+assert torch.equal(same, plain), "fragments=1 differs from DiLoCo"
+# Streaming: 2 fragments (the first weight, then the rest), one synced every 2 steps with a
+# delay of 1 and half the islands' progress kept: 6 fragment syncs, then 2 at the end.
+streaming, syncs = diloco(12, fragments=2, fragment_sync_delay=1, fragment_update_alpha=0.5)
+assert syncs == 6 + 2, syncs
+assert not torch.equal(streaming, plain)
+# torchft's model_fragments: a list of modules.
+_, syncs = diloco(12, fragments=lambda m: [m[0], m[2]], fragment_sync_delay=1)
+assert syncs == 6 + 2, syncs
+digest = hashlib.sha256(torch.cat([plain, streaming]).numpy().tobytes()).hexdigest()
 print(f"diloco ok digest {digest}", flush=True)
 dist.destroy_process_group()
