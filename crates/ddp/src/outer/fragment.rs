@@ -75,6 +75,21 @@ impl Fragment {
         self.dirty = false;
     }
 
+    /// The chunk's global parameters and momentum, to put back with
+    /// [`restore`](Self::restore) if the sync that steps them does not complete.
+    pub(super) fn snapshot(&self) -> (Vec<f32>, Vec<f32>) {
+        (self.global.clone(), self.momentum.clone())
+    }
+
+    pub(super) fn restore(&mut self, (global, momentum): (Vec<f32>, Vec<f32>)) {
+        (self.global, self.momentum) = (global, momentum);
+    }
+
+    /// The chunk's momentum, to hand to an island that lost it.
+    pub(super) fn momentum_mut(&mut self) -> &mut Vec<f32> {
+        &mut self.momentum
+    }
+
     /// The outer optimizer's step on this chunk with the islands' mean pseudo-gradient
     /// `delta`: SGD with Nesterov momentum (DiLoCo), or `θ -= Δ` (local SGD, which is the same
     /// as averaging the islands' parameters), and buffers averaged whatever the mode.

@@ -47,6 +47,23 @@
 //! ends the sync under way and syncs every fragment with `α = 0`, so every island ends on the
 //! global parameters. One fragment with no delay is DiLoCo, step for step.
 //!
+//! Note [Islands that leave and join]
+//! Under fault tolerance (`phalanx launch --fault-tolerance`) the group is formed again after
+//! a failure, and a new mesh with it. What a rank's outer sync holds goes from the old
+//! [`DiLoCo`] to the new one through [`OuterState`] ([`DiLoCo::into_state`], then
+//! [`DiLoCo::heal`]); a replacement holds none. Chunk `j` of the global parameters and of the
+//! momentum is the same on rank `j` of every island that made the same syncs, so healing is
+//! HSDP's recovery across replicas: over each `"island"` group, the lowest island that made
+//! the most syncs sends its chunk and counters to the islands behind it (nothing is sent when
+//! none is behind). An island that took its inner state from another island (a *fresh*
+//! island: every rank of it replaced, or left alone) then trains on from the global
+//! parameters. A sync is committed only once its island gathered the result, so a group that
+//! fails in a sync leaves it *owed*, with the outer state as before; [`DiLoCo::settle`] runs it
+//! in the new group, where fresh islands send zeros and the mean counts only the islands that
+//! trained. At a DiLoCo boundary an island healed from nothing is the undisturbed island bit
+//! for bit; under streaming DiLoCo it loses its own progress on the fragments that were
+//! moving.
+//!
 //! ```
 //! use burn::module::Module;
 //! use burn::nn::{Linear, LinearConfig};
@@ -128,6 +145,25 @@ pub struct DiLoCo {
     pending: Option<Pending>,
     /// Inner steps since `start`.
     steps: u64,
+    /// The inner step whose sync ended last (a sync due at `steps` and not ended is owed).
+    synced_at: u64,
+    /// Islands whose pseudo-gradients count in the next sync, where some islands are fresh
+    /// after a regroup (Note [Islands that leave and join]); `None`: all of them.
+    contributors: Option<usize>,
+    stats: OuterStats,
+}
+
+/// What a rank's outer sync holds between two attempts of a run under fault tolerance
+/// ([`DiLoCo::into_state`], [`DiLoCo::heal`]): this rank's chunks of the global parameters and
+/// momentum, where the schedule stands, and the figures.
+#[derive(Debug)]
+pub struct OuterState {
+    lens: Vec<usize>,
+    fragments: Vec<Fragment>,
+    /// The island rank whose chunks these are.
+    chunk_of: usize,
+    steps: u64,
+    synced_at: u64,
     stats: OuterStats,
 }
 
@@ -160,6 +196,8 @@ impl DiLoCo {
             fragments: Vec::new(),
             pending: None,
             steps: 0,
+            synced_at: 0,
+            contributors: None,
             stats: OuterStats::default(),
         })
     }
@@ -204,16 +242,8 @@ impl DiLoCo {
     /// before the first inner step (a collective of the world).
     pub fn start<M: Module, E: DataParallel<M>>(&mut self, engine: &mut E) -> Result<()> {
         let mut values = engine.full_params()?;
-        self.lens = values.iter().map(Vec::len).collect();
-        let trainable: Vec<bool> = engine
-            .state_infos()
-            .iter()
-            .filter(|s| s.kind.is_float())
-            .map(|s| s.kind == StateKind::Trainable)
-            .collect();
-        debug_assert_eq!(trainable.len(), self.lens.len());
-        let island = (self.island().world_size(), self.island().rank());
-        self.fragments = Fragment::layout(&self.lens, &trainable, self.options.fragments, island);
+        self.layout(engine);
+        debug_assert_eq!(values.iter().map(Vec::len).collect::<Vec<_>>(), self.lens);
         let mut firsts: Vec<Vec<f32>> = self
             .fragments
             .iter()
@@ -239,9 +269,170 @@ impl DiLoCo {
             fragment.reset(first);
         }
         self.pending = None;
-        self.steps = 0;
+        (self.steps, self.synced_at) = (0, 0);
         let all: Vec<usize> = (0..self.fragments.len()).collect();
         self.publish(engine, &mut values, &all, 0.0)
+    }
+
+    /// What this rank holds of the outer sync, for the next attempt's [`heal`](Self::heal)
+    /// once its group changed; `None` before [`start`](Self::start). A sync under way is
+    /// dropped: it is owed, and runs again in the new group.
+    pub fn into_state(mut self) -> Option<OuterState> {
+        if let Some(Pending {
+            mean: Exchange::Away(thread),
+            ..
+        }) = self.pending.take()
+        {
+            // Its group was aborted: it ends at once.
+            let _ = thread.join();
+        }
+        let chunk_of = self.island().rank();
+        (!self.fragments.is_empty()).then_some(OuterState {
+            lens: self.lens,
+            fragments: self.fragments,
+            chunk_of,
+            steps: self.steps,
+            synced_at: self.synced_at,
+            stats: self.stats,
+        })
+    }
+
+    /// Makes both groups of the mesh fail at once, so that no other island waits on this
+    /// rank's in a sync until its timeout (the mesh has its own connections, apart from the
+    /// world's). Call it when the world failed, before [`into_state`](Self::into_state).
+    pub fn abort(&self, reason: &str) {
+        self.island().abort(reason);
+        self.across().abort(reason);
+    }
+
+    /// Starts a new group's attempt under fault tolerance (Note [Islands that leave and
+    /// join]): `state` is what this rank held (`None`: a replacement, or the run's first
+    /// attempt), and `fresh` says that this rank's island took its inner state from another
+    /// island. Every island ends with the outer state of the island that synced last (the
+    /// lowest such), sent over the `"island"` groups only to the islands behind it; a fresh
+    /// island's parameters become the global ones. Where no rank holds any state, this is
+    /// [`start`](Self::start). A collective of the world.
+    pub fn heal<M: Module, E: DataParallel<M>>(
+        &mut self,
+        engine: &mut E,
+        state: Option<OuterState>,
+        fresh: bool,
+    ) -> Result<()> {
+        let j = self.island().rank();
+        let state = state.filter(|s| s.chunk_of == j);
+        let holds = state.is_some();
+        let mut header = [holds as i64, 0, 0];
+        if let Some(s) = state {
+            header[1] = s.stats.syncs as i64;
+            (
+                self.lens,
+                self.fragments,
+                self.steps,
+                self.synced_at,
+                self.stats,
+            ) = (s.lens, s.fragments, s.steps, s.synced_at, s.stats);
+        }
+        let across = self.across().clone();
+        let islands = across.world_size();
+        let mut all = vec![0i64; 3 * islands];
+        across
+            .allgather(&header, &mut all)
+            .map_err(|source| outer_err("the islands' outer state compared", source))?;
+        let rows: Vec<&[i64]> = all.chunks(3).collect();
+        let Some(newest) = rows.iter().filter(|r| r[0] == 1).map(|r| r[1]).max() else {
+            return self.start(engine);
+        };
+        let source = rows
+            .iter()
+            .position(|r| r[0] == 1 && r[1] == newest)
+            .expect("a holder of the newest state");
+        let behind = rows.iter().any(|r| r[0] == 0 || r[1] != newest);
+        let took = header[0] == 0 || header[1] != newest;
+        if behind {
+            if took {
+                self.layout(engine);
+            }
+            let mut counters = [self.steps, self.synced_at, self.stats.syncs].map(|c| c as i64);
+            across
+                .broadcast(&mut counters, source)
+                .map_err(|source| outer_err("the outer state from a peer island", source))?;
+            for f in &mut self.fragments {
+                let len = f.chunk.len();
+                f.global.resize(len, 0.0);
+                across
+                    .broadcast(&mut f.global, source)
+                    .map_err(|source| outer_err("the outer state from a peer island", source))?;
+                let momentum = f.momentum_mut();
+                momentum.resize(len, 0.0);
+                across
+                    .broadcast(momentum, source)
+                    .map_err(|source| outer_err("the outer state from a peer island", source))?;
+                f.dirty |= took;
+            }
+            if took {
+                [self.steps, self.synced_at, self.stats.syncs] = counters.map(|c| c as u64);
+            }
+        }
+        // A fresh island trains on from the global parameters; the others keep their own
+        // progress, and the next sync's mean counts only theirs.
+        let mut flags = [(fresh || took) as i64];
+        self.island()
+            .allreduce(&mut flags, phalanx_core::ReduceOp::Max)
+            .map_err(|source| outer_err("the island's fresh start agreed", source))?;
+        let fresh = flags[0] == 1;
+        if fresh {
+            let mut values = engine.full_params()?;
+            let all: Vec<usize> = (0..self.fragments.len()).collect();
+            self.publish(engine, &mut values, &all, 0.0)?;
+        }
+        let mut kept = [(!fresh) as i64];
+        across
+            .allreduce(&mut kept, phalanx_core::ReduceOp::Sum)
+            .map_err(|source| outer_err("the islands that keep their progress", source))?;
+        self.contributors = (kept[0] as usize != islands).then_some(kept[0].max(1) as usize);
+        Ok(())
+    }
+
+    /// Runs the sync due at this step if a failed group left it owed (its pseudo-gradient
+    /// taken now). A collective of the world when one is owed.
+    pub fn settle<M: Module, E: DataParallel<M>>(&mut self, engine: &mut E) -> Result<bool> {
+        // Fresh islands count as none only in the sync owed at the regroup: in later ones
+        // their pseudo-gradients are their own training's.
+        let contributors = self.contributors.take();
+        let cadence = self.options.sync_every / self.fragments.len() as u64;
+        if self.steps == 0 || !self.steps.is_multiple_of(cadence) || self.synced_at == self.steps {
+            return Ok(false);
+        }
+        let fragment = self.due(self.steps);
+        self.begin(engine, fragment, false)?;
+        self.complete(engine, self.options.fragment_alpha, contributors)?;
+        Ok(true)
+    }
+
+    /// The fragment whose sync ends at inner step `step` (a multiple of the cadence).
+    fn due(&self, step: u64) -> usize {
+        let count = self.fragments.len() as u64;
+        let cadence = self.options.sync_every / count;
+        ((step / cadence - 1) % count) as usize
+    }
+
+    /// The fragments' layout for this rank's island chunk, from the engine's float tensors,
+    /// with no global parameters yet.
+    fn layout<M: Module, E: DataParallel<M>>(&mut self, engine: &E) {
+        let trainable: Vec<bool> = engine
+            .state_infos()
+            .iter()
+            .filter(|s| s.kind.is_float())
+            .map(|s| s.kind == StateKind::Trainable)
+            .collect();
+        self.lens = engine
+            .state_infos()
+            .iter()
+            .filter(|s| s.kind.is_float())
+            .map(|s| s.info.numel())
+            .collect();
+        let island = (self.island().world_size(), self.island().rank());
+        self.fragments = Fragment::layout(&self.lens, &trainable, self.options.fragments, island);
     }
 
     /// Counts an inner step and runs the outer syncs it is due (Note [Streaming fragments]):
@@ -261,13 +452,17 @@ impl DiLoCo {
         let delay = self.options.fragment_delay;
         let ahead = self.steps + delay;
         if ahead.is_multiple_of(cadence) {
-            let fragment = ((ahead / cadence - 1) % count) as usize;
+            let fragment = self.due(ahead);
             self.begin(engine, fragment, delay > 0)?;
         }
         if !self.steps.is_multiple_of(cadence) {
             return Ok(false);
         }
-        self.complete(engine, self.options.fragment_alpha)?;
+        if self.pending.is_none() {
+            // Its start was lost with a failed group: the pseudo-gradient is taken now.
+            self.begin(engine, self.due(self.steps), false)?;
+        }
+        self.complete(engine, self.options.fragment_alpha, None)?;
         Ok(true)
     }
 
@@ -287,11 +482,11 @@ impl DiLoCo {
             "DiLoCo::start runs before the first sync"
         );
         if self.pending.is_some() {
-            self.complete(engine, self.options.fragment_alpha)?;
+            self.complete(engine, self.options.fragment_alpha, None)?;
         }
         for fragment in 0..self.fragments.len() {
             self.begin(engine, fragment, false)?;
-            self.complete(engine, 0.0)?;
+            self.complete(engine, 0.0, None)?;
         }
         Ok(())
     }
@@ -343,6 +538,7 @@ impl DiLoCo {
         &mut self,
         engine: &mut E,
         alpha: f32,
+        contributors: Option<usize>,
     ) -> Result<()> {
         let started = Instant::now();
         let Pending { fragment, mean } = self.pending.take().expect("a sync under way");
@@ -355,10 +551,23 @@ impl DiLoCo {
             })?,
         }
         .map_err(|source| outer_err("the pseudo-gradients' mean across islands", source))?;
+        let mut delta = delta;
+        if let Some(c) = contributors {
+            // Fresh islands sent zeros: the mean over the islands that trained.
+            let scale = self.across().world_size() as f32 / c as f32;
+            delta.iter_mut().for_each(|d| *d *= scale);
+        }
+        // The sync counts only once the island has its result: if the gather below fails,
+        // the fragment's outer state is as before and the sync is owed.
+        let before = self.fragments[fragment].snapshot();
         self.fragments[fragment].outer_step(&delta, &self.options);
         let mut values = engine.full_params()?;
-        self.publish(engine, &mut values, &[fragment], alpha)?;
+        if let Err(e) = self.publish(engine, &mut values, &[fragment], alpha) {
+            self.fragments[fragment].restore(before);
+            return Err(e);
+        }
         self.fragments[fragment].dirty = alpha != 0.0;
+        self.synced_at = self.steps;
         self.stats.syncs += 1;
         self.stats.wait += started.elapsed();
         Ok(())
