@@ -203,8 +203,18 @@ fn train(
     options: OuterOptions,
     steps: usize,
 ) -> Vec<(Values, phalanx_ddp::outer::OuterStats, Values)> {
+    train_losing_island_1(&options, steps, None)
+}
+
+/// As [`train`], but with `lost_at`, island 1 loses everything after that step and comes back
+/// with a model of its own, healing from island 0 in a new mesh (as after a regroup).
+fn train_losing_island_1(
+    options: &OuterOptions,
+    steps: usize,
+    lost_at: Option<usize>,
+) -> Vec<(Values, phalanx_ddp::outer::OuterStats, Values)> {
     phalanx_testing::spawn_ranks(4, |pg| {
-        let (mut diloco, mut ddp) = islands(&pg, &options);
+        let (mut diloco, mut ddp) = islands(&pg, options);
         // The same first parameters in every run, for runs to be compared bit for bit.
         let mut values = ddp.full_params().unwrap();
         for (i, v) in values.iter_mut().flatten().enumerate() {
@@ -215,6 +225,24 @@ fn train(
         let first = ddp.full_params().unwrap();
         let (k, _) = diloco.island_index();
         for t in 1..=steps {
+            if lost_at.is_some_and(|at| t == at + 1) {
+                let state = diloco.into_state();
+                let kept = ddp.full_params().unwrap();
+                (diloco, ddp) = islands(&pg, options);
+                if k == 0 {
+                    // Island 0 goes on with its own parameters in its new engine.
+                    ddp.set_full_params(&kept).unwrap();
+                }
+                let state = match k {
+                    0 => state,
+                    _ => None,
+                };
+                diloco.heal(&mut ddp, state, k == 1).unwrap();
+                assert!(
+                    !diloco.settle(&mut ddp).unwrap(),
+                    "nothing owed at a boundary"
+                );
+            }
             let mut values = ddp.full_params().unwrap();
             for (i, v) in values.iter_mut().flatten().enumerate() {
                 *v += drift(k, t, i);
@@ -381,56 +409,6 @@ fn fragment_schedules_that_cannot_work_are_named() {
     );
 }
 
-/// On 4 ranks in 2 islands of 2, as `train`, but island 1 loses everything after step
-/// `lost_at` and comes back with a model of its own, healing from island 0 in a new mesh (as
-/// after a regroup). Returns each rank's parameters at the end and its syncs.
-fn train_losing_island_1(
-    options: &OuterOptions,
-    steps: usize,
-    lost_at: usize,
-) -> Vec<(Values, u64)> {
-    phalanx_testing::spawn_ranks(4, |pg| {
-        let (mut diloco, mut ddp) = islands(&pg, &options);
-        let mut values = ddp.full_params().unwrap();
-        for (i, v) in values.iter_mut().flatten().enumerate() {
-            *v = ((i * 31) % 100) as f32 / 1000.0 - 0.05;
-        }
-        ddp.set_full_params(&values).unwrap();
-        diloco.start(&mut ddp).unwrap();
-        let (k, _) = diloco.island_index();
-        for t in 1..=steps {
-            if t == lost_at + 1 {
-                let state = diloco.into_state();
-                let kept = ddp.full_params().unwrap();
-                (diloco, ddp) = islands(&pg, options);
-                if k == 0 {
-                    // Island 0 goes on with its own parameters in its new engine.
-                    ddp.set_full_params(&kept).unwrap();
-                }
-                let state = match k {
-                    0 => state,
-                    _ => None,
-                };
-                diloco.heal(&mut ddp, state, k == 1).unwrap();
-                assert!(
-                    !diloco.settle(&mut ddp).unwrap(),
-                    "nothing owed at a boundary"
-                );
-            }
-            let mut values = ddp.full_params().unwrap();
-            for (i, v) in values.iter_mut().flatten().enumerate() {
-                *v += drift(k, t, i);
-            }
-            ddp.set_full_params(&values).unwrap();
-            diloco.step(&mut ddp).unwrap();
-        }
-        if diloco.is_apart() {
-            diloco.sync(&mut ddp).unwrap();
-        }
-        (ddp.full_params().unwrap(), diloco.stats().syncs)
-    })
-}
-
 #[test]
 fn an_island_rebuilt_from_nothing_heals_from_its_peer_and_the_run_goes_on_bitwise() {
     // At a DiLoCo boundary every island holds the global parameters: an island that lost
@@ -438,10 +416,10 @@ fn an_island_rebuilt_from_nothing_heals_from_its_peer_and_the_run_goes_on_bitwis
     let options = OuterOptions::diloco(4);
     let (steps, lost_at) = (14, 8);
     let undisturbed = train(options.clone(), steps);
-    let healed = train_losing_island_1(&options, steps, lost_at);
-    for ((params, syncs), (want, stats, _)) in healed.iter().zip(&undisturbed) {
+    let healed = train_losing_island_1(&options, steps, Some(lost_at));
+    for ((params, healed, _), (want, stats, _)) in healed.iter().zip(&undisturbed) {
         assert_eq!(
-            *syncs, stats.syncs,
+            healed.syncs, stats.syncs,
             "the healed island counts the syncs it missed"
         );
         assert_eq!(
@@ -456,16 +434,16 @@ fn a_streaming_island_that_heals_mid_schedule_ends_equal_to_the_others() {
     // Under streaming DiLoCo some fragments are always moving: the healed island starts from
     // the global parameters, without its own progress on them, and still ends equal.
     let options = OuterOptions::streaming_diloco(4, 2).with_fragment_delay(1, 0.5);
-    let healed = train_losing_island_1(&options, 15, 8);
-    for (params, syncs) in &healed {
+    let healed = train_losing_island_1(&options, 15, Some(8));
+    for (params, stats, _) in &healed {
         assert_eq!(
             *params, healed[0].0,
             "every rank ends on the global parameters"
         );
-        assert_eq!(*syncs, healed[0].1);
+        assert_eq!(stats.syncs, healed[0].1.syncs);
     }
     let undisturbed = train(options, 15);
-    assert_eq!(healed[0].1, undisturbed[0].1.syncs, "the same syncs");
+    assert_eq!(healed[0].1.syncs, undisturbed[0].1.syncs, "the same syncs");
     assert_ne!(
         healed[0].0, undisturbed[0].0,
         "island 1's progress on fragment 0 was lost"
