@@ -237,7 +237,7 @@ fn train_losing_island_1(
                     0 => state,
                     _ => None,
                 };
-                diloco.heal(&mut ddp, state, k == 1).unwrap();
+                diloco.heal(&mut ddp, state, k == 1, t as u64 - 1).unwrap();
                 assert!(
                     !diloco.settle(&mut ddp).unwrap(),
                     "nothing owed at a boundary"

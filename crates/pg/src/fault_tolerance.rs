@@ -33,6 +33,15 @@
 //! `None`). The slots of generation 0 are `0..slots()`; a `+s` adds any slot not in, a `-s`
 //! removes one.
 //!
+//! Note [Whole blocks]: the islands of `phalanx train --outer` each run one engine over their
+//! ranks, so an island with a rank missing cannot train. Under
+//! [`FaultTolerance::set_block`]`(n)` slots live and die in blocks of `n` (`slot / n`): the
+//! running ranks advance only to generations made of whole blocks, and after a failure they
+//! connect the newest such generation ([`FaultTolerance::regroup_whole`]). A rank whose block
+//! lost a member is left alone: it writes `-s` for itself, which makes the generation without
+//! its block whole for the others, then `+s` as a replacement, and joins again once its block
+//! is whole, taking its state from a peer block as any replacement does.
+//!
 //! A rank that waits in vain (no change within `PHALANX_TIMEOUT` after its group failed: no
 //! restart left, or a static job that lost a node) fails with [`Error::Regroup`]; its exit
 //! code tells the agent not to replace it in turn.
@@ -68,6 +77,9 @@ use phalanx_store::{keys, PrefixStore, Store, TcpStore};
 
 use crate::{init_with, Error, InitOptions, ProcessGroup, Result};
 
+/// How long the generation log stands still before a rank of a block regroups on it
+/// ([`FaultTolerance::regroup_whole`]).
+const SETTLE: Duration = Duration::from_millis(250);
 /// How often a waiting rank looks at the generation counter.
 const POLL: Duration = Duration::from_millis(5);
 /// How old a training rank's view of the counter may be ([`FaultTolerance::newest`]).
@@ -89,6 +101,9 @@ pub struct FaultTolerance {
     replacement: bool,
     /// The counter as last read, and when.
     seen: Cell<(u64, Option<Instant>)>,
+    /// Slots in blocks of this many that live and die together ([`set_block`](Self::set_block):
+    /// islands); 1: any set of slots is a generation to train in.
+    block: usize,
 }
 
 impl std::fmt::Debug for FaultTolerance {
@@ -151,6 +166,7 @@ impl FaultTolerance {
             first,
             replacement: env::get(env::PHALANX_FT_REPLACEMENT).is_some_and(|v| v == "1"),
             seen: Cell::new((0, None)),
+            block: 1,
         }))
     }
 
@@ -166,6 +182,11 @@ impl FaultTolerance {
         self.first
     }
 
+    /// The ranks on this rank's node (`LOCAL_WORLD_SIZE`), known before it joins.
+    pub fn local_world_size(&self) -> usize {
+        self.base.env.local_world_size
+    }
+
     /// The generation this rank is in.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -174,6 +195,43 @@ impl FaultTolerance {
     /// The slots of the current generation, ascending (a rank's rank is its slot's position).
     pub fn members(&self) -> &[usize] {
         &self.members
+    }
+
+    /// Trains only in generations made of whole blocks of `n` consecutive slots (`slot / n`
+    /// names a block): the islands of `phalanx train --outer`, whose ranks share one engine,
+    /// so that an island with a rank missing cannot train (Note [Whole blocks]).
+    pub fn set_block(&mut self, n: usize) {
+        self.block = n.max(1);
+    }
+
+    /// The slots of `members` whose blocks are whole there: the ranks that can train in
+    /// that generation (Note [Whole blocks]).
+    fn whole_blocks(&self, members: &[usize]) -> Vec<usize> {
+        let n = self.block;
+        members
+            .iter()
+            .copied()
+            .filter(|&m| (m / n * n..(m / n + 1) * n).all(|s| members.contains(&s)))
+            .collect()
+    }
+
+    /// The newest generation after `above`, up to `counter`, in whose whole blocks this
+    /// rank is (or the one at which the run ended); with `changed`, only one with other
+    /// members than `self.members` (at a boundary: a generation that is the same group is no
+    /// change). `None` if there is none.
+    fn newest_whole(&self, counter: u64, above: u64, changed: bool) -> Result<Option<u64>> {
+        for g in (above + 1..=counter).rev() {
+            match self.fold(g)? {
+                Fold::Ended(_) => return Ok(Some(g)),
+                Fold::Members(m) => {
+                    let m = self.whole_blocks(&m);
+                    if m.contains(&self.slot()) && (!changed || m != self.members) {
+                        return Ok(Some(g));
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Whether this process replaces a worker that died: it holds no state and takes a peer's.
@@ -212,7 +270,13 @@ impl FaultTolerance {
                         rank: self.slot(),
                         source,
                     })?;
-                if open {
+                let mine_there = match (self.block, self.fold(g)?) {
+                    (1, _) | (_, Fold::Ended(_)) => true,
+                    (_, Fold::Members(m)) => self.whole_blocks(&m).contains(&self.slot()),
+                };
+                // Under blocks, a generation the others opened without this rank's block
+                // (one of it still joining) is not this rank's: it waits for the next.
+                if open && mine_there {
                     return self.join_from(g, None).map(Some);
                 }
             }
@@ -258,7 +322,12 @@ impl FaultTolerance {
         if at.is_some_and(|at| at.elapsed() < POLL_EVERY) {
             return Ok(g);
         }
-        let g = self.read_counter()?;
+        let mut g = self.read_counter()?;
+        if self.block > 1 {
+            g = self
+                .newest_whole(g, self.generation, true)?
+                .unwrap_or(self.generation);
+        }
         self.seen.set((g, Some(Instant::now())));
         Ok(g)
     }
@@ -293,6 +362,60 @@ impl FaultTolerance {
         }
     }
 
+    /// [`regroup`](Self::regroup) in whole blocks (Note [Whole blocks]): waits for a newer
+    /// generation in whose whole blocks this rank is and connects them; a rank whose block
+    /// lost a member is left alone in it and joins again, as a replacement
+    /// ([`is_replacement`] turns true), to take its state from a peer block. `None`: it was
+    /// left alone and the run ended before it could join.
+    ///
+    /// [`is_replacement`]: Self::is_replacement
+    pub fn regroup_whole(&mut self, failure: Error) -> Result<Option<ProcessGroup>> {
+        let n = self.block;
+        let start = Instant::now();
+        let mut seen = (self.generation, Instant::now());
+        loop {
+            let newest = self.read_counter()?;
+            if newest != seen.0 {
+                seen = (newest, Instant::now());
+            }
+            // A block's ranks die together and their agents write one change each, a moment
+            // apart: the log is read once it stood still a while, so as not to connect a
+            // generation that still counts one of them.
+            if newest > self.generation && seen.1.elapsed() >= SETTLE {
+                if let Fold::Members(members) = self.fold(newest)? {
+                    let mine = self.slot() / n * n;
+                    let left_alone = members.contains(&self.slot())
+                        && !(mine..mine + n).all(|s| members.contains(&s));
+                    if left_alone {
+                        tracing::warn!(
+                            slot = self.slot(),
+                            "fault tolerance: slots {mine}..{} train together and one is gone; \
+                             this rank joins again to take its state from a peer ({failure})",
+                            mine + n
+                        );
+                        self.change(&format!("-{}", self.slot()))?;
+                        self.replacement = true;
+                        return self.join();
+                    }
+                }
+                if let Some(g) = self.newest_whole(newest, self.generation, false)? {
+                    return self.join_from(g, Some(&failure)).map(Some);
+                }
+            }
+            if start.elapsed() >= self.base.timeout {
+                return Err(Error::Regroup {
+                    rank: self.slot(),
+                    generation: self.generation,
+                    waited_s: start.elapsed().as_secs_f64(),
+                    cause: format!(
+                        "{failure} (no generation made of whole blocks of {n} slots formed)"
+                    ),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Connects generation `at_least` or, if the membership moved on meanwhile, a newer one.
     fn join_newest(&mut self, at_least: u64, failure: Option<&Error>) -> Result<ProcessGroup> {
         let newest = at_least.max(self.read_counter()?);
@@ -304,6 +427,7 @@ impl FaultTolerance {
     fn join_from(&mut self, mut target: u64, failure: Option<&Error>) -> Result<ProcessGroup> {
         loop {
             let members = match self.fold(target)? {
+                Fold::Members(m) if self.block > 1 => self.whole_blocks(&m),
                 Fold::Members(m) => m,
                 Fold::Ended(at) => {
                     return Err(Error::Regroup {
@@ -333,7 +457,10 @@ impl FaultTolerance {
                 Ok(pg) => return Ok(pg),
                 // Another rank died or arrived while this generation formed: join the newer.
                 Err(e) => {
-                    let newest = self.read_counter()?;
+                    let mut newest = self.read_counter()?;
+                    if self.block > 1 {
+                        newest = self.newest_whole(newest, target, false)?.unwrap_or(target);
+                    }
                     if newest > target {
                         tracing::warn!(
                             slot = self.slot(),
@@ -482,6 +609,7 @@ mod tests {
             first,
             replacement: joiner,
             seen: Cell::new((0, None)),
+            block: 1,
         }
     }
 
@@ -509,6 +637,39 @@ mod tests {
             .expect("unreadable");
         let e = e.to_string();
         assert!(e.contains("ft/2/change") && e.contains("?7"), "{e}");
+    }
+
+    #[test]
+    fn in_blocks_only_whole_blocks_of_a_generation_are_connected() {
+        let store = Arc::new(HashStore::default());
+        // Islands {0, 1} and {2, 3}: slot 3 dies, slot 2 is left alone and leaves, both come
+        // back one after the other.
+        log(&store, &["-3", "-2", "+2", "+3"]);
+        let mut ft = member(&store, 0, 4, false);
+        ft.set_block(2);
+        assert_eq!(ft.whole_blocks(&[0, 1, 2]), [0, 1]);
+        assert_eq!(ft.whole_blocks(&[1, 2, 3]), [2, 3]);
+        assert_eq!(ft.whole_blocks(&[0, 1, 2, 3]), [0, 1, 2, 3]);
+        // From generation 0: {0, 1, 2} trains as {0, 1}; {0, 1, 2, 3} again is no change.
+        assert_eq!(ft.newest_whole(1, 0, true).unwrap(), Some(1));
+        assert_eq!(ft.newest_whole(4, 0, true).unwrap(), Some(3));
+        // After a failure, the same members again are a group to form.
+        assert_eq!(ft.newest_whole(4, 0, false).unwrap(), Some(4));
+        // From {0, 1}: only slot 2 back is no change, both back is.
+        ft.members = vec![0, 1];
+        ft.generation = 2;
+        assert_eq!(ft.newest_whole(3, 2, true).unwrap(), None);
+        assert_eq!(ft.newest_whole(4, 2, true).unwrap(), Some(4));
+        assert_eq!(ft.newest().unwrap(), 4);
+        // Slot 3, back first, waits for a generation its block is whole in.
+        let joiner = {
+            let mut j = member(&store, 3, 4, true);
+            j.set_block(2);
+            j
+        };
+        assert!(
+            matches!(joiner.fold(3).unwrap(), Fold::Members(m) if !joiner.whole_blocks(&m).contains(&3))
+        );
     }
 
     #[test]

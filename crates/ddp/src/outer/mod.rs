@@ -307,8 +307,9 @@ impl DiLoCo {
 
     /// Starts a new group's attempt under fault tolerance (Note [Islands that leave and
     /// join]): `state` is what this rank held (`None`: a replacement, or the run's first
-    /// attempt), and `fresh` says that this rank's island took its inner state from another
-    /// island. Every island ends with the outer state of the island that synced last (the
+    /// attempt), `fresh` says that this rank's island took its inner state from another
+    /// island, and `steps` is the inner step every rank starts from (the trainer's position,
+    /// the same on every rank). Every island ends with the outer state of the island that synced last (the
     /// lowest such), sent over the `"island"` groups only to the islands behind it; a fresh
     /// island's parameters become the global ones. Where no rank holds any state, this is
     /// [`start`](Self::start). A collective of the world.
@@ -317,6 +318,7 @@ impl DiLoCo {
         engine: &mut E,
         state: Option<OuterState>,
         fresh: bool,
+        steps: u64,
     ) -> Result<()> {
         let j = self.island().rank();
         let state = state.filter(|s| s.chunk_of == j);
@@ -348,14 +350,18 @@ impl DiLoCo {
             .expect("a holder of the newest state");
         let behind = rows.iter().any(|r| r[0] == 0 || r[1] != newest);
         let took = header[0] == 0 || header[1] != newest;
+        // The counters always come from the source: a rank that failed between two syncs
+        // counted other steps, and the sync it may owe is the source's.
+        let mut counters = [self.synced_at, self.stats.syncs].map(|c| c as i64);
+        across
+            .broadcast(&mut counters, source)
+            .map_err(|source| outer_err("the outer state from a peer island", source))?;
+        [self.synced_at, self.stats.syncs] = counters.map(|c| c as u64);
+        self.steps = steps;
         if behind {
             if took {
                 self.layout(engine);
             }
-            let mut counters = [self.steps, self.synced_at, self.stats.syncs].map(|c| c as i64);
-            across
-                .broadcast(&mut counters, source)
-                .map_err(|source| outer_err("the outer state from a peer island", source))?;
             for f in &mut self.fragments {
                 let len = f.chunk.len();
                 f.global.resize(len, 0.0);
@@ -369,9 +375,6 @@ impl DiLoCo {
                     .map_err(|source| outer_err("the outer state from a peer island", source))?;
                 f.dirty |= took;
             }
-            if took {
-                [self.steps, self.synced_at, self.stats.syncs] = counters.map(|c| c as u64);
-            }
         }
         // A fresh island trains on from the global parameters; the others keep their own
         // progress, and the next sync's mean counts only theirs.
@@ -381,6 +384,7 @@ impl DiLoCo {
             .map_err(|source| outer_err("the island's fresh start agreed", source))?;
         let fresh = flags[0] == 1;
         if fresh {
+            self.fragments.iter_mut().for_each(|f| f.dirty = true);
             let mut values = engine.full_params()?;
             let all: Vec<usize> = (0..self.fragments.len()).collect();
             self.publish(engine, &mut values, &all, 0.0)?;

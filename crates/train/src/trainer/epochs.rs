@@ -10,7 +10,11 @@ use phalanx_checkpoint as checkpoint;
 use phalanx_checkpoint::position::{self, Position};
 use phalanx_core::{trace, ReduceOp};
 use phalanx_data::{exact_shard, DataLoader, Dataset};
-use phalanx_ddp::{fsdp::seed_step, outer::DiLoCo, DataParallel, Local, StepKind};
+use phalanx_ddp::{
+    fsdp::seed_step,
+    outer::{DiLoCo, OuterState},
+    DataParallel, Local, StepKind,
+};
 use phalanx_pg::ProcessGroup;
 
 use crate::{
@@ -93,15 +97,17 @@ pub(super) struct Context<'a> {
     /// Under `--tp` or `--pp`: the run's mesh and this rank's part of the model (Note
     /// [Tensor-parallel run], Note [Pipeline run]).
     pub(super) mp: Option<ModelParallel>,
-    /// Under `--outer`: the whole group, over which the data, the test set and the figures
-    /// are split while the engine runs on this rank's island (Note [Islands run]).
-    pub(super) islands: Option<Arc<ProcessGroup>>,
+    /// Under `--outer`: the data, the test set and the figures are split over the whole
+    /// group while the engine runs on this rank's island (Note [Islands run]).
+    pub(super) islands: bool,
 }
 
 /// One attempt's run of epochs, handed the model in its engine ([`WithEngine`]).
 pub(super) struct Attempt<'a, 'r> {
     pub(super) ctx: &'a Context<'a>,
+    /// The engine's group, and the whole group of this generation.
     pub(super) pg: &'a ProcessGroup,
+    pub(super) world: &'a ProcessGroup,
     pub(super) optim: &'a mut Optim,
     /// The optimizer state a checkpoint held, loaded into the engine's optimizer first.
     pub(super) pending_state: &'a mut Option<Vec<u8>>,
@@ -113,8 +119,11 @@ pub(super) struct Attempt<'a, 'r> {
     pub(super) boundary: &'a mut dyn FnMut(&ProcessGroup) -> Result<Option<u64>>,
     /// Whether the model is kept after the run (fault tolerance goes on with it).
     pub(super) keep: bool,
-    /// Under `--outer`: the outer optimizer across the islands.
+    /// Under `--outer`: the outer optimizer across the islands, and what it starts from
+    /// after a regroup (what this rank held, and whether its island took its inner state
+    /// from another island: Note [Islands that leave and join] in phalanx-ddp).
     pub(super) outer: Option<&'a mut DiLoCo>,
+    pub(super) outer_start: (Option<OuterState>, bool),
 }
 
 impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
@@ -133,10 +142,13 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
         let mut at = self.at;
         let mut outer = self.outer;
         if let Some(outer) = outer.as_deref_mut() {
-            outer.start(&mut engine)?;
+            let (state, fresh) = self.outer_start;
+            outer.heal(&mut engine, state, fresh, self.at.global_step)?;
+            // A sync its group failed in runs in this one.
+            outer.settle(&mut engine)?;
         }
         let result = self.ctx.epochs(
-            self.pg,
+            (self.pg, self.world),
             &mut engine,
             self.optim,
             &mut at,
@@ -158,16 +170,25 @@ impl Context<'_> {
     /// The group every rank of the run is in: `pg` (the engine's), or the whole world under a
     /// cut model, whose data-parallel groups must stop at the same step as each other (a stop
     /// writes every piece: a collective of the world).
-    fn everyone<'a>(&'a self, pg: &'a ProcessGroup) -> &'a ProcessGroup {
+    fn everyone<'a>(
+        &'a self,
+        (pg, world): (&'a ProcessGroup, &'a ProcessGroup),
+    ) -> &'a ProcessGroup {
         self.mp
             .as_ref()
-            .map_or_else(|| self.data_group(pg), |mp| mp.world())
+            .map_or_else(|| self.data_group((pg, world)), |mp| mp.world())
     }
 
     /// The group the data, the test set and the epoch's figures are split over: the engine's,
     /// or the whole group when the engine runs on an island (Note [Islands run]).
-    fn data_group<'a>(&'a self, pg: &'a ProcessGroup) -> &'a ProcessGroup {
-        self.islands.as_deref().unwrap_or(pg)
+    fn data_group<'a>(
+        &self,
+        (pg, world): (&'a ProcessGroup, &'a ProcessGroup),
+    ) -> &'a ProcessGroup {
+        match self.islands {
+            true => world,
+            false => pg,
+        }
     }
 
     /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective).
@@ -189,7 +210,7 @@ impl Context<'_> {
     #[allow(clippy::too_many_arguments)]
     fn stop_at<M: Classifier, E: DataParallel<M>>(
         &self,
-        pg: &ProcessGroup,
+        (pg, world): (&ProcessGroup, &ProcessGroup),
         par: &E,
         optim: &Optim,
         at: Position,
@@ -202,7 +223,7 @@ impl Context<'_> {
         }
         // Under DDP rank 0 alone writes: no rank exits (and no launcher reports the job over)
         // before the commit (of every piece of a cut model: over the whole world).
-        self.everyone(pg).barrier()?;
+        self.everyone((pg, world)).barrier()?;
         Ok(Error::Stopped {
             signal,
             global_step: at.global_step,
@@ -218,7 +239,7 @@ impl Context<'_> {
     #[allow(clippy::too_many_arguments)]
     fn epochs<M: Classifier, E: DataParallel<M>>(
         &self,
-        pg: &ProcessGroup,
+        (pg, whole): (&ProcessGroup, &ProcessGroup),
         par: &mut E,
         optim: &mut Optim,
         at: &mut Position,
@@ -229,7 +250,9 @@ impl Context<'_> {
         mut outer: Option<&mut DiLoCo>,
     ) -> Result<Outcome> {
         let cfg = self.cfg;
-        let data = self.data_group(pg);
+        // The engine's group and the whole generation's.
+        let g = (pg, whole);
+        let data = self.data_group(g);
         let (rank, world) = (data.rank(), data.world_size());
         // The outer syncs' time counts as communication, as the engine's waits do.
         let outer_wait = |outer: &Option<&mut DiLoCo>| {
@@ -313,16 +336,10 @@ impl Context<'_> {
                 }
                 step_in_epoch += 1;
                 samples_in_epoch += batch.labels.len() * world;
-                if let Some(outer) = outer.as_deref_mut() {
-                    let _s = trace::span("outer sync", "comm");
-                    // The run's last step ends on the global parameters, whatever the count.
-                    let last = cfg.max_steps.is_some_and(|m| at.global_step + 1 >= m)
-                        || (epoch + 1 == cfg.epochs && step_in_epoch == steps_total);
-                    outer.step(par)?;
-                    if last && outer.is_apart() {
-                        outer.sync(par)?;
-                    }
-                }
+                // The step is done before its outer sync: a group that fails in the sync
+                // leaves it owed, not the step undone (Note [Islands that leave and join]).
+                let last = cfg.max_steps.is_some_and(|m| at.global_step + 1 >= m)
+                    || (epoch + 1 == cfg.epochs && step_in_epoch == steps_total);
                 *at = Position {
                     epoch,
                     step_in_epoch,
@@ -330,6 +347,15 @@ impl Context<'_> {
                     samples_in_epoch: samples_in_epoch as u64,
                     world: world as u64,
                 };
+                let mut synced = false;
+                if let Some(outer) = outer.as_deref_mut() {
+                    let _s = trace::span("outer sync", "comm");
+                    synced = outer.step(par)?;
+                    // The run's last step ends on the global parameters, whatever the count.
+                    if last && outer.is_apart() {
+                        outer.sync(par)?;
+                    }
+                }
                 after_regroup(*at, reporter);
                 let (sum, n, samples) = &mut totals.epoch_loss;
                 *sum += loss as f64;
@@ -355,11 +381,17 @@ impl Context<'_> {
                 }
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
                 if step_in_epoch < steps_total && stop_check.due(at.global_step) {
-                    if let Some(signal) = stop_check.agree(self.everyone(pg), at.global_step)? {
-                        return Err(self.stop_at(pg, par, optim, *at, signal, saved, reporter)?);
+                    if let Some(signal) = stop_check.agree(self.everyone(g), at.global_step)? {
+                        return Err(self.stop_at(g, par, optim, *at, signal, saved, reporter)?);
                     }
                 }
-                if let Some(to) = boundary(pg)? {
+                // Under islands the ranks meet only in outer syncs: a new generation is agreed
+                // on there, over the whole group (Note [Whole blocks] in phalanx-pg).
+                let boundary_group = match outer {
+                    Some(_) => synced.then_some(data),
+                    None => Some(pg),
+                };
+                if let Some(to) = boundary_group.map(&mut *boundary).transpose()?.flatten() {
                     totals.train_time += epoch_start.elapsed();
                     totals.comm_wait += par.stats().wait + outer_wait(&outer) - wait_start;
                     return Ok(Outcome::Advance(to));
@@ -406,9 +438,15 @@ impl Context<'_> {
             };
             self.save(pg, par, optim, *at, reporter)?;
             if stop::armed() && epoch + 1 < cfg.epochs {
-                if let Some(signal) = stop_check.agree(self.everyone(pg), at.global_step)? {
-                    return Err(self.stop_at(pg, par, optim, *at, signal, true, reporter)?);
+                if let Some(signal) = stop_check.agree(self.everyone(g), at.global_step)? {
+                    return Err(self.stop_at(g, par, optim, *at, signal, true, reporter)?);
                 }
+            }
+        }
+        if let Some(outer) = outer.as_deref_mut() {
+            // A run whose group failed in its end-of-run sync resumes here with it owed.
+            if outer.is_apart() {
+                outer.sync(par)?;
             }
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);

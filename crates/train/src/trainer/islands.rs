@@ -10,14 +10,20 @@
 //! the count, so the summary's figures and digest are the global parameters', equal on every
 //! rank. Between syncs each island has its own parameters: an epoch line's test accuracy is
 //! then each island's model on its ranks' share of the test set, summed over the world (the
-//! islands' mean), and is the global model's only when the epoch ends on a sync.
+//! islands' mean), and is the global model's only when the epoch ends on a sync. Under
+//! fault tolerance an island lives and dies whole (Note [Whole blocks] in phalanx-pg): each
+//! generation gets its own mesh, and the outer state goes from one to the next (Note [Islands
+//! that leave and join] in phalanx-ddp); the ranks agree on a new generation only at outer
+//! syncs, over the whole group, since nothing else crosses islands.
 
+use phalanx_checkpoint::position::Position;
 use phalanx_ddp::fsdp::Sharding;
+use phalanx_pg::ProcessGroup;
 
 use crate::{Error, Result, TrainConfig};
 
-/// Whether `cfg`'s other flags can run in islands (`tolerant`: under `--fault-tolerance`).
-pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
+/// Whether `cfg`'s other flags can run in islands.
+pub(super) fn check(cfg: &TrainConfig) -> Result<()> {
     let Some(outer) = &cfg.outer else {
         return Ok(());
     };
@@ -38,13 +44,6 @@ pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
              --sharding none inside the islands",
         );
     }
-    if tolerant {
-        return refuse(
-            "--fault-tolerance".into(),
-            "islands that leave and join at an outer boundary are not built yet; use \
-             --max-restarts",
-        );
-    }
     if cfg.checkpoint_dir.is_some() {
         return refuse(
             "--checkpoint-dir".into(),
@@ -53,4 +52,15 @@ pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether every rank of this rank's `island` holds the same step (`held`; `None`: a
+/// replacement, or a rank left alone in its island): such an island goes on with its own
+/// state after a regroup, any other takes a peer island's (Note [Islands that leave and join]
+/// in phalanx-ddp). A collective of the island.
+pub(super) fn intact(island: &ProcessGroup, held: Option<Position>) -> Result<bool> {
+    let mine = held.map_or(-1, |p| p.global_step as i64);
+    let mut all = vec![0i64; island.world_size()];
+    island.allgather(&[mine], &mut all)?;
+    Ok(mine >= 0 && all.iter().all(|&s| s == mine))
 }

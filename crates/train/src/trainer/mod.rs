@@ -19,6 +19,7 @@ use std::{sync::Arc, time::Instant};
 use phalanx_checkpoint::position::Position;
 use phalanx_core::ReduceOp;
 use phalanx_data::Dataset;
+use phalanx_ddp::outer::{DiLoCo, OuterState};
 use phalanx_ddp::{fsdp::Sharding, Bf16CompressHook, DdpOptions};
 use phalanx_pg::{FaultTolerance, ProcessGroup};
 
@@ -90,7 +91,7 @@ fn train_in(
     if cfg.sequence_parallel {
         crate::tensor_parallel::check_sequence_parallel(cfg.tp, cfg.seq_len)?;
     }
-    islands::check(cfg, matches!(group, Group::Tolerant(_)))?;
+    islands::check(cfg)?;
     if cfg.tp > 1 || cfg.pp.stages > 1 {
         let tp = crate::model_parallel::flags(cfg);
         if matches!(group, Group::Tolerant(_)) {
@@ -218,10 +219,25 @@ fn train_group<M: Classifier>(
         slot,
         slots,
         mp: None,
-        islands: None,
+        islands: cfg.outer.is_some(),
     };
     let mut optim = Optim::new(cfg.optim);
     let mut totals = Totals::default();
+    // Under --outer the islands keep their size through regroups, and the generations the run
+    // trains in are made of whole islands (Note [Whole blocks] in phalanx-pg): a joiner too
+    // knows that before it joins.
+    let outer_options = cfg.outer.as_ref().map(|o| {
+        let local = match (&pg, &ft) {
+            (Some(pg), _) => pg.local_world_size(),
+            (None, Some(ft)) => ft.local_world_size(),
+            (None, None) => unreachable!("a run has a group or a way to one"),
+        };
+        o.clone()
+            .with_island_size(Some(o.island_size.unwrap_or(local)))
+    });
+    if let (Some(options), Some(ft)) = (&outer_options, ft.as_mut()) {
+        ft.set_block(options.island_size.unwrap_or(1));
+    }
     // Only now, with the data loaded and the model built, does a replacement ask to join.
     let mut pg = match (pg.take(), ft.as_mut()) {
         (Some(pg), _) => pg,
@@ -255,14 +271,10 @@ fn train_group<M: Classifier>(
         ctx.mp = Some(parts);
     }
     // Note [Islands run]: the engine on this rank's island, the data over the whole group.
-    let mut outer = match &cfg.outer {
-        Some(options) => {
-            ctx.islands = Some(pg.clone());
-            let outer = phalanx_ddp::outer::DiLoCo::new(&pg, options.clone())?;
-            Some(outer)
-        }
-        None => None,
-    };
+    // Each generation has its own mesh; what a rank's outer sync holds goes from one to the
+    // next (Note [Islands that leave and join] in phalanx-ddp).
+    let mut outer: Option<DiLoCo> = None;
+    let mut outer_state: Option<OuterState> = None;
     let ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
     let mut held = match (replacement, resumed) {
@@ -286,7 +298,19 @@ fn train_group<M: Classifier>(
             if let Some(mp) = &ctx.mp {
                 options = options.with_model_norm(mp.norm());
             }
-            let mut source = held.resync(&pg, &mut optim, sharded)?;
+            // Under --outer: this generation's islands first (a collective of the world), and
+            // whether this rank's island is whole in its state: an island whose ranks hold
+            // one step keeps its own progress, any other takes a peer island's.
+            if let (Some(options), None) = (&outer_options, &outer) {
+                outer = Some(DiLoCo::new(&pg, options.clone())?);
+            }
+            let held_before = held.held_position();
+            let intact = match &outer {
+                Some(o) => islands::intact(o.island(), held_before)?,
+                None => false,
+            };
+            let mut source = held.resync(&pg, &mut optim, sharded, intact)?;
+            let fresh = !intact || held_before != Some(held.position());
             // The engine's group: the world's, the "dp" group of a model-parallel run, or this
             // rank's island.
             let engine_group = match (&ctx.mp, &outer) {
@@ -339,6 +363,7 @@ fn train_group<M: Classifier>(
             let attempt = Attempt {
                 ctx: &ctx,
                 pg: &engine_group,
+                world: &pg,
                 optim: &mut optim,
                 at: held.position(),
                 pending_state: held.optim_state(),
@@ -349,6 +374,7 @@ fn train_group<M: Classifier>(
                 // Only fault tolerance goes on with the model after the run of epochs.
                 keep: ft.is_some(),
                 outer: outer.as_mut(),
+                outer_start: (outer_state.take(), fresh),
             };
             let (at, result, kept) =
                 parallel::with_engine(wrapped, engine_group.clone(), wrapping, attempt)??;
@@ -365,6 +391,8 @@ fn train_group<M: Classifier>(
             }
             (Ok(Outcome::Advance(to)), Some(ft)) => {
                 let since = Instant::now();
+                // A new generation's islands get a new mesh.
+                outer_state = outer.take().and_then(DiLoCo::into_state);
                 drop(pg);
                 pg = Arc::new(ft.advance(to)?);
                 pg.abort_on_panic();
@@ -375,6 +403,11 @@ fn train_group<M: Classifier>(
             (Err(e), Some(ft)) if pg.failure().is_some() || broke_a_group(&e) => {
                 if pg.failure().is_none() {
                     pg.abort(&e.to_string());
+                }
+                if let Some(o) = outer.take() {
+                    // No island waits for this rank in a sync until its timeout.
+                    o.abort(&e.to_string());
+                    outer_state = o.into_state();
                 }
                 let failed_at = Instant::now();
                 tracing::warn!(
@@ -390,7 +423,23 @@ fn train_group<M: Classifier>(
                     },
                 };
                 drop(pg);
-                pg = Arc::new(ft.regroup(cause)?);
+                pg = match outer_options {
+                    None => Arc::new(ft.regroup(cause)?),
+                    Some(_) => {
+                        let was_replacement = ft.is_replacement();
+                        let Some(new) = ft.regroup_whole(cause)? else {
+                            // Left alone in its island, it joined again and the run ended
+                            // before it could.
+                            return Ok(None);
+                        };
+                        if ft.is_replacement() && !was_replacement {
+                            // It takes everything from a peer island, as a replacement.
+                            held.forget();
+                            outer_state = None;
+                        }
+                        Arc::new(new)
+                    }
+                };
                 pg.abort_on_panic();
                 held.group_changed(failed_at);
             }
@@ -405,6 +454,12 @@ fn broke_a_group(e: &Error) -> bool {
     use phalanx_ddp::Error as Ddp;
     matches!(
         e,
-        Error::Pg(_) | Error::Ddp(Ddp::Collective { .. } | Ddp::Sync { .. } | Ddp::Setup { .. })
+        Error::Pg(_)
+            | Error::Ddp(
+                Ddp::Collective { .. }
+                    | Ddp::Sync { .. }
+                    | Ddp::Setup { .. }
+                    | Ddp::OuterSync { .. }
+            )
     )
 }

@@ -105,6 +105,7 @@ impl<M: Classifier> Held<M> {
         pg: &ProcessGroup,
         optim: &mut Optim,
         sharded: bool,
+        keep_own: bool,
     ) -> Result<Option<Source>> {
         let Some(since) = self.changed else {
             return Ok(None);
@@ -126,7 +127,9 @@ impl<M: Classifier> Held<M> {
                 self.optim_state = state;
                 (model, at, from)
             }
-            (false, Holding::Whole(model)) => replicas::resync(pg, model, optim, self.position)?,
+            (false, Holding::Whole(model)) => {
+                replicas::resync(pg, model, optim, self.position, keep_own)?
+            }
             (false, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
         };
         self.holding = Holding::Whole(model);
@@ -151,6 +154,19 @@ impl<M: Classifier> Held<M> {
             (_, _) => unreachable!("the model is whole before each attempt"),
         };
         model
+    }
+
+    /// The step this rank's state belongs to; `None` for a replacement.
+    pub(super) fn held_position(&self) -> Option<Position> {
+        self.position
+    }
+
+    /// This rank gave up its state (left alone in its island under `--outer`): like a
+    /// replacement, it takes a peer's at the next attempt.
+    pub(super) fn forget(&mut self) {
+        self.position = None;
+        self.optim_state = None;
+        self.changed = Some(Instant::now());
     }
 
     /// Where the next attempt starts.

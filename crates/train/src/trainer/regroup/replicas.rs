@@ -20,13 +20,17 @@ use phalanx_pg::ProcessGroup;
 use crate::{Classifier, Error, Optim, Result};
 
 /// Makes every rank's model, optimizer and position equal to the newest ones held by any rank
-/// (Note [Regroup]); `held` is this rank's position, `None` for a replacement. Returns the
-/// model, the position and the source rank. A collective of the new group.
+/// (Note [Regroup]); `held` is this rank's position, `None` for a replacement. With
+/// `keep_own`, a rank that holds the newest step keeps its own state: islands under `--outer`
+/// differ between syncs, and each whole island goes on with its own (Note [Islands that leave
+/// and join] in phalanx-ddp). Returns the model, the position and the source rank. A
+/// collective of the new group.
 pub(crate) fn resync<M: Classifier>(
     pg: &ProcessGroup,
     model: &M,
     optim: &mut Optim,
     held: Option<Position>,
+    keep_own: bool,
 ) -> Result<(M, Position, usize)> {
     let mine = held.map_or(-1, |p| p.global_step as i64);
     let mut all = vec![0i64; pg.world_size()];
@@ -85,7 +89,7 @@ pub(crate) fn resync<M: Classifier>(
     let position = handover
         .position
         .expect("the source holds the newest step: a position");
-    if sending {
+    if sending || (keep_own && mine == newest) {
         return Ok((model.clone(), position, source));
     }
     // Everything arrived: only now is this rank's state replaced, so a failure above leaves
