@@ -66,6 +66,17 @@ pub(super) fn shard_file_name(stem: &str, rank: usize, world: usize) -> String {
 
 /// Whether `name` is a shard file of the checkpoint `stem`.
 pub(super) fn is_shard_of(name: &str, stem: &str) -> bool {
-    name.strip_prefix(stem)
-        .is_some_and(|rest| rest.starts_with(".shard-") && rest.ends_with(".safetensors"))
+    name.strip_prefix(stem).is_some_and(|rest| {
+        (rest.starts_with(".shard-") || rest.starts_with(".island-"))
+            && rest.ends_with(".safetensors")
+    })
+}
+
+/// The file of rank `rank` next to the checkpoint at `global_step` of a run in islands
+/// (`phalanx train --outer`): its island's state and its chunk of the outer state, written
+/// before the checkpoint commits and dropped with it.
+pub fn island_file(dir: &Path, global_step: u64, rank: usize) -> PathBuf {
+    dir.join(format!(
+        "step-{global_step:012}.island-rank-{rank:05}.safetensors"
+    ))
 }

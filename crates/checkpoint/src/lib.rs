@@ -42,7 +42,7 @@ pub mod state_dict;
 pub use error::{Error, Mismatch, Result};
 
 use directory::prune;
-pub use directory::{list, record_path, DEFAULT_KEEP};
+pub use directory::{island_file, list, record_path, DEFAULT_KEEP};
 use format::{bad, io_err, sha256_hex, write_atomic};
 pub use format::{Checkpoint, Meta, NamedTensor, FORMAT, OPTIM_STATE};
 

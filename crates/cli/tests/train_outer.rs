@@ -19,6 +19,18 @@ use std::time::{Duration, Instant};
 
 use launch_util::{phalanx, run, train_ok, train_summaries, wait_for_workers, TempDir};
 
+/// Streaming DiLoCo at H 20 in 4 fragments, each sync overlapping 2 steps.
+const STREAMING: [&str; 8] = [
+    "--outer",
+    "streaming-diloco",
+    "--sync-every",
+    "20",
+    "--fragments",
+    "4",
+    "--fragment-delay",
+    "2",
+];
+
 /// Rank 0's `--json` summary.
 fn summary(stdout: &str) -> serde_json::Value {
     stdout
@@ -76,19 +88,7 @@ fn the_cnn_in_two_islands_ends_equal_everywhere_and_within_a_point_of_ddp() {
             ][..],
             4,
         ),
-        (
-            &[
-                "--outer",
-                "streaming-diloco",
-                "--sync-every",
-                "20",
-                "--fragments",
-                "4",
-                "--fragment-delay",
-                "2",
-            ][..],
-            68,
-        ),
+        (&STREAMING[..], 68),
     ] {
         let args: Vec<&str> = common
             .iter()
@@ -437,4 +437,106 @@ fn an_island_killed_mid_run_is_replaced_and_every_island_ends_equal() {
         &[3],
         want[0].1,
     );
+}
+
+/// The arguments as `&str`.
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Every file of the checkpoint at `step` in `dir` (its record, its tensors, its rank files).
+fn drop_checkpoint(dir: &std::path::Path, step: u64) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&format!("step-{step:012}.")))
+        {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_run_in_islands_resumes_bitwise_from_its_checkpoint() {
+    // Checkpoints at steps 83, 166 and 249 and the epochs' ends (45 steps each, 270 in all):
+    // under streaming DiLoCo at H 20 in 4 fragments with a delay of 2, the sync of step 250
+    // is under way at step 249. Resumed there, each island goes on from its own model,
+    // optimizer and chunk of the outer state, and the run ends bitwise where the
+    // uninterrupted one ends.
+    for outer in [
+        &["--outer", "diloco", "--sync-every", "20"][..],
+        &STREAMING[..],
+    ] {
+        let whole = TempDir::new("outer-ckpt");
+        let args = |dir: &TempDir| -> Vec<String> {
+            [
+                "--nproc-per-node",
+                "4",
+                "--island-size",
+                "2",
+                "--momentum",
+                "0.9",
+                "--hidden",
+                "64",
+                "--epochs",
+                "6",
+                "--checkpoint-every",
+                "83",
+                "--checkpoint-dir",
+                dir.str(),
+            ]
+            .iter()
+            .chain(outer)
+            .map(|s| s.to_string())
+            .collect()
+        };
+        let a = train_ok(&strs(&args(&whole)), Duration::from_secs(120));
+        let want = train_summaries(&a.stdout);
+        assert_eq!(want.len(), 4, "{}", a.stdout);
+        assert!(
+            whole
+                .path()
+                .join("step-000000000249.island-rank-00003.safetensors")
+                .exists(),
+            "every rank writes its island file"
+        );
+        // The same directory without the last checkpoint: the newest is step 249's.
+        let cut = TempDir::new("outer-ckpt-cut");
+        for e in std::fs::read_dir(whole.path()).unwrap().flatten() {
+            std::fs::copy(e.path(), cut.path().join(e.file_name())).unwrap();
+        }
+        drop_checkpoint(cut.path(), 270);
+        let mut resume = args(&cut);
+        resume.push("--resume".into());
+        let b = train_ok(&strs(&resume), Duration::from_secs(120));
+        let what = format!("{outer:?}\n{}\n{}", b.stdout, b.stderr);
+        assert_eq!(
+            b.stdout.matches("\"event\":\"epoch\"").count(),
+            1,
+            "resumed in the last epoch: {what}"
+        );
+        let got = train_summaries(&b.stdout);
+        assert_eq!(got.len(), 4, "{what}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                g.2, w.2,
+                "rank {}: not the uninterrupted run's: {what}",
+                g.0
+            );
+        }
+        assert_eq!(syncs(&b.stdout), syncs(&a.stdout), "{what}");
+        // Another island size cannot take these chunks: said, naming the flags.
+        let mut other = resume.clone();
+        let at = other.iter().position(|a| a == "--island-size").unwrap() + 1;
+        other[at] = "1".into();
+        let mut cmd = phalanx();
+        cmd.args(["train", "--standalone", "--json"]).args(&other);
+        let f = run(cmd, Duration::from_secs(120));
+        assert_ne!(f.code(), Some(0), "{}", f.stdout);
+        assert!(
+            f.stderr.contains("islands of 2 ranks") && f.stderr.contains("--island-size"),
+            "{}",
+            f.stderr
+        );
+    }
 }

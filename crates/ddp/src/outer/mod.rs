@@ -165,6 +165,52 @@ pub struct OuterState {
     steps: u64,
     synced_at: u64,
     stats: OuterStats,
+    /// Read from a checkpoint: the chunks, laid out when the engine is at hand.
+    saved: Option<OuterSnapshot>,
+}
+
+/// What a rank's outer sync holds, as a checkpoint keeps it ([`DiLoCo::snapshot`],
+/// [`OuterState::restore`]): where the schedule stands, this rank's chunk of each fragment's
+/// global parameters and momentum, and the pseudo-gradient of a sync under way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OuterSnapshot {
+    /// Inner steps since the start.
+    pub steps: u64,
+    /// The inner step whose sync ended last.
+    pub synced_at: u64,
+    /// Syncs done.
+    pub syncs: u64,
+    /// This rank's island.
+    pub island: usize,
+    /// This rank's rank in its island: which chunk it holds.
+    pub chunk_of: usize,
+    /// Ranks per island.
+    pub island_size: usize,
+    /// Each fragment's chunk of the global parameters.
+    pub global: Vec<Vec<f32>>,
+    /// Each fragment's chunk of the outer momentum.
+    pub momentum: Vec<Vec<f32>>,
+    /// The fragment whose sync is under way, and the pseudo-gradient it sent.
+    pub pending: Option<(usize, Vec<f32>)>,
+}
+
+impl OuterState {
+    /// The state a checkpoint kept, for [`DiLoCo::heal`]: resumed at the same layout, the run
+    /// goes on bitwise as if never stopped.
+    pub fn restore(saved: OuterSnapshot) -> OuterState {
+        OuterState {
+            lens: Vec::new(),
+            fragments: Vec::new(),
+            chunk_of: saved.chunk_of,
+            steps: saved.steps,
+            synced_at: saved.synced_at,
+            stats: OuterStats {
+                syncs: saved.syncs,
+                ..OuterStats::default()
+            },
+            saved: Some(saved),
+        }
+    }
 }
 
 /// A fragment's sync under way: its pseudo-gradient's mean across islands, still to be taken
@@ -172,6 +218,8 @@ pub struct OuterState {
 struct Pending {
     fragment: usize,
     mean: Exchange,
+    /// The pseudo-gradient sent, for a checkpoint taken while its mean is under way.
+    sent: Vec<f32>,
 }
 
 enum Exchange {
@@ -294,7 +342,30 @@ impl DiLoCo {
             steps: self.steps,
             synced_at: self.synced_at,
             stats: self.stats,
+            saved: None,
         })
+    }
+
+    /// What a checkpoint keeps of this rank's outer sync (no collective).
+    pub fn snapshot(&self) -> OuterSnapshot {
+        let pending = self.pending.as_ref().map(|p| {
+            let sent = match &p.mean {
+                Exchange::Here(delta) => delta.clone(),
+                Exchange::Away(_) => p.sent.clone(),
+            };
+            (p.fragment, sent)
+        });
+        OuterSnapshot {
+            steps: self.steps,
+            synced_at: self.synced_at,
+            syncs: self.stats.syncs,
+            island: self.island_index().0,
+            chunk_of: self.island().rank(),
+            island_size: self.island().world_size(),
+            global: self.fragments.iter().map(|f| f.global.clone()).collect(),
+            momentum: self.fragments.iter().map(|f| f.snapshot().1).collect(),
+            pending,
+        }
     }
 
     /// Makes both groups of the mesh fail at once, so that no other island waits on this
@@ -324,7 +395,12 @@ impl DiLoCo {
         let state = state.filter(|s| s.chunk_of == j);
         let holds = state.is_some();
         let mut header = [holds as i64, 0, 0];
-        if let Some(s) = state {
+        let mut resumed_pending = None;
+        if let Some(mut s) = state {
+            if let Some(saved) = s.saved.take() {
+                resumed_pending = saved.pending.clone();
+                (s.lens, s.fragments) = self.lay_out_saved(engine, saved)?;
+            }
             header[1] = s.stats.syncs as i64;
             (
                 self.lens,
@@ -389,12 +465,64 @@ impl DiLoCo {
             let all: Vec<usize> = (0..self.fragments.len()).collect();
             self.publish(engine, &mut values, &all, 0.0)?;
         }
+        if let Some((fragment, sent)) = resumed_pending {
+            // A sync under way when the checkpoint was taken: its mean is taken when it ends,
+            // from the same pseudo-gradient.
+            self.pending = Some(Pending {
+                fragment,
+                mean: Exchange::Here(sent),
+                sent: Vec::new(),
+            });
+        }
         let mut kept = [(!fresh) as i64];
         across
             .allreduce(&mut kept, phalanx_core::ReduceOp::Sum)
             .map_err(|source| outer_err("the islands that keep their progress", source))?;
         self.contributors = (kept[0] as usize != islands).then_some(kept[0].max(1) as usize);
         Ok(())
+    }
+
+    /// A checkpoint's chunks laid out on `engine`'s tensors, or why they do not fit.
+    fn lay_out_saved<M: Module, E: DataParallel<M>>(
+        &mut self,
+        engine: &E,
+        saved: OuterSnapshot,
+    ) -> Result<(Vec<usize>, Vec<Fragment>)> {
+        self.layout(engine);
+        let fits = saved.island_size == self.island().world_size()
+            && saved.global.len() == self.fragments.len()
+            && self
+                .fragments
+                .iter()
+                .zip(&saved.global)
+                .zip(&saved.momentum)
+                .all(|((f, g), m)| g.len() == f.chunk.len() && m.len() == f.chunk.len());
+        if !fits {
+            return Err(Error::Outer {
+                reason: format!(
+                    "the checkpoint's outer state was written by islands of {} ranks in {} \
+                     fragments, this run has islands of {} in {}: resume with the same \
+                     --island-size and --fragments (or without --outer, from island 0's model)",
+                    saved.island_size,
+                    saved.global.len(),
+                    self.island().world_size(),
+                    self.fragments.len()
+                ),
+            });
+        }
+        for ((f, g), m) in self
+            .fragments
+            .iter_mut()
+            .zip(saved.global)
+            .zip(saved.momentum)
+        {
+            f.restore((g, m));
+            f.dirty = true;
+        }
+        Ok((
+            std::mem::take(&mut self.lens),
+            std::mem::take(&mut self.fragments),
+        ))
     }
 
     /// Runs the sync due at this step if a failed group left it owed (its pseudo-gradient
@@ -515,6 +643,10 @@ impl DiLoCo {
         let delta: Vec<f32> = f.global.iter().zip(&local).map(|(g, l)| g - l).collect();
         let (across, dtype) = (self.across().clone(), self.options.dtype);
         self.stats.bytes_across += sent_across(across.world_size(), delta.len(), dtype);
+        let sent = match overlap {
+            true => delta.clone(),
+            false => Vec::new(),
+        };
         let mean = match overlap {
             false => Exchange::Here(delta),
             true => {
@@ -530,7 +662,11 @@ impl DiLoCo {
                 Exchange::Away(thread)
             }
         };
-        self.pending = Some(Pending { fragment, mean });
+        self.pending = Some(Pending {
+            fragment,
+            mean,
+            sent,
+        });
         self.stats.wait += started.elapsed();
         Ok(())
     }
@@ -545,7 +681,7 @@ impl DiLoCo {
         contributors: Option<usize>,
     ) -> Result<()> {
         let started = Instant::now();
-        let Pending { fragment, mean } = self.pending.take().expect("a sync under way");
+        let Pending { fragment, mean, .. } = self.pending.take().expect("a sync under way");
         let delta = match mean {
             Exchange::Here(mut delta) => {
                 exchange::mean_across(self.across(), &mut delta, self.options.dtype).map(|()| delta)

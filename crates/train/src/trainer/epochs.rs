@@ -17,6 +17,7 @@ use phalanx_ddp::{
 };
 use phalanx_pg::ProcessGroup;
 
+use super::island_checkpoint;
 use crate::{
     config::{Reporter, TrainConfig},
     device,
@@ -191,17 +192,36 @@ impl Context<'_> {
         }
     }
 
-    /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective).
+    /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective). In
+    /// islands (`outer`), every rank's island file first, then rank 0's checkpoint, whose
+    /// record commits them all (Note [Island checkpoints]).
+    #[allow(clippy::too_many_arguments)]
     fn save<M: Classifier, E: DataParallel<M>>(
         &self,
-        pg: &ProcessGroup,
+        (pg, whole): (&ProcessGroup, &ProcessGroup),
         par: &E,
         optim: &Optim,
         at: Position,
+        outer: Option<&DiLoCo>,
         reporter: &mut dyn Reporter,
     ) -> Result<()> {
         let mp = self.mp.as_ref();
-        snapshot::save(pg, mp, self.cfg, par, optim, &self.facts, at, reporter)
+        let (Some(outer), Some(dir)) = (outer, self.cfg.checkpoint_dir.as_ref()) else {
+            return snapshot::save(pg, mp, self.cfg, par, optim, &self.facts, at, reporter);
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Config(format!("--checkpoint-dir {}: {e}", dir.display())))?;
+        let snapshot = outer.snapshot();
+        island_checkpoint::save(
+            dir,
+            at.global_step,
+            whole.rank(),
+            par.module(),
+            optim,
+            &snapshot,
+        )?;
+        whole.barrier()?;
+        snapshot::save(whole, mp, self.cfg, par, optim, &self.facts, at, reporter)
     }
 
     /// Ends the run at `at`, the step every rank agreed to stop after (Note [Stop agreement]):
@@ -215,11 +235,11 @@ impl Context<'_> {
         optim: &Optim,
         at: Position,
         signal: i32,
-        saved: bool,
+        (saved, outer): (bool, Option<&DiLoCo>),
         reporter: &mut dyn Reporter,
     ) -> Result<Error> {
         if !saved {
-            self.save(pg, par, optim, at, reporter)?;
+            self.save((pg, world), par, optim, at, outer, reporter)?;
         }
         // Under DDP rank 0 alone writes: no rank exits (and no launcher reports the job over)
         // before the commit (of every piece of a cut model: over the whole world).
@@ -366,7 +386,7 @@ impl Context<'_> {
                     && at.global_step.is_multiple_of(cfg.checkpoint_every)
                     && step_in_epoch < steps_total;
                 if saved {
-                    self.save(pg, par, optim, *at, reporter)?;
+                    self.save(g, par, optim, *at, outer.as_deref(), reporter)?;
                 }
                 if cfg.max_steps.is_some_and(|m| at.global_step >= m) {
                     totals.train_time += epoch_start.elapsed();
@@ -382,7 +402,8 @@ impl Context<'_> {
                 // Note [Stop agreement]: an epoch's last step agrees after the epoch instead.
                 if step_in_epoch < steps_total && stop_check.due(at.global_step) {
                     if let Some(signal) = stop_check.agree(self.everyone(g), at.global_step)? {
-                        return Err(self.stop_at(g, par, optim, *at, signal, saved, reporter)?);
+                        let how = (saved, outer.as_deref());
+                        return Err(self.stop_at(g, par, optim, *at, signal, how, reporter)?);
                     }
                 }
                 // Under islands the ranks meet only in outer syncs: a new generation is agreed
@@ -436,10 +457,11 @@ impl Context<'_> {
                 samples_in_epoch: 0,
                 world: world as u64,
             };
-            self.save(pg, par, optim, *at, reporter)?;
+            self.save(g, par, optim, *at, outer.as_deref(), reporter)?;
             if stop::armed() && epoch + 1 < cfg.epochs {
                 if let Some(signal) = stop_check.agree(self.everyone(g), at.global_step)? {
-                    return Err(self.stop_at(g, par, optim, *at, signal, true, reporter)?);
+                    let how = (true, outer.as_deref());
+                    return Err(self.stop_at(g, par, optim, *at, signal, how, reporter)?);
                 }
             }
         }

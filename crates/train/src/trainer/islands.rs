@@ -44,13 +44,6 @@ pub(super) fn check(cfg: &TrainConfig) -> Result<()> {
              --sharding none inside the islands",
         );
     }
-    if cfg.checkpoint_dir.is_some() {
-        return refuse(
-            "--checkpoint-dir".into(),
-            "checkpoints of the outer state (the global parameters, the outer momentum and \
-             each island's inner optimizer) are not built yet",
-        );
-    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@
 //! [`DistributedSampler`]: phalanx_data::DistributedSampler
 
 mod epochs;
+mod island_checkpoint;
 mod islands;
 mod regroup;
 mod resume;
@@ -282,7 +283,17 @@ fn train_group<M: Classifier>(
         (false, Some((pos, state))) => Held::start(model, pos, state),
         (false, None) => {
             let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, false)?;
-            Held::start(model, pos, state)
+            match (&cfg.checkpoint_dir, &outer_options) {
+                // Note [Island checkpoints]: each rank its island's model and optimizer, and
+                // its chunk of the outer state.
+                (Some(dir), Some(_)) if cfg.resume && pos.global_step > 0 => {
+                    let (model, optim_state, saved) =
+                        island_checkpoint::load(dir, pos.global_step, pg.rank(), model)?;
+                    outer_state = Some(OuterState::restore(saved));
+                    Held::start(model, pos, optim_state)
+                }
+                _ => Held::start(model, pos, state),
+            }
         }
     };
     // Under fault tolerance with shards, the shard groups' size the run started with.
