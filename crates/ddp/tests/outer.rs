@@ -2,9 +2,12 @@
 //! step make of known island parameters, the quantized dtypes' bound, and the options that
 //! cannot work, named.
 
+use std::sync::Arc;
+
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Device;
+use phalanx_ddp::fsdp::{FsdpOptions, FullyShardedDataParallel, Sharding};
 use phalanx_ddp::outer::{DiLoCo, OuterDType, OuterOptions};
 use phalanx_ddp::{DataParallel, DdpOptions, DistributedDataParallel};
 
@@ -36,15 +39,28 @@ fn drift(k: usize, s: usize, i: usize) -> f32 {
 type Values = Vec<Vec<f32>>;
 
 /// This rank's outer sync in islands of 2, and DDP on its island.
-fn islands(
+fn islands<E>(
     pg: &phalanx_pg::ProcessGroup,
     options: &OuterOptions,
-) -> (DiLoCo, DistributedDataParallel<Net>) {
+    engine: Engine<E>,
+) -> (DiLoCo, E) {
     let device = Device::flex().autodiff();
     let diloco = DiLoCo::new(pg, options.clone().with_island_size(Some(2))).unwrap();
     let island = diloco.island().clone();
-    let ddp = DistributedDataParallel::new(net(&device), island, DdpOptions::default()).unwrap();
-    (diloco, ddp)
+    let engine = engine(net(&device), island);
+    (diloco, engine)
+}
+
+/// How an island wraps its model.
+type Engine<E> = fn(Net, Arc<phalanx_pg::ProcessGroup>) -> E;
+
+fn ddp(net: Net, island: Arc<phalanx_pg::ProcessGroup>) -> DistributedDataParallel<Net> {
+    DistributedDataParallel::new(net, island, DdpOptions::default()).unwrap()
+}
+
+/// FSDP inside the islands: each rank holds its shard of the island's model.
+fn fsdp(net: Net, island: Arc<phalanx_pg::ProcessGroup>) -> FullyShardedDataParallel<Net> {
+    FullyShardedDataParallel::new(net, island, FsdpOptions::new(Sharding::Full)).unwrap()
 }
 
 /// On 4 ranks in 2 islands of 2: each island's parameters set to the global ones plus its
@@ -53,7 +69,7 @@ fn islands(
 fn run(options: OuterOptions, syncs: usize) -> Vec<(Vec<Values>, Values)> {
     phalanx_testing::spawn_ranks(4, |pg| {
         // Each island builds its own model: start gives every island island 0's.
-        let (mut diloco, mut ddp) = islands(&pg, &options);
+        let (mut diloco, mut ddp) = islands(&pg, &options, ddp);
         diloco.start(&mut ddp).unwrap();
         let first = ddp.full_params().unwrap();
         let (k, islands) = diloco.island_index();
@@ -203,18 +219,19 @@ fn train(
     options: OuterOptions,
     steps: usize,
 ) -> Vec<(Values, phalanx_ddp::outer::OuterStats, Values)> {
-    train_losing_island_1(&options, steps, None)
+    train_losing_island_1(&options, steps, None, ddp)
 }
 
 /// As [`train`], but with `lost_at`, island 1 loses everything after that step and comes back
 /// with a model of its own, healing from island 0 in a new mesh (as after a regroup).
-fn train_losing_island_1(
+fn train_losing_island_1<E: DataParallel<Net>>(
     options: &OuterOptions,
     steps: usize,
     lost_at: Option<usize>,
+    engine: Engine<E>,
 ) -> Vec<(Values, phalanx_ddp::outer::OuterStats, Values)> {
     phalanx_testing::spawn_ranks(4, |pg| {
-        let (mut diloco, mut ddp) = islands(&pg, options);
+        let (mut diloco, mut ddp) = islands(&pg, options, engine);
         // The same first parameters in every run, for runs to be compared bit for bit.
         let mut values = ddp.full_params().unwrap();
         for (i, v) in values.iter_mut().flatten().enumerate() {
@@ -228,7 +245,7 @@ fn train_losing_island_1(
             if lost_at.is_some_and(|at| t == at + 1) {
                 let state = diloco.into_state();
                 let kept = ddp.full_params().unwrap();
-                (diloco, ddp) = islands(&pg, options);
+                (diloco, ddp) = islands(&pg, options, engine);
                 if k == 0 {
                     // Island 0 goes on with its own parameters in its new engine.
                     ddp.set_full_params(&kept).unwrap();
@@ -416,7 +433,7 @@ fn an_island_rebuilt_from_nothing_heals_from_its_peer_and_the_run_goes_on_bitwis
     let options = OuterOptions::diloco(4);
     let (steps, lost_at) = (14, 8);
     let undisturbed = train(options.clone(), steps);
-    let healed = train_losing_island_1(&options, steps, Some(lost_at));
+    let healed = train_losing_island_1(&options, steps, Some(lost_at), ddp);
     for ((params, healed, _), (want, stats, _)) in healed.iter().zip(&undisturbed) {
         assert_eq!(
             healed.syncs, stats.syncs,
@@ -434,7 +451,7 @@ fn a_streaming_island_that_heals_mid_schedule_ends_equal_to_the_others() {
     // Under streaming DiLoCo some fragments are always moving: the healed island starts from
     // the global parameters, without its own progress on them, and still ends equal.
     let options = OuterOptions::streaming_diloco(4, 2).with_fragment_delay(1, 0.5);
-    let healed = train_losing_island_1(&options, 15, Some(8));
+    let healed = train_losing_island_1(&options, 15, Some(8), ddp);
     for (params, stats, _) in &healed {
         assert_eq!(
             *params, healed[0].0,
@@ -448,4 +465,21 @@ fn a_streaming_island_that_heals_mid_schedule_ends_equal_to_the_others() {
         healed[0].0, undisturbed[0].0,
         "island 1's progress on fragment 0 was lost"
     );
+}
+
+#[test]
+fn fsdp_inside_the_islands_syncs_as_ddp_does_bit_for_bit() {
+    // The outer sync reads and sets the whole parameters: each rank's FSDP shard takes its
+    // pieces of them, and the run is the DDP islands' run bit for bit.
+    for options in [
+        OuterOptions::diloco(4),
+        OuterOptions::streaming_diloco(4, 2).with_fragment_delay(1, 0.5),
+    ] {
+        let sharded = train_losing_island_1(&options, 10, None, fsdp);
+        let replicated = train(options.clone(), 10);
+        for (s, r) in sharded.iter().zip(&replicated) {
+            assert_eq!(s.0, r.0, "{options:?}");
+            assert_eq!(s.1.syncs, r.1.syncs);
+        }
+    }
 }

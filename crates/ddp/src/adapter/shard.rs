@@ -96,6 +96,23 @@ impl ShardParams {
         })
     }
 
+    /// The same pieces (ids, devices) with other values, one per piece, each of its piece's
+    /// length: the optimizer's state, keyed by id, stays theirs.
+    pub fn with_values(&self, values: Vec<Vec<f32>>) -> Self {
+        let pieces = self
+            .pieces
+            .iter()
+            .zip(values)
+            .map(|(piece, values)| {
+                let len = values.len();
+                let device = piece.val().device();
+                let tensor = Tensor::<1>::from_data(TensorData::new(values, [len]), &device);
+                Param::initialized(piece.id, tensor.set_require_grad(true))
+            })
+            .collect();
+        ShardParams { pieces }
+    }
+
     /// Every piece's value, in order.
     pub fn values(&self) -> Result<Vec<Vec<f32>>> {
         (0..self.len()).map(|i| self.value(i)).collect()

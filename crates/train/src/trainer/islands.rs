@@ -2,7 +2,7 @@
 //!
 //! Note [Islands run]
 //! Under `--outer` the world trains in islands (Note [Outer sync] in phalanx-ddp): the engine
-//! (DDP) runs on this rank's island, and every `--sync-every` steps the islands meet in an
+//! (DDP, or FSDP under a sharding mode) runs on this rank's island, and every `--sync-every` steps the islands meet in an
 //! outer sync. The data is still split over the whole world, as without islands (every rank
 //! its own share of each epoch, from the same DistributedSampler), so a run in islands sees
 //! the same samples in the same steps as the DDP run of the same world, and the comparison
@@ -22,8 +22,8 @@ use phalanx_pg::ProcessGroup;
 
 use crate::{Error, Result, TrainConfig};
 
-/// Whether `cfg`'s other flags can run in islands.
-pub(super) fn check(cfg: &TrainConfig) -> Result<()> {
+/// Whether `cfg`'s other flags can run in islands (`tolerant`: under `--fault-tolerance`).
+pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
     let Some(outer) = &cfg.outer else {
         return Ok(());
     };
@@ -37,11 +37,21 @@ pub(super) fn check(cfg: &TrainConfig) -> Result<()> {
              piece of its piece); use --tp 1 --pp 1",
         );
     }
-    if cfg.sharding != Sharding::None {
+    // A sharding engine inside the islands: its shards take their pieces of the global
+    // parameters at each sync. Its regroup and its checkpoints keep the pieces, not the
+    // island files of Note [Island checkpoints].
+    if cfg.sharding != Sharding::None && (tolerant || cfg.checkpoint_dir.is_some()) {
         return refuse(
-            format!("--sharding {}", cfg.sharding),
-            "an outer sync that sets a sharding engine's parameters is not built yet; use \
-             --sharding none inside the islands",
+            format!(
+                "--sharding {} and {}",
+                cfg.sharding,
+                match tolerant {
+                    true => "--fault-tolerance",
+                    false => "--checkpoint-dir",
+                }
+            ),
+            "islands that shard their model do not yet keep their pieces through a regroup or \
+             in a checkpoint; use --sharding none inside the islands for those",
         );
     }
     Ok(())

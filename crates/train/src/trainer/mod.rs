@@ -92,7 +92,7 @@ fn train_in(
     if cfg.sequence_parallel {
         crate::tensor_parallel::check_sequence_parallel(cfg.tp, cfg.seq_len)?;
     }
-    islands::check(cfg)?;
+    islands::check(cfg, matches!(group, Group::Tolerant(_)))?;
     if cfg.tp > 1 || cfg.pp.stages > 1 {
         let tp = crate::model_parallel::flags(cfg);
         if matches!(group, Group::Tolerant(_)) {

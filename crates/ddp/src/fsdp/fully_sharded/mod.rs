@@ -63,7 +63,8 @@ use super::unit::{UnitState, Units};
 use super::{FsdpOptions, Sharding};
 use crate::adapter::burn::{
     floats_to_flat, flush_running_state, param_infos, params_to_flat, set_floats_by_name,
-    set_floats_shaped, state_infos, GradTable, Gradients, GradientsParams, Shaped, StepGradients,
+    set_floats_shaped, set_params_from_flat, state_infos, GradTable, Gradients, GradientsParams,
+    Shaped, StepGradients,
 };
 use crate::adapter::shard::ShardParams;
 use crate::adapter::unit_op;
@@ -509,6 +510,52 @@ impl<M: Module> FullyShardedDataParallel<M> {
         let mut values = Vec::new();
         self.for_each_full_param(&mut |v| values.push(v.to_vec()))?;
         Ok(values)
+    }
+
+    /// Replaces every float tensor of the model by `values`, in canonical order, the trainable
+    /// ones whole (as [`full_params`](Self::full_params) gives them, the same on every rank
+    /// of the group): each rank keeps its pieces of them and the module what it holds (under
+    /// `full` its trainable tensors are empty). The optimizer's state, keyed by the pieces'
+    /// ids, is kept. No collective.
+    pub fn set_full_params(&mut self, values: &[Vec<f32>]) -> Result<()> {
+        if self.root.is_unsharded() {
+            self.reshard();
+        }
+        let held = params_to_flat(self.module())?;
+        let floats: Vec<usize> = self
+            .core
+            .states()
+            .iter()
+            .filter(|s| s.kind.is_float())
+            .map(|s| s.info.numel())
+            .collect();
+        if values.len() != floats.len() || values.iter().zip(&floats).any(|(v, n)| v.len() != *n) {
+            return Err(Error::Unsupported {
+                engine: format!("FSDP under --sharding {}", self.options.sharding),
+                reason: format!(
+                    "set_full_params takes the model's {} float tensors whole ({} given)",
+                    floats.len(),
+                    values.len()
+                ),
+            });
+        }
+        // The module keeps what it held: whole tensors are replaced, empty ones stay empty.
+        let module_values: Vec<Vec<f32>> = held
+            .iter()
+            .zip(values)
+            .map(|(h, v)| if h.is_empty() { Vec::new() } else { v.clone() })
+            .collect();
+        self.core
+            .map(|m| set_params_from_flat(m, &module_values).expect("one value per tensor"));
+        let pieces: Vec<Vec<f32>> = self
+            .pieces
+            .piece_params()
+            .iter()
+            .map(|(p, range)| values[self.float_position(*p)][range.clone()].to_vec())
+            .collect();
+        let shard = self.pieces.shard().with_values(pieces);
+        self.pieces.put(Some(shard));
+        Ok(())
     }
 
     /// Hands `f` the value of every float tensor of the model in canonical order, the trainable
@@ -966,14 +1013,8 @@ impl<M: Module> DataParallel<M> for FullyShardedDataParallel<M> {
         FullyShardedDataParallel::for_each_full_param(self, f)
     }
 
-    fn set_full_params(&mut self, _values: &[Vec<f32>]) -> Result<()> {
-        // Each rank's pieces (and, under `full`, the module's empty tensors) would be cut again
-        // from the whole values, and the optimizer's pieces kept: not built yet.
-        Err(Error::Unsupported {
-            engine: format!("FSDP under --sharding {}", self.options.sharding),
-            reason: "replacing the parameters between steps (an outer sync, --outer) is not                      built yet for a sharding engine: use --sharding none inside the islands"
-                .into(),
-        })
+    fn set_full_params(&mut self, values: &[Vec<f32>]) -> Result<()> {
+        FullyShardedDataParallel::set_full_params(self, values)
     }
 
     fn step(
