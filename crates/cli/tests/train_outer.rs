@@ -539,18 +539,30 @@ fn a_run_in_islands_resumes_bitwise_from_its_checkpoint() {
             );
         }
         assert_eq!(syncs(&b.stdout), syncs(&a.stdout), "{what}");
-        // Another island size cannot take these chunks: said, naming the flags.
-        let mut other = resume.clone();
-        let at = other.iter().position(|a| a == "--island-size").unwrap() + 1;
-        other[at] = "1".into();
-        let mut cmd = phalanx();
-        cmd.args(["train", "--standalone", "--json"]).args(&other);
-        let f = run(cmd, Duration::from_secs(120));
-        assert_ne!(f.code(), Some(0), "{}", f.stdout);
-        assert!(
-            f.stderr.contains("islands of 2 ranks") && f.stderr.contains("--island-size"),
-            "{}",
+        // The resume with `flag` set to `value` instead: refused, its sentence.
+        let refused_with = |flag: &str, value: &str| {
+            let mut other = resume.clone();
+            let at = other.iter().position(|a| a == flag).unwrap() + 1;
+            other[at] = value.into();
+            let mut cmd = phalanx();
+            cmd.args(["train", "--standalone", "--json"]).args(&other);
+            let f = run(cmd, Duration::from_secs(120));
+            assert_ne!(f.code(), Some(0), "{flag} {value}: {}", f.stdout);
             f.stderr
+        };
+        // Another island size cannot take these chunks, nor another schedule: said, naming
+        // both.
+        let e = refused_with("--island-size", "1");
+        assert!(
+            e.contains("islands of 2 ranks") && e.contains("--island-size"),
+            "{e}"
+        );
+        let e = refused_with("--sync-every", "40");
+        assert!(
+            e.contains("--sync-every 20")
+                && e.contains("--sync-every 40")
+                && e.contains("resume with the flags that wrote it"),
+            "{e}"
         );
     }
 }

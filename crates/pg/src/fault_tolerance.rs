@@ -104,6 +104,9 @@ pub struct FaultTolerance {
     /// Slots in blocks of this many that live and die together ([`set_block`](Self::set_block):
     /// islands); 1: any set of slots is a generation to train in.
     block: usize,
+    /// Set when [`regroup_whole`](Self::regroup_whole) left this rank alone and it joined
+    /// again ([`take_rejoined`](Self::take_rejoined)).
+    rejoined: bool,
 }
 
 impl std::fmt::Debug for FaultTolerance {
@@ -167,6 +170,7 @@ impl FaultTolerance {
             replacement: env::get(env::PHALANX_FT_REPLACEMENT).is_some_and(|v| v == "1"),
             seen: Cell::new((0, None)),
             block: 1,
+            rejoined: false,
         }))
     }
 
@@ -386,19 +390,43 @@ impl FaultTolerance {
                     let mine = self.slot() / n * n;
                     let left_alone = members.contains(&self.slot())
                         && !(mine..mine + n).all(|s| members.contains(&s));
+                    if left_alone && self.whole_blocks(&members).is_empty() {
+                        return Err(Error::Regroup {
+                            rank: self.slot(),
+                            generation: newest,
+                            waited_s: start.elapsed().as_secs_f64(),
+                            cause: format!(
+                                "{failure}; every block of {n} slots lost a member (members \
+                                 {members:?}): no island is whole to go on with, so the run \
+                                 cannot recover in place"
+                            ),
+                        });
+                    }
                     if left_alone {
-                        tracing::warn!(
-                            slot = self.slot(),
-                            "fault tolerance: slots {mine}..{} train together and one is gone; \
-                             this rank joins again to take its state from a peer ({failure})",
+                        return self.rejoin(&format!(
+                            "slots {mine}..{} train together and one is gone",
                             mine + n
-                        );
-                        self.change(&format!("-{}", self.slot()))?;
-                        self.replacement = true;
-                        return self.join();
+                        ));
                     }
                 }
                 if let Some(g) = self.newest_whole(newest, self.generation, false)? {
+                    // Every survivor of this generation connects one target, the first
+                    // decider's: two that read the log a moment apart would otherwise wait
+                    // for each other in two generations.
+                    let key = format!("ft/{}/regroup-whole", self.generation);
+                    let agreed = self
+                        .round
+                        .compare_set(&key, b"", g.to_string().as_bytes())
+                        .map_err(|source| Error::Store {
+                            rank: self.slot(),
+                            source,
+                        })?;
+                    let g: u64 = String::from_utf8_lossy(&agreed).parse().unwrap_or(g);
+                    if let Fold::Members(m) = self.fold(g)? {
+                        if !self.whole_blocks(&m).contains(&self.slot()) {
+                            return self.rejoin("the others went on without this rank's block");
+                        }
+                    }
                     return self.join_from(g, Some(&failure)).map(Some);
                 }
             }
@@ -414,6 +442,25 @@ impl FaultTolerance {
             }
             std::thread::sleep(POLL);
         }
+    }
+
+    /// Leaves the group (`-s`) and joins again as a replacement (`+s`), to take its state from
+    /// a peer block once its own is whole again.
+    fn rejoin(&mut self, why: &str) -> Result<Option<ProcessGroup>> {
+        tracing::warn!(
+            slot = self.slot(),
+            "fault tolerance: {why}; this rank joins again to take its state from a peer"
+        );
+        self.change(&format!("-{}", self.slot()))?;
+        self.replacement = true;
+        self.rejoined = true;
+        self.join()
+    }
+
+    /// Whether [`regroup_whole`](Self::regroup_whole) made this rank join again since the last
+    /// call: it gave up its state and takes a peer's, as a replacement.
+    pub fn take_rejoined(&mut self) -> bool {
+        std::mem::take(&mut self.rejoined)
     }
 
     /// Connects generation `at_least` or, if the membership moved on meanwhile, a newer one.
@@ -610,6 +657,7 @@ mod tests {
             replacement: joiner,
             seen: Cell::new((0, None)),
             block: 1,
+            rejoined: false,
         }
     }
 

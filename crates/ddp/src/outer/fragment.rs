@@ -8,7 +8,7 @@ use super::options::{OuterMode, OuterOptions};
 
 /// One fragment of the model: a range of its float tensors laid end to end, of which this rank
 /// holds chunk `j` of `N` (its island rank of its island's size).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Fragment {
     /// The fragment's elements, in the model's float tensors laid end to end.
     pub(super) range: Range<usize>,
@@ -83,11 +83,6 @@ impl Fragment {
 
     pub(super) fn restore(&mut self, (global, momentum): (Vec<f32>, Vec<f32>)) {
         (self.global, self.momentum) = (global, momentum);
-    }
-
-    /// The chunk's momentum, to hand to an island that lost it.
-    pub(super) fn momentum_mut(&mut self) -> &mut Vec<f32> {
-        &mut self.momentum
     }
 
     /// The outer optimizer's step on this chunk with the islands' mean pseudo-gradient

@@ -156,7 +156,7 @@ pub struct DiLoCo {
 /// What a rank's outer sync holds between two attempts of a run under fault tolerance
 /// ([`DiLoCo::into_state`], [`DiLoCo::heal`]): this rank's chunks of the global parameters and
 /// momentum, where the schedule stands, and the figures.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct OuterState {
     lens: Vec<usize>,
     fragments: Vec<Fragment>,
@@ -429,29 +429,28 @@ impl DiLoCo {
         // The counters always come from the source: a rank that failed between two syncs
         // counted other steps, and the sync it may owe is the source's.
         let mut counters = [self.synced_at, self.stats.syncs].map(|c| c as i64);
-        across
-            .broadcast(&mut counters, source)
-            .map_err(|source| outer_err("the outer state from a peer island", source))?;
-        [self.synced_at, self.stats.syncs] = counters.map(|c| c as u64);
-        self.steps = steps;
+        let failed = |source| outer_err("the outer state from a peer island", source);
+        across.broadcast(&mut counters, source).map_err(failed)?;
         if behind {
-            if took {
-                self.layout(engine);
+            // Into buffers of their own: a failure part-way leaves this rank's state as it
+            // was, never half taken (a later heal would offer it as the newest).
+            let (lens, mut fragments) = self.laid_out(engine);
+            for (i, f) in fragments.iter_mut().enumerate() {
+                let (mut global, mut momentum) = match took {
+                    true => (vec![0.0; f.chunk.len()], vec![0.0; f.chunk.len()]),
+                    false => self.fragments[i].snapshot(),
+                };
+                across.broadcast(&mut global, source).map_err(failed)?;
+                across.broadcast(&mut momentum, source).map_err(failed)?;
+                f.restore((global, momentum));
+                f.dirty = true;
             }
-            for f in &mut self.fragments {
-                let len = f.chunk.len();
-                f.global.resize(len, 0.0);
-                across
-                    .broadcast(&mut f.global, source)
-                    .map_err(|source| outer_err("the outer state from a peer island", source))?;
-                let momentum = f.momentum_mut();
-                momentum.resize(len, 0.0);
-                across
-                    .broadcast(momentum, source)
-                    .map_err(|source| outer_err("the outer state from a peer island", source))?;
-                f.dirty |= took;
+            if took {
+                (self.lens, self.fragments) = (lens, fragments);
             }
         }
+        [self.synced_at, self.stats.syncs] = counters.map(|c| c as u64);
+        self.steps = steps;
         // A fresh island trains on from the global parameters; the others keep their own
         // progress, and the next sync's mean counts only theirs.
         let mut flags = [(fresh || took) as i64];
@@ -551,20 +550,26 @@ impl DiLoCo {
     /// The fragments' layout for this rank's island chunk, from the engine's float tensors,
     /// with no global parameters yet.
     fn layout<M: Module, E: DataParallel<M>>(&mut self, engine: &E) {
+        (self.lens, self.fragments) = self.laid_out(engine);
+    }
+
+    /// [`layout`](Self::layout)'s tensor lengths and fragments, not kept.
+    fn laid_out<M: Module, E: DataParallel<M>>(&self, engine: &E) -> (Vec<usize>, Vec<Fragment>) {
         let trainable: Vec<bool> = engine
             .state_infos()
             .iter()
             .filter(|s| s.kind.is_float())
             .map(|s| s.kind == StateKind::Trainable)
             .collect();
-        self.lens = engine
+        let lens: Vec<usize> = engine
             .state_infos()
             .iter()
             .filter(|s| s.kind.is_float())
             .map(|s| s.info.numel())
             .collect();
         let island = (self.island().world_size(), self.island().rank());
-        self.fragments = Fragment::layout(&self.lens, &trainable, self.options.fragments, island);
+        let fragments = Fragment::layout(&lens, &trainable, self.options.fragments, island);
+        (lens, fragments)
     }
 
     /// Counts an inner step and runs the outer syncs it is due (Note [Streaming fragments]):
@@ -603,6 +608,21 @@ impl DiLoCo {
     /// every island holds the global parameters, and [`sync`](Self::sync) is not needed.
     pub fn is_apart(&self) -> bool {
         self.pending.is_some() || self.fragments.iter().any(|f| f.dirty)
+    }
+
+    /// At the end of a run: an outer sync if any island is apart ([`is_apart`](Self::is_apart)
+    /// agreed over the islands, since after a regroup a fresh island can be apart while the
+    /// others are not), so that every island ends on the global parameters. A collective of
+    /// the world.
+    pub fn end<M: Module, E: DataParallel<M>>(&mut self, engine: &mut E) -> Result<()> {
+        let mut apart = [self.is_apart() as i64];
+        self.across()
+            .allreduce(&mut apart, phalanx_core::ReduceOp::Max)
+            .map_err(|source| outer_err("the islands' last sync agreed", source))?;
+        if apart[0] == 1 {
+            self.sync(engine)?;
+        }
+        Ok(())
     }
 
     /// Ends every island on the global parameters now, whatever the count: at the end of a

@@ -212,14 +212,9 @@ impl Context<'_> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::Config(format!("--checkpoint-dir {}: {e}", dir.display())))?;
         let snapshot = outer.snapshot();
-        island_checkpoint::save(
-            dir,
-            at.global_step,
-            whole.rank(),
-            par.module(),
-            optim,
-            &snapshot,
-        )?;
+        let flags = island_checkpoint::outer_flags(outer.options());
+        let at_rank = (at.global_step, whole.rank(), whole.world_size());
+        island_checkpoint::save(dir, at_rank, &flags, par.module(), optim, &snapshot)?;
         whole.barrier()?;
         snapshot::save(whole, mp, self.cfg, par, optim, &self.facts, at, reporter)
     }
@@ -466,10 +461,9 @@ impl Context<'_> {
             }
         }
         if let Some(outer) = outer.as_deref_mut() {
-            // A run whose group failed in its end-of-run sync resumes here with it owed.
-            if outer.is_apart() {
-                outer.sync(par)?;
-            }
+            // A run whose group failed in its end-of-run sync, or that took fresh islands at
+            // its last step, ends here on the global parameters.
+            outer.end(par)?;
         }
         let train_secs = totals.train_time.as_secs_f64().max(1e-9);
         // The last epoch's mean loss; after --max-steps, that of the steps run of it (every

@@ -18,19 +18,36 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use phalanx_ddp::adapter::burn as adapter;
-use phalanx_ddp::outer::OuterSnapshot;
+use phalanx_ddp::outer::{OuterOptions, OuterSnapshot};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 
 use crate::{Classifier, Error, Optim, Result};
 
 const FORMAT: &str = "phalanx-island-1";
 
-/// Writes rank `rank`'s file of the checkpoint at `step`: `model` (its island's), the inner
-/// optimizer's state and `outer` (no collective).
+/// The outer flags a resume must repeat, as a file records them.
+pub(super) fn outer_flags(o: &OuterOptions) -> String {
+    format!(
+        "--outer {} --sync-every {} --outer-lr {} --outer-momentum {} --outer-dtype {} \
+         --fragments {} --fragment-delay {} --fragment-alpha {}",
+        o.mode,
+        o.sync_every,
+        o.lr,
+        o.momentum,
+        o.dtype,
+        o.fragments,
+        o.fragment_delay,
+        o.fragment_alpha
+    )
+}
+
+/// Writes rank `rank`'s file (of `world`) of the checkpoint at `step`: `model` (its
+/// island's), the inner optimizer's state and `outer`, with `flags` ([`outer_flags`]); then
+/// drops this rank's files of checkpoints older than the kept ones (no collective).
 pub(super) fn save<M: Classifier>(
     dir: &Path,
-    step: u64,
-    rank: usize,
+    (step, rank, world): (u64, usize, usize),
+    flags: &str,
     model: &M,
     optim: &Optim,
     outer: &OuterSnapshot,
@@ -71,6 +88,8 @@ pub(super) fn save<M: Classifier>(
     let sizes: Vec<usize> = discrete.iter().map(Vec::len).collect();
     let info = HashMap::from([
         ("format".to_string(), FORMAT.to_string()),
+        ("world".to_string(), world.to_string()),
+        ("flags".to_string(), flags.to_string()),
         ("floats".to_string(), floats.len().to_string()),
         ("discrete".to_string(), serde_json::json!(sizes).to_string()),
         ("fragments".to_string(), outer.global.len().to_string()),
@@ -97,15 +116,41 @@ pub(super) fn save<M: Classifier>(
         f.sync_all()?;
         std::fs::rename(&tmp, &path)
     };
-    write().map_err(|e| bad(format!("{}: {e}", path.display())))
+    write().map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    prune_own(dir, rank);
+    Ok(())
 }
 
-/// Reads rank `rank`'s file of the checkpoint at `step` into `model` (its island's model),
-/// with the inner optimizer's state and the outer state.
+/// Drops this rank's files but the newest few: rank 0 prunes the checkpoints it commits, but
+/// a rank on another host (no shared filesystem) sees no record of them.
+fn prune_own(dir: &Path, rank: usize) {
+    let mine = format!(".island-rank-{rank:05}.safetensors");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("step-") && n.ends_with(&mine))
+        })
+        .collect();
+    files.sort();
+    // The kept checkpoints' files, and one more for a checkpoint not yet committed.
+    let keep = phalanx_checkpoint::DEFAULT_KEEP + 1;
+    for old in files.iter().rev().skip(keep) {
+        let _ = std::fs::remove_file(old);
+    }
+}
+
+/// Reads rank `rank`'s file (of `world`) of the checkpoint at `step` into `model` (its
+/// island's model), with the inner optimizer's state and the outer state; the file must have
+/// been written by a world of this size with these `flags` ([`outer_flags`]).
 pub(super) fn load<M: Classifier>(
     dir: &Path,
-    step: u64,
-    rank: usize,
+    (step, rank, world): (u64, usize, usize),
+    flags: &str,
     model: M,
 ) -> Result<(M, Option<Vec<u8>>, OuterSnapshot)> {
     let path = phalanx_checkpoint::island_file(dir, step, rank);
@@ -117,9 +162,9 @@ pub(super) fn load<M: Classifier>(
     };
     let data = std::fs::read(&path).map_err(|e| {
         bad(format!(
-            "{e}: the checkpoint of step {step} has no state of rank {rank}'s island (written \
-             without --outer, or by a smaller world); resume without --outer to start every \
-             island from island 0's model"
+            "{e}: the checkpoint of step {step} holds no island state of rank {rank} of \
+             {world}: it was written without --outer or by fewer ranks; resume on the world \
+             that wrote it (without --outer, a resume takes island 0's model alone)"
         ))
     })?;
     let (_, header) = SafeTensors::read_metadata(&data).map_err(|e| bad(e.to_string()))?;
@@ -135,6 +180,19 @@ pub(super) fn load<M: Classifier>(
         return Err(bad(format!(
             "format {:?}, expected {FORMAT}",
             field("format")?
+        )));
+    }
+    let wrote = field("world")?;
+    if wrote != world.to_string() {
+        return Err(bad(format!(
+            "written by {wrote} ranks, this run has {world}: resume on {wrote} ranks"
+        )));
+    }
+    let theirs = field("flags")?;
+    if theirs != flags {
+        return Err(bad(format!(
+            "written with `{theirs}`, this run has `{flags}`: resume with the flags that wrote \
+             it (a sync's schedule and outer optimizer cannot change mid-run)"
         )));
     }
     let number = |k: &str| -> Result<u64> {

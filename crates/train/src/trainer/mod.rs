@@ -286,9 +286,11 @@ fn train_group<M: Classifier>(
             match (&cfg.checkpoint_dir, &outer_options) {
                 // Note [Island checkpoints]: each rank its island's model and optimizer, and
                 // its chunk of the outer state.
-                (Some(dir), Some(_)) if cfg.resume && pos.global_step > 0 => {
+                (Some(dir), Some(options)) if cfg.resume && pos.global_step > 0 => {
+                    let flags = island_checkpoint::outer_flags(options);
+                    let at_rank = (pos.global_step, pg.rank(), pg.world_size());
                     let (model, optim_state, saved) =
-                        island_checkpoint::load(dir, pos.global_step, pg.rank(), model)?;
+                        island_checkpoint::load(dir, at_rank, &flags, model)?;
                     outer_state = Some(OuterState::restore(saved));
                     Held::start(model, pos, optim_state)
                 }
@@ -385,7 +387,8 @@ fn train_group<M: Classifier>(
                 // Only fault tolerance goes on with the model after the run of epochs.
                 keep: ft.is_some(),
                 outer: outer.as_mut(),
-                outer_start: (outer_state.take(), fresh),
+                // A copy: an attempt that fails before it heals leaves the state as it was.
+                outer_start: (outer_state.clone(), fresh),
             };
             let (at, result, kept) =
                 parallel::with_engine(wrapped, engine_group.clone(), wrapping, attempt)??;
@@ -403,7 +406,9 @@ fn train_group<M: Classifier>(
             (Ok(Outcome::Advance(to)), Some(ft)) => {
                 let since = Instant::now();
                 // A new generation's islands get a new mesh.
-                outer_state = outer.take().and_then(DiLoCo::into_state);
+                if let Some(state) = outer.take().and_then(DiLoCo::into_state) {
+                    outer_state = Some(state);
+                }
                 drop(pg);
                 pg = Arc::new(ft.advance(to)?);
                 pg.abort_on_panic();
@@ -416,9 +421,12 @@ fn train_group<M: Classifier>(
                     pg.abort(&e.to_string());
                 }
                 if let Some(o) = outer.take() {
-                    // No island waits for this rank in a sync until its timeout.
+                    // No island waits for this rank in a sync until its timeout. A mesh that
+                    // failed before it healed holds nothing: the state stays as it was.
                     o.abort(&e.to_string());
-                    outer_state = o.into_state();
+                    if let Some(state) = o.into_state() {
+                        outer_state = Some(state);
+                    }
                 }
                 let failed_at = Instant::now();
                 tracing::warn!(
@@ -437,13 +445,12 @@ fn train_group<M: Classifier>(
                 pg = match outer_options {
                     None => Arc::new(ft.regroup(cause)?),
                     Some(_) => {
-                        let was_replacement = ft.is_replacement();
                         let Some(new) = ft.regroup_whole(cause)? else {
                             // Left alone in its island, it joined again and the run ended
                             // before it could.
                             return Ok(None);
                         };
-                        if ft.is_replacement() && !was_replacement {
+                        if ft.take_rejoined() {
                             // It takes everything from a peer island, as a replacement.
                             held.forget();
                             outer_state = None;
