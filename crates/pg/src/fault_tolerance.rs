@@ -40,7 +40,12 @@
 //! connect the newest such generation ([`FaultTolerance::regroup_whole`]). A rank whose block
 //! lost a member is left alone: it writes `-s` for itself, which makes the generation without
 //! its block whole for the others, then `+s` as a replacement, and joins again once its block
-//! is whole, taking its state from a peer block as any replacement does.
+//! is whole, taking its state from a peer block as any replacement does. The survivors of one
+//! generation connect one target, the first decider's (a compare-and-set in the store): two
+//! that read the log a moment apart could otherwise pick two generations of the same members
+//! and wait for each other. A failure that leaves no block whole ends the run at once with a
+//! sentence. A replacement waits for the running ranks' next outer sync, up to
+//! `PHALANX_TIMEOUT`: that timeout must exceed the time of `--sync-every` steps.
 //!
 //! A rank that waits in vain (no change within `PHALANX_TIMEOUT` after its group failed: no
 //! restart left, or a static job that lost a node) fails with [`Error::Regroup`]; its exit
