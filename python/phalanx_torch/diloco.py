@@ -102,10 +102,14 @@ class DiLoCo:
             for p in self.params:
                 dist.broadcast(p, group_src=0, group=self.across_group)
         self._global = [_flat(f) for f in self.fragments]
+        # Which fragments may differ from the global parameters (moved by an inner step since
+        # their sync, or synced keeping some of the island's progress).
+        self._apart = [False] * len(self.fragments)
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
 
     def _after_step(self, _optimizer, _args, _kwargs):
         self.steps += 1
+        self._apart = [True] * len(self.fragments)
         ahead = self.steps + self.delay
         if ahead % self.cadence == 0:
             self._begin((ahead // self.cadence - 1) % len(self.fragments), self.delay > 0)
@@ -115,13 +119,15 @@ class DiLoCo:
     @torch.no_grad()
     def sync(self):
         """Ends every island on the global parameters now, whatever the count: the sync under
-        way ends, then every fragment syncs keeping none of the islands' own progress (a
-        collective of the world)."""
+        way ends, then every fragment that may be apart syncs keeping none of the islands' own
+        progress (one that is not would only take a momentum step). A collective of the
+        world."""
         if self._pending is not None:
             self._complete(self.alpha)
         for k in range(len(self.fragments)):
-            self._begin(k, False)
-            self._complete(0.0)
+            if self._apart[k]:
+                self._begin(k, False)
+                self._complete(0.0)
 
     @torch.no_grad()
     def _begin(self, k, overlap):
@@ -167,6 +173,7 @@ class DiLoCo:
         if alpha:
             for p, mine in zip(params, local):
                 p.lerp_(mine, alpha)
+        self._apart[k] = bool(alpha)
         self.syncs += 1
 
     def close(self):

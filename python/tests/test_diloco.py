@@ -130,7 +130,7 @@ def diloco(steps, **kw):
 
 
 plain, syncs = diloco(12)
-assert syncs == 3 + 1, syncs
+assert syncs == 3, f"{syncs}: the last step's sync leaves nothing apart"
 # One fragment without delay is DiLoCo, bit for bit.
 same, _ = diloco(12, fragments=1)
 assert torch.equal(same, plain), "fragments=1 differs from DiLoCo"
@@ -141,7 +141,7 @@ assert syncs == 6 + 2, syncs
 assert not torch.equal(streaming, plain)
 # torchft's model_fragments: a list of modules.
 _, syncs = diloco(12, fragments=lambda m: [m[0], m[2]], fragment_sync_delay=1)
-assert syncs == 6 + 2, syncs
+assert syncs == 6 + 1, f"{syncs}: the fragment synced on the last step is not apart"
 digest = hashlib.sha256(torch.cat([plain, streaming]).numpy().tobytes()).hexdigest()
 print(f"diloco ok digest {digest}", flush=True)
 dist.destroy_process_group()

@@ -55,7 +55,8 @@ fn the_cnn_in_two_islands_ends_equal_everywhere_and_within_a_point_of_ddp() {
     // 10 epochs of 32 steps at 4 ranks: DiLoCo at H 20 syncs 16 times, the last on the last
     // step; local SGD at H 100 in fp4 3 times and once more at the end; streaming DiLoCo at
     // H 20 in 4 fragments, each sync overlapping 2 steps, one fragment every 5 steps (64
-    // syncs) and the 4 fragments at the end.
+    // syncs) and the 4 fragments at the end (each keeps half the islands' progress at its
+    // sync, so even the one synced on the last step is apart).
     let common = [
         "--nproc-per-node",
         "4",

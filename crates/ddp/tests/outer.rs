@@ -81,7 +81,8 @@ fn run(options: OuterOptions, syncs: usize) -> Vec<(Vec<Values>, Values)> {
                 *v += drift(k, s, i);
             }
             ddp.set_full_params(&values).unwrap();
-            diloco.sync(&mut ddp).unwrap();
+            // One inner step (the drift) and its sync (sync_every 1).
+            assert!(diloco.step(&mut ddp).unwrap());
             after.push(ddp.full_params().unwrap());
         }
         assert_eq!(diloco.stats().syncs, syncs as u64);
@@ -336,8 +337,8 @@ fn streaming_by_hand(
     if let Some((f, d)) = pending.take() {
         end(f, d, alpha, &mut global, &mut local, &mut dirty);
     }
-    if dirty.iter().any(|d| *d) {
-        for f in 0..count {
+    for f in 0..count {
+        if dirty[f] {
             let d = deltas(f, &global, &local);
             end(f, d, 0.0, &mut global, &mut local, &mut dirty);
         }

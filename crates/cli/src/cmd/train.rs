@@ -877,7 +877,7 @@ fn outer_options(args: &Args) -> anyhow::Result<Option<OuterOptions>> {
         args.fragment_delay.unwrap_or(delay),
         args.fragment_alpha.unwrap_or(match args.fragment_delay {
             // With overlap, dropping the steps a sync overlapped costs accuracy: the CNN of
-            // docs/outer.md at H 100 in 4 fragments with a delay of 5 ends at 94.8% keeping
+            // docs/outer.md at H 100 in 4 fragments with a delay of 5 ends at 96.6% keeping
             // none of them and at 97.4% keeping half (DDP: 97.4%).
             Some(d) if d > 0 => 0.5,
             _ => alpha,

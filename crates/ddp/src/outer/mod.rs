@@ -44,8 +44,8 @@
 //! must be below `H / F`, so one sync at a time is under way. The values are bitwise those
 //! of the same sync without overlap: the thread runs the same collective on the same values,
 //! only at another time. At the end of a run, where [`DiLoCo::is_apart`], [`DiLoCo::sync`]
-//! ends the sync under way and syncs every fragment with `α = 0`, so every island ends on the
-//! global parameters. One fragment with no delay is DiLoCo, step for step.
+//! ends the sync under way and syncs every fragment that moved with `α = 0`, so every island
+//! ends on the global parameters. One fragment with no delay is DiLoCo, step for step.
 //!
 //! Note [Islands that leave and join]
 //! Under fault tolerance (`phalanx launch --fault-tolerance`) the group is formed again after
@@ -626,8 +626,11 @@ impl DiLoCo {
     }
 
     /// Ends every island on the global parameters now, whatever the count: at the end of a
-    /// run. The sync under way (if any) ends first; then every fragment syncs, keeping none
-    /// of the islands' own progress. A collective of the world.
+    /// run. The sync under way (if any) ends first; then every fragment that may be apart
+    /// (an inner step moved it since its sync, or its sync kept some of the islands' progress)
+    /// syncs, keeping none of it. A fragment that is not apart is left alone: a sync of it
+    /// would add a momentum-only outer step. A collective of the world (the islands agree on
+    /// which fragments are apart: each moves them in the same steps).
     pub fn sync<M: Module, E: DataParallel<M>>(&mut self, engine: &mut E) -> Result<()> {
         assert!(
             !self.fragments.is_empty(),
@@ -637,8 +640,10 @@ impl DiLoCo {
             self.complete(engine, self.options.fragment_alpha, None)?;
         }
         for fragment in 0..self.fragments.len() {
-            self.begin(engine, fragment, false)?;
-            self.complete(engine, 0.0, None)?;
+            if self.fragments[fragment].dirty {
+                self.begin(engine, fragment, false)?;
+                self.complete(engine, 0.0, None)?;
+            }
         }
         Ok(())
     }
