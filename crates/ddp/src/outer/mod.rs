@@ -103,14 +103,16 @@ mod codec;
 mod exchange;
 mod fragment;
 mod options;
+mod state;
 
 pub use codec::{OuterDType, FP4_BLOCK, INT8_BLOCK};
 pub use options::{OuterMode, OuterOptions};
+pub use state::{OuterSnapshot, OuterState, OuterStats};
 
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn::module::Module;
 use phalanx_pg::{Mesh, ProcessGroup};
@@ -118,18 +120,6 @@ use phalanx_pg::{Mesh, ProcessGroup};
 use crate::adapter::StateKind;
 use crate::{DataParallel, Error, Result};
 use fragment::Fragment;
-
-/// What the outer syncs cost so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OuterStats {
-    /// Outer syncs done (under streaming DiLoCo, each fragment's sync counts once).
-    pub syncs: u64,
-    /// Wall time inside them.
-    pub wait: Duration,
-    /// Bytes this rank sent across islands (the encoded pseudo-gradient's share of the ring
-    /// or of the all-to-all and all-gather, by the algorithm's count, not the wire's).
-    pub bytes_across: u64,
-}
 
 /// The outer optimizer across islands (Note [Outer sync]): create it on the whole group,
 /// build the inner engine on [`island`](Self::island), call [`start`](Self::start) once and
@@ -151,66 +141,6 @@ pub struct DiLoCo {
     /// after a regroup (Note [Islands that leave and join]); `None`: all of them.
     contributors: Option<usize>,
     stats: OuterStats,
-}
-
-/// What a rank's outer sync holds between two attempts of a run under fault tolerance
-/// ([`DiLoCo::into_state`], [`DiLoCo::heal`]): this rank's chunks of the global parameters and
-/// momentum, where the schedule stands, and the figures.
-#[derive(Debug, Clone)]
-pub struct OuterState {
-    lens: Vec<usize>,
-    fragments: Vec<Fragment>,
-    /// The island rank whose chunks these are.
-    chunk_of: usize,
-    steps: u64,
-    synced_at: u64,
-    stats: OuterStats,
-    /// Read from a checkpoint: the chunks, laid out when the engine is at hand.
-    saved: Option<OuterSnapshot>,
-}
-
-/// What a rank's outer sync holds, as a checkpoint keeps it ([`DiLoCo::snapshot`],
-/// [`OuterState::restore`]): where the schedule stands, this rank's chunk of each fragment's
-/// global parameters and momentum, and the pseudo-gradient of a sync under way.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OuterSnapshot {
-    /// Inner steps since the start.
-    pub steps: u64,
-    /// The inner step whose sync ended last.
-    pub synced_at: u64,
-    /// Syncs done.
-    pub syncs: u64,
-    /// This rank's island.
-    pub island: usize,
-    /// This rank's rank in its island: which chunk it holds.
-    pub chunk_of: usize,
-    /// Ranks per island.
-    pub island_size: usize,
-    /// Each fragment's chunk of the global parameters.
-    pub global: Vec<Vec<f32>>,
-    /// Each fragment's chunk of the outer momentum.
-    pub momentum: Vec<Vec<f32>>,
-    /// The fragment whose sync is under way, and the pseudo-gradient it sent.
-    pub pending: Option<(usize, Vec<f32>)>,
-}
-
-impl OuterState {
-    /// The state a checkpoint kept, for [`DiLoCo::heal`]: resumed at the same layout, the run
-    /// goes on bitwise as if never stopped.
-    pub fn restore(saved: OuterSnapshot) -> OuterState {
-        OuterState {
-            lens: Vec::new(),
-            fragments: Vec::new(),
-            chunk_of: saved.chunk_of,
-            steps: saved.steps,
-            synced_at: saved.synced_at,
-            stats: OuterStats {
-                syncs: saved.syncs,
-                ..OuterStats::default()
-            },
-            saved: Some(saved),
-        }
-    }
 }
 
 /// A fragment's sync under way: its pseudo-gradient's mean across islands, still to be taken
