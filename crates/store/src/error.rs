@@ -77,6 +77,18 @@ pub enum Error {
         reason: String,
     },
     /// An argument breaks a protocol limit or the API contract (too long a key, mismatched lists).
+    /// The etcd cluster at `endpoints` failed `op` (no member answered, no leader, a refused
+    /// password or certificate, …).
+    #[error("etcd at {endpoints}: {op} failed: {reason}")]
+    Etcd {
+        /// The endpoints tried, as given.
+        endpoints: String,
+        /// The store operation (`connect`, `get`, `add`, …).
+        op: &'static str,
+        /// etcd's or the client's error.
+        reason: String,
+    },
+    /// An argument breaks a protocol limit or the API contract (too long a key, mismatched lists).
     #[error("invalid store request: {reason}")]
     Invalid {
         /// What was wrong.

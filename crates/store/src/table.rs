@@ -83,23 +83,7 @@ impl Table {
 
     pub(crate) fn add(&self, key: &str, delta: i64) -> Result<i64> {
         let mut st = self.lock();
-        let current = match st.map.get(key) {
-            None => 0,
-            Some(v) => std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse::<i64>().ok())
-                .ok_or_else(|| Error::Value {
-                    key: key.to_string(),
-                    reason: format!(
-                        "add needs a decimal int64 value, found {} bytes that are not one",
-                        v.len()
-                    ),
-                })?,
-        };
-        let new = current.checked_add(delta).ok_or_else(|| Error::Value {
-            key: key.to_string(),
-            reason: format!("add of {delta} to {current} overflows int64"),
-        })?;
+        let new = added(key, st.map.get(key).map(Vec::as_slice), delta)?;
         st.map.insert(key.to_string(), new.to_string().into_bytes());
         self.notify_if_watched(&st, key);
         Ok(new)
@@ -318,6 +302,28 @@ impl Table {
         }
         result
     }
+}
+
+/// `add`'s arithmetic, shared by every store: `current` (a decimal int64, absent: 0) plus
+/// `delta`, refused when `current` is not a number or the sum overflows.
+pub(crate) fn added(key: &str, current: Option<&[u8]>, delta: i64) -> Result<i64> {
+    let current = match current {
+        None => 0,
+        Some(v) => std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or_else(|| Error::Value {
+                key: key.to_string(),
+                reason: format!(
+                    "add needs a decimal int64 value, found {} bytes that are not one",
+                    v.len()
+                ),
+            })?,
+    };
+    current.checked_add(delta).ok_or_else(|| Error::Value {
+        key: key.to_string(),
+        reason: format!("add of {delta} to {current} overflows int64"),
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! TCPStore semantics (REFERENCE.md), run against the TCP store and the in-memory store with
-//! the same test bodies, so the two cannot drift apart.
+//! TCPStore semantics (REFERENCE.md), run against the TCP store, the in-memory store and the
+//! etcd store (a real 3-member etcd cluster) with the same test bodies, so they cannot drift
+//! apart.
 
 mod common;
 
@@ -7,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::with_deadline;
-use phalanx_store::{Auth, Error, HashStore, PrefixStore, Store, StoreServer, TcpStore};
+use phalanx_store::{Auth, Error, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore};
+use phalanx_testing::etcd::EtcdCluster;
 
 /// A store under test: something that hands out clients of one shared store.
 trait Harness: Send + Sync + 'static {
@@ -52,6 +54,46 @@ impl Harness for Hash {
     }
     fn client(&self) -> HashStore {
         self.0.clone()
+    }
+}
+
+/// Each test's own job (prefix) in one cluster shared by the binary's tests: starting three
+/// members per test would cost more than the tests.
+struct Etcd {
+    job: String,
+    timeout: Duration,
+}
+
+static CLUSTER: std::sync::Mutex<Option<EtcdCluster>> = std::sync::Mutex::new(None);
+static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn stop_cluster() {
+    // The test harness ends with `exit`, which runs this: the members go, and their data.
+    if let Ok(mut c) = CLUSTER.lock() {
+        c.take();
+    }
+}
+
+impl Harness for Etcd {
+    type Client = EtcdStore;
+    fn new(timeout: Duration) -> Self {
+        let mut cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+        if cluster.is_none() {
+            *cluster = EtcdCluster::start("store_tcp", 3, Duration::from_secs(30));
+            // SAFETY: registers a plain function; nothing else is passed.
+            unsafe { libc::atexit(stop_cluster) };
+        }
+        let job = format!(
+            "semantics-{}",
+            JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        Etcd { job, timeout }
+    }
+    fn client(&self) -> EtcdStore {
+        let cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+        let s = cluster.as_ref().expect("started").store(&self.job);
+        s.set_timeout(self.timeout);
+        s
     }
 }
 
@@ -276,6 +318,13 @@ macro_rules! semantics {
         }
         mod hash {
             $(#[test] fn $name() { super::with_deadline(30, super::$name::<super::Hash>) })*
+        }
+        mod etcd {
+            $(#[test] fn $name() {
+                if phalanx_testing::etcd::etcd_binary(stringify!($name)).is_some() {
+                    super::with_deadline(60, super::$name::<super::Etcd>)
+                }
+            })*
         }
     };
 }

@@ -12,6 +12,7 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod etcd;
 pub mod fuzz;
 pub mod process;
 

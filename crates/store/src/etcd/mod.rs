@@ -1,0 +1,617 @@
+//! [`EtcdStore`]: the job's store kept in an etcd cluster (etcd's v3 API), so that no host of
+//! the job holds it and losing any one host, node 0 included, leaves it whole.
+//!
+//! Every key lives under the job's prefix (`/phalanx/<job>/`). The operations keep the TCP
+//! store's semantics (the same tests run on both, `crates/store/tests/store_etcd.rs`):
+//! - `get`, `wait` and `multi_get` block until their keys exist: a read, then a watch from the
+//!   revision after that read, so that no write between the two is missed;
+//! - `add`, `append` and `compare_set` are transactions on the key's `mod_revision`, retried
+//!   when another client wrote in between (etcd has no atomic increment);
+//! - `multi_set` is one transaction;
+//! - every request asks for a leader (`require_leader`): a cluster that lost its quorum answers
+//!   at once with an error naming etcd and its endpoints, rather than never.
+//!
+//! The calls block: each store holds a small runtime of its own for the gRPC client.
+//!
+//! ```no_run
+//! use phalanx_store::{EtcdOptions, EtcdStore, Store};
+//! let o = EtcdOptions::new("127.0.0.1:2379", "my-job").unwrap();
+//! let store = EtcdStore::connect(&o).unwrap();
+//! store.set("ready", b"yes").unwrap();
+//! assert_eq!(store.get("ready").unwrap(), b"yes");
+//! assert_eq!(store.add("count", 2).unwrap(), 2);
+//! store.delete_prefix().unwrap(); // the job's keys go when the job ends
+//! ```
+
+mod options;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
+    Identity, KvClient, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+
+pub use options::{env, EtcdOptions};
+
+use crate::{Error, Result, Store};
+
+/// How many operations etcd takes in one transaction (its `--max-txn-ops` default).
+const MAX_TXN_OPS: usize = 128;
+
+/// A [`Store`] whose keys live in etcd, under one job's prefix.
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+    timeout: Arc<Mutex<Duration>>,
+}
+
+struct Inner {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    prefix: String,
+    endpoints: String,
+    /// Tells this client's receipts from others' (Note [Receipts]).
+    nonce: String,
+    receipts: AtomicU64,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.inner.endpoints)
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the cluster and checks that a member answers (and, with a user, that the
+    /// password is right), retrying until `o.connect_timeout`.
+    pub fn connect(o: &EtcdOptions) -> Result<EtcdStore> {
+        let endpoints = o.endpoints_text();
+        let fail = |op: &'static str, reason: String| Error::Etcd {
+            endpoints: endpoints.clone(),
+            op,
+            reason,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("phalanx-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| fail("connect", format!("cannot start the client's runtime: {e}")))?;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(o.connect_timeout.min(Duration::from_secs(5)))
+            .with_require_leader(true)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(5));
+        if o.tls() {
+            options = options.with_tls(tls(o).map_err(|r| fail("connect", r))?);
+        }
+        if let Some((user, password)) = &o.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let urls: Vec<String> = o
+            .endpoints
+            .iter()
+            .map(|e| match (e.contains("://"), o.tls()) {
+                (true, _) => e.clone(),
+                (false, true) => format!("https://{e}"),
+                (false, false) => format!("http://{e}"),
+            })
+            .collect();
+        let deadline = Instant::now() + o.connect_timeout;
+        let client = loop {
+            let attempt = runtime.block_on(async {
+                let mut client = tokio::time::timeout(
+                    o.connect_timeout,
+                    Client::connect(&urls, Some(options.clone())),
+                )
+                .await
+                .map_err(|_| "no answer".to_string())?
+                .map_err(|e| e.to_string())?;
+                // The channel connects lazily: a read proves a member (with a leader) answers.
+                tokio::time::timeout(Duration::from_secs(5), client.get("/phalanx/", None))
+                    .await
+                    .map_err(|_| "no answer".to_string())?
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(client)
+            });
+            match attempt {
+                Ok(client) => break client,
+                // A wrong password or certificate will not get better by waiting.
+                Err(e) if is_refusal(&e) => return Err(fail("connect", e)),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(fail(
+                        "connect",
+                        format!("no member answered within {:.0?}: {e}", o.connect_timeout),
+                    ))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        };
+        Ok(EtcdStore {
+            inner: Arc::new(Inner {
+                runtime,
+                client,
+                prefix: o.prefix.clone(),
+                endpoints,
+                nonce: crate::Auth::random("").token_hex()[..16].to_string(),
+                receipts: AtomicU64::new(0),
+            }),
+            timeout: Arc::new(Mutex::new(phalanx_core::DEFAULT_TIMEOUT)),
+        })
+    }
+
+    /// The job's prefix (`/phalanx/<job>/`).
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The endpoints, as given.
+    pub fn endpoints(&self) -> &str {
+        &self.inner.endpoints
+    }
+
+    /// Removes every key of the job; returns how many there were.
+    pub fn delete_prefix(&self) -> Result<i64> {
+        let mut deleted = 0;
+        for prefix in [self.inner.prefix.clone(), self.receipts_prefix()] {
+            deleted += self.call("delete_prefix", |mut kv| {
+                let prefix = prefix.clone();
+                async move {
+                    let r = kv
+                        .delete(prefix, Some(DeleteOptions::new().with_prefix()))
+                        .await?;
+                    Ok(r.deleted())
+                }
+            })?;
+        }
+        Ok(deleted)
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.inner.prefix)
+    }
+
+    fn fail(&self, op: &'static str, mut reason: String) -> Error {
+        if reason.contains("larger than max") || reason.contains("request is too large") {
+            reason.push_str(
+                " (a member takes requests up to its --max-request-bytes, 1.5 MiB unless set; \
+                 etcd advises at most 10 MiB)",
+            );
+        }
+        Error::Etcd {
+            endpoints: self.inner.endpoints.clone(),
+            op,
+            reason,
+        }
+    }
+
+    /// Runs one request on the store's runtime, bounded by the store's timeout; a request
+    /// that may have landed is sent again (the operations that use this are idempotent).
+    fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.request(true, f).map_err(|e| self.failure(op, e))
+    }
+
+    /// Runs one request, bounded by the store's timeout, and sends it again while it was
+    /// surely not carried out ([`not_carried_out`]: a member gone, or no leader), or, with
+    /// `again_if_unsure`, while it may or may not have been ([`unsure`]: the leader changed
+    /// under it, the connection broke after sending).
+    ///
+    /// One member lost therefore costs a retry, not an error. A cluster without a quorum
+    /// answers nothing, hence the timeout, which names the last refusal seen.
+    fn request<T, F, Fut>(&self, again_if_unsure: bool, f: F) -> Result<T, Failure>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let timeout = self.timeout();
+        let last = Mutex::new(None::<String>);
+        let attempts = async {
+            loop {
+                match f(self.inner.client.kv_client()).await {
+                    Err(e) if not_carried_out(&e) || (again_if_unsure && unsure(&e)) => {
+                        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    Err(e) if unsure(&e) => return Err(Failure::Unsure(e)),
+                    Err(e) => return Err(Failure::Refused(e)),
+                    Ok(v) => return Ok(v),
+                }
+            }
+        };
+        let answer = self
+            .inner
+            .runtime
+            .block_on(async { tokio::time::timeout(timeout, attempts).await });
+        let last = last.into_inner().unwrap_or_else(|p| p.into_inner());
+        answer.map_err(|_| Failure::Timeout { timeout, last })?
+    }
+
+    fn failure(&self, op: &'static str, f: Failure) -> Error {
+        match f {
+            Failure::Timeout { timeout, last } => {
+                let seen = last.map(|l| format!("; last: {l}")).unwrap_or_default();
+                self.fail(
+                    op,
+                    format!(
+                        "no answer within {timeout:.0?} (has the cluster lost its quorum? a \
+                         majority of its members must be up){seen}"
+                    ),
+                )
+            }
+            Failure::Unsure(e) | Failure::Refused(e) => self.fail(op, e.to_string()),
+        }
+    }
+
+    /// Reads `key`: its value and `mod_revision`, or the revision the read saw it missing at.
+    fn read(&self, op: &'static str, key: &str) -> Result<Read> {
+        let key = self.key(key);
+        self.call(op, |mut kv| {
+            let key = key.clone();
+            async move {
+                let r = kv.get(key, None).await?;
+                Ok(match r.kvs().first() {
+                    Some(kv) => Read::Present(kv.value().to_vec(), kv.mod_revision()),
+                    None => Read::Missing(r.header().map_or(0, |h| h.revision())),
+                })
+            }
+        })
+    }
+
+    /// Writes `new(current)` over `key` if nobody wrote it since it was read; retried until
+    /// it lands. Returns what was written.
+    ///
+    /// Note [Receipts]: a transaction whose answer was lost (the leader changed under it, the
+    /// connection broke) may or may not have landed, and sending an `add` again could count
+    /// twice. So the transaction also writes a receipt key of its own, outside the job's keys;
+    /// when unsure, the receipt says whether it landed. Receipts are removed once read, and
+    /// with the job's keys.
+    fn read_modify_write(
+        &self,
+        op: &'static str,
+        key: &str,
+        mut new: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
+        let full = self.key(key);
+        loop {
+            let (value, guard) = match self.read(op, key)? {
+                Read::Present(v, rev) => (
+                    new(Some(&v))?,
+                    Compare::mod_revision(full.clone(), CompareOp::Equal, rev),
+                ),
+                Read::Missing(_) => (
+                    new(None)?,
+                    Compare::version(full.clone(), CompareOp::Equal, 0),
+                ),
+            };
+            let receipt = format!(
+                "{}{}/{}",
+                self.receipts_prefix(),
+                self.inner.nonce,
+                self.inner.receipts.fetch_add(1, Ordering::Relaxed)
+            );
+            let txn = Txn::new().when([guard]).and_then([
+                TxnOp::put(full.clone(), value.clone(), None),
+                TxnOp::put(receipt.clone(), Vec::new(), None),
+            ]);
+            let landed = match self.request(false, |mut kv| {
+                let txn = txn.clone();
+                async move { Ok(kv.txn(txn).await?.succeeded()) }
+            }) {
+                Ok(landed) => landed,
+                Err(Failure::Unsure(_)) => self.call(op, |mut kv| {
+                    let receipt = receipt.clone();
+                    async move { Ok(kv.get(receipt, None).await?.count() > 0) }
+                })?,
+                Err(e) => return Err(self.failure(op, e)),
+            };
+            if landed {
+                self.call(op, |mut kv| {
+                    let receipt = receipt.clone();
+                    async move { kv.delete(receipt, None).await.map(drop) }
+                })?;
+                return Ok(value);
+            }
+        }
+    }
+
+    /// Where the receipts of [`EtcdStore::read_modify_write`] live: beside the job's keys,
+    /// so that `num_keys` does not count them.
+    fn receipts_prefix(&self) -> String {
+        format!("{}.receipts/", self.inner.prefix.trim_end_matches('/'))
+    }
+
+    /// `compare_set` of a key that holds an empty value, with `expected` empty: a value guard.
+    fn compare_set_present(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        let full = self.key(key);
+        let txn = Txn::new()
+            .when([Compare::value(
+                full.clone(),
+                CompareOp::Equal,
+                expected.to_vec(),
+            )])
+            .and_then([TxnOp::put(full, desired.to_vec(), None)]);
+        let set = self.call("compare_set", |mut kv| {
+            let txn = txn.clone();
+            async move { Ok(kv.txn(txn).await?.succeeded()) }
+        })?;
+        match set {
+            true => Ok(desired.to_vec()),
+            false => self.compare_set(key, expected, desired),
+        }
+    }
+
+    /// Blocks until every key exists, at most `timeout`; returns their values.
+    fn wait_get(&self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            loop {
+                let seen_at = match self.read("wait", key)? {
+                    Read::Present(v, _) => {
+                        values.push(v);
+                        break;
+                    }
+                    Read::Missing(rev) => rev,
+                };
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || !self.watch_for_put(key, seen_at + 1, left)? {
+                    return Err(Error::Timeout {
+                        key: key.to_string(),
+                        after: timeout,
+                    });
+                }
+            }
+        }
+        Ok(values)
+    }
+
+    /// Waits up to `left` for a put of `key` at or after `revision`: `true` once one came or
+    /// the watch broke (read the key again), `false` at the deadline.
+    fn watch_for_put(&self, key: &str, revision: i64, left: Duration) -> Result<bool> {
+        let full = self.key(key);
+        let mut watch = self.inner.client.watch_client();
+        let waited = self.inner.runtime.block_on(async {
+            tokio::time::timeout(left, async {
+                let options = WatchOptions::new().with_start_revision(revision);
+                let mut stream = watch.watch(full, Some(options)).await?;
+                while let Some(r) = stream.message().await? {
+                    if r.canceled() {
+                        return Err(etcd_client::Error::WatchError(format!(
+                            "the watch was cancelled: {}",
+                            r.cancel_reason()
+                        )));
+                    }
+                    if r.events().iter().any(|e| e.event_type() == EventType::Put) {
+                        return Ok(());
+                    }
+                }
+                Err(etcd_client::Error::WatchError(
+                    "the watch stream ended".into(),
+                ))
+            })
+            .await
+        });
+        match waited {
+            Err(_) => Ok(false),
+            Ok(Ok(())) => Ok(true),
+            // The member serving the watch went away: read again (through another member;
+            // a read that cannot be served says why) and watch anew.
+            Ok(Err(_)) => {
+                std::thread::sleep(Duration::from_millis(50));
+                Ok(true)
+            }
+        }
+    }
+}
+
+enum Read {
+    Present(Vec<u8>, i64),
+    Missing(i64),
+}
+
+/// What became of a request that did not succeed.
+enum Failure {
+    /// Nothing answered in time (`last`: the last refusal seen, if any).
+    Timeout {
+        timeout: Duration,
+        last: Option<String>,
+    },
+    /// It may or may not have landed ([`unsure`]).
+    Unsure(etcd_client::Error),
+    /// It was refused (a wrong request, a permission, …).
+    Refused(etcd_client::Error),
+}
+
+/// Whether `e` says the request was surely not carried out: no connection to a member, or a
+/// member that refused it for want of a leader (`require_leader` refuses before proposing).
+fn not_carried_out(e: &etcd_client::Error) -> bool {
+    let text = format!("{e:?}");
+    text.contains("ConnectError")
+        || text.contains("tcp connect error")
+        || text.contains("etcdserver: no leader")
+}
+
+/// Whether `e` leaves open whether the request landed: a proposal in flight when the leader
+/// changed, a member that timed out waiting for the commit, a connection that broke after
+/// sending.
+fn unsure(e: &etcd_client::Error) -> bool {
+    let text = format!("{e:?}");
+    [
+        "leader changed",
+        "request timed out",
+        "Unavailable",
+        "Cancelled",
+        "transport error",
+        "h2 protocol error",
+        "connection reset",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|m| text.contains(m))
+}
+
+/// Errors that retrying cannot mend.
+fn is_refusal(e: &str) -> bool {
+    let e = e.to_ascii_lowercase();
+    [
+        "authentication failed",
+        "invalid auth",
+        "permission denied",
+        "certificate",
+        "tls",
+        "user name",
+    ]
+    .iter()
+    .any(|m| e.contains(m))
+}
+
+fn tls(o: &EtcdOptions) -> std::result::Result<TlsOptions, String> {
+    let read = |p: &std::path::Path, what: &str| {
+        std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
+    };
+    let mut t = TlsOptions::new();
+    if let Some(ca) = &o.cacert {
+        let pem = read(ca, "CA certificate (cacert)")?;
+        if !pem.starts_with(b"-----BEGIN") {
+            return Err(format!(
+                "{} (cacert) is not a PEM certificate",
+                ca.display()
+            ));
+        }
+        t = t.ca_certificate(Certificate::from_pem(pem));
+    }
+    if let Some((cert, key)) = &o.identity {
+        let c = read(cert, "client certificate (cert)")?;
+        let k = read(key, "client key (key)")?;
+        t = t.identity(Identity::from_pem(c, k));
+    }
+    Ok(t)
+}
+
+impl Store for EtcdStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        let (key, value) = (self.key(key), value.to_vec());
+        self.call("set", |mut kv| {
+            let (key, value) = (key.clone(), value.clone());
+            async move { kv.put(key, value, None).await.map(drop) }
+        })
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        Ok(self
+            .wait_get(&[key], self.timeout())?
+            .pop()
+            .expect("one key"))
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        let mut sum = 0;
+        self.read_modify_write("add", key, |current| {
+            sum = crate::table::added(key, current, delta)?;
+            Ok(sum.to_string().into_bytes())
+        })?;
+        Ok(sum)
+    }
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        let full = self.key(key);
+        // Missing and `expected` empty: set; missing otherwise: PyTorch's "lie" (return
+        // `expected`, set nothing); present and equal: set; present and other: its value.
+        let guard = match expected.is_empty() {
+            true => Compare::version(full.clone(), CompareOp::Equal, 0),
+            false => Compare::value(full.clone(), CompareOp::Equal, expected.to_vec()),
+        };
+        let txn = Txn::new()
+            .when([guard])
+            .and_then([TxnOp::put(full.clone(), desired.to_vec(), None)])
+            .or_else([TxnOp::get(full, None)]);
+        let (set, current) = self.call("compare_set", |mut kv| {
+            let txn = txn.clone();
+            async move {
+                let r = kv.txn(txn).await?;
+                let current = r.op_responses().into_iter().find_map(|op| match op {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => None,
+                });
+                Ok((r.succeeded(), current))
+            }
+        })?;
+        Ok(match (set, current) {
+            (true, _) => desired.to_vec(),
+            // Present with an empty value and `expected` empty: equal, so set (version ≠ 0
+            // made the guard fail).
+            (false, Some(c)) if c.is_empty() && expected.is_empty() => {
+                return self.compare_set_present(key, expected, desired)
+            }
+            (false, Some(c)) => c,
+            (false, None) => expected.to_vec(),
+        })
+    }
+    fn wait_timeout(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        self.wait_get(keys, timeout).map(drop)
+    }
+    fn check(&self, keys: &[&str]) -> Result<bool> {
+        for key in keys {
+            if let Read::Missing(_) = self.read("check", key)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+    fn delete_key(&self, key: &str) -> Result<bool> {
+        let key = self.key(key);
+        self.call("delete_key", |mut kv| {
+            let key = key.clone();
+            async move { Ok(kv.delete(key, None).await?.deleted() > 0) }
+        })
+    }
+    fn num_keys(&self) -> Result<i64> {
+        let prefix = self.inner.prefix.clone();
+        self.call("num_keys", |mut kv| {
+            let prefix = prefix.clone();
+            async move {
+                let options = GetOptions::new().with_prefix().with_count_only();
+                Ok(kv.get(prefix, Some(options)).await?.count())
+            }
+        })
+    }
+    fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.read_modify_write("append", key, |current| {
+            let mut v = current.map(<[u8]>::to_vec).unwrap_or_default();
+            v.extend_from_slice(value);
+            Ok(v)
+        })
+        .map(drop)
+    }
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
+        self.wait_get(keys, self.timeout())
+    }
+    fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
+        let pairs = crate::prefix_store::zip_pairs(keys, values)?;
+        for chunk in pairs.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|(k, v)| TxnOp::put(self.key(k), v.to_vec(), None))
+                .collect();
+            let txn = Txn::new().and_then(ops);
+            self.call("multi_set", |mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await.map(drop) }
+            })?;
+        }
+        Ok(())
+    }
+    fn timeout(&self) -> Duration {
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn set_timeout(&self, t: Duration) {
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+}

@@ -1,0 +1,119 @@
+//! The etcd store against a real cluster's failures: members that never answer, a member lost,
+//! the quorum lost, and a refused password. Each names etcd and its endpoints.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::with_deadline;
+use phalanx_store::{Error, EtcdOptions, EtcdStore, Store};
+use phalanx_testing::etcd::{etcd_binary, EtcdCluster};
+use phalanx_testing::process::free_port;
+
+#[test]
+fn endpoints_that_never_answer_are_named_after_the_timeout() {
+    with_deadline(30, || {
+        let (a, b) = (free_port(), free_port());
+        let mut o = EtcdOptions::new(&format!("127.0.0.1:{a},127.0.0.1:{b}"), "job").unwrap();
+        o.connect_timeout = Duration::from_secs(2);
+        let t = Instant::now();
+        let e = EtcdStore::connect(&o).unwrap_err();
+        let waited = t.elapsed();
+        let text = e.to_string();
+        assert!(matches!(e, Error::Etcd { op: "connect", .. }), "{e:?}");
+        assert!(
+            text.contains(&format!("127.0.0.1:{a},127.0.0.1:{b}")),
+            "{text}"
+        );
+        assert!(text.contains("no member answered within 2s"), "{text}");
+        assert!(
+            waited >= Duration::from_secs(2) && waited < Duration::from_secs(15),
+            "{waited:?}"
+        );
+    })
+}
+
+#[test]
+fn a_member_lost_changes_nothing_and_a_lost_quorum_is_said_at_once() {
+    with_deadline(120, || {
+        let Some(mut cluster) = EtcdCluster::start("member_lost", 3, Duration::from_secs(30))
+        else {
+            return;
+        };
+        let store = cluster.store("drill");
+        store.set_timeout(Duration::from_secs(10));
+        assert_eq!(store.add("n", 1).unwrap(), 1);
+        // One member of three: the client fails over; a new leader is elected if needed.
+        cluster.kill(0);
+        let t = Instant::now();
+        assert_eq!(store.add("n", 1).unwrap(), 2);
+        store.set("after", b"1").unwrap();
+        assert_eq!(store.get("after").unwrap(), b"1");
+        eprintln!("a member lost: next write after {:?}", t.elapsed());
+        // Two of three: no quorum, no leader. The store says so within its timeout.
+        cluster.kill(1);
+        store.set_timeout(Duration::from_secs(5));
+        let t = Instant::now();
+        let e = store.add("n", 1).unwrap_err();
+        let took = t.elapsed();
+        let text = e.to_string();
+        eprintln!("quorum lost: {text} (after {took:?})");
+        assert!(matches!(e, Error::Etcd { op: "add", .. }), "{e:?}");
+        assert!(text.contains(&cluster.endpoints()), "{text}");
+        assert!(took <= Duration::from_secs(7), "{took:?}");
+        // The quorum back: the keys written before are all there.
+        cluster.restart(1);
+        store.set_timeout(Duration::from_secs(20));
+        assert_eq!(store.add("n", 1).unwrap(), 3);
+        store.delete_prefix().unwrap();
+    })
+}
+
+#[test]
+fn a_wrong_password_is_refused_at_once() {
+    with_deadline(90, || {
+        if etcd_binary("wrong_password").is_none() {
+            return;
+        }
+        let Some(cluster) = EtcdCluster::start("wrong_password", 1, Duration::from_secs(30)) else {
+            return;
+        };
+        let ctl = |args: &[&str]| {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={}", cluster.endpoints()))
+                .args(args)
+                .output()
+                .expect("etcdctl (apt-get install etcd-client)");
+            assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+        };
+        ctl(&["user", "add", "root:right-pw"]);
+        ctl(&["auth", "enable"]);
+        let mut o = EtcdOptions::new(&cluster.endpoints(), "job").unwrap();
+        o.connect_timeout = Duration::from_secs(20);
+        o.user = Some(("root".into(), "wrong-pw".into()));
+        let t = Instant::now();
+        let e = EtcdStore::connect(&o).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("authentication failed"), "{text}");
+        assert!(text.contains(&cluster.endpoints()), "{text}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        o.user = Some(("root".into(), "right-pw".into()));
+        let s = EtcdStore::connect(&o).unwrap();
+        s.set("k", b"v").unwrap();
+        assert_eq!(s.get("k").unwrap(), b"v");
+    })
+}
+
+#[test]
+fn a_missing_ca_file_is_named() {
+    let mut o = EtcdOptions::new("127.0.0.1:2379", "job").unwrap();
+    o.cacert = Some("/nonexistent/ca.pem".into());
+    o.connect_timeout = Duration::from_secs(1);
+    let text = EtcdStore::connect(&o).unwrap_err().to_string();
+    assert!(
+        text.contains("/nonexistent/ca.pem") && text.contains("cacert"),
+        "{text}"
+    );
+}

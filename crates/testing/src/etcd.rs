@@ -1,0 +1,246 @@
+//! Real etcd clusters in tests: `etcd` members on loopback, each a process of its own with
+//! its data in a temporary folder, killed when the cluster is dropped and, should the test
+//! process die first, by the kernel (`PR_SET_PDEATHSIG`, armed from a thread that lives as long
+//! as the process).
+//!
+//! Debian's `etcd-server` (3.4) speaks the same v3 API as 3.5 and 3.6; `.ci/run` installs it.
+#![allow(missing_docs)]
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use phalanx_store::{EtcdOptions, EtcdStore, Store};
+
+use crate::process::{free_port, say, TempDir};
+
+/// One member of a cluster.
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    child: Option<Child>,
+}
+
+/// A running cluster; every member is killed (SIGKILL) and its data removed on drop.
+pub struct EtcdCluster {
+    pub members: Vec<Member>,
+    dir: TempDir,
+}
+
+/// The `etcd` binary, or `None` after saying why the test skips.
+pub fn etcd_binary(test: &str) -> Option<&'static str> {
+    let found = Command::new("etcd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some("etcd");
+    }
+    say(&format!(
+        "SKIPPED {test}: no `etcd` on PATH (apt-get install etcd-server; .ci/run installs it)"
+    ));
+    None
+}
+
+impl EtcdCluster {
+    /// Starts `n` members on 127.0.0.1 and waits until the cluster has a leader, at most
+    /// `deadline`; `None` (the test skips) when `etcd` is not installed.
+    pub fn start(test: &str, n: usize, deadline: Duration) -> Option<EtcdCluster> {
+        etcd_binary(test)?;
+        let dir = TempDir::new(&format!("etcd-{test}"));
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+            })
+            .collect();
+        let mut cluster = EtcdCluster { members, dir };
+        for i in 0..n {
+            cluster.spawn(i, "new");
+        }
+        cluster.wait_ready(deadline);
+        Some(cluster)
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&mut self, i: usize, state: &str) {
+        let initial = self.initial_cluster();
+        let token = self
+            .dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let m = &self.members[i];
+        let data = self.dir.path().join(&m.name);
+        let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
+        let mut cmd = Command::new("etcd");
+        cmd.args([
+            "--name",
+            &m.name,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{}", m.client_port),
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{}", m.client_port),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{}", m.peer_port),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{}", m.peer_port),
+            "--initial-cluster",
+            &initial,
+            "--initial-cluster-state",
+            state,
+            "--initial-cluster-token",
+            &token,
+            // Elections in a test's time: a leader lost is replaced in about a second.
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            // Values as large as the TCP store's tests write (3 MiB); etcd advises at most 10.
+            "--max-request-bytes",
+            "10485760",
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+        let child = spawn_tied(cmd);
+        self.members[i].child = Some(child);
+    }
+
+    /// `h1:p1,h2:p2,…` of the members.
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A client of job `job`'s keys.
+    pub fn store(&self, job: &str) -> EtcdStore {
+        let mut o = EtcdOptions::new(&self.endpoints(), job).unwrap();
+        o.connect_timeout = Duration::from_secs(20);
+        EtcdStore::connect(&o).unwrap()
+    }
+
+    /// Waits until a write through the cluster succeeds; panics with the members' logs after
+    /// `deadline`.
+    pub fn wait_ready(&self, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        let mut o = EtcdOptions::new(&self.endpoints(), "ready").unwrap();
+        loop {
+            o.connect_timeout = end
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(100));
+            let ok = EtcdStore::connect(&o)
+                .and_then(|s| s.set("ready", b"1").and_then(|_| s.delete_prefix()));
+            match ok {
+                Ok(_) => return,
+                Err(e) if Instant::now() >= end => {
+                    panic!(
+                        "etcd cluster not ready after {deadline:?}: {e}\n{}",
+                        self.logs()
+                    )
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again on its old data.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i, "existing");
+    }
+
+    /// The pids of the running members.
+    pub fn pids(&self) -> Vec<i32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(|c| c.id() as i32))
+            .collect()
+    }
+
+    /// The members' logs, for a failure's message.
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {} ---\n{}", m.name, tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Spawns `cmd` from a thread that lives as long as the process, with `PR_SET_PDEATHSIG`: the
+/// kernel sends the signal when the *thread* that forked the child exits, so forking from a
+/// test's own thread would kill the member when that test ends.
+fn spawn_tied(cmd: Command) -> Child {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("etcd-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and
+                    // exec.
+                    unsafe {
+                        cmd.pre_exec(|| {
+                            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(cmd.spawn());
+                }
+                // The senders live in a static: this loop ends only with the process.
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((cmd, reply))
+        .unwrap();
+    answer.recv().unwrap().expect("start etcd")
+}
