@@ -239,7 +239,9 @@ fn rendezvous_spellings_that_cannot_work_are_named() {
     let f = run(launch_sh(&["--rdzv-backend", "etcd-v2"], "true"), DEADLINE);
     assert_eq!(f.code(), Some(2), "{f:?}");
     assert!(
-        f.stderr.contains("\"etcd-v2\" is not supported") && f.stderr.contains("c10d"),
+        f.stderr
+            .contains("\"etcd-v2\" speaks etcd's v2 API, which etcd 3.6 removed")
+            && f.stderr.contains("use `etcd`"),
         "{}",
         f.stderr
     );

@@ -39,11 +39,13 @@ pub(crate) struct Agent<'a> {
     arrival: Option<(u32, String)>,
     /// The store, hosted here on node 0 (kept alive until the agent ends).
     _server: Option<StoreServer>,
+    /// The job's keys in etcd (`--rdzv-backend etcd`): the last agent out removes them.
+    etcd: Option<phalanx_store::EtcdStore>,
 }
 
 impl<'a> Agent<'a> {
-    /// Hosts the store (node 0) or connects to it (other nodes), as the rendezvous flags say
-    /// (`rdzv.rs`).
+    /// Hosts the store (node 0), connects to it (other nodes) or to etcd, as the rendezvous
+    /// flags say (`rdzv/`).
     pub(crate) fn start(
         args: &LaunchArgs,
         program: &'a [OsString],
@@ -84,7 +86,8 @@ impl<'a> Agent<'a> {
         let meeting = Meeting::from_spelling(&args.spelling(), &|k| {
             std::env::var(k).ok().filter(|v| !v.is_empty())
         })?;
-        let (master_addr, requested) = (meeting.addr.clone(), meeting.port);
+        let (mut master_addr, requested) = (meeting.addr.clone(), meeting.port);
+        let mut etcd = None;
         let local_ifname = match &args.local_addr {
             Some(a) => Some(interface_of(a)?),
             None => None,
@@ -99,7 +102,7 @@ impl<'a> Agent<'a> {
             false => TorchClients::Loopback,
         };
         let hosted = match meeting.host {
-            Host::There => None,
+            Host::There | Host::Etcd => None,
             host => {
                 let addr = rdzv::resolve(&master_addr, requested, timeout, &signals::pending)?;
                 rdzv::warn_loopback_store(&master_addr, addr, args.nnodes.max);
@@ -130,7 +133,25 @@ impl<'a> Agent<'a> {
             Arc<dyn Store>,
             Arc<dyn Store>,
             u16,
-        ) = if let Some(server) = hosted {
+        ) = if meeting.host == Host::Etcd {
+            let options = rdzv::etcd::options(&meeting.addr, &run_id, &args.rdzv_conf, timeout)?;
+            let m = rdzv::etcd::meet(
+                options,
+                &auth.token,
+                args.nnodes.max,
+                format!("{host} {nonce}"),
+                args.local_addr.as_deref(),
+                CONTROL_TIMEOUT,
+            )?;
+            args.node_rank = Some(m.node_rank);
+            arrival = Some((m.node_rank, m.me.clone()));
+            master_addr = m.master.0.clone();
+            let store: Arc<dyn Store> = Arc::new(m.store.clone());
+            let ctl: Arc<dyn Store> = Arc::new(m.ctl.clone());
+            let port = m.master.1;
+            etcd = Some(m);
+            (None, store, ctl, port)
+        } else if let Some(server) = hosted {
             let addr = server.local_addr();
             if args.torch_store && !addr.ip().is_loopback() {
                 eprintln!(
@@ -162,7 +183,7 @@ impl<'a> Agent<'a> {
             })?;
             if meeting.ranks_on_arrival {
                 let me = format!("{host} {nonce}");
-                let k = rdzv::take_node_rank(&store, args.nnodes.max, &me, timeout)?;
+                let k = rdzv::take_node_rank(&store, 1, args.nnodes.max, &me, timeout)?;
                 eprintln!("phalanx launch: c10d rendezvous at {addr}: this is node {k}");
                 args.node_rank = Some(k);
                 arrival = Some((k, me));
@@ -194,6 +215,7 @@ impl<'a> Agent<'a> {
             local_ifname,
             set_omp,
             store,
+            etcd: etcd.as_ref().map(|m| m.options.clone()),
             timeout,
             restarts_used: Default::default(),
         };
@@ -202,6 +224,7 @@ impl<'a> Agent<'a> {
             coord,
             arrival,
             _server: server,
+            etcd: etcd.map(|m| m.store),
         })
     }
 
@@ -264,6 +287,9 @@ impl Drop for Agent<'_> {
     fn drop(&mut self) {
         if let (Some((k, me)), Some(store)) = (&self.arrival, self.coord.store()) {
             rdzv::give_back_node_rank(store, *k, me);
+        }
+        if let Some(store) = &self.etcd {
+            rdzv::etcd::leave(store);
         }
     }
 }

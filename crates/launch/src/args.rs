@@ -60,16 +60,19 @@ pub struct LaunchArgs {
     pub node_rank: Option<u32>,
 
     /// How the nodes meet (torchrun's flag): `static` (node 0 hosts the store at
-    /// --master-addr:--master-port, every node gives --node-rank) or `c10d` (the node at
-    /// --rdzv-endpoint hosts it, the others take node ranks as they arrive). etcd is refused:
-    /// phalanx's rendezvous needs no service of its own.
+    /// --master-addr:--master-port, every node gives --node-rank), `c10d` (the node at
+    /// --rdzv-endpoint hosts it, the others take node ranks as they arrive) or `etcd` (an etcd
+    /// cluster at --rdzv-endpoint holds the job's store, through its v3 API; every node takes
+    /// its rank on arrival and none hosts anything). `etcd-v2` is refused (etcd 3.6 removed
+    /// that API).
     #[arg(long = "rdzv-backend", alias = "rdzv_backend", env = "PET_RDZV_BACKEND",
           default_value = "static", value_parser = clap::value_parser!(RdzvBackend),
           help_heading = "Launch")]
     pub rdzv_backend: RdzvBackend,
 
     /// `HOST[:PORT]` of the rendezvous (torchrun's flag; c10d's port defaults to 29400). Under
-    /// `static` it stands for --master-addr:--master-port.
+    /// `static` it stands for --master-addr:--master-port; under `etcd` it is the members'
+    /// client endpoints, `HOST:PORT[,HOST:PORT…]`, tried in turn.
     #[arg(
         long = "rdzv-endpoint",
         alias = "rdzv_endpoint",
@@ -80,8 +83,9 @@ pub struct LaunchArgs {
 
     /// torchrun's rendezvous options, `KEY=VALUE,...`: `timeout`/`join_timeout` (seconds to
     /// wait for the store and the nodes, instead of PHALANX_TIMEOUT), `last_call_timeout`
-    /// (--rdzv-last-call), `is_host` (c10d: this node hosts the store). torchrun's other keys
-    /// are accepted and named as unused; unknown keys are refused.
+    /// (--rdzv-last-call), `is_host` (c10d: this node hosts the store); for etcd, `protocol`
+    /// (`http`/`https`), `cacert`, `cert` and `key` (PEM files, TLS) and `user` and `password`.
+    /// torchrun's other keys are accepted and named as unused; unknown keys are refused.
     #[arg(long = "rdzv-conf", alias = "rdzv_conf", env = "PET_RDZV_CONF", default_value = "",
           value_parser = clap::value_parser!(RdzvConf), help_heading = "Launch")]
     pub rdzv_conf: RdzvConf,
@@ -303,6 +307,22 @@ impl LaunchArgs {
                 format!("{} is not below --nnodes {}", self.node_rank(), self.nnodes),
             );
         }
+        let etcd_keys = self.rdzv_conf.etcd_keys();
+        if !etcd_keys.is_empty() && self.rdzv_backend != RdzvBackend::Etcd {
+            return bad(
+                "--rdzv-conf",
+                format!("{} apply only to --rdzv-backend etcd", etcd_keys.join(", ")),
+            );
+        }
+        if self.torch_store && self.rdzv_backend == RdzvBackend::Etcd {
+            return bad(
+                "--torch-store",
+                "serves PyTorch workers from an agent's store, and under --rdzv-backend etcd no \
+                 agent hosts one: PyTorch's rank 0 hosts its TCPStore at MASTER_ADDR:MASTER_PORT \
+                 (node 0's address), as under torchrun's etcd backend"
+                    .into(),
+            );
+        }
         if self.redirects.is_some() && self.log_dir.is_none() {
             return bad(
                 "--redirects",
@@ -341,7 +361,7 @@ impl LaunchArgs {
         Ok(())
     }
 
-    /// The rendezvous flags, for `rdzv.rs`.
+    /// The rendezvous flags, for `rdzv/`.
     pub(crate) fn spelling(&self) -> Spelling {
         Spelling {
             backend: self.rdzv_backend,
@@ -356,10 +376,13 @@ impl LaunchArgs {
     }
 
     /// Whether rounds are made of whichever nodes are there (Note [Elastic rounds]): an
-    /// elastic `--nnodes MIN:MAX`, and every multi-node c10d job, whose nodes may leave and
-    /// come back (a restarted node joins the next round, as with torchrun's c10d rendezvous).
+    /// elastic `--nnodes MIN:MAX`, and every multi-node c10d or etcd job, whose nodes may leave
+    /// and come back (a restarted node joins the next round, as with torchrun's c10d
+    /// rendezvous).
     pub fn dynamic_rounds(&self) -> bool {
-        self.nnodes.is_elastic() || (self.rdzv_backend == RdzvBackend::C10d && self.nnodes.max > 1)
+        self.nnodes.is_elastic()
+            || (matches!(self.rdzv_backend, RdzvBackend::C10d | RdzvBackend::Etcd)
+                && self.nnodes.max > 1)
     }
 
     /// This node's rank (`--node-rank`, 0 when not given).

@@ -87,6 +87,8 @@ pub(crate) struct Job<'a> {
     pub(crate) set_omp: bool,
     /// The agent's handle on the store for the rendezvous, bounded by PHALANX_TIMEOUT.
     pub(crate) store: Arc<dyn Store>,
+    /// `--rdzv-backend etcd`: how the workers reach the job's store in etcd.
+    pub(crate) etcd: Option<phalanx_store::EtcdOptions>,
     /// PHALANX_TIMEOUT.
     pub(crate) timeout: Duration,
     /// Restarts used of `--max-restarts`: the group's restarts and, under
@@ -186,6 +188,7 @@ impl Job<'_> {
             first_world: joined.unwrap_or(layout.world_size),
             role: self.args.role.clone(),
             local_ifname: self.local_ifname.clone(),
+            etcd: self.etcd.clone(),
         };
         // The sender stays alive here so that `recv_timeout` never reports disconnection.
         let (tx, rx) = mpsc::channel::<Exited>();

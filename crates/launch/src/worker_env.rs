@@ -65,6 +65,10 @@ pub(crate) struct JobEnv {
     pub(crate) role: String,
     /// `--local-addr`'s interface, as `PHALANX_SOCKET_IFNAME` (`=name`, exact).
     pub(crate) local_ifname: Option<String>,
+    /// `--rdzv-backend etcd`: the workers reach the job's store in etcd (`PHALANX_ETCD_*`),
+    /// and PyTorch's rank 0 hosts its own TCPStore at `MASTER_ADDR:MASTER_PORT`, as under
+    /// torchrun's etcd backend (no agent hosts a store).
+    pub(crate) etcd: Option<phalanx_store::EtcdOptions>,
 }
 
 /// The variables set for `local_rank` (on top of the agent's inherited environment).
@@ -86,7 +90,13 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
         ("TORCHELASTIC_RESTART_COUNT", job.round.to_string()),
         ("TORCHELASTIC_MAX_RESTARTS", job.max_restarts.to_string()),
         ("TORCHELASTIC_RUN_ID", job.run_id.clone()),
-        ("TORCHELASTIC_USE_AGENT_STORE", "True".into()),
+        (
+            "TORCHELASTIC_USE_AGENT_STORE",
+            match job.etcd {
+                Some(_) => "False".into(),
+                None => "True".into(),
+            },
+        ),
         ("PHALANX_TOKEN", job.token_hex.clone()),
         ("PHALANX_JOB_ID", job.run_id.clone()),
         (
@@ -100,6 +110,9 @@ pub(crate) fn worker_env(job: &JobEnv, layout: &Layout, local_rank: u32) -> Vec<
     }
     if crate::progress::enabled() {
         v.push(("PHALANX_PROGRESS", "1".into()));
+    }
+    if let Some(o) = &job.etcd {
+        v.extend(o.to_env());
     }
     if job.fault_tolerance {
         v.push(("PHALANX_FAULT_TOLERANCE", "1".into()));
@@ -158,6 +171,7 @@ mod tests {
             first_world: 4,
             role: "default".into(),
             local_ifname: None,
+            etcd: None,
         }
     }
 

@@ -78,7 +78,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use phalanx_core::env;
-use phalanx_store::{keys, PrefixStore, Store, TcpStore};
+use phalanx_store::{keys, PrefixStore, Store};
 
 use crate::{init_with, Error, InitOptions, ProcessGroup, Result};
 
@@ -143,12 +143,11 @@ impl FaultTolerance {
             });
         }
         let rank = base.env.rank;
-        let addr = format!("{}:{}", base.env.master_addr, base.env.master_port);
-        let client = TcpStore::connect(&addr, &base.auth, base.timeout)
-            .map_err(|source| Error::Store { rank, source })?;
+        let client =
+            crate::init::job_store(&base).map_err(|source| Error::Store { rank, source })?;
         let round: Arc<dyn Store> = Arc::new(PrefixStore::new(
             base.store_prefix.trim_end_matches('/').to_string(),
-            Arc::new(client),
+            client,
         ));
         let first = match env::get(env::PHALANX_FT_SLOTS) {
             None => base.env.world_size,
@@ -651,6 +650,7 @@ mod tests {
             store_prefix: String::new(),
             agent_store: true,
             torch_store: false,
+            etcd: None,
             collectives: Default::default(),
         };
         FaultTolerance {

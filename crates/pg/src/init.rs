@@ -14,7 +14,9 @@ use std::{
 
 use phalanx_collectives::Options;
 use phalanx_core::{env, Launcher, Timeout};
-use phalanx_store::{Auth, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore};
+use phalanx_store::{
+    Auth, EtcdOptions, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore,
+};
 use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
 
 use crate::{bootstrap, process_group::GroupSeed, DistEnv, Error, Placement, ProcessGroup, Result};
@@ -38,6 +40,9 @@ pub struct InitOptions {
     /// Whether that store is PyTorch's (torchrun's agent store) rather than phalanx's: see
     /// Note [torchrun's store].
     pub torch_store: bool,
+    /// The job's store in etcd (`PHALANX_ETCD_*`, `phalanx launch --rdzv-backend etcd`),
+    /// instead of the agent's at `MASTER_ADDR`.
+    pub etcd: Option<EtcdOptions>,
     /// Algorithm tuning.
     pub collectives: Options,
 }
@@ -51,8 +56,17 @@ impl InitOptions {
                 None => tracing::warn!("unknown variable {name} (see `phalanx env`)"),
             }
         }
-        let agent_store = std::env::var("TORCHELASTIC_USE_AGENT_STORE")
-            .is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+        let etcd = EtcdOptions::from_env(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+            .map_err(|e| Error::Env {
+                name: env::PHALANX_ETCD_ENDPOINTS.name.into(),
+                value: env::get(env::PHALANX_ETCD_ENDPOINTS).unwrap_or_default(),
+                reason: e.to_string(),
+            })?;
+        // The launcher's store is etcd under `--rdzv-backend etcd` (where PyTorch's workers
+        // are told there is no agent store, as torchrun's etcd backend tells them).
+        let agent_store = etcd.is_some()
+            || std::env::var("TORCHELASTIC_USE_AGENT_STORE")
+                .is_ok_and(|v| v.eq_ignore_ascii_case("true"));
         // torchrun's agent, not a hand-made launch pointing at `phalanx store` (which also
         // sets TORCHELASTIC_USE_AGENT_STORE): torchrun always sets its run id.
         let torch_store = agent_store
@@ -71,6 +85,7 @@ impl InitOptions {
             store_prefix,
             agent_store,
             torch_store,
+            etcd,
             collectives: collective_options()?,
         })
     }
@@ -138,6 +153,23 @@ fn prefer_hierarchical() -> Result<bool> {
     }
 }
 
+/// A client of the job's store: etcd's under `--rdzv-backend etcd`, else the store at
+/// `MASTER_ADDR:MASTER_PORT` (PyTorch's under torchrun, Note [torchrun's store]).
+pub(crate) fn job_store(
+    o: &InitOptions,
+) -> std::result::Result<Arc<dyn Store>, phalanx_store::Error> {
+    if let Some(etcd) = &o.etcd {
+        let store = EtcdStore::connect(etcd)?;
+        store.set_timeout(o.timeout);
+        return Ok(Arc::new(store));
+    }
+    let addr = format!("{}:{}", o.env.master_addr, o.env.master_port);
+    Ok(match o.torch_store {
+        true => Arc::new(TorchStore::connect(&addr, o.timeout)?),
+        false => Arc::new(TcpStore::connect(&addr, &o.auth, o.timeout)?),
+    })
+}
+
 /// [`init_process_group`](crate::init_process_group) with explicit options.
 pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
     let e = &o.env;
@@ -158,13 +190,7 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
             } else {
                 None
             };
-            let addr = format!("{}:{}", e.master_addr, e.master_port);
-            let client: Arc<dyn Store> = if o.torch_store {
-                Arc::new(TorchStore::connect(&addr, o.timeout).map_err(store_err)?)
-            } else {
-                Arc::new(TcpStore::connect(&addr, &o.auth, o.timeout).map_err(store_err)?)
-            };
-            (server, client)
+            (server, job_store(&o).map_err(store_err)?)
         };
     let store: Arc<dyn Store> = if o.store_prefix.is_empty() {
         client

@@ -83,7 +83,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|v| VarRow {
                 name: v.name,
                 value: env::get(*v).map(|c| {
-                    if v.name == env::PHALANX_TOKEN.name {
+                    if [env::PHALANX_TOKEN.name, env::PHALANX_ETCD_PASSWORD.name].contains(&v.name)
+                    {
                         "<set, hidden>".to_string()
                     } else {
                         c

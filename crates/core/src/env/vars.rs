@@ -56,6 +56,13 @@ vars! {
     PHALANX_TOKEN = (Config, "", "Job secret used to authenticate every connection (HMAC-SHA256 challenge). `phalanx launch` generates a random one per job; set it yourself for multi-host jobs started without the launcher's store. Never logged.");
     PHALANX_JOB_ID = (Config, "", "Identifier of the job, sent in every handshake so that two jobs sharing a port never mix. Set by `phalanx launch`.");
     PHALANX_STORE_PREFIX = (Launcher, "", "Prefix of the store keys of the current worker group, `round/<n>` (use it with `PrefixStore`, giving keys `round/<n>/key`); `phalanx launch` sets a new one for each restart round so that a restarted group never reads the previous round's keys.");
+    PHALANX_ETCD_ENDPOINTS = (Launcher, "", "Set by `phalanx launch --rdzv-backend etcd` in every worker: `host:port[,host:port…]` of the etcd members that hold the job's store (with `PHALANX_ETCD_PREFIX`). The process group, fault tolerance and heartbeats then use etcd instead of the store at `MASTER_ADDR`.");
+    PHALANX_ETCD_PREFIX = (Launcher, "", "Set with `PHALANX_ETCD_ENDPOINTS`: the job's key prefix in etcd, `/phalanx/<rdzv-id>/`.");
+    PHALANX_ETCD_CACERT = (Launcher, "", "Set with `PHALANX_ETCD_ENDPOINTS` from `--rdzv-conf cacert=`: the PEM file of the authority that signed the etcd members' certificates (TLS).");
+    PHALANX_ETCD_CERT = (Launcher, "", "Set with `PHALANX_ETCD_ENDPOINTS` from `--rdzv-conf cert=`: this client's PEM certificate (mutual TLS), with `PHALANX_ETCD_KEY`.");
+    PHALANX_ETCD_KEY = (Launcher, "", "Set with `PHALANX_ETCD_CERT` from `--rdzv-conf key=`: this client's PEM private key.");
+    PHALANX_ETCD_USER = (Launcher, "", "Set with `PHALANX_ETCD_ENDPOINTS` from `--rdzv-conf user=`: etcd's user name, with `PHALANX_ETCD_PASSWORD`.");
+    PHALANX_ETCD_PASSWORD = (Launcher, "", "Set with `PHALANX_ETCD_USER` from `--rdzv-conf password=`: etcd's password. Never logged.");
     PHALANX_LAUNCHED = (Launcher, "", "Set to `1` by `phalanx launch` in every worker: a `phalanx train`/`bench` that sees it acts as one worker instead of launching itself.");
     PHALANX_TIMEOUT = (Config, "300s", "Progress timeout for store operations, rendezvous and collectives: a wait that makes no progress for this long fails. Accepts `300`, `300s`, `5m`, `250ms`.");
     PHALANX_SOCKET_IFNAME = (Config, "", "Network interface(s) to use, NCCL's syntax: `eth0` (prefix), `eth,ib` (prefix list), `^docker0,lo` (exclude), `=eth0` (exact). When unset, `GLOO_SOCKET_IFNAME`, then `NCCL_SOCKET_IFNAME` decide, each with its own syntax; when none is set: the interface that routes to MASTER_ADDR. `phalanx env`, `phalanx doctor` and the INFO logs say which variable decided.");

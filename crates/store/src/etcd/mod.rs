@@ -35,7 +35,7 @@ use etcd_client::{
     Identity, KvClient, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 
-pub use options::{env, EtcdOptions};
+pub use options::EtcdOptions;
 
 use crate::{Error, Result, Store};
 
@@ -144,6 +144,15 @@ impl EtcdStore {
             }),
             timeout: Arc::new(Mutex::new(phalanx_core::DEFAULT_TIMEOUT)),
         })
+    }
+
+    /// Another handle on the same connection whose calls wait at most `timeout` (a clone
+    /// shares its timeout with the original).
+    pub fn with_timeout(&self, timeout: Duration) -> EtcdStore {
+        EtcdStore {
+            inner: self.inner.clone(),
+            timeout: Arc::new(Mutex::new(timeout)),
+        }
     }
 
     /// The job's prefix (`/phalanx/<job>/`).

@@ -3,26 +3,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{Error, Result};
+use phalanx_core::env::{
+    PHALANX_ETCD_CACERT as CACERT, PHALANX_ETCD_CERT as CERT, PHALANX_ETCD_ENDPOINTS as ENDPOINTS,
+    PHALANX_ETCD_KEY as KEY, PHALANX_ETCD_PASSWORD as PASSWORD, PHALANX_ETCD_PREFIX as PREFIX,
+    PHALANX_ETCD_USER as USER,
+};
 
-/// The variables through which a launcher hands its etcd connection to its workers
-/// ([`EtcdOptions::to_env`], [`EtcdOptions::from_env`]).
-pub mod env {
-    /// `h1:p1,h2:p2,…`: the cluster's client endpoints (set: the job's store is etcd).
-    pub const ENDPOINTS: &str = "PHALANX_ETCD_ENDPOINTS";
-    /// The key prefix of the job (`/phalanx/<rdzv-id>/`).
-    pub const PREFIX: &str = "PHALANX_ETCD_PREFIX";
-    /// A PEM file of the certificate authority that signed the members' certificates.
-    pub const CACERT: &str = "PHALANX_ETCD_CACERT";
-    /// This client's PEM certificate (mutual TLS), with [`KEY`].
-    pub const CERT: &str = "PHALANX_ETCD_CERT";
-    /// This client's PEM private key.
-    pub const KEY: &str = "PHALANX_ETCD_KEY";
-    /// etcd's user name (with [`PASSWORD`]).
-    pub const USER: &str = "PHALANX_ETCD_USER";
-    /// etcd's password.
-    pub const PASSWORD: &str = "PHALANX_ETCD_PASSWORD";
-}
+use crate::{Error, Result};
 
 /// How to reach a job's keys in an etcd cluster.
 ///
@@ -109,21 +96,22 @@ impl EtcdOptions {
             || self.endpoints.iter().any(|e| e.starts_with("https://"))
     }
 
-    /// The variables that let a worker reach the same keys ([`EtcdOptions::from_env`]).
+    /// The variables that let a worker reach the same keys ([`EtcdOptions::from_env`]),
+    /// `PHALANX_ETCD_*`.
     pub fn to_env(&self) -> Vec<(&'static str, String)> {
         let path = |p: &PathBuf| p.to_string_lossy().into_owned();
         let mut vars = vec![
-            (env::ENDPOINTS, self.endpoints_text()),
-            (env::PREFIX, self.prefix.clone()),
+            (ENDPOINTS.name, self.endpoints_text()),
+            (PREFIX.name, self.prefix.clone()),
         ];
-        vars.extend(self.cacert.as_ref().map(|c| (env::CACERT, path(c))));
+        vars.extend(self.cacert.as_ref().map(|c| (CACERT.name, path(c))));
         if let Some((cert, key)) = &self.identity {
-            vars.push((env::CERT, path(cert)));
-            vars.push((env::KEY, path(key)));
+            vars.push((CERT.name, path(cert)));
+            vars.push((KEY.name, path(key)));
         }
         if let Some((user, password)) = &self.user {
-            vars.push((env::USER, user.clone()));
-            vars.push((env::PASSWORD, password.clone()));
+            vars.push((USER.name, user.clone()));
+            vars.push((PASSWORD.name, password.clone()));
         }
         vars
     }
@@ -131,44 +119,41 @@ impl EtcdOptions {
     /// The options a launcher handed down ([`EtcdOptions::to_env`]), or `None` when
     /// `PHALANX_ETCD_ENDPOINTS` is unset (the job's store is not etcd).
     pub fn from_env(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<EtcdOptions>> {
-        let Some(endpoints) = var(env::ENDPOINTS) else {
+        let Some(endpoints) = var(ENDPOINTS.name) else {
             return Ok(None);
         };
-        let prefix = var(env::PREFIX).ok_or_else(|| {
+        let prefix = var(PREFIX.name).ok_or_else(|| {
             invalid(&format!(
                 "{} is set but {} is not",
-                env::ENDPOINTS,
-                env::PREFIX
+                ENDPOINTS.name, PREFIX.name
             ))
         })?;
         let mut o = EtcdOptions::new(&endpoints, "job")?;
         if !prefix.starts_with('/') || !prefix.ends_with('/') {
             return Err(invalid(&format!(
                 "{}={prefix:?}: expected a prefix that starts and ends with '/'",
-                env::PREFIX
+                PREFIX.name
             )));
         }
         o.prefix = prefix;
-        o.cacert = var(env::CACERT).map(PathBuf::from);
-        o.identity = match (var(env::CERT), var(env::KEY)) {
+        o.cacert = var(CACERT.name).map(PathBuf::from);
+        o.identity = match (var(CERT.name), var(KEY.name)) {
             (Some(c), Some(k)) => Some((c.into(), k.into())),
             (None, None) => None,
             _ => {
                 return Err(invalid(&format!(
                     "{} and {} go together",
-                    env::CERT,
-                    env::KEY
+                    CERT.name, KEY.name
                 )))
             }
         };
-        o.user = match (var(env::USER), var(env::PASSWORD)) {
+        o.user = match (var(USER.name), var(PASSWORD.name)) {
             (Some(u), Some(p)) => Some((u, p)),
             (None, None) => None,
             _ => {
                 return Err(invalid(&format!(
                     "{} and {} go together",
-                    env::USER,
-                    env::PASSWORD
+                    USER.name, PASSWORD.name
                 )))
             }
         };

@@ -12,8 +12,10 @@
 //!   `--node-rank` is needed (one given is ignored, as torchrun ignores it).
 //! - `--standalone`: 127.0.0.1 and a free port, whatever else is given.
 //!
-//! `--rdzv-backend etcd|etcd-v2|etcd-v3` is refused with the reason: phalanx's rendezvous is
-//! its own store, hosted by node 0, and needs no service of its own.
+//! - `etcd` (`--rdzv-backend etcd --rdzv-endpoint h1:p1,h2:p2 --rdzv-id ID`, also spelled
+//!   `etcd-v3`): the agents meet in an etcd cluster, which holds the whole job's store; no
+//!   agent hosts one, and node ranks are taken on arrival from 0 ([`etcd`]). `etcd-v2`, the
+//!   API torchrun's etcd backend speaks, is refused: etcd 3.6 removed it.
 //!
 //! ```
 //! use phalanx_launch::{RdzvBackend, RdzvConf};
@@ -29,9 +31,12 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use phalanx_store::Store;
-
 use crate::Error;
+
+pub(crate) mod etcd;
+mod node_rank;
+
+pub(crate) use node_rank::{give_back_node_rank, release_node_rank, take_node_rank};
 
 /// The port of a c10d endpoint given without one (torchrun's default).
 pub const C10D_DEFAULT_PORT: u16 = 29400;
@@ -44,6 +49,9 @@ pub enum RdzvBackend {
     Static,
     /// The node at `--rdzv-endpoint` hosts the store; the others take node ranks on arrival.
     C10d,
+    /// An etcd cluster at `--rdzv-endpoint` holds the store; every node takes its rank on
+    /// arrival.
+    Etcd,
 }
 
 impl FromStr for RdzvBackend {
@@ -53,13 +61,14 @@ impl FromStr for RdzvBackend {
         match text.trim() {
             "static" => Ok(RdzvBackend::Static),
             "c10d" => Ok(RdzvBackend::C10d),
-            e @ ("etcd" | "etcd-v2" | "etcd-v3") => Err(format!(
-                "{e:?} is not supported: phalanx's rendezvous is its own store, hosted by node \
-                 0's agent, and needs no etcd; use `c10d` (with --rdzv-endpoint HOST[:PORT]) or \
-                 `static` (with --master-addr/--master-port and --node-rank)"
-            )),
+            "etcd" | "etcd-v3" => Ok(RdzvBackend::Etcd),
+            "etcd-v2" => Err(
+                "\"etcd-v2\" speaks etcd's v2 API, which etcd 3.6 removed (and 3.4 and 3.5 serve \
+                 only when started with --enable-v2): use `etcd`, which speaks the v3 API"
+                    .into(),
+            ),
             other => Err(format!(
-                "{other:?} is not a rendezvous backend (accepted: static, c10d)"
+                "{other:?} is not a rendezvous backend (accepted: static, c10d, etcd)"
             )),
         }
     }
@@ -75,6 +84,18 @@ pub struct RdzvConf {
     pub last_call: Option<Duration>,
     /// `is_host`: whether this node hosts the store (c10d), instead of comparing addresses.
     pub is_host: Option<bool>,
+    /// `protocol` (etcd): `http` or `https` for endpoints given without a scheme.
+    pub protocol: Option<String>,
+    /// `cacert` (etcd): the PEM certificate of the authority that signed the members'.
+    pub cacert: Option<std::path::PathBuf>,
+    /// `cert` and `key` (etcd): this client's PEM certificate and private key.
+    pub cert: Option<std::path::PathBuf>,
+    /// See `cert`.
+    pub key: Option<std::path::PathBuf>,
+    /// `user` (or `username`) and `password` (etcd): etcd's authentication.
+    pub user: Option<String>,
+    /// See `user`.
+    pub password: Option<String>,
     /// torchrun's keys that were given and that phalanx does not use.
     pub unused: Vec<&'static str>,
 }
@@ -126,16 +147,38 @@ impl FromStr for RdzvConf {
                         _ => return Err(format!("is_host={value}: expected true or false")),
                     })
                 }
+                "protocol" => {
+                    conf.protocol = Some(match value {
+                        "http" | "https" => value.to_string(),
+                        _ => return Err(format!("protocol={value}: expected http or https")),
+                    })
+                }
+                "cacert" => conf.cacert = Some(value.into()),
+                "cert" => conf.cert = Some(value.into()),
+                "key" => conf.key = Some(value.into()),
+                "user" | "username" => conf.user = Some(value.to_string()),
+                "password" => conf.password = Some(value.to_string()),
                 k if IGNORED_KEYS.iter().any(|(i, _)| *i == k) => {
                     let (name, _) = IGNORED_KEYS.iter().find(|(i, _)| *i == k).expect("found");
                     conf.unused.push(name);
                 }
                 other => {
-                    let known: Vec<&str> =
-                        ["timeout", "join_timeout", "last_call_timeout", "is_host"]
-                            .into_iter()
-                            .chain(IGNORED_KEYS.iter().map(|(k, _)| *k))
-                            .collect();
+                    let known: Vec<&str> = [
+                        "timeout",
+                        "join_timeout",
+                        "last_call_timeout",
+                        "is_host",
+                        "protocol",
+                        "cacert",
+                        "cert",
+                        "key",
+                        "user",
+                        "username",
+                        "password",
+                    ]
+                    .into_iter()
+                    .chain(IGNORED_KEYS.iter().map(|(k, _)| *k))
+                    .collect();
                     return Err(format!(
                         "unknown key {other:?} (known: {})",
                         known.join(", ")
@@ -148,6 +191,22 @@ impl FromStr for RdzvConf {
 }
 
 impl RdzvConf {
+    /// The etcd keys given (`protocol`, `cacert`, `cert`, `key`, `user`, `password`), which
+    /// only `--rdzv-backend etcd` uses.
+    pub(crate) fn etcd_keys(&self) -> Vec<&'static str> {
+        [
+            ("protocol", self.protocol.is_some()),
+            ("cacert", self.cacert.is_some()),
+            ("cert", self.cert.is_some()),
+            ("key", self.key.is_some()),
+            ("user", self.user.is_some()),
+            ("password", self.password.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, given)| given.then_some(k))
+        .collect()
+    }
+
     /// A note for each key given that phalanx accepts but does not use, one line each.
     pub(crate) fn unused_notes(&self) -> Vec<String> {
         self.unused
@@ -206,6 +265,8 @@ pub(crate) enum Host {
     /// endpoint that is one of this machine's addresses: the first agent to bind hosts, the
     /// others join it).
     HereIfFree,
+    /// No node: an etcd cluster holds the store (`addr` is its endpoints).
+    Etcd,
 }
 
 /// Where this node's agent meets the others.
@@ -235,6 +296,28 @@ impl Meeting {
                 ranks_on_arrival: false,
             });
         }
+        if args.backend == RdzvBackend::Etcd {
+            let Some(endpoints) = args.endpoint.clone().filter(|e| !e.trim().is_empty()) else {
+                return Err(Error::BadFlag {
+                    flag: "--rdzv-backend",
+                    reason: "etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT…], the client \
+                             endpoints of the etcd cluster's members"
+                        .into(),
+                });
+            };
+            if args.node_rank.is_some() && args.nnodes_max > 1 {
+                eprintln!(
+                    "phalanx launch: --rdzv-backend etcd: --node-rank is ignored (node ranks \
+                     are given in order of arrival), as torchrun ignores it"
+                );
+            }
+            return Ok(Meeting {
+                addr: endpoints,
+                port: 0,
+                host: Host::Etcd,
+                ranks_on_arrival: true,
+            });
+        }
         let endpoint = match &args.endpoint {
             Some(e) => Some(
                 split_endpoint(e, args.backend).map_err(|reason| Error::BadFlag {
@@ -261,6 +344,7 @@ impl Meeting {
                     ranks_on_arrival: false,
                 })
             }
+            RdzvBackend::Etcd => unreachable!("answered above"),
             RdzvBackend::C10d => {
                 let Some((addr, port)) = endpoint else {
                     return Err(Error::BadFlag {
@@ -299,7 +383,7 @@ impl Meeting {
 /// or static's `--master-port` default 29500.
 fn split_endpoint(text: &str, backend: RdzvBackend) -> Result<(String, u16), String> {
     let default = match backend {
-        RdzvBackend::C10d => C10D_DEFAULT_PORT,
+        RdzvBackend::C10d | RdzvBackend::Etcd => C10D_DEFAULT_PORT,
         RdzvBackend::Static => DEFAULT_MASTER_PORT,
     };
     let text = text.trim();
@@ -424,76 +508,6 @@ pub(crate) fn warn_loopback_store(name: &str, addr: SocketAddr, nnodes_max: u32)
             addr.ip()
         );
     }
-}
-
-/// Frees node rank `k` of a node that was lost (its heartbeat stopped): its agent is gone, so
-/// a node that arrives later (that node restarted, or another) may take it (Note [c10d node
-/// ranks]).
-pub(crate) fn release_node_rank(store: &dyn Store, k: u32) {
-    let _ = store.set(&slot_key(k), b"");
-}
-
-// Note [c10d node ranks]
-// torchrun's c10d rendezvous orders the nodes as they arrive; phalanx's rounds need a node
-// rank per agent below --nnodes MAX, with node 0 the store's host. So an agent that does not
-// host takes the lowest free slot 1..MAX-1 with compare_set on `rdzv/c10d/node/<k>` (the
-// store's compare_set is atomic: two agents arriving at once take two slots), writing its
-// identity (host name and a random nonce). It keeps that rank for the whole job, through
-// restarts and rounds, and gives it back when it exits. A node whose agent was killed holds
-// its slot until node 0 declares it lost (its heartbeat stopped: docs/launch.md), when node 0
-// frees it, so the node restarted (or another) takes it again; an arriving node that finds
-// every slot held is refused with a sentence naming the holders.
-
-/// The key of c10d node slot `k`.
-fn slot_key(k: u32) -> String {
-    format!("rdzv/c10d/node/{k}")
-}
-
-/// Takes this agent's node rank on arrival (Note [c10d node ranks]), waiting up to `timeout`
-/// for one to be freed when every one is held (a node restarted before node 0 declared its
-/// old agent lost).
-pub(crate) fn take_node_rank(
-    store: &dyn Store,
-    nnodes_max: u32,
-    me: &str,
-    timeout: Duration,
-) -> Result<u32, Error> {
-    let store_err = |key: String, e: phalanx_store::Error| Error::Store {
-        op: "compare_set",
-        key,
-        reason: e.to_string(),
-    };
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut holders = Vec::new();
-        for k in 1..nnodes_max {
-            let key = slot_key(k);
-            let held = store
-                .compare_set(&key, b"", me.as_bytes())
-                .map_err(|e| store_err(key.clone(), e))?;
-            if held == me.as_bytes() {
-                return Ok(k);
-            }
-            holders.push(String::from_utf8_lossy(&held).into_owned());
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::BadFlag {
-                flag: "--nnodes",
-                reason: format!(
-                    "allows {nnodes_max} node(s), and every node rank after the host's stayed \
-                     taken for {:.0} s (by {holders:?}; a node whose agent was killed keeps \
-                     its rank until node 0 declares it lost): this node cannot join",
-                    timeout.as_secs_f64()
-                ),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Gives node rank `k` back (the agent ends), if `me` still holds it.
-pub(crate) fn give_back_node_rank(store: &dyn Store, k: u32, me: &str) {
-    let _ = store.compare_set(&slot_key(k), me.as_bytes(), b"");
 }
 
 #[cfg(test)]
@@ -621,39 +635,25 @@ mod tests {
     }
 
     #[test]
-    fn node_ranks_are_taken_on_arrival_and_given_back() {
-        let store = phalanx_store::HashStore::new();
-        assert_eq!(take_node_rank(&store, 3, "a", Duration::ZERO).unwrap(), 1);
-        assert_eq!(take_node_rank(&store, 3, "b", Duration::ZERO).unwrap(), 2);
-        // A third arrival finds every slot taken, and the sentence names the holders.
-        let e = take_node_rank(&store, 3, "c", Duration::ZERO)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("\"a\"") && e.contains("\"b\""), "{e}");
-        // The same agent asking again keeps its slot; a slot given back is taken again.
-        assert_eq!(take_node_rank(&store, 3, "a", Duration::ZERO).unwrap(), 1);
-        give_back_node_rank(&store, 1, "a");
-        assert_eq!(take_node_rank(&store, 3, "c", Duration::ZERO).unwrap(), 1);
-        // Only the holder gives a slot back.
-        give_back_node_rank(&store, 2, "a");
-        let e = take_node_rank(&store, 3, "d", Duration::ZERO)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("\"b\""), "{e}");
-    }
-
-    #[test]
     fn backends_and_conf() {
         assert_eq!(
             "static".parse::<RdzvBackend>().unwrap(),
             RdzvBackend::Static
         );
         let e = "etcd-v2".parse::<RdzvBackend>().unwrap_err();
-        assert!(e.contains("etcd-v2") && e.contains("c10d"), "{e}");
+        assert!(e.contains("etcd-v2") && e.contains("use `etcd`"), "{e}");
         assert!("zk"
             .parse::<RdzvBackend>()
             .unwrap_err()
-            .contains("static, c10d"));
+            .contains("static, c10d, etcd"));
+        let c: RdzvConf = "cacert=/ca.pem,user=root,password=pw,protocol=https"
+            .parse()
+            .unwrap();
+        assert_eq!(c.etcd_keys(), ["protocol", "cacert", "user", "password"]);
+        assert!("protocol=ftp"
+            .parse::<RdzvConf>()
+            .unwrap_err()
+            .contains("http or https"));
         let c: RdzvConf = "join_timeout=10s, use_libuv=1".parse().unwrap();
         assert_eq!(c.join_timeout, Some(Duration::from_secs(10)));
         assert_eq!(
