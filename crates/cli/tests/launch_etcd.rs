@@ -1,8 +1,10 @@
 //! `--rdzv-backend etcd` against a real 3-member etcd cluster (Debian's etcd-server, started by
 //! the test on loopback, `phalanx_testing::etcd`): the job's store lives in etcd, the result is
-//! bitwise the static job's, the keys go when the job ends, and bad input gets a sentence.
+//! bitwise the static job's, the keys go when the job ends, losing any node (node 0 included,
+//! with its etcd member) costs the others at most a step, and bad input gets a sentence.
 
 mod launch_util;
+mod netns_util;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -228,4 +230,162 @@ fn bad_rendezvous_input_is_named() {
         f.stderr
     );
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}
+
+/// One run of the node drill: 3 agents (`--nnodes 2:3 --fault-tolerance`) through a 3-member
+/// cluster; with `victim`, that node's agent, its worker and etcd member `victim` are
+/// SIGKILLed once training runs. Returns (the survivors' summaries, their stderr, the
+/// seconds from the kill to the survivors' next step as they logged it).
+fn node_drill(victim: Option<u32>) -> (Vec<(u64, f64, String)>, String, f64) {
+    let name = format!("launch_etcd_drill_{victim:?}");
+    let mut cluster = EtcdCluster::start(&name, 3, Duration::from_secs(30)).expect("etcd");
+    let eps = cluster.endpoints();
+    let logs = TempDir::new(&name);
+    let begin = Instant::now();
+    let nodes: Vec<netns_util::Node> = (0..3)
+        .map(|i| {
+            let mut c = phalanx();
+            c.arg("train")
+                .args([
+                    "--rdzv-backend",
+                    "etcd",
+                    "--rdzv-endpoint",
+                    &eps,
+                    "--rdzv-id",
+                    "drill",
+                ])
+                .args([
+                    "--nnodes",
+                    "2:3",
+                    "--rdzv-last-call",
+                    "3",
+                    "--nproc-per-node",
+                    "1",
+                ])
+                .args(["--fault-tolerance", "--max-restarts", "1"])
+                .args([
+                    "--dataset",
+                    "mnist5k",
+                    "--epochs",
+                    "8",
+                    "--batch-size",
+                    "16",
+                ])
+                .args([
+                    "--hidden",
+                    "512",
+                    "--depth",
+                    "2",
+                    "--momentum",
+                    "0.9",
+                    "--json",
+                ])
+                .env("PHALANX_TOKEN", TOKEN)
+                .env("PHALANX_TIMEOUT", "60s");
+            netns_util::Node::start(c, logs.path(), i)
+        })
+        .collect();
+    for n in &nodes {
+        netns_util::wait_for(n, "round 0: nodes [0, 1, 2]", begin);
+    }
+    // Node ranks are taken on arrival: find the victim's agent by what it printed.
+    let node_rank = |n: &netns_util::Node| -> u32 {
+        let err = n.stderr();
+        let at = err.find("this is node ").expect("a node rank") + "this is node ".len();
+        err[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut killed_index = None;
+    if let Some(v) = victim {
+        // Training runs: two seconds of steps.
+        std::thread::sleep(Duration::from_secs(2));
+        let i = nodes
+            .iter()
+            .position(|n| node_rank(n) == v)
+            .expect("the victim");
+        let agent = nodes[i].child.id() as i32;
+        let workers = workers(agent);
+        assert_eq!(
+            workers.len(),
+            1,
+            "node {v}'s worker: {workers:?}\n{}",
+            nodes[i].stderr()
+        );
+        cluster.kill(v as usize);
+        // SAFETY: plain signals to processes this test started.
+        for pid in std::iter::once(agent).chain(workers.iter().map(|w| w.0)) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        killed_index = Some(i);
+    }
+    let mut out = String::new();
+    let mut err = String::new();
+    for (i, n) in nodes.into_iter().enumerate() {
+        if Some(i) == killed_index {
+            continue;
+        }
+        let (code, o, e) = n.wait(begin);
+        assert_eq!(code, Some(0), "node {i}:\n{e}");
+        out.push_str(&o);
+        err.push_str(&e);
+    }
+    // "link closed without a goodbye X s ago" + "step N completed Y s after the change".
+    let number_after = |text: &str, marker: &str| -> Option<f64> {
+        let at = text.find(marker)? + marker.len();
+        text[at..].split(' ').next()?.parse().ok()
+    };
+    let cost = match victim {
+        None => 0.0,
+        Some(_) => {
+            let noticed = number_after(&err, "link closed without a goodbye ")
+                .unwrap_or_else(|| panic!("the survivors did not notice by the link:\n{err}"));
+            let at = err
+                .find("re-formed with ranks")
+                .unwrap_or_else(|| panic!("{err}"));
+            let step = number_after(&err[at..], "completed ").unwrap_or_else(|| panic!("{err}"));
+            noticed + step
+        }
+    };
+    (train_summaries(&out), err, cost)
+}
+
+#[test]
+fn losing_any_node_node_0_included_costs_the_others_at_most_a_step() {
+    if phalanx_testing::etcd::etcd_binary("node_drill").is_none() {
+        return;
+    }
+    let (calm, _, _) = node_drill(None);
+    assert_eq!(calm.len(), 3, "{calm:?}");
+    for victim in [0, 1, 2] {
+        let (s, err, cost) = node_drill(Some(victim));
+        assert_eq!(s.len(), 2, "node {victim} lost: {s:?}\n{err}");
+        assert_eq!(s[0].2, s[1].2, "node {victim} lost: replicas differ\n{err}");
+        assert!(
+            err.contains(&format!("node {victim} ("))
+                && err.contains("the round goes on without it"),
+            "{err}"
+        );
+        assert!(!err.contains("starting attempt"), "no restart: {err}");
+        // No work lost: not worse than the undisturbed run by more than 0.03. (Two ranks
+        // take more, smaller steps than three over the same epochs, so it may end higher.)
+        assert!(
+            s[0].1 >= calm[0].1 - 0.03,
+            "node {victim} lost: accuracy {} vs {} undisturbed",
+            s[0].1,
+            calm[0].1
+        );
+        // The bound the closing note measures is 1 s; a loaded CI machine gets slack.
+        assert!(
+            cost < 3.0,
+            "node {victim} lost: the next step came {cost:.2} s after\n{err}"
+        );
+        eprintln!(
+            "node {victim} lost: next step {cost:.2} s after the kill; accuracy {:.3} (undisturbed {:.3})",
+            s[0].1, calm[0].1
+        );
+    }
 }

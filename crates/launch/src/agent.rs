@@ -11,6 +11,7 @@ use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore, TorchClien
 use sha2::{Digest, Sha256};
 
 use crate::elastic::coordinate::Coordinator;
+use crate::elastic::links::Links;
 use crate::rdzv::{self, Host, Meeting};
 use crate::round::{End, Job};
 use crate::signals;
@@ -194,14 +195,25 @@ impl<'a> Agent<'a> {
         if set_omp {
             eprintln!("{}", crate::worker_env::OMP_WARNING);
         }
-        let coord = Coordinator::new(
-            ctl,
+        let mut coord = Coordinator::new(
+            ctl.clone(),
             args.nnodes.max,
             args.node_rank(),
             host.clone(),
             timeout,
             args.monitor_interval,
         );
+        // Under etcd any node may be lost, node 0 included: links tell the others at once
+        // (Note [Agent links]).
+        if let Some(m) = &etcd {
+            match Links::start(&*ctl, args.node_rank(), m.address) {
+                Ok(links) => coord = coord.with_links(links),
+                Err(e) => eprintln!(
+                    "phalanx launch: no link to the other agents ({e}); a lost node is noticed \
+                     by its heartbeat alone"
+                ),
+            }
+        }
         let job = Job {
             args,
             program,

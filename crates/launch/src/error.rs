@@ -59,6 +59,12 @@ pub enum Error {
         /// The last error.
         reason: String,
     },
+    /// The etcd cluster that holds the job's store (`--rdzv-backend etcd`) failed.
+    #[error("the job's store in etcd: {reason}")]
+    Etcd {
+        /// etcd's error, which names the endpoints and the operation.
+        reason: String,
+    },
     /// Two agents were started with the same `--node-rank`.
     #[error(
         "two agents claim --node-rank {node_rank} in round {round}: this one on {host} and \

@@ -335,8 +335,23 @@ impl Job<'_> {
 
     /// `--fault-tolerance` with `--nnodes MIN:MAX`: whether the round can go on without silent
     /// node `g` (at least MIN nodes stay). A static job needs all its nodes: it restarts.
+    ///
+    /// Note [No node is special]
+    /// Node 0's agent hosts the store under `static` and `c10d`, so losing it ends the job
+    /// whatever else survives. Under `--rdzv-backend etcd` the store is etcd's, and node 0 is
+    /// a node like the others: when it is lost the round goes on without it, and what it did
+    /// falls to the lowest node rank left, the round's leader ([`Coordinator::leader`]):
+    /// - answering nodes that ask into the running round (it first takes in what the lost
+    ///   leader admitted and answered, Note [Admission]);
+    /// - freeing a lost node's rank for the node that comes back (Note [c10d node ranks]);
+    /// - waiting last at the exit barrier.
+    ///
+    /// The workers' side needs nothing: their store is etcd too, and the ranks that remain
+    /// re-form their group without the lost node's (Note [Generations] in phalanx-pg), rank 0
+    /// included.
     fn goes_on_without(&self, coord: &Coordinator, g: u32) -> bool {
-        self.admits() && g != 0 && coord.member_count() > self.args.nnodes.min as usize
+        let store_survives = g != 0 || self.args.rdzv_backend == crate::RdzvBackend::Etcd;
+        self.admits() && store_survives && coord.member_count() > self.args.nnodes.min as usize
     }
 
     /// `--fault-tolerance` with `--nnodes MIN:MAX`: nodes come and go inside a round (Note
@@ -347,13 +362,13 @@ impl Job<'_> {
         self.args.fault_tolerance && self.args.nnodes.is_elastic() && !self.runs_python()
     }
 
-    /// At every monitor tick of a round that admits nodes: node 0 answers the arrivals, the
-    /// others take in whom it admitted (Note [Admission]).
+    /// At every monitor tick of a round that admits nodes: the leader (node 0 while it lives)
+    /// answers the arrivals, the others take in whom it admitted (Note [Admission]).
     fn admissions(&self, coord: &Coordinator, nodes: &mut Nodes) {
         let Some(store) = coord.store() else { return };
-        let result = match self.args.node_rank() {
-            0 => nodes.admit_arrivals(store, coord, self.args.nnodes, &self.claim()),
-            _ => nodes.follow(store, coord),
+        let result = match coord.leader() == self.args.node_rank() {
+            true => nodes.admit_arrivals(store, coord, self.args.nnodes, &self.claim()),
+            false => nodes.follow(store, coord),
         };
         if let Err(e) = result {
             eprintln!("phalanx launch: admitting nodes into the running round: {e}");
@@ -585,10 +600,15 @@ impl Job<'_> {
         })
     }
 
-    /// Node 0 under `--rdzv-backend c10d`: frees the node rank of node `g`, whose heartbeat
-    /// stopped, so that the node restarted (or another) can take it (Note [c10d node ranks]).
-    fn free_lost_node_rank(&self, g: u32) {
-        if self.args.rdzv_backend == crate::RdzvBackend::C10d && self.args.node_rank() == 0 {
+    /// The leader under `--rdzv-backend c10d` or `etcd`: frees the node rank of node `g`,
+    /// whose heartbeat stopped, so that the node restarted (or another) can take it (Note
+    /// [c10d node ranks]).
+    fn free_lost_node_rank(&self, coord: &Coordinator, g: u32) {
+        let on_arrival = matches!(
+            self.args.rdzv_backend,
+            crate::RdzvBackend::C10d | crate::RdzvBackend::Etcd
+        );
+        if on_arrival && coord.leader() == self.args.node_rank() {
             crate::rdzv::release_node_rank(&*self.store, g);
         }
     }
@@ -641,11 +661,13 @@ impl Job<'_> {
                 match coord.poll(round) {
                     Polled::Quiet => {}
                     Polled::Silent(g, cause) => {
-                        self.free_lost_node_rank(g);
                         if !self.goes_on_without(coord, g) {
+                            self.free_lost_node_rank(coord, g);
                             return Watch::Remote(cause);
                         }
-                        self.leave_behind(coord, round, nodes, g, &cause)
+                        // Left behind first: when `g` led, the next leader frees its rank.
+                        self.leave_behind(coord, round, nodes, g, &cause);
+                        self.free_lost_node_rank(coord, g);
                     }
                     Polled::Failed(cause) => return Watch::Remote(cause),
                 }

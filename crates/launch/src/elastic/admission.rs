@@ -278,7 +278,8 @@ impl Nodes {
         Some(base..base + self.list[at].1)
     }
 
-    /// Node 0, at every monitor tick: answers the arrivals waiting (Note [Admission]).
+    /// The round's leader (node 0, or under etcd the lowest node left: Note [No node is
+    /// special]), at every monitor tick: answers the arrivals waiting (Note [Admission]).
     pub(crate) fn admit_arrivals(
         &mut self,
         store: &dyn Store,
@@ -292,6 +293,16 @@ impl Nodes {
         let arrivals = store
             .add(&counter, 0)
             .map_err(|e| store_err("add", &counter, e))?;
+        // A leader that took over from a lost one (Note [No node is special]) first takes in
+        // the admissions and answers the lost one made.
+        self.follow(store, coord)?;
+        while self.answered < arrivals
+            && store
+                .check(&[&k(&answer(self.answered + 1))])
+                .map_err(|e| store_err("check", &k(&answer(self.answered + 1)), e))?
+        {
+            self.answered += 1;
+        }
         while self.answered < arrivals {
             let t = self.answered + 1;
             let key = k(&arrival(t));
@@ -386,7 +397,8 @@ impl Nodes {
         Ok(())
     }
 
-    /// Any agent but node 0, at every monitor tick: takes in the nodes admitted since the last.
+    /// Any agent but the leader, at every monitor tick: takes in the nodes admitted since the
+    /// last.
     pub(crate) fn follow(&mut self, store: &dyn Store, coord: &Coordinator) -> Result<(), Error> {
         let counter = keys::agent(self.round, ADMISSIONS);
         let made = store

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
+use super::links::Links;
 use crate::rendezvous::Claim;
 use crate::signals;
 use crate::summary::{RootCause, Row};
@@ -76,6 +77,11 @@ pub(crate) struct Coordinator {
     /// The other nodes' heartbeat counters: (round, per node: last value and when it moved),
     /// and when they were last read.
     beats: RefCell<Beats>,
+    /// Links to the other agents, which tell at once that one's process ended (Note [Agent
+    /// links]); under `--rdzv-backend etcd` only.
+    links: Option<Links>,
+    /// The other nodes' hosts, read while the store answers, for naming a lost node at once.
+    hosts: RefCell<std::collections::BTreeMap<u32, String>>,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -120,7 +126,25 @@ impl Coordinator {
             timeout,
             poll,
             beats: RefCell::new(Beats::default()),
+            links: None,
+            hosts: RefCell::default(),
         }
+    }
+
+    /// Watches the other agents through links as well as heartbeats (Note [Agent links]).
+    pub(crate) fn with_links(mut self, links: Links) -> Self {
+        self.links = Some(links);
+        self
+    }
+
+    /// Node `g`'s host, from the claim it made in round `round`'s rendezvous.
+    fn host_of(&self, round: u32, g: u32) -> String {
+        let claim = keys::agent(round, &format!("node/{g}"));
+        self.ctl
+            .get(&claim)
+            .ok()
+            .and_then(|c| serde_json::from_slice::<Claim>(&c).ok())
+            .map_or_else(|| "?".to_string(), |c| c.host)
     }
 
     /// Sets the node ranks of the round about to run (elastic rounds).
@@ -183,13 +207,22 @@ impl Coordinator {
                 read_at: None,
             };
         }
+        let others = self.others();
         if b.read_at
             .is_some_and(|t| now.duration_since(t) < HEARTBEAT_INTERVAL)
         {
             return None;
         }
         b.read_at = Some(now);
-        let others = self.others();
+        if let Some(links) = &self.links {
+            links.watch(&*self.ctl, &others);
+            for &g in &others {
+                if !self.hosts.borrow().contains_key(&g) {
+                    let host = self.host_of(round, g);
+                    self.hosts.borrow_mut().insert(g, host);
+                }
+            }
+        }
         let counts = self.heartbeat_counts(round, &others)?;
         for (&g, count) in others.iter().zip(counts) {
             let (last, moved) = &mut b.seen[g as usize];
@@ -202,17 +235,9 @@ impl Coordinator {
             }
             let silent = now.duration_since(moved.expect("set above"));
             if silent > HEARTBEAT_TIMEOUT {
-                // Its host, from the claim it made in this round's rendezvous.
-                let claim = keys::agent(round, &format!("node/{g}"));
-                let host = self
-                    .ctl
-                    .get(&claim)
-                    .ok()
-                    .and_then(|c| serde_json::from_slice::<Claim>(&c).ok())
-                    .map_or_else(|| "?".to_string(), |c| c.host);
                 return Some(RootCause {
                     group_rank: g,
-                    host,
+                    host: self.host_of(round, g),
                     what: format!(
                         "its agent stopped its heartbeat: last heard of {:.1} s ago (the agent \
                          was killed or stopped, or the host left the network)",
@@ -249,6 +274,32 @@ impl Coordinator {
             );
         }
         refs.iter().map(|k| self.ctl.add(k, 0).ok()).collect()
+    }
+
+    /// A node whose agent's link closed without a goodbye (Note [Agent links]): read before
+    /// anything from the store, which may itself be electing a leader when that node's host
+    /// held it.
+    fn closed_link(&self) -> Option<RootCause> {
+        let links = self.links.as_ref()?;
+        let (g, at) = self
+            .others()
+            .into_iter()
+            .find_map(|g| Some((g, links.closed(g)?)))?;
+        Some(RootCause {
+            group_rank: g,
+            host: self
+                .hosts
+                .borrow()
+                .get(&g)
+                .cloned()
+                .unwrap_or_else(|| "?".into()),
+            what: format!(
+                "its agent's link closed without a goodbye {:.2} s ago: the agent's process \
+                 ended (killed, or its host's processes stopped)",
+                at.elapsed().as_secs_f64()
+            ),
+            ..self.agent_cause(1, true)
+        })
     }
 
     /// Whether there are other nodes to tell and hear from (more than one node, store alive).
@@ -290,6 +341,9 @@ impl Coordinator {
         if !self.has_peers() {
             return Polled::Quiet;
         }
+        if let Some(cause) = self.closed_link() {
+            return Polled::Silent(cause.group_rank, cause);
+        }
         let k = keys::agent(round, "failed");
         let got = self.ctl.check(&[&k]).and_then(|present| {
             if present {
@@ -324,6 +378,9 @@ impl Coordinator {
     /// one agent that records its ranks' deaths (the first to claim it).
     pub(crate) fn drop_member(&self, round: u32, g: u32) -> bool {
         self.members.borrow_mut().retain(|&m| m != g);
+        if let Some(links) = &self.links {
+            links.forget(g);
+        }
         let k = keys::agent(round, &format!("ft/dropped/{g}"));
         let me = self.node_rank.to_string();
         matches!(self.ctl.compare_set(&k, b"", me.as_bytes()), Ok(v) if v == me.as_bytes())
@@ -333,6 +390,11 @@ impl Coordinator {
     /// heartbeat is watched from now on, and it counts in the exit barrier.
     pub(crate) fn add_member(&self, round: u32, g: u32) {
         self.members.borrow_mut().push(g);
+        if let Some(links) = &self.links {
+            links.forget(g);
+        }
+        // A node rank taken again may be another host's.
+        self.hosts.borrow_mut().remove(&g);
         let mut b = self.beats.borrow_mut();
         if b.round == Some(round) {
             // A node that comes back gets its full timeout from its first beat.
@@ -350,6 +412,18 @@ impl Coordinator {
     /// The node ranks of the current round.
     pub(crate) fn members(&self) -> Vec<u32> {
         self.members.borrow().clone()
+    }
+
+    /// The node that answers arrivals, frees lost nodes' ranks and waits last at the exit
+    /// barrier: the lowest node rank still in the round. That is node 0 while it lives, and
+    /// node 0 outlives every round unless the store is etcd's (Note [No node is special]).
+    pub(crate) fn leader(&self) -> u32 {
+        self.members
+            .borrow()
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(self.node_rank)
     }
 
     /// How many nodes the current round still has.
@@ -434,7 +508,7 @@ impl Coordinator {
             }
             std::thread::sleep(self.poll);
         }
-        if self.node_rank != 0 {
+        if self.node_rank != self.leader() {
             let _ = self.ctl.add(&left, 1);
             return None;
         }

@@ -32,6 +32,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod coordinate;
+pub(crate) mod links;
 
 use std::time::{Duration, Instant};
 

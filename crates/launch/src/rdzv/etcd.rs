@@ -50,6 +50,8 @@ pub(crate) struct EtcdMeeting {
     pub(crate) me: String,
     /// `MASTER_ADDR`/`MASTER_PORT` of the PyTorch workers' TCPStore.
     pub(crate) master: (String, u16),
+    /// This node's address for the others (`--local-addr`, else the one it reaches etcd from).
+    pub(crate) address: IpAddr,
     /// What the workers need to reach etcd.
     pub(crate) options: EtcdOptions,
 }
@@ -117,9 +119,7 @@ pub(crate) fn meet(
     control_timeout: Duration,
 ) -> Result<EtcdMeeting, Error> {
     let timeout = options.connect_timeout;
-    let unreachable = |e: phalanx_store::Error| Error::Unreachable {
-        addr: format!("etcd at {}", options.endpoints_text()),
-        waited_s: timeout.as_secs_f64(),
+    let unreachable = |e: phalanx_store::Error| Error::Etcd {
         reason: e.to_string(),
     };
     let store = EtcdStore::connect(&options).map_err(unreachable)?;
@@ -152,11 +152,20 @@ pub(crate) fn meet(
     }
     let node_rank = take_node_rank(&store, 0, nnodes_max, &me, timeout)?;
     store.add(AGENTS, 1).map_err(unreachable)?;
+    let address = match local_addr {
+        Some(a) => (a, 0)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+            .ok_or_else(|| Error::BadFlag {
+                flag: "--local-addr",
+                reason: format!("{a:?} does not resolve"),
+            })?,
+        None => address_towards(&options.endpoints[0]),
+    };
     let master = if node_rank == 0 {
-        let ip = match local_addr {
-            Some(a) => a.to_string(),
-            None => address_towards(&options.endpoints[0]).to_string(),
-        };
+        let ip = address.to_string();
         let port = std::net::TcpListener::bind((ip.as_str(), 0))
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -191,6 +200,7 @@ pub(crate) fn meet(
         node_rank,
         me,
         master,
+        address,
         options,
     })
 }

@@ -57,6 +57,8 @@ struct Inner {
     /// Tells this client's receipts from others' (Note [Receipts]).
     nonce: String,
     receipts: AtomicU64,
+    /// Requests sent (watches included), for `phalanx bench rendezvous`.
+    requests: AtomicU64,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -141,6 +143,7 @@ impl EtcdStore {
                 endpoints,
                 nonce: crate::Auth::random("").token_hex()[..16].to_string(),
                 receipts: AtomicU64::new(0),
+                requests: AtomicU64::new(0),
             }),
             timeout: Arc::new(Mutex::new(phalanx_core::DEFAULT_TIMEOUT)),
         })
@@ -153,6 +156,11 @@ impl EtcdStore {
             inner: self.inner.clone(),
             timeout: Arc::new(Mutex::new(timeout)),
         }
+    }
+
+    /// How many requests this client (and its clones) sent, watches included.
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
     }
 
     /// The job's prefix (`/phalanx/<job>/`).
@@ -226,6 +234,7 @@ impl EtcdStore {
         let last = Mutex::new(None::<String>);
         let attempts = async {
             loop {
+                self.inner.requests.fetch_add(1, Ordering::Relaxed);
                 match f(self.inner.client.kv_client()).await {
                     Err(e) if not_carried_out(&e) || (again_if_unsure && unsure(&e)) => {
                         *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
@@ -388,6 +397,7 @@ impl EtcdStore {
     /// the watch broke (read the key again), `false` at the deadline.
     fn watch_for_put(&self, key: &str, revision: i64, left: Duration) -> Result<bool> {
         let full = self.key(key);
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
         let mut watch = self.inner.client.watch_client();
         let waited = self.inner.runtime.block_on(async {
             tokio::time::timeout(left, async {
