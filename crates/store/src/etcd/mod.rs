@@ -291,8 +291,8 @@ impl EtcdStore {
     /// Note [Receipts]: a transaction whose answer was lost (the leader changed under it, the
     /// connection broke) may or may not have landed, and sending an `add` again could count
     /// twice. So the transaction also writes a receipt key of its own, outside the job's keys;
-    /// when unsure, the receipt says whether it landed. Receipts are removed once read, and
-    /// with the job's keys.
+    /// when unsure, the receipt says whether it landed. A receipt is removed in the background
+    /// once its transaction is known to have landed, and any left with the job's keys.
     fn read_modify_write(
         &self,
         op: &'static str,
@@ -300,11 +300,12 @@ impl EtcdStore {
         mut new: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>>,
     ) -> Result<Vec<u8>> {
         let full = self.key(key);
-        loop {
-            let (value, guard) = match self.read(op, key)? {
+        let mut current = self.read(op, key)?;
+        for attempt in 0u32.. {
+            let (value, guard) = match &current {
                 Read::Present(v, rev) => (
-                    new(Some(&v))?,
-                    Compare::mod_revision(full.clone(), CompareOp::Equal, rev),
+                    new(Some(v))?,
+                    Compare::mod_revision(full.clone(), CompareOp::Equal, *rev),
                 ),
                 Read::Missing(_) => (
                     new(None)?,
@@ -317,29 +318,64 @@ impl EtcdStore {
                 self.inner.nonce,
                 self.inner.receipts.fetch_add(1, Ordering::Relaxed)
             );
-            let txn = Txn::new().when([guard]).and_then([
-                TxnOp::put(full.clone(), value.clone(), None),
-                TxnOp::put(receipt.clone(), Vec::new(), None),
-            ]);
-            let landed = match self.request(false, |mut kv| {
+            // On a conflict the transaction answers with the key as it is now, so that the
+            // next attempt needs no read of its own.
+            let txn = Txn::new()
+                .when([guard])
+                .and_then([
+                    TxnOp::put(full.clone(), value.clone(), None),
+                    TxnOp::put(receipt.clone(), Vec::new(), None),
+                ])
+                .or_else([TxnOp::get(full.clone(), None)]);
+            let answer = self.request(false, |mut kv| {
                 let txn = txn.clone();
-                async move { Ok(kv.txn(txn).await?.succeeded()) }
-            }) {
-                Ok(landed) => landed,
-                Err(Failure::Unsure(_)) => self.call(op, |mut kv| {
-                    let receipt = receipt.clone();
-                    async move { Ok(kv.get(receipt, None).await?.count() > 0) }
-                })?,
+                async move {
+                    let r = kv.txn(txn).await?;
+                    let now = r.op_responses().into_iter().find_map(|op| match op {
+                        TxnOpResponse::Get(g) => Some(match g.kvs().first() {
+                            Some(kv) => Read::Present(kv.value().to_vec(), kv.mod_revision()),
+                            None => Read::Missing(g.header().map_or(0, |h| h.revision())),
+                        }),
+                        _ => None,
+                    });
+                    Ok((r.succeeded(), now))
+                }
+            });
+            let landed = match answer {
+                Ok((true, _)) => true,
+                Ok((false, now)) => {
+                    current = match now {
+                        Some(now) => now,
+                        None => self.read(op, key)?,
+                    };
+                    false
+                }
+                Err(Failure::Unsure(_)) => {
+                    let landed = self.call(op, |mut kv| {
+                        let receipt = receipt.clone();
+                        async move { Ok(kv.get(receipt, None).await?.count() > 0) }
+                    })?;
+                    if !landed {
+                        current = self.read(op, key)?;
+                    }
+                    landed
+                }
                 Err(e) => return Err(self.failure(op, e)),
             };
             if landed {
-                self.call(op, |mut kv| {
-                    let receipt = receipt.clone();
-                    async move { kv.delete(receipt, None).await.map(drop) }
-                })?;
+                // Read only when unsure, and this one was not: removed in the background.
+                let mut kv = self.inner.client.kv_client();
+                self.inner.runtime.spawn(async move {
+                    let _ = kv.delete(receipt, None).await;
+                });
                 return Ok(value);
             }
+            // Many clients on one key (every rank bumping a counter): spread the retries,
+            // or each round of them lets one through and the rest collide again.
+            let cap = 1u64 << attempt.min(6);
+            std::thread::sleep(Duration::from_micros(rand_below(cap * 1000) + 100));
         }
+        unreachable!("the loop returns")
     }
 
     /// Where the receipts of [`EtcdStore::read_modify_write`] live: beside the job's keys,
@@ -477,6 +513,13 @@ fn unsure(e: &etcd_client::Error) -> bool {
     ]
     .iter()
     .any(|m| text.contains(m))
+}
+
+/// A number below `n` (`n` > 0), from the system's random source; retries need no more.
+fn rand_below(n: u64) -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    u64::from_le_bytes(b) % n.max(1)
 }
 
 /// Errors that retrying cannot mend.
