@@ -20,7 +20,8 @@
 //! ```
 //! use phalanx_launch::{RdzvBackend, RdzvConf};
 //! assert_eq!("c10d".parse::<RdzvBackend>().unwrap(), RdzvBackend::C10d);
-//! assert!("etcd".parse::<RdzvBackend>().unwrap_err().contains("etcd"));
+//! assert_eq!("etcd".parse::<RdzvBackend>().unwrap(), RdzvBackend::Etcd);
+//! assert!("etcd-v2".parse::<RdzvBackend>().unwrap_err().contains("3.6 removed"));
 //! let conf: RdzvConf = "timeout=900,last_call_timeout=5,is_host=1".parse().unwrap();
 //! assert_eq!(conf.join_timeout.unwrap().as_secs(), 900);
 //! assert_eq!(conf.is_host, Some(true));
