@@ -1,5 +1,6 @@
 //! Links between agents: a TCP connection from every agent to every other, which tells at once
-//! that an agent's process ended, where its heartbeat would take [`HEARTBEAT_TIMEOUT`].
+//! that an agent's process ended, where its heartbeat would take its timeout (5 s,
+//! `elastic/coordinate.rs`).
 //!
 //! Note [Agent links]
 //! Each agent listens on a port of its own, published in the store (`agent/link/<node>`), and
@@ -8,11 +9,9 @@
 //! way (SIGKILL, its host's processes killed), its kernel closes its sockets, and the agents
 //! connected to it read end-of-file at once: that agent is gone, with its workers (they die
 //! with it, `PR_SET_PDEATHSIG`). A host that vanishes from the network closes nothing; its
-//! heartbeat still names it after [`HEARTBEAT_TIMEOUT`]. Used under `--rdzv-backend etcd`
+//! heartbeat still names it after that timeout. Used under `--rdzv-backend etcd`
 //! (Note [No node is special]), where losing any node, node 0 included, must cost the others at
 //! most a step.
-//!
-//! [`HEARTBEAT_TIMEOUT`]: super::coordinate::HEARTBEAT_TIMEOUT
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
