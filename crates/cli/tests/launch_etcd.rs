@@ -389,3 +389,106 @@ fn losing_any_node_node_0_included_costs_the_others_at_most_a_step() {
         );
     }
 }
+
+/// Without `--fault-tolerance`, `--max-restarts` starts the next round without a lost node 0:
+/// under etcd nobody hosts the store, and the next round's first agent in closes it (Note
+/// [Elastic rounds]). Three agents run shell workers that log their place; node 0's agent,
+/// worker and etcd member are SIGKILLed; the other two meet again as a world of 2 and finish.
+#[test]
+fn without_fault_tolerance_max_restarts_goes_on_without_node_0() {
+    let Some(mut cluster) = EtcdCluster::start("launch_etcd_restart", 3, Duration::from_secs(30))
+    else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let dir = TempDir::new("launch_etcd_restart");
+    let d = dir.str();
+    // Each worker logs `<attempt> <rank> <world size> <node rank>`, then idles until told.
+    let script = format!(
+        "echo $TORCHELASTIC_RESTART_COUNT $RANK $WORLD_SIZE $GROUP_RANK >> {d}/log; \
+         while [ ! -e {d}/done ]; do sleep 0.05; done"
+    );
+    let begin = Instant::now();
+    let nodes: Vec<netns_util::Node> = (0..3)
+        .map(|i| {
+            let mut c = launch_sh(
+                &[
+                    "--rdzv-backend",
+                    "etcd",
+                    "--rdzv-endpoint",
+                    &eps,
+                    "--rdzv-id",
+                    "restart",
+                    "--nnodes",
+                    "2:3",
+                    "--rdzv-last-call",
+                    "2",
+                    "--max-restarts",
+                    "2",
+                ],
+                &script,
+            );
+            c.env("PHALANX_TOKEN", TOKEN).env("PHALANX_TIMEOUT", "30s");
+            netns_util::Node::start(c, dir.path(), i)
+        })
+        .collect();
+    let log = || std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+    let wait_log = |want: &dyn Fn(&str) -> bool, what: &str| {
+        while !want(&log()) {
+            assert!(
+                begin.elapsed() < DEADLINE,
+                "{what}: log {:?}\n{}",
+                log(),
+                nodes.iter().map(|n| n.stderr()).collect::<String>()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_log(&|l| l.lines().count() == 3, "three workers in round 0");
+    let zero = nodes
+        .iter()
+        .position(|n| n.stderr().contains("this is node 0"))
+        .expect("node 0");
+    let agent = nodes[zero].child.id() as i32;
+    let pids = wait_for_workers(agent, 1);
+    cluster.kill(0);
+    // SAFETY: plain signals to processes this test started.
+    for pid in std::iter::once(agent).chain(pids.iter().map(|w| w.0)) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let killed = Instant::now();
+    wait_log(
+        &|l| l.lines().filter(|l| l.starts_with("1 ")).count() == 2,
+        "the next round of two",
+    );
+    let regrouped = killed.elapsed();
+    std::fs::write(dir.path().join("done"), b"").unwrap();
+    let mut err = String::new();
+    for (i, n) in nodes.into_iter().enumerate() {
+        if i == zero {
+            continue;
+        }
+        let (code, _, e) = n.wait(begin);
+        assert_eq!(code, Some(0), "node {i}:\n{e}");
+        err.push_str(&e);
+    }
+    // The second attempt: ranks 0 and 1 of 2, group ranks 0 and 1 (node ranks 1 and 2).
+    let mut second: Vec<Vec<u32>> = log()
+        .lines()
+        .filter(|l| l.starts_with("1 "))
+        .map(|l| l.split(' ').map(|w| w.parse().unwrap()).collect())
+        .collect();
+    second.sort();
+    assert_eq!(
+        second,
+        vec![vec![1, 0, 2, 0], vec![1, 1, 2, 1]],
+        "{}",
+        log()
+    );
+    assert!(
+        err.contains("node 0 (") && err.contains("nodes [1, 2]"),
+        "{err}"
+    );
+    assert!(regrouped < Duration::from_secs(20), "{regrouped:?}\n{err}");
+    eprintln!("regrouped without node 0 {regrouped:?} after the kill");
+}

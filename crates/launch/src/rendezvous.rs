@@ -52,9 +52,11 @@ pub(crate) fn program_signature(program: &[std::ffi::OsString]) -> String {
 }
 
 /// Warns, on this node's console, about nodes of round `round` that run another program than
-/// node 0 (Note [Elastic rounds] and static rounds alike): node 0 names every such node, any
-/// other node names itself. A warning, not a refusal: nodes may legitimately differ in an
-/// argument (a per-node output file), and torchrun does not compare at all.
+/// the round's first node (Note [Elastic rounds] and static rounds alike): that node names
+/// every such node, any other node names itself. The first node is node 0 unless it was lost
+/// under etcd (Note [No node is special] in `round.rs`). A warning, not a refusal: nodes may
+/// legitimately differ in an argument (a per-node output file), and torchrun does not compare
+/// at all.
 pub(crate) fn warn_other_programs(
     store: &dyn Store,
     round: u32,
@@ -62,6 +64,7 @@ pub(crate) fn warn_other_programs(
     me: u32,
     mine: &Claim,
 ) {
+    let first = members.iter().copied().min().unwrap_or(0);
     let program_of = |g: u32| {
         read_claim(store, &keys::agent(round, &format!("node/{g}")))
             .map(|c| c.program)
@@ -69,10 +72,10 @@ pub(crate) fn warn_other_programs(
     };
     let differs =
         |theirs: &str| !theirs.is_empty() && !mine.program.is_empty() && theirs != mine.program;
-    if me != 0 {
-        if let Some(theirs) = program_of(0).filter(|t| differs(t)) {
+    if me != first {
+        if let Some(theirs) = program_of(first).filter(|t| differs(t)) {
             eprintln!(
-                "phalanx launch: warning: this node (node {me}) runs `{}` but node 0 runs \
+                "phalanx launch: warning: this node (node {me}) runs `{}` but node {first} runs \
                  `{theirs}` (compared without launch flags, paths reduced to file names); \
                  every node should run the same program",
                 mine.program
@@ -80,12 +83,12 @@ pub(crate) fn warn_other_programs(
         }
         return;
     }
-    for &g in members.iter().filter(|&&g| g != 0) {
+    for &g in members.iter().filter(|&&g| g != first) {
         if let Some(theirs) = program_of(g).filter(|t| differs(t)) {
             eprintln!(
-                "phalanx launch: warning: node {g} runs `{theirs}` but this node (node 0) runs \
-                 `{}` (compared without launch flags, paths reduced to file names); every node \
-                 should run the same program",
+                "phalanx launch: warning: node {g} runs `{theirs}` but this node (node {first}) \
+                 runs `{}` (compared without launch flags, paths reduced to file names); every \
+                 node should run the same program",
                 mine.program
             );
         }

@@ -346,6 +346,11 @@ impl Job<'_> {
     /// - freeing a lost node's rank for the node that comes back (Note [c10d node ranks]);
     /// - waiting last at the exit barrier.
     ///
+    /// Without `--fault-tolerance` a lost node fails the round, and `--max-restarts` meets the
+    /// survivors in the next one: under etcd its first agent in closes it (Note [Elastic
+    /// rounds]), so node 0 need not come, and the program check compares against the round's
+    /// lowest node (`warn_other_programs`).
+    ///
     /// The workers' side needs nothing: their store is etcd too, and the ranks that remain
     /// re-form their group without the lost node's (Note [Generations] in phalanx-pg), rank 0
     /// included.
@@ -533,6 +538,10 @@ impl Job<'_> {
                     last_call: self.args.rdzv_last_call,
                     timeout: self.timeout,
                     fault_tolerance: self.admits(),
+                    store_host: match self.args.rdzv_backend {
+                        crate::RdzvBackend::Etcd => None,
+                        _ => Some(0),
+                    },
                 },
                 &mut || signals::pending(),
             )?;

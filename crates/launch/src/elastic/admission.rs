@@ -10,12 +10,15 @@
 //!
 //! - `ft/arrivals`: a counter; an arriving agent takes ticket `t` from it and writes
 //!   `ft/arrival/<t>` = `<node rank> <claim JSON>`.
-//! - `ft/answer/<t>`: node 0's answer, `admitted <k> <live node ranks, comma-separated>` or
+//! - `ft/answer/<t>`: the leader's answer, `admitted <k> <live node ranks, comma-separated>` or
 //!   `refused <sentence>`.
 //! - `ft/admissions`: a counter of admissions; `ft/admission/<k>` = `<node rank> <workers>
 //!   <host>`, written before the counter moves.
 //!
-//! Node 0's agent answers the arrivals in ticket order at every monitor tick: a node started
+//! The round's leader answers the arrivals in ticket order at every monitor tick. The leader is
+//! the lowest node rank alive in the round: node 0 while it lives, and under etcd, where losing
+//! node 0 does not end the job, the next one after it (Note [No node is special] in `round.rs`).
+//! It answers like this: a node started
 //! with another `--nnodes` is refused by name; one whose node rank is still in the round
 //! waits until that node leaves (a node coming back before its old heartbeat ran out), and
 //! `ft/waiting/<t>` says so, for its error if the wait runs out. Node ranks are below MAX, so
@@ -28,7 +31,7 @@
 //! with `PHALANX_FT_SLOTS` the round's first world size): they load the data and build the
 //! model, then join the running ranks at a step boundary and take their state.
 //!
-//! The round may end before node 0 answers: a failure sends the agents to the next round, and
+//! The round may end before the leader answers: a failure sends the agents to the next round, and
 //! the arriving agent, seeing it open, joins it as usual; a round whose nodes are finishing
 //! (its exit barrier has begun) has no place left, and the arriving agent stops with a sentence.
 
@@ -42,7 +45,7 @@ use crate::args::Nnodes;
 use crate::rendezvous::{store_err, Claim};
 use crate::Error;
 
-/// How often an arriving agent looks for node 0's answer.
+/// How often an arriving agent looks for the leader's answer.
 const POLL: Duration = Duration::from_millis(50);
 
 const ARRIVALS: &str = "ft/arrivals";
@@ -64,7 +67,7 @@ fn admission(k: u64) -> String {
     format!("ft/admission/{k}")
 }
 
-/// A node's place in a running round, as node 0 admitted it.
+/// A node's place in a running round, as the leader admitted it.
 #[derive(Debug)]
 pub(crate) struct Admitted {
     /// The round's nodes in slot order (node rank, workers), this one last.
@@ -95,7 +98,7 @@ pub(crate) struct Request<'a> {
     pub(crate) first: &'a [(u32, u32)],
 }
 
-/// The arriving side: asks node 0 to admit the node into the running round and waits for the
+/// The arriving side: asks the round's leader to admit the node into the running round and waits for the
 /// answer (up to `timeout`). `moved_on` says whether a newer round is open.
 pub(crate) fn arrive(
     store: &dyn Store,
@@ -124,8 +127,8 @@ pub(crate) fn arrive(
         .set(&key, text.as_bytes())
         .map_err(|e| store_err("set", &key, e))?;
     eprintln!(
-        "phalanx launch: round {round} is running: asking node 0 to admit this node into it \
-         (--fault-tolerance)"
+        "phalanx launch: round {round} is running: asking its leader (its lowest node rank) \
+         to admit this node into it (--fault-tolerance)"
     );
     let answer_key = k(&answer(ticket));
     let done = k("done");
@@ -182,7 +185,7 @@ pub(crate) fn arrive(
                 node_rank: group_rank,
                 round,
                 reason: format!(
-                    "node 0 did not admit it within {:.0} s (PHALANX_TIMEOUT): {}",
+                    "its leader did not admit it within {:.0} s (PHALANX_TIMEOUT): {}",
                     start.elapsed().as_secs_f64(),
                     why.map_or_else(
                         || "its agents are gone".to_string(),
@@ -195,7 +198,7 @@ pub(crate) fn arrive(
     }
 }
 
-/// The place node 0 gave: `rest` is `<k> <live>` of its answer.
+/// The place the leader gave: `rest` is `<k> <live>` of its answer.
 fn admitted(
     store: &dyn Store,
     round: u32,
@@ -245,12 +248,12 @@ fn read_admission(store: &dyn Store, round: u32, k: u64) -> Result<(u32, u32, St
 }
 
 /// The nodes a round has had, in slot order (Note [Admission]), and how far this agent has
-/// read (or, on node 0, answered) the round's arrivals.
+/// read (or, on the leader, answered) the round's arrivals.
 pub(crate) struct Nodes {
     round: u32,
     /// (node rank, workers), in slot order: a node's ranks follow every earlier entry's.
     list: Vec<(u32, u32)>,
-    /// Admissions read (node 0: made).
+    /// Admissions read (the leader: made).
     seen: u64,
     /// Node 0: arrivals answered.
     answered: i64,
@@ -322,15 +325,19 @@ impl Nodes {
                 ))
             });
             let reply = match request {
-                None => format!("refused node 0 could not read its request {text:?}"),
+                None => format!(
+                    "refused node {} (the round's leader) could not read its request {text:?}",
+                    coord.leader()
+                ),
                 Some((g, c)) if c.nnodes != mine.nnodes || c.min_nnodes != mine.min_nnodes => {
                     let theirs = Nnodes {
                         min: c.min_nnodes,
                         max: c.nnodes,
                     };
                     format!(
-                        "refused node {g} was started with --nnodes {theirs} but node 0 with \
-                         --nnodes {nnodes}; start every node with the same --nnodes"
+                        "refused node {g} was started with --nnodes {theirs} but node {} with \
+                         --nnodes {nnodes}; start every node with the same --nnodes",
+                        coord.leader()
                     )
                 }
                 // Node ranks are below MAX, so a full round only has ranks in use. The node
@@ -354,9 +361,11 @@ impl Nodes {
                 Some((g, c)) => {
                     if !c.program.is_empty() && c.program != mine.program {
                         eprintln!(
-                            "phalanx launch: warning: node {g} runs `{}` but this node (node 0) \
+                            "phalanx launch: warning: node {g} runs `{}` but this node (node {}) \
                              runs `{}`; every node should run the same program",
-                            c.program, mine.program
+                            c.program,
+                            coord.leader(),
+                            mine.program
                         );
                     }
                     self.admit(store, coord, g, &c)?;

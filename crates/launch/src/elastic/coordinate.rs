@@ -366,7 +366,11 @@ impl Coordinator {
             Err(e) => {
                 self.lost.set(true);
                 Polled::Failed(RootCause {
-                    what: format!("lost the store on node 0 ({e}); is node 0's agent gone?"),
+                    // Links run under etcd only, where the store is etcd's, not node 0's.
+                    what: match self.links {
+                        Some(_) => format!("lost the job's store in etcd ({e})"),
+                        None => format!("lost the store on node 0 ({e}); is node 0's agent gone?"),
+                    },
                     ..self.agent_cause(1, false)
                 })
             }

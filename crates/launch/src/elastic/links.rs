@@ -80,14 +80,23 @@ impl Links {
             if watched.get(&g).is_some_and(|w| w.addr == addr) {
                 continue;
             }
-            let Some(stream) = addr
-                .parse::<SocketAddr>()
-                .ok()
-                .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_millis(300)).ok())
-            else {
+            let Ok(sockaddr) = addr.parse::<SocketAddr>() else {
                 continue;
             };
             let closed = Arc::new(Mutex::new(None));
+            let stream = match TcpStream::connect_timeout(&sockaddr, Duration::from_millis(300)) {
+                Ok(stream) => stream,
+                // The agent listens from its start to its end, and published the address
+                // after it listened: a refusal means its process ended before this agent
+                // connected (killed early in the round).
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    *closed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                    watched.insert(g, Watched { addr, closed });
+                    continue;
+                }
+                // Unreachable or slow: tried next time; the heartbeat still covers it.
+                Err(_) => continue,
+            };
             let mark = closed.clone();
             let spawned = std::thread::Builder::new()
                 .name("phalanx-link".into())

@@ -11,8 +11,9 @@
 //! (`rendezvous.rs`):
 //! - `agent/elastic/round`: the newest round any agent has joined;
 //! - `agent/<r>/members`: round `r`'s outcome, `members 0:2 2:1` (node rank : workers), written
-//!   by node 0 when it closes the round, with ` admits` at the end under `--fault-tolerance`
-//!   (the round admits arriving nodes: Note [Admission]).
+//!   by the round's closer, with ` admits` at the end under `--fault-tolerance` (the round
+//!   admits arriving nodes: Note [Admission]);
+//! - `agent/<r>/closer`: the node rank that closes round `r` where the store has no host (etcd).
 //!
 //! An agent joins the newest round unless that round is closed already, in which case it joins
 //! the next one. Joining the next round is also how a running job learns that a node is waiting:
@@ -22,10 +23,14 @@
 //! not join it (scale down). Workers restart from the job's newest checkpoint at the new world
 //! size.
 //!
-//! Node 0 closes every round: once MIN nodes are in, it waits `--rdzv-last-call` for more (or
+//! One agent closes each round: once MIN nodes are in, it waits `--rdzv-last-call` for more (or
 //! until MAX are in) and writes the members. An agent that joined after the close is not among
-//! them and goes on to the next round. Node 0 hosts the store, so it is in every round; losing
-//! it ends the job, as losing torchrun's rendezvous host does.
+//! them and goes on to the next round. Which agent closes:
+//! - under `static` and `c10d`, node 0: it hosts the store, so it is in every round, and losing
+//!   it ends the job, as losing torchrun's rendezvous host does;
+//! - under `etcd` the store has no host, and the round's first agent in closes it (it takes
+//!   `agent/<r>/closer`). So after node 0 is lost, `--max-restarts` forms the next round of
+//!   whoever is left (Note [No node is special] in `round.rs`).
 //!
 //! Under `--fault-tolerance` an agent that finds the newest round closed asks to be admitted
 //! into it instead (Note [Admission] in `admission.rs`): nobody restarts.
@@ -46,12 +51,14 @@ use admission::{Admitted, Arrival};
 
 /// The newest round any agent has joined (Note [Elastic rounds]).
 const NEWEST_ROUND: &str = "agent/elastic/round";
-/// How often node 0 counts the agents in an open round, and others look for its outcome.
+/// How often the closer counts the agents in an open round.
 const POLL: Duration = Duration::from_millis(50);
-/// Counts the nodes that read a `mismatch` outcome; node 0 waits for them (at most
-/// [`MISMATCH_WAIT`]) before it exits, taking the store with it.
+/// Counts the nodes that read a `mismatch` outcome; the closer waits for them (at most
+/// [`MISMATCH_WAIT`]) before it exits, taking the store with it when it hosts it.
 const MISMATCH_READ: &str = "mismatch_read";
 const MISMATCH_WAIT: Duration = Duration::from_secs(2);
+/// Round `r`'s closer where the store has no host (Note [Elastic rounds]).
+const CLOSER: &str = "closer";
 
 /// How a round is formed: `--nnodes MIN:MAX`, `--rdzv-last-call`, PHALANX_TIMEOUT.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +68,9 @@ pub(crate) struct Rules {
     pub(crate) timeout: Duration,
     /// `--fault-tolerance`: a running round admits arriving nodes (Note [Admission]).
     pub(crate) fault_tolerance: bool,
+    /// The node whose agent hosts the store (0 under `static` and `c10d`): it closes every
+    /// round. `None` under etcd: the first agent in closes it.
+    pub(crate) store_host: Option<u32>,
 }
 
 /// This node's place in an elastic round.
@@ -78,8 +88,8 @@ pub(crate) struct Membership {
 }
 
 /// Joins the newest open round (Note [Elastic rounds]) as node `group_rank`, starting the
-/// search at round `from`; returns the round and this node's layout once node 0 has closed
-/// it with this node in. `None` when `interrupted` (the agent's signal check) says so.
+/// search at round `from`; returns the round and this node's layout once the round's closer
+/// has closed it with this node in. `None` when `interrupted` (the agent's signal check) says so.
 pub(crate) fn join(
     store: &dyn Store,
     from: u32,
@@ -106,8 +116,9 @@ pub(crate) fn join(
                     node_rank: group_rank,
                     round,
                     reason: format!(
-                        "node 0 runs it {theirs} --fault-tolerance and this node was started \
-                         {mine} it; start every node with the same flags"
+                        "node {} runs it {theirs} --fault-tolerance and this node was started \
+                         {mine} it; start every node with the same flags",
+                        closer_of(store, round)?.unwrap_or(0)
                     ),
                 });
             }
@@ -147,9 +158,13 @@ pub(crate) fn join(
         store
             .add(&joined, 1)
             .map_err(|e| store_err("add", &joined, e))?;
-        let members = match group_rank {
-            0 => close(store, round, claim, rules, interrupted)?,
-            _ => wait_outcome(store, round, rules.timeout, start, interrupted)?,
+        let closer = match rules.store_host {
+            Some(host) => host,
+            None => take_closer(store, round, group_rank)?,
+        };
+        let members = match closer == group_rank {
+            true => close(store, round, closer, claim, rules, interrupted)?,
+            false => wait_outcome(store, round, closer, rules.timeout, start, interrupted)?,
         };
         let Some(members) = members else {
             return Ok(None);
@@ -163,7 +178,7 @@ pub(crate) fn join(
                 admitted: None,
             }));
         }
-        // Joined after node 0 closed the round: the next one admits this node.
+        // Joined after the round closed: the next one admits this node.
         round += 1;
     }
 }
@@ -193,7 +208,38 @@ fn advance_newest(store: &dyn Store, round: u32) -> Result<(), Error> {
     }
 }
 
-/// A round as node 0 closed it.
+/// The node rank that closes round `round` where the store has no host: the first agent
+/// in takes it (Note [Elastic rounds]).
+fn take_closer(store: &dyn Store, round: u32, group_rank: u32) -> Result<u32, Error> {
+    let k = keys::agent(round, CLOSER);
+    let got = store
+        .compare_set(&k, b"", group_rank.to_string().as_bytes())
+        .map_err(|e| store_err("compare_set", &k, e))?;
+    parse_closer(&k, &got)
+}
+
+/// Round `round`'s closer, if one took it (`None` where the store's host closes).
+fn closer_of(store: &dyn Store, round: u32) -> Result<Option<u32>, Error> {
+    let k = keys::agent(round, CLOSER);
+    if !store.check(&[&k]).map_err(|e| store_err("check", &k, e))? {
+        return Ok(None);
+    }
+    let got = store.get(&k).map_err(|e| store_err("get", &k, e))?;
+    parse_closer(&k, &got).map(Some)
+}
+
+fn parse_closer(k: &str, got: &[u8]) -> Result<u32, Error> {
+    std::str::from_utf8(got)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Error::Store {
+            op: "elastic rendezvous",
+            key: k.to_string(),
+            reason: format!("unreadable closer {:?}", String::from_utf8_lossy(got)),
+        })
+}
+
+/// A round as its closer closed it.
 struct Closed {
     /// (node rank, workers), ascending.
     members: Vec<(u32, u32)>,
@@ -201,7 +247,7 @@ struct Closed {
     admits: bool,
 }
 
-/// Round `round`'s outcome, if node 0 has closed it.
+/// Round `round`'s outcome, if its closer has closed it.
 fn outcome(store: &dyn Store, round: u32) -> Result<Option<Closed>, Error> {
     let k = keys::agent(round, "members");
     if !store.check(&[&k]).map_err(|e| store_err("check", &k, e))? {
@@ -215,11 +261,13 @@ fn outcome(store: &dyn Store, round: u32) -> Result<Option<Closed>, Error> {
     })
 }
 
-/// Node 0: waits for MIN agents, then `last_call` for more (or MAX), and publishes the members.
+/// The closer: waits for MIN agents, then `last_call` for more (or MAX), and publishes the
+/// members.
 /// A node started with another `--nnodes` is refused by name.
 fn close(
     store: &dyn Store,
     round: u32,
+    closer: u32,
     mine: &Claim,
     rules: &Rules,
     interrupted: &mut dyn FnMut() -> bool,
@@ -274,7 +322,8 @@ fn close(
         store
             .compare_set(&k, b"", text.as_bytes())
             .map_err(|e| store_err("compare_set", &k, e))?;
-        // This agent hosts the store and is about to exit: let the others read why first.
+        // This agent is about to exit, taking the store with it when it hosts it: let the
+        // others read why first.
         let read = keys::agent(round, MISMATCH_READ);
         let deadline = Instant::now() + MISMATCH_WAIT;
         while Instant::now() < deadline {
@@ -286,7 +335,7 @@ fn close(
         return Err(Error::InconsistentNnodes {
             node_rank: *g,
             theirs: span(c),
-            mine_rank: 0,
+            mine_rank: closer,
             mine: nnodes.to_string(),
         });
     }
@@ -327,10 +376,11 @@ fn claims(store: &dyn Store, round: u32, max: u32) -> Result<Vec<(u32, Claim)>, 
     Ok(out)
 }
 
-/// Any node but 0: waits for node 0 to close round `round`.
+/// Any node but the closer: waits for `closer` to close round `round`.
 fn wait_outcome(
     store: &dyn Store,
     round: u32,
+    closer: u32,
     timeout: Duration,
     start: Instant,
     interrupted: &mut dyn FnMut() -> bool,
@@ -348,7 +398,7 @@ fn wait_outcome(
         if start.elapsed() >= timeout {
             return Err(Error::RendezvousTimeout {
                 round,
-                missing: vec![0],
+                missing: vec![closer],
                 nnodes: 1,
                 waited_s: start.elapsed().as_secs_f64(),
             });
@@ -356,15 +406,15 @@ fn wait_outcome(
     }
     let text = store.get(&k).map_err(|e| store_err("get", &k, e))?;
     if let Some(rest) = text.strip_prefix(b"mismatch ") {
-        // Node 0 keeps its store up until every node has read this.
+        // The closer keeps its store up until every node has read this.
         let _ = store.add(&keys::agent(round, MISMATCH_READ), 1);
         let rest = String::from_utf8_lossy(rest).into_owned();
         let (g, theirs) = rest.split_once(' ').unwrap_or(("?", "?"));
         return Err(Error::InconsistentNnodes {
             node_rank: g.parse().unwrap_or(u32::MAX),
             theirs: theirs.to_string(),
-            mine_rank: 0,
-            mine: "node 0's".to_string(),
+            mine_rank: closer,
+            mine: format!("node {closer}'s"),
         });
     }
     parse_members(&text)
@@ -421,6 +471,7 @@ mod tests {
             last_call: Duration::from_millis(300),
             timeout: Duration::from_secs(10),
             fault_tolerance: false,
+            store_host: Some(0),
         };
         join(&**store, from, g, &c, &rules, &mut || false).map(|m| m.expect("not interrupted"))
     }
@@ -453,6 +504,31 @@ mod tests {
     }
 
     #[test]
+    fn without_a_store_host_the_first_agent_in_closes_and_node_0_need_not_come() {
+        // Under etcd (no store host): node 0 was lost, nodes 1 and 2 meet in round 3.
+        let store = Arc::new(HashStore::default());
+        let rules = Rules {
+            nnodes: Nnodes { min: 2, max: 3 },
+            last_call: Duration::from_millis(100),
+            timeout: Duration::from_secs(10),
+            fault_tolerance: false,
+            store_host: None,
+        };
+        let s = store.clone();
+        let c = claim(1, 2, 3);
+        let n2 = std::thread::spawn(move || join(&*s, 3, 2, &c, &rules, &mut || false));
+        let m1 = join(&*store, 3, 1, &claim(1, 2, 3), &rules, &mut || false)
+            .unwrap()
+            .expect("not interrupted");
+        let m2 = n2.join().unwrap().unwrap().expect("not interrupted");
+        assert_eq!((m1.round, m2.round), (3, 3));
+        assert_eq!((m1.members.clone(), m2.members), (vec![1, 2], vec![1, 2]));
+        assert_eq!(m1.layout.world_size, 2);
+        let closer = closer_of(&*store, 3).unwrap().expect("a closer");
+        assert!([1, 2].contains(&closer), "{closer}");
+    }
+
+    #[test]
     fn an_arriving_node_with_other_fault_tolerance_flags_is_named() {
         for node0_ft in [true, false] {
             let store = HashStore::default();
@@ -462,6 +538,7 @@ mod tests {
                 last_call: Duration::ZERO,
                 timeout: Duration::from_secs(5),
                 fault_tolerance: ft,
+                store_host: Some(0),
             };
             let m0 = join(&store, 0, 0, &c, &rules(node0_ft), &mut || false).unwrap();
             assert_eq!(m0.expect("not interrupted").members, vec![0]);
@@ -507,6 +584,7 @@ mod tests {
                 last_call: Duration::ZERO,
                 timeout: Duration::from_millis(200),
                 fault_tolerance: false,
+                store_host: Some(0),
             },
             &mut || false,
         )
