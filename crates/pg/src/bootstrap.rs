@@ -8,8 +8,10 @@
 //! reads them with one more, and publishes one table `pg/peers` (hosts deduplicated, ~25 bytes
 //! per rank) that every rank fetches with one wait and one get. Store requests: 3 per rank plus
 //! 2 on rank 0; bytes: each rank reads the table once, which a full mesh needs anyway.
-//! Votes (does everyone have shared memory?) use one counter: the rank whose `add` completes
-//! the count publishes the outcome.
+//! Votes (does everyone have shared memory?) gather the same way: each rank sets
+//! `<vote>/<r>`, rank 0 reads them all and publishes the outcome. (A single counter bumped by
+//! every rank costs one request per rank on the native store, but on etcd, which has no atomic
+//! add, each bump is a compare-and-set whose retries grow with the ranks.)
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -125,8 +127,9 @@ pub fn exchange(
     Ok(peers)
 }
 
-/// Every rank says `ok`; returns whether all of them did. One `add` per rank; the rank that
-/// completes the count publishes the outcome under `<key>/outcome`.
+/// Every rank says `ok`; returns whether all of them did. Each rank writes its own
+/// `<key>/<rank>`; rank 0 gathers them and publishes the outcome under `<key>/outcome` (Note
+/// [Leader gather]).
 pub fn vote(
     store: &dyn Store,
     key: &str,
@@ -135,18 +138,24 @@ pub fn vote(
     ok: bool,
     timeout: Duration,
 ) -> Result<bool> {
-    // A "no" counts world+1, so the total tells both how many voted and whether one said no.
     let store_err = |source| Error::Store { rank, source };
-    let no = world as i64 + 1;
-    let total = store
-        .add(&format!("{key}/count"), if ok { 1 } else { no })
+    store
+        .set(&format!("{key}/{rank}"), if ok { b"1" } else { b"0" })
         .map_err(store_err)?;
-    let voted = total % no + total / no;
     let outcome = format!("{key}/outcome");
-    if voted == world as i64 {
+    if rank == 0 {
+        let keys: Vec<String> = (0..world).map(|r| format!("{key}/{r}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        wait_or_name_missing(store, rank, &refs, timeout)?;
+        let all = store
+            .multi_get(&refs)
+            .map_err(store_err)?
+            .iter()
+            .all(|v| v == b"1");
         store
-            .set(&outcome, if total == world as i64 { b"1" } else { b"0" })
+            .set(&outcome, if all { b"1" } else { b"0" })
             .map_err(store_err)?;
+        return Ok(all);
     }
     store
         .wait_timeout(&[&outcome], timeout)

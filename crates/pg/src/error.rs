@@ -25,7 +25,7 @@ pub enum Error {
         source: phalanx_store::Error,
     },
     /// Some ranks never joined the rank-level rendezvous.
-    #[error("rank {rank}: ranks {missing:?} did not publish their address within {waited_s:.1} s (not started, crashed, or a different MASTER_ADDR/PORT)")]
+    #[error("rank {rank}: {} did not publish their address within {waited_s:.1} s (not started, crashed, or a different MASTER_ADDR/PORT)", ranks_text(.missing))]
     RendezvousIncomplete {
         /// This rank.
         rank: usize,
@@ -85,3 +85,44 @@ pub enum Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `ranks [3, 7-9, 12]`: runs of consecutive ranks joined, and at most 16 runs shown, so that a
+/// rendezvous missing thousands of ranks still fits on a line.
+fn ranks_text(ranks: &[usize]) -> String {
+    const SHOWN: usize = 16;
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &r in ranks {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == r => *end = r,
+            _ => runs.push((r, r)),
+        }
+    }
+    let text: Vec<String> = runs
+        .iter()
+        .take(SHOWN)
+        .map(|&(a, b)| match a == b {
+            true => a.to_string(),
+            false => format!("{a}-{b}"),
+        })
+        .collect();
+    let more = match runs.len() > SHOWN {
+        true => format!(", … ({} ranks in all)", ranks.len()),
+        false => String::new(),
+    };
+    format!("ranks [{}{more}]", text.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_ranks_are_shown_as_runs_and_capped() {
+        assert_eq!(ranks_text(&[3, 7, 8, 9, 12]), "ranks [3, 7-9, 12]");
+        let many: Vec<usize> = (0..4096).filter(|r| r % 2 == 1).collect();
+        let text = ranks_text(&many);
+        assert!(text.starts_with("ranks [1, 3, 5,"), "{text}");
+        assert!(text.ends_with(", … (2048 ranks in all)]"), "{text}");
+        assert!(text.len() < 120, "{text}");
+    }
+}

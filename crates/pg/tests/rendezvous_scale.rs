@@ -66,9 +66,9 @@ fn a_thousand_ranks_rendezvous_with_linear_store_traffic() {
         elapsed.as_secs_f64(),
         bytes_out as f64 / 1e6
     );
-    // Per rank: set, wait, get (exchange) and add, wait, get (vote); rank 0 adds a wait, a
-    // multi_get and a set, and one rank sets the vote's outcome. The old exchange read every
-    // peer's key on every rank: ~world² / 2 reads.
+    // Per rank: set, wait, get (exchange) and set, wait, get (vote); rank 0 waits for every
+    // key, reads them with one multi_get and sets the table or outcome instead of its wait and
+    // get. The old exchange read every peer's key on every rank: ~world² / 2 reads.
     assert!(
         requests <= 6 * world as u64 + 4,
         "{requests} requests for {world} ranks"

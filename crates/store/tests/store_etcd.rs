@@ -117,3 +117,56 @@ fn a_missing_ca_file_is_named() {
         "{text}"
     );
 }
+
+/// Rank 0's gather (Note [Gathering many keys]): 1,000 keys, a third there before the wait and
+/// the rest written while it waits, in an order unlike theirs, come back in order and at a
+/// cost of a few requests, not one per key; a key that never comes is named at the timeout.
+#[test]
+fn waiting_for_many_keys_reads_them_in_batches_and_watches_once() {
+    with_deadline(120, || {
+        let Some(cluster) = EtcdCluster::start("gather", 3, Duration::from_secs(30)) else {
+            return;
+        };
+        let n = 1000;
+        let keys: Vec<String> = (0..n).map(|r| format!("pg/peer/{r}")).collect();
+        let writer = cluster.store("gather");
+        for r in (0..n).filter(|r| r % 3 == 0) {
+            writer.set(&keys[r], r.to_string().as_bytes()).unwrap();
+        }
+        let reader = cluster.store("gather");
+        reader.set_timeout(Duration::from_secs(60));
+        let later = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let rest: Vec<usize> = (0..n).rev().filter(|r| r % 3 != 0).collect();
+            for chunk in rest.chunks(50) {
+                let ks: Vec<String> = chunk.iter().map(|r| format!("pg/peer/{r}")).collect();
+                let ks: Vec<&str> = ks.iter().map(String::as_str).collect();
+                let vs: Vec<Vec<u8>> = chunk.iter().map(|r| r.to_string().into_bytes()).collect();
+                let vs: Vec<&[u8]> = vs.iter().map(Vec::as_slice).collect();
+                writer.multi_set(&ks, &vs).unwrap();
+            }
+        });
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let before = reader.requests();
+        let values = reader.multi_get(&refs).unwrap();
+        let spent = reader.requests() - before;
+        later.join().unwrap();
+        for (r, v) in values.iter().enumerate() {
+            assert_eq!(v, r.to_string().as_bytes(), "key {r}");
+        }
+        // 8 batched reads, a watch, and a few more should the watch break: not ~1,000.
+        assert!(spent <= 40, "{spent} requests for {n} keys");
+        eprintln!("{n} keys gathered with {spent} requests");
+        reader.set_timeout(Duration::from_millis(500));
+        let e = reader
+            .wait_timeout(
+                &[keys[0].as_str(), "pg/peer/never"],
+                Duration::from_millis(500),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Timeout { ref key, .. } if key == "pg/peer/never"),
+            "{e:?}"
+        );
+    })
+}

@@ -405,40 +405,122 @@ impl EtcdStore {
     }
 
     /// Blocks until every key exists, at most `timeout`; returns their values.
+    ///
+    /// Note [Gathering many keys]: rank 0 of a large job waits for a key per rank. One read per
+    /// key and a watch per missing one would cost it thousands of requests at 1,024 ranks; so
+    /// the keys are read in transactions of [`MAX_TXN_OPS`], and the missing ones are awaited
+    /// through one watch on their common prefix, from the revision after the reads, whose
+    /// events carry the values. A broken watch (its member went away) reads the missing keys
+    /// again and watches anew.
     fn wait_get(&self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let deadline = Instant::now() + timeout;
-        let mut values = Vec::with_capacity(keys.len());
-        for key in keys {
-            loop {
-                let seen_at = match self.read("wait", key)? {
-                    Read::Present(v, _) => {
-                        values.push(v);
-                        break;
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        loop {
+            let missing: Vec<usize> = (0..keys.len()).filter(|&i| values[i].is_none()).collect();
+            let subset: Vec<&str> = missing.iter().map(|&i| keys[i]).collect();
+            let (read, revision) = self.read_many("wait", &subset)?;
+            for (&i, v) in missing.iter().zip(read) {
+                values[i] = v;
+            }
+            let mut waiting: std::collections::HashMap<String, usize> = (0..keys.len())
+                .filter(|&i| values[i].is_none())
+                .map(|i| (self.key(keys[i]), i))
+                .collect();
+            if waiting.is_empty() {
+                return Ok(values.into_iter().map(Option::unwrap_or_default).collect());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let first = (0..keys.len()).find(|&i| values[i].is_none()).expect("one");
+            let timed_out = || Error::Timeout {
+                key: keys[first].to_string(),
+                after: timeout,
+            };
+            if left.is_zero() {
+                return Err(timed_out());
+            }
+            match self.watch_for_puts(&mut waiting, revision + 1, left)? {
+                Watched::Done(got) => {
+                    for (i, v) in got {
+                        values[i] = Some(v);
                     }
-                    Read::Missing(rev) => rev,
-                };
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() || !self.watch_for_put(key, seen_at + 1, left)? {
-                    return Err(Error::Timeout {
-                        key: key.to_string(),
-                        after: timeout,
-                    });
+                    if waiting.is_empty() {
+                        return Ok(values.into_iter().map(Option::unwrap_or_default).collect());
+                    }
+                }
+                Watched::Deadline => return Err(timed_out()),
+                Watched::Broken(got) => {
+                    for (i, v) in got {
+                        values[i] = Some(v);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
             }
         }
-        Ok(values)
     }
 
-    /// Waits up to `left` for a put of `key` at or after `revision`: `true` once one came or
-    /// the watch broke (read the key again), `false` at the deadline.
-    fn watch_for_put(&self, key: &str, revision: i64, left: Duration) -> Result<bool> {
-        let full = self.key(key);
+    /// Reads `keys` in transactions of at most [`MAX_TXN_OPS`] gets: each one's value if
+    /// present, and the lowest revision the reads were served at.
+    fn read_many(&self, op: &'static str, keys: &[&str]) -> Result<(Vec<Option<Vec<u8>>>, i64)> {
+        let mut values = Vec::with_capacity(keys.len());
+        let mut revision = i64::MAX;
+        for chunk in keys.chunks(MAX_TXN_OPS) {
+            if let [key] = chunk {
+                let (v, rev) = match self.read(op, key)? {
+                    Read::Present(v, rev) => (Some(v), rev),
+                    Read::Missing(rev) => (None, rev),
+                };
+                values.push(v);
+                revision = revision.min(rev);
+                continue;
+            }
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|k| TxnOp::get(self.key(k), None))
+                .collect();
+            let txn = Txn::new().and_then(ops);
+            let (got, rev) = self.call(op, |mut kv| {
+                let txn = txn.clone();
+                async move {
+                    let r = kv.txn(txn).await?;
+                    let rev = r.header().map_or(0, |h| h.revision());
+                    let got: Vec<Option<Vec<u8>>> = r
+                        .op_responses()
+                        .into_iter()
+                        .map(|op| match op {
+                            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                            _ => None,
+                        })
+                        .collect();
+                    Ok((got, rev))
+                }
+            })?;
+            values.extend(got);
+            revision = revision.min(rev);
+        }
+        Ok((values, if revision == i64::MAX { 0 } else { revision }))
+    }
+
+    /// Watches the common prefix of the `waiting` keys (full key → index) from `revision`
+    /// until a put came for each of them (removed from `waiting` as they come), the deadline
+    /// `left` passed, or the watch broke (Note [Gathering many keys]).
+    fn watch_for_puts(
+        &self,
+        waiting: &mut std::collections::HashMap<String, usize>,
+        revision: i64,
+        left: Duration,
+    ) -> Result<Watched> {
+        let prefix = common_prefix(waiting.keys().map(String::as_str));
+        let exact = waiting.len() == 1;
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
         let mut watch = self.inner.client.watch_client();
-        let waited = self.inner.runtime.block_on(async {
+        let mut got = Vec::new();
+        let ended = self.inner.runtime.block_on(async {
             tokio::time::timeout(left, async {
-                let options = WatchOptions::new().with_start_revision(revision);
-                let mut stream = watch.watch(full, Some(options)).await?;
+                let mut options = WatchOptions::new().with_start_revision(revision);
+                if !exact {
+                    options = options.with_prefix();
+                }
+                let mut stream = watch.watch(prefix, Some(options)).await?;
                 while let Some(r) = stream.message().await? {
                     if r.canceled() {
                         return Err(etcd_client::Error::WatchError(format!(
@@ -446,7 +528,17 @@ impl EtcdStore {
                             r.cancel_reason()
                         )));
                     }
-                    if r.events().iter().any(|e| e.event_type() == EventType::Put) {
+                    for e in r.events() {
+                        let Some(kv) = e.kv() else { continue };
+                        if e.event_type() != EventType::Put {
+                            continue;
+                        }
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        if let Some(i) = waiting.remove(&key) {
+                            got.push((i, kv.value().to_vec()));
+                        }
+                    }
+                    if waiting.is_empty() {
                         return Ok(());
                     }
                 }
@@ -456,17 +548,40 @@ impl EtcdStore {
             })
             .await
         });
-        match waited {
-            Err(_) => Ok(false),
-            Ok(Ok(())) => Ok(true),
-            // The member serving the watch went away: read again (through another member;
-            // a read that cannot be served says why) and watch anew.
-            Ok(Err(_)) => {
-                std::thread::sleep(Duration::from_millis(50));
-                Ok(true)
-            }
-        }
+        Ok(match ended {
+            Ok(Ok(())) => Watched::Done(got),
+            Err(_) if waiting.is_empty() => Watched::Done(got),
+            Err(_) => Watched::Deadline,
+            // The member serving the watch went away: read again (through another member; a
+            // read that cannot be served says why) and watch anew.
+            Ok(Err(_)) => Watched::Broken(got),
+        })
     }
+}
+
+/// What a watch for puts came back with: the (index, value) of the puts it saw.
+enum Watched {
+    Done(Vec<(usize, Vec<u8>)>),
+    Deadline,
+    Broken(Vec<(usize, Vec<u8>)>),
+}
+
+/// The longest common prefix of `keys` (whole characters).
+fn common_prefix<'a>(mut keys: impl Iterator<Item = &'a str>) -> String {
+    let Some(first) = keys.next() else {
+        return String::new();
+    };
+    let mut len = first.len();
+    for k in keys {
+        len = first
+            .char_indices()
+            .zip(k.chars())
+            .take_while(|((_, a), b)| a == b)
+            .last()
+            .map_or(0, |((i, a), _)| i + a.len_utf8())
+            .min(len);
+    }
+    first[..len].to_string()
 }
 
 enum Read {
@@ -620,12 +735,8 @@ impl Store for EtcdStore {
         self.wait_get(keys, timeout).map(drop)
     }
     fn check(&self, keys: &[&str]) -> Result<bool> {
-        for key in keys {
-            if let Read::Missing(_) = self.read("check", key)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        let (values, _) = self.read_many("check", keys)?;
+        Ok(values.iter().all(Option::is_some))
     }
     fn delete_key(&self, key: &str) -> Result<bool> {
         let key = self.key(key);
