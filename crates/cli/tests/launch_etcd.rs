@@ -492,3 +492,133 @@ fn without_fault_tolerance_max_restarts_goes_on_without_node_0() {
     assert!(regrouped < Duration::from_secs(20), "{regrouped:?}\n{err}");
     eprintln!("regrouped without node 0 {regrouped:?} after the kill");
 }
+
+/// etcd's own failures under a training job (2 agents × 1 rank, checkpoints every 10 steps):
+/// - one member of three SIGKILLed mid-run changes nothing: the job ends bitwise equal to the
+///   static 1 host × 2 ranks run;
+/// - two of three (the quorum) SIGKILLed mid-run: both agents stop within seconds, naming etcd,
+///   its endpoints and the lost quorum, the workers commit a checkpoint as they stop, and once
+///   the members are back the job resumes from it (`--resume`) and still ends bitwise equal.
+#[test]
+fn a_lost_member_changes_nothing_and_a_lost_quorum_stops_the_job_with_a_whole_checkpoint() {
+    let Some(mut cluster) = EtcdCluster::start("launch_etcd_quorum", 3, Duration::from_secs(30))
+    else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let flags = [
+        "--dataset",
+        "mnist5k",
+        "--epochs",
+        "10",
+        "--batch-size",
+        "16",
+        "--hidden",
+        "128",
+        "--seed",
+        "5",
+        "--json",
+        "--checkpoint-every",
+        "10",
+        "--resume",
+    ];
+    let reference = TempDir::new("launch_etcd_quorum_ref");
+    let mut args = vec!["--nproc-per-node", "2", "--checkpoint-dir", reference.str()];
+    // train_ok gives --json itself.
+    args.extend(flags.iter().filter(|&&f| f != "--json"));
+    let want = train_summaries(&train_ok(&args, DEADLINE).stdout);
+    assert_eq!(want.len(), 2);
+    let job = |id: &str, dir: &TempDir| -> Vec<Running> {
+        (0..2)
+            .map(|_| {
+                let mut c = phalanx();
+                c.arg("train")
+                    .args(["--rdzv-backend", "etcd", "--rdzv-endpoint", &eps])
+                    .args(["--rdzv-id", id, "--nnodes", "2", "--nproc-per-node", "1"])
+                    .args(flags)
+                    .args(["--checkpoint-dir", dir.str()])
+                    .env("PHALANX_TOKEN", TOKEN)
+                    .env("PHALANX_TIMEOUT", "30s");
+                start(c)
+            })
+            .collect()
+    };
+    let wait_for_step = |dir: &TempDir, step: u64| {
+        let begin = Instant::now();
+        while newest_step(dir.path()) < step {
+            assert!(begin.elapsed() < DEADLINE, "no checkpoint at step {step}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let digests = |nodes: Vec<Finished>| -> Vec<String> {
+        let mut out = Vec::new();
+        for f in nodes {
+            assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+            out.extend(train_summaries(&f.stdout).into_iter().map(|s| s.2));
+        }
+        out
+    };
+
+    // One member lost mid-run.
+    let one = TempDir::new("launch_etcd_member_lost");
+    let agents = job("member-lost", &one);
+    wait_for_step(&one, 20);
+    cluster.kill(0);
+    let got = digests(agents.into_iter().map(|a| a.wait(DEADLINE)).collect());
+    assert_eq!(
+        got,
+        vec![want[0].2.clone(), want[0].2.clone()],
+        "member lost"
+    );
+
+    // The quorum lost mid-run (member 0 back first: three members, two of them killed).
+    cluster.restart(0);
+    cluster.wait_ready(Duration::from_secs(30));
+    let two = TempDir::new("launch_etcd_quorum_lost");
+    let agents = job("quorum-lost", &two);
+    wait_for_step(&two, 20);
+    cluster.kill(1);
+    cluster.kill(2);
+    let killed = Instant::now();
+    let stopped: Vec<Finished> = agents.into_iter().map(|a| a.wait(DEADLINE)).collect();
+    let took = killed.elapsed();
+    for f in &stopped {
+        assert_ne!(f.code(), Some(0), "{}", f.stderr);
+        assert!(
+            f.stderr.contains("lost the job's store in etcd")
+                && f.stderr.contains(&eps)
+                && f.stderr.contains("lost its quorum"),
+            "{}",
+            f.stderr
+        );
+    }
+    assert!(
+        stopped
+            .iter()
+            .any(|f| f.stderr.contains("checkpoint") && f.stderr.contains("committed")),
+        "no checkpoint committed as the workers stopped:\n{}\n{}",
+        stopped[0].stderr,
+        stopped[1].stderr
+    );
+    assert!(took < Duration::from_secs(15), "stopped {took:?} after");
+    let at = newest_step(two.path());
+    eprintln!("quorum lost: both agents stopped {took:?} after the kill, checkpoint at step {at}");
+
+    // The members come back; the job resumes from that checkpoint and ends as the reference.
+    cluster.restart(1);
+    cluster.restart(2);
+    cluster.wait_ready(Duration::from_secs(30));
+    let resumed: Vec<Finished> = job("quorum-back", &two)
+        .into_iter()
+        .map(|a| a.wait(DEADLINE))
+        .collect();
+    let from = format!("{{\"event\":\"resumed\",\"global_step\":{at},");
+    assert!(
+        resumed.iter().any(|f| f.stdout.contains(&from)),
+        "not resumed from step {at}:\n{}\n{}",
+        resumed[0].stdout,
+        resumed[1].stdout
+    );
+    let got = digests(resumed);
+    assert_eq!(got, vec![want[0].2.clone(), want[0].2.clone()], "resumed");
+}

@@ -295,13 +295,24 @@ impl<'a> Agent<'a> {
 impl Drop for Agent<'_> {
     /// Gives back the node rank taken on arrival, through the control handle (bounded to
     /// `CONTROL_TIMEOUT`; nothing when node 0's store is lost), so that an agent whose job
-    /// failed does not wait out the rendezvous timeout on its way out.
+    /// failed does not wait out the rendezvous timeout on its way out; under etcd, counts
+    /// itself out (the last one out removes the job's keys) unless etcd stopped answering.
     fn drop(&mut self) {
         if let (Some((k, me)), Some(store)) = (&self.arrival, self.coord.store()) {
             rdzv::give_back_node_rank(store, *k, me);
         }
         if let Some(store) = &self.etcd {
-            rdzv::etcd::leave(store);
+            // A cluster that stopped answering (its quorum lost) would hold every call for
+            // PHALANX_TIMEOUT: the keys stay, and the agent says how to remove them.
+            match self.coord.store() {
+                Some(_) => rdzv::etcd::leave(&store.with_timeout(CONTROL_TIMEOUT * 2)),
+                None => eprintln!(
+                    "phalanx launch: etcd does not answer: the job's keys stay under {} \
+                     (`etcdctl del --prefix {}` removes them)",
+                    store.prefix(),
+                    store.prefix()
+                ),
+            }
         }
     }
 }

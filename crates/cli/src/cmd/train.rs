@@ -804,6 +804,14 @@ impl Reporter for Console {
     }
 
     fn resumed(&mut self, m: &Meta) {
+        if self.json && self.rank == 0 {
+            print_json(&ResumedLine {
+                event: "resumed",
+                global_step: m.global_step,
+                epoch: m.epoch + 1,
+                step_in_epoch: m.step_in_epoch,
+            });
+        }
         if !self.json {
             // The ranks that wrote it: a cut model's pieces come from every rank of the world,
             // while `world_size` counts the data-parallel ranks the position is sharded over.
@@ -941,6 +949,15 @@ struct RegroupedLine {
     source: usize,
     global_step: u64,
     seconds: f64,
+}
+
+/// `--json`'s line when training resumed from a checkpoint (rank 0).
+#[derive(serde::Serialize)]
+struct ResumedLine {
+    event: &'static str,
+    global_step: u64,
+    epoch: u64,
+    step_in_epoch: u64,
 }
 
 /// `--json`'s line per epoch (rank 0).
