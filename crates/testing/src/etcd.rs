@@ -1,5 +1,6 @@
-//! Real etcd clusters in tests: `etcd` members on loopback, each a process of its own with
-//! its data in a temporary folder, killed when the cluster is dropped and, should the test
+//! Real etcd clusters in tests: `etcd` members on loopback, or one in each of a test's network
+//! namespace hosts ([`EtcdCluster::start_in`]), each a process of its own with its data in a
+//! temporary folder, killed when the cluster is dropped and, should the test
 //! process die first, by the kernel (`PR_SET_PDEATHSIG`, armed from a thread that lives as long
 //! as the process).
 //!
@@ -19,6 +20,10 @@ use crate::process::{free_port, say, TempDir};
 /// One member of a cluster.
 pub struct Member {
     pub name: String,
+    /// The address it listens on: 127.0.0.1, or its host's in a network namespace.
+    pub ip: String,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    pub netns: Option<String>,
     pub client_port: u16,
     pub peer_port: u16,
     child: Option<Child>,
@@ -54,6 +59,8 @@ impl EtcdCluster {
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
+                ip: "127.0.0.1".into(),
+                netns: None,
                 client_port: free_port(),
                 peer_port: free_port(),
                 child: None,
@@ -67,10 +74,41 @@ impl EtcdCluster {
         Some(cluster)
     }
 
+    /// Starts one member in each network namespace host of `hosts` (namespace, address), on
+    /// etcd's own ports (each host is its own network), and waits until the cluster has a
+    /// leader, at most `deadline`; `None` when `etcd` is not installed. The test process is
+    /// outside those networks: readiness is checked with `etcdctl` from inside the first host.
+    pub fn start_in(
+        test: &str,
+        hosts: &[(String, String)],
+        deadline: Duration,
+    ) -> Option<EtcdCluster> {
+        etcd_binary(test)?;
+        let dir = TempDir::new(&format!("etcd-{test}"));
+        let members: Vec<Member> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, (ns, ip))| Member {
+                name: format!("m{i}"),
+                ip: ip.clone(),
+                netns: Some(ns.clone()),
+                client_port: 2379,
+                peer_port: 2380,
+                child: None,
+            })
+            .collect();
+        let mut cluster = EtcdCluster { members, dir };
+        for i in 0..hosts.len() {
+            cluster.spawn(i, "new");
+        }
+        cluster.wait_ready(deadline);
+        Some(cluster)
+    }
+
     fn initial_cluster(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}=http://{}:{}", m.name, m.ip, m.peer_port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -87,20 +125,30 @@ impl EtcdCluster {
         let m = &self.members[i];
         let data = self.dir.path().join(&m.name);
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
-        let mut cmd = Command::new("etcd");
+        let client = format!("http://{}:{}", m.ip, m.client_port);
+        let peer = format!("http://{}:{}", m.ip, m.peer_port);
+        let mut cmd = match &m.netns {
+            // `ip netns exec` execs etcd: the child's pid is the member's.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "etcd"]);
+                c
+            }
+            None => Command::new("etcd"),
+        };
         cmd.args([
             "--name",
             &m.name,
             "--data-dir",
             data.to_str().unwrap(),
             "--listen-client-urls",
-            &format!("http://127.0.0.1:{}", m.client_port),
+            &client,
             "--advertise-client-urls",
-            &format!("http://127.0.0.1:{}", m.client_port),
+            &client,
             "--listen-peer-urls",
-            &format!("http://127.0.0.1:{}", m.peer_port),
+            &peer,
             "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{}", m.peer_port),
+            &peer,
             "--initial-cluster",
             &initial,
             "--initial-cluster-state",
@@ -127,7 +175,7 @@ impl EtcdCluster {
     pub fn endpoints(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .map(|m| format!("{}:{}", m.ip, m.client_port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -142,6 +190,9 @@ impl EtcdCluster {
     /// Waits until a write through the cluster succeeds; panics with the members' logs after
     /// `deadline`.
     pub fn wait_ready(&self, deadline: Duration) {
+        if let Some(ns) = self.members[0].netns.clone() {
+            return self.wait_ready_in(&ns, deadline);
+        }
         let end = Instant::now() + deadline;
         let mut o = EtcdOptions::new(&self.endpoints(), "ready").unwrap();
         loop {
@@ -159,6 +210,29 @@ impl EtcdCluster {
                     )
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// [`wait_ready`](Self::wait_ready) from inside host `ns`, with `etcdctl`.
+    fn wait_ready_in(&self, ns: &str, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        loop {
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "etcdctl", "--dial-timeout", "1s"])
+                .args(["--command-timeout", "2s", "--endpoints", &self.endpoints()])
+                .args(["put", "/ready", "1"])
+                .env("ETCDCTL_API", "3")
+                .output();
+            match out {
+                Ok(o) if o.status.success() => return,
+                Ok(o) if Instant::now() >= end => panic!(
+                    "etcd cluster not ready after {deadline:?}: {}\n{}",
+                    String::from_utf8_lossy(&o.stderr),
+                    self.logs()
+                ),
+                Err(e) => panic!("etcdctl (apt-get install etcd-client): {e}"),
+                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
     }

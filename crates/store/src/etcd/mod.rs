@@ -231,11 +231,23 @@ impl EtcdStore {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let timeout = self.timeout();
+        // A member cut off by a partition refuses nothing: a request sent its way just gets no
+        // answer. Bounding each attempt lets the next one go to another member (the channel
+        // picks the least loaded of two, and the hung request loads that one), where one
+        // attempt would wait out the whole timeout.
+        let attempt = (timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(2));
         let last = Mutex::new(None::<String>);
         let attempts = async {
             loop {
                 self.inner.requests.fetch_add(1, Ordering::Relaxed);
-                match f(self.inner.client.kv_client()).await {
+                let answer = tokio::time::timeout(attempt, f(self.inner.client.kv_client())).await;
+                let answer = answer.unwrap_or_else(|_| {
+                    Err(etcd_client::Error::IoError(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer from the member within {attempt:?}"),
+                    )))
+                });
+                match answer {
                     Err(e) if not_carried_out(&e) || (again_if_unsure && unsure(&e)) => {
                         *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                         tokio::time::sleep(Duration::from_millis(20)).await
@@ -613,7 +625,7 @@ fn not_carried_out(e: &etcd_client::Error) -> bool {
 
 /// Whether `e` leaves open whether the request landed: a proposal in flight when the leader
 /// changed, a member that timed out waiting for the commit, a connection that broke after
-/// sending.
+/// sending, a member that did not answer an attempt in time.
 fn unsure(e: &etcd_client::Error) -> bool {
     let text = format!("{e:?}");
     [
@@ -625,6 +637,8 @@ fn unsure(e: &etcd_client::Error) -> bool {
         "h2 protocol error",
         "connection reset",
         "broken pipe",
+        // An attempt that got no answer in time (`request`): a member cut off, or slow.
+        "TimedOut",
     ]
     .iter()
     .any(|m| text.contains(m))

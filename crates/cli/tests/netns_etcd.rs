@@ -1,0 +1,195 @@
+//! `--rdzv-backend etcd` across three network-namespace hosts, each running an etcd member and
+//! a node agent (`--nnodes 2:3 --fault-tolerance`), as a cluster of three machines would:
+//! - **a host lost**: every process of node 0's host SIGKILLed at once (its agent, its worker,
+//!   its etcd member); the other two go on and finish with equal replicas;
+//! - **a partition**: node 2's host cut off the network (its link taken down). Its side of
+//!   etcd has no quorum, so it can write nothing into the job: it stops, naming etcd, while the
+//!   other two go on without it (no split brain).
+
+mod launch_util;
+mod netns_util;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use launch_util::*;
+use netns_util::{Hosts, Net, Node};
+use phalanx_testing::etcd::EtcdCluster;
+
+/// Three hosts, an etcd member on each, and an agent on each running `phalanx train`.
+struct Drill {
+    hosts: Hosts,
+    _cluster: EtcdCluster,
+    nodes: Vec<Node>,
+    _logs: TempDir,
+    begin: Instant,
+}
+
+impl Drill {
+    fn start(test: &str) -> Option<Drill> {
+        phalanx_testing::etcd::etcd_binary(test)?;
+        let hosts = Hosts::up(test, 3, &Net::default())?;
+        let at: Vec<(String, String)> = (0..3).map(|i| (hosts.ns(i), hosts.addr(i))).collect();
+        let cluster = EtcdCluster::start_in(test, &at, Duration::from_secs(30))?;
+        let eps = cluster.endpoints();
+        let logs = TempDir::new(test);
+        let begin = Instant::now();
+        let nodes = (0..3)
+            .map(|i| {
+                let mut c = hosts.phalanx(i);
+                c.arg("train")
+                    .args(["--rdzv-backend", "etcd", "--rdzv-endpoint", &eps])
+                    .args(["--rdzv-id", "drill", "--nnodes", "2:3"])
+                    .args(["--rdzv-last-call", "3", "--nproc-per-node", "1"])
+                    .args(["--fault-tolerance", "--max-restarts", "1"])
+                    .args([
+                        "--dataset",
+                        "mnist5k",
+                        "--epochs",
+                        "4",
+                        "--batch-size",
+                        "16",
+                    ])
+                    .args(["--hidden", "256", "--json"]);
+                Node::start(c, logs.path(), i)
+            })
+            .collect::<Vec<_>>();
+        for n in &nodes {
+            netns_util::wait_for(n, "round 0: nodes [0, 1, 2]", begin);
+        }
+        // Training runs: a second of steps.
+        std::thread::sleep(Duration::from_secs(1));
+        Some(Drill {
+            hosts,
+            _cluster: cluster,
+            nodes,
+            _logs: logs,
+            begin,
+        })
+    }
+
+    /// The host (index) whose agent took node rank `g`.
+    fn host_of(&self, g: u32) -> usize {
+        let me = format!("this is node {g}");
+        self.nodes
+            .iter()
+            .position(|n| n.stderr().contains(&me))
+            .expect("every node rank is taken")
+    }
+
+    /// Waits for every agent; returns the survivors' summaries and stderr, and the exit code
+    /// and stderr of `except`'s.
+    fn finish(self, except: usize) -> Finish {
+        let (mut out, mut err, mut lost) = (String::new(), String::new(), (None, String::new()));
+        for (i, n) in self.nodes.into_iter().enumerate() {
+            let (code, o, e) = n.wait(self.begin);
+            if i == except {
+                lost = (code, e);
+                continue;
+            }
+            assert_eq!(code, Some(0), "host {i}:\n{e}");
+            out.push_str(&o);
+            err.push_str(&e);
+        }
+        (train_summaries(&out), err, lost)
+    }
+}
+
+/// What [`Drill::finish`] gives: the survivors' summaries and stderr, and the lost agent's
+/// exit code and stderr.
+type Finish = (Vec<(u64, f64, String)>, String, (Option<i32>, String));
+
+/// The number after `marker` in `text`.
+fn number_after(text: &str, marker: &str) -> Option<f64> {
+    let at = text.find(marker)? + marker.len();
+    text[at..].split(' ').next()?.parse().ok()
+}
+
+#[test]
+fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
+    let Some(drill) = Drill::start("netns_etcd_host") else {
+        return;
+    };
+    let victim = drill.host_of(0);
+    // The host goes: every process in its namespace, at once.
+    let out = Command::new("ip")
+        .args(["netns", "pids", &drill.hosts.ns(victim)])
+        .output()
+        .unwrap();
+    let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(pids.len() >= 3, "agent, worker and etcd member: {pids:?}");
+    for pid in pids {
+        // SAFETY: plain signals to processes this test started in its own namespace.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let (s, err, _) = drill.finish(victim);
+    assert_eq!(s.len(), 2, "{s:?}\n{err}");
+    assert_eq!(s[0].2, s[1].2, "replicas differ\n{err}");
+    assert!(
+        err.contains("node 0 (") && err.contains("the round goes on without it"),
+        "{err}"
+    );
+    assert!(!err.contains("starting attempt"), "no restart: {err}");
+    let noticed = number_after(&err, "link closed without a goodbye ")
+        .unwrap_or_else(|| panic!("not noticed by the link:\n{err}"));
+    let at = err
+        .find("re-formed with ranks")
+        .unwrap_or_else(|| panic!("{err}"));
+    let step = number_after(&err[at..], "completed ").unwrap_or_else(|| panic!("{err}"));
+    // The closing note's bound is 1 s (release); a loaded CI machine gets slack.
+    assert!(
+        noticed + step < 3.0,
+        "next step {:.2} s after the kill\n{err}",
+        noticed + step
+    );
+    eprintln!(
+        "node 0's host lost: noticed after {noticed:.2} s, next step {step:.2} s after that; \
+         accuracy {:.3}",
+        s[0].1
+    );
+}
+
+#[test]
+fn a_partitioned_node_is_fenced_by_etcds_quorum_and_the_others_go_on() {
+    let Some(drill) = Drill::start("netns_etcd_partition") else {
+        return;
+    };
+    let victim = drill.host_of(2);
+    // Its link goes down: nothing closes, nothing reaches it, it reaches nothing.
+    let cut = Command::new("ip")
+        .args(["netns", "exec", &format!("phx-{}-hub", drill.hosts.id)])
+        .args(["ip", "link", "set", &format!("p{victim}"), "down"])
+        .status()
+        .unwrap();
+    assert!(cut.success());
+    let cut_at = Instant::now();
+    let (s, err, (code, lost)) = drill.finish(victim);
+    let took = cut_at.elapsed();
+    assert_eq!(s.len(), 2, "{s:?}\n{err}");
+    assert_eq!(s[0].2, s[1].2, "replicas differ\n{err}");
+    assert!(
+        err.contains("node 2 (") && err.contains("the round goes on without it"),
+        "{err}"
+    );
+    // The cut-off node: its etcd member is in the minority, so every write it tries is
+    // refused, and it stops saying so instead of training on by itself.
+    assert_ne!(code, Some(0), "{lost}");
+    assert!(
+        lost.contains("etcd at ") && !lost.contains("\"event\":\"summary\""),
+        "{lost}"
+    );
+    let line = |text: &str, marker: &str| {
+        text.lines()
+            .find(|l| l.contains(marker))
+            .unwrap_or_default()
+            .to_string()
+    };
+    eprintln!(
+        "node 2 partitioned: the others finished {took:?} after the cut\n  they said: {}\n  it said: {}",
+        line(&err, "node 2 ("),
+        line(&lost, "root cause")
+    );
+}
