@@ -118,9 +118,10 @@ impl Job<'_> {
                 layout.base_rank,
                 layout.base_rank + layout.local_world_size
             );
+            let master = self.master(&a.live)?;
             coord.set_members(a.live);
             let nodes = Nodes::new(round, a.nodes, a.admissions);
-            let end = self.run_layout(coord, round, &layout, nodes, Some(a.first_world))?;
+            let end = self.run_layout(coord, round, &layout, nodes, Some(a.first_world), master)?;
             return Ok((round, end));
         }
         if self.args.dynamic_rounds() {
@@ -139,15 +140,27 @@ impl Job<'_> {
                 &self.claim(),
             );
         }
+        let master = self.master(&members)?;
         coord.set_members(members.clone());
         let nodes = members.iter().copied().zip(layout.sizes.iter().copied());
         let nodes = Nodes::new(round, nodes.collect(), 0);
-        let end = self.run_layout(coord, round, &layout, nodes, None)?;
+        let end = self.run_layout(coord, round, &layout, nodes, None, master)?;
         Ok((round, end))
     }
 
+    /// `MASTER_ADDR`/`MASTER_PORT` for a round of `members`: the job's, or under etcd the
+    /// address the round's first node published, since that node holds the round's rank 0,
+    /// whose process hosts PyTorch's TCPStore (`rdzv/etcd.rs`).
+    fn master(&self, members: &[u32]) -> Result<(String, u16), Error> {
+        match (&self.etcd, members.iter().min()) {
+            (Some(_), Some(&first)) => crate::rdzv::etcd::master_of(&*self.store, first),
+            _ => Ok((self.master_addr.clone(), self.master_port)),
+        }
+    }
+
     /// Runs this node's workers in round `round` until it ends; `joined` is the round's first
-    /// world size when this node was admitted into it while it ran (Note [Admission]).
+    /// world size when this node was admitted into it while it ran (Note [Admission]);
+    /// `master` is the round's `MASTER_ADDR`/`MASTER_PORT`.
     fn run_layout(
         &self,
         coord: &Coordinator,
@@ -155,6 +168,7 @@ impl Job<'_> {
         layout: &Layout,
         mut nodes: Nodes,
         joined: Option<u32>,
+        master: (String, u16),
     ) -> anyhow::Result<End> {
         if self.args.fault_tolerance && self.runs_python() && round == 0 {
             eprintln!(
@@ -175,8 +189,8 @@ impl Job<'_> {
             .map(|d| d.join(&self.run_id).join(format!("attempt_{round}")));
         let job = JobEnv {
             run_id: self.run_id.clone(),
-            master_addr: self.master_addr.clone(),
-            master_port: self.master_port,
+            master_addr: master.0,
+            master_port: master.1,
             token_hex: self.token_hex.clone(),
             round,
             max_restarts: self.args.max_restarts,

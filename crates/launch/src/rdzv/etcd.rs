@@ -8,14 +8,18 @@
 //! reach etcd themselves, `PHALANX_ETCD_*`), heartbeats, errors and status. Besides them:
 //! - `rdzv/etcd/job`: a digest of the job's token, so that two jobs given one `--rdzv-id` are
 //!   told apart (the second is refused with a sentence);
-//! - `rdzv/etcd/master`: where the PyTorch workers' TCPStore is (below);
+//! - `rdzv/etcd/master/<node rank>`: where the PyTorch workers' TCPStore is when that node
+//!   holds a round's rank 0 (below);
 //! - `rdzv/etcd/agents` and `rdzv/etcd/out`: agents in and out; the last one out removes the
 //!   job's keys.
 //!
 //! PyTorch programs: `init_process_group("env://")` needs a TCPStore at
 //! `MASTER_ADDR:MASTER_PORT`. As under torchrun's etcd backend, the workers are not told to use
-//! an agent's store (`TORCHELASTIC_USE_AGENT_STORE` is unset), so rank 0's process hosts it, at
-//! a free port of the first node to arrive (node 0), published in `rdzv/etcd/master`.
+//! an agent's store (`TORCHELASTIC_USE_AGENT_STORE` is unset), so rank 0's process hosts it.
+//! Every agent reserves a free port of its own host on arrival and publishes it in
+//! `rdzv/etcd/master/<node rank>`; each round's workers get the address of the round's first
+//! node, which holds its rank 0. So when node 0's host is lost, the round `--max-restarts`
+//! starts without it has its TCPStore on node 1 (Note [No node is special] in `round.rs`).
 //!
 //! ```
 //! use phalanx_launch::RdzvBackend;
@@ -35,7 +39,10 @@ use super::RdzvConf;
 use crate::Error;
 
 const JOB: &str = "rdzv/etcd/job";
-const MASTER: &str = "rdzv/etcd/master";
+/// `rdzv/etcd/master/<node rank>`: that node's address and port for the PyTorch TCPStore.
+fn master_key(node: u32) -> String {
+    format!("rdzv/etcd/master/{node}")
+}
 const AGENTS: &str = "rdzv/etcd/agents";
 const OUT: &str = "rdzv/etcd/out";
 
@@ -48,7 +55,8 @@ pub(crate) struct EtcdMeeting {
     /// The node rank taken on arrival, and the identity that holds it.
     pub(crate) node_rank: u32,
     pub(crate) me: String,
-    /// `MASTER_ADDR`/`MASTER_PORT` of the PyTorch workers' TCPStore.
+    /// This node's `MASTER_ADDR`/`MASTER_PORT` for the PyTorch workers' TCPStore, used in
+    /// the rounds whose rank 0 it holds ([`master_of`]).
     pub(crate) master: (String, u16),
     /// This node's address for the others (`--local-addr`, else the one it reaches etcd from).
     pub(crate) address: IpAddr,
@@ -164,32 +172,19 @@ pub(crate) fn meet(
             })?,
         None => address_towards(&options.endpoints[0]),
     };
-    let master = if node_rank == 0 {
-        let ip = address.to_string();
-        let port = std::net::TcpListener::bind((ip.as_str(), 0))
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| Error::Bind {
-                addr: format!("{ip}:0"),
-                reason: format!("no free port for the PyTorch workers' store: {e}"),
-            })?;
-        let text = format!("{ip} {port}");
-        // A node 0 that came back keeps the first one's address: the other nodes read it once.
-        store
-            .compare_set(MASTER, b"", text.as_bytes())
-            .map_err(unreachable)?
-    } else {
-        store.get(MASTER).map_err(unreachable)?
-    };
-    let master = String::from_utf8_lossy(&master).into_owned();
-    let master = master
-        .split_once(' ')
-        .and_then(|(a, p)| Some((a.to_string(), p.parse().ok()?)))
-        .ok_or_else(|| Error::Store {
-            op: "get",
-            key: MASTER.into(),
-            reason: format!("{master:?} is not `ADDR PORT`"),
+    let ip = address.to_string();
+    let port = std::net::TcpListener::bind((ip.as_str(), 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::Bind {
+            addr: format!("{ip}:0"),
+            reason: format!("no free port for the PyTorch workers' store: {e}"),
         })?;
+    // A node that came back under the same rank replaces its old address.
+    store
+        .set(&master_key(node_rank), format!("{ip} {port}").as_bytes())
+        .map_err(unreachable)?;
+    let master = (ip, port);
     eprintln!(
         "phalanx launch: etcd rendezvous at {} (job {job}): this is node {node_rank}",
         options.endpoints_text()
@@ -203,6 +198,23 @@ pub(crate) fn meet(
         address,
         options,
     })
+}
+
+/// `MASTER_ADDR`/`MASTER_PORT` for a round whose rank 0 is on node `node`: the address that
+/// node published on arrival.
+pub(crate) fn master_of(store: &dyn Store, node: u32) -> Result<(String, u16), Error> {
+    let key = master_key(node);
+    let text = store
+        .get(&key)
+        .map_err(|e| crate::rendezvous::store_err("get", &key, e))?;
+    let text = String::from_utf8_lossy(&text).into_owned();
+    text.split_once(' ')
+        .and_then(|(a, p)| Some((a.to_string(), p.parse().ok()?)))
+        .ok_or_else(|| Error::Store {
+            op: "get",
+            key,
+            reason: format!("{text:?} is not `ADDR PORT`"),
+        })
 }
 
 /// Counts this agent out; the last agent out removes the job's keys (best effort: a cluster
