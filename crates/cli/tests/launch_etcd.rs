@@ -653,3 +653,50 @@ fn a_lost_member_changes_nothing_and_a_lost_quorum_stops_the_job_with_a_whole_ch
     let got = digests(resumed);
     assert_eq!(got, vec![want[0].2.clone(), want[0].2.clone()], "resumed");
 }
+
+/// A cluster that wants TLS and client certificates (as Kubernetes' etcd does): the agents
+/// and their workers reach it with `--rdzv-conf cacert=…,cert=…,key=…`, the workers through
+/// `PHALANX_ETCD_CACERT`, `PHALANX_ETCD_CERT` and `PHALANX_ETCD_KEY`.
+#[test]
+fn two_agents_train_through_a_tls_cluster_with_client_certificates() {
+    let files = TempDir::new("launch_etcd_tls_files");
+    let Some(tls) = phalanx_testing::etcd::Tls::make("launch_etcd_tls", files.path()) else {
+        return;
+    };
+    let Some(cluster) = EtcdCluster::start_tls("launch_etcd_tls", 3, &tls, Duration::from_secs(30))
+    else {
+        return;
+    };
+    let conf = format!(
+        "cacert={},cert={},key={}",
+        tls.ca.display(),
+        tls.client_cert.display(),
+        tls.client_key.display()
+    );
+    let eps = cluster.endpoints();
+    let agents: Vec<Running> = (0..2)
+        .map(|_| start(etcd_node(&eps, "tls-job", TOKEN, &["--rdzv-conf", &conf])))
+        .collect();
+    let nodes: Vec<Finished> = agents.into_iter().map(|a| a.wait(DEADLINE)).collect();
+    let mut digests = Vec::new();
+    for f in &nodes {
+        assert_eq!(f.code(), Some(0), "{}\n{}", f.stdout, f.stderr);
+        digests.extend(train_summaries(&f.stdout).into_iter().map(|s| s.2));
+    }
+    assert_eq!(digests.len(), 2);
+    assert_eq!(digests[0], digests[1]);
+    // Without the client certificate the members refuse the agent, and it says what to give.
+    let f = start(etcd_node(
+        &eps,
+        "tls-job-2",
+        TOKEN,
+        &["--rdzv-conf", &format!("cacert={}", tls.ca.display())],
+    ))
+    .wait(DEADLINE);
+    assert_ne!(f.code(), Some(0));
+    assert!(
+        f.stderr.contains("refused this client's certificate") && f.stderr.contains(&eps),
+        "{}",
+        f.stderr
+    );
+}

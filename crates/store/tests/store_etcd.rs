@@ -170,3 +170,56 @@ fn waiting_for_many_keys_reads_them_in_batches_and_watches_once() {
         );
     })
 }
+
+/// A cluster that serves clients over TLS and wants their certificates (as Kubernetes' etcd
+/// does): a client with the CA and its certificate works; one that trusts another CA, or shows
+/// no certificate, is refused with a sentence naming etcd and its endpoints.
+#[test]
+fn a_tls_cluster_takes_a_client_certificate_and_names_a_wrong_one() {
+    with_deadline(120, || {
+        let dir = phalanx_testing::process::TempDir::new("etcd_tls_files");
+        let Some(tls) = phalanx_testing::etcd::Tls::make("etcd_tls", dir.path()) else {
+            return;
+        };
+        let Some(cluster) = EtcdCluster::start_tls("etcd_tls", 3, &tls, Duration::from_secs(30))
+        else {
+            return;
+        };
+        let store = cluster.store("tls");
+        store.set("k", b"over TLS").unwrap();
+        assert_eq!(store.get("k").unwrap(), b"over TLS");
+        assert_eq!(store.add("n", 2).unwrap(), 2);
+
+        let refused = |o: EtcdOptions, what: &str| {
+            let mut o = o;
+            o.connect_timeout = Duration::from_secs(3);
+            let t = Instant::now();
+            let e = EtcdStore::connect(&o)
+                .and_then(|s| {
+                    s.set_timeout(Duration::from_secs(3));
+                    s.set("k", b"x")
+                })
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("etcd at ") && e.contains(&cluster.endpoints()),
+                "{what}: {e}"
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{what}: {:?}",
+                t.elapsed()
+            );
+            eprintln!("{what}: {e}");
+            e
+        };
+        let mut wrong_ca = cluster.options("tls");
+        wrong_ca.cacert = Some(tls.other_ca.clone());
+        let e = refused(wrong_ca, "a CA that did not sign the members");
+        assert!(e.contains("not signed by the CA this client trusts"), "{e}");
+        let mut no_cert = cluster.options("tls");
+        no_cert.identity = None;
+        let e = refused(no_cert, "no client certificate");
+        assert!(e.contains("refused this client's certificate"), "{e}");
+    })
+}

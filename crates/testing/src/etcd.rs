@@ -33,6 +33,109 @@ pub struct Member {
 pub struct EtcdCluster {
     pub members: Vec<Member>,
     dir: TempDir,
+    /// Clients must speak TLS and show a certificate ([`EtcdCluster::start_tls`]).
+    tls: Option<Tls>,
+}
+
+/// PEM files of a test certificate authority, a server certificate for 127.0.0.1 and a
+/// client certificate, all signed by it; and a second authority that signed nothing here.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub ca: std::path::PathBuf,
+    pub server_cert: std::path::PathBuf,
+    pub server_key: std::path::PathBuf,
+    pub client_cert: std::path::PathBuf,
+    pub client_key: std::path::PathBuf,
+    pub other_ca: std::path::PathBuf,
+}
+
+impl Tls {
+    /// Makes the files in `dir` with the `openssl` command (P-256 keys, valid a day), or
+    /// `None` after saying why the test skips.
+    pub fn make(test: &str, dir: &std::path::Path) -> Option<Tls> {
+        let f = |name: &str| dir.join(name);
+        let openssl = |args: &[&str]| -> bool {
+            Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (k, c, subj) = (
+                format!("{ca}.key"),
+                format!("{ca}.crt"),
+                format!("/CN=phalanx {ca}"),
+            );
+            let mut args = vec!["req", "-x509", "-days", "1", "-subj", &subj];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &c]);
+            if !openssl(&args) {
+                say(&format!(
+                    "SKIPPED {test}: `openssl` could not make a test CA (apt-get install openssl)"
+                ));
+                return None;
+            }
+        }
+        for (who, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+            let (k, csr, c) = (
+                format!("{who}.key"),
+                format!("{who}.csr"),
+                format!("{who}.crt"),
+            );
+            let ext = format!("{who}.ext");
+            std::fs::write(
+                f(&ext),
+                format!("subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n"),
+            )
+            .ok()?;
+            let subj = format!("/CN={who}");
+            let mut args = vec!["req", "-subj", &subj];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &csr]);
+            let signed = openssl(&args)
+                && openssl(&[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "1",
+                    "-extfile",
+                    &ext,
+                    "-out",
+                    &c,
+                ]);
+            if !signed {
+                say(&format!(
+                    "SKIPPED {test}: `openssl` could not sign a test certificate"
+                ));
+                return None;
+            }
+        }
+        Some(Tls {
+            ca: f("ca.crt"),
+            server_cert: f("server.crt"),
+            server_key: f("server.key"),
+            client_cert: f("client.crt"),
+            client_key: f("client.key"),
+            other_ca: f("other-ca.crt"),
+        })
+    }
 }
 
 /// The `etcd` binary, or `None` after saying why the test skips.
@@ -54,6 +157,22 @@ impl EtcdCluster {
     /// Starts `n` members on 127.0.0.1 and waits until the cluster has a leader, at most
     /// `deadline`; `None` (the test skips) when `etcd` is not installed.
     pub fn start(test: &str, n: usize, deadline: Duration) -> Option<EtcdCluster> {
+        Self::start_on_loopback(test, n, None, deadline)
+    }
+
+    /// [`start`](Self::start), with clients served over TLS only, each required to show a
+    /// certificate signed by `tls.ca` (`--client-cert-auth`); the members talk to each other
+    /// in the clear.
+    pub fn start_tls(test: &str, n: usize, tls: &Tls, deadline: Duration) -> Option<EtcdCluster> {
+        Self::start_on_loopback(test, n, Some(tls), deadline)
+    }
+
+    fn start_on_loopback(
+        test: &str,
+        n: usize,
+        tls: Option<&Tls>,
+        deadline: Duration,
+    ) -> Option<EtcdCluster> {
         etcd_binary(test)?;
         let dir = TempDir::new(&format!("etcd-{test}"));
         let members: Vec<Member> = (0..n)
@@ -66,12 +185,27 @@ impl EtcdCluster {
                 child: None,
             })
             .collect();
-        let mut cluster = EtcdCluster { members, dir };
+        let mut cluster = EtcdCluster {
+            members,
+            dir,
+            tls: tls.cloned(),
+        };
         for i in 0..n {
             cluster.spawn(i, "new");
         }
         cluster.wait_ready(deadline);
         Some(cluster)
+    }
+
+    /// Options for a client of job `job`'s keys (with the TLS files, if the cluster wants
+    /// them).
+    pub fn options(&self, job: &str) -> EtcdOptions {
+        let mut o = EtcdOptions::new(&self.endpoints(), job).unwrap();
+        if let Some(t) = &self.tls {
+            o.cacert = Some(t.ca.clone());
+            o.identity = Some((t.client_cert.clone(), t.client_key.clone()));
+        }
+        o
     }
 
     /// Starts one member in each network namespace host of `hosts` (namespace, address), on
@@ -97,7 +231,11 @@ impl EtcdCluster {
                 child: None,
             })
             .collect();
-        let mut cluster = EtcdCluster { members, dir };
+        let mut cluster = EtcdCluster {
+            members,
+            dir,
+            tls: None,
+        };
         for i in 0..hosts.len() {
             cluster.spawn(i, "new");
         }
@@ -125,7 +263,8 @@ impl EtcdCluster {
         let m = &self.members[i];
         let data = self.dir.path().join(&m.name);
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
-        let client = format!("http://{}:{}", m.ip, m.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://{}:{}", m.ip, m.client_port);
         let peer = format!("http://{}:{}", m.ip, m.peer_port);
         let mut cmd = match &m.netns {
             // `ip netns exec` execs etcd: the child's pid is the member's.
@@ -167,6 +306,15 @@ impl EtcdCluster {
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
+        if let Some(t) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&t.server_cert)
+                .arg("--key-file")
+                .arg(&t.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&t.ca)
+                .arg("--client-cert-auth");
+        }
         let child = spawn_tied(cmd);
         self.members[i].child = Some(child);
     }
@@ -182,7 +330,7 @@ impl EtcdCluster {
 
     /// A client of job `job`'s keys.
     pub fn store(&self, job: &str) -> EtcdStore {
-        let mut o = EtcdOptions::new(&self.endpoints(), job).unwrap();
+        let mut o = self.options(job);
         o.connect_timeout = Duration::from_secs(20);
         EtcdStore::connect(&o).unwrap()
     }
@@ -194,7 +342,7 @@ impl EtcdCluster {
             return self.wait_ready_in(&ns, deadline);
         }
         let end = Instant::now() + deadline;
-        let mut o = EtcdOptions::new(&self.endpoints(), "ready").unwrap();
+        let mut o = self.options("ready");
         loop {
             o.connect_timeout = end
                 .saturating_duration_since(Instant::now())

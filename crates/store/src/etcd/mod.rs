@@ -125,7 +125,7 @@ impl EtcdStore {
             match attempt {
                 Ok(client) => break client,
                 // A wrong password or certificate will not get better by waiting.
-                Err(e) if is_refusal(&e) => return Err(fail("connect", e)),
+                Err(e) if is_refusal(&e) => return Err(fail("connect", refusal_hint(e))),
                 Err(e) if Instant::now() >= deadline => {
                     return Err(fail(
                         "connect",
@@ -664,6 +664,24 @@ fn is_refusal(e: &str) -> bool {
     ]
     .iter()
     .any(|m| e.contains(m))
+}
+
+/// A refusal in words a user can act on, before the client's own (`e`).
+fn refusal_hint(e: String) -> String {
+    let l = e.to_ascii_lowercase();
+    let hint = if l.contains("invalid peer certificate") {
+        "the members' certificate is not signed by the CA this client trusts (--rdzv-conf \
+         cacert=…, PHALANX_ETCD_CACERT), or does not name the address dialled"
+    } else if ["badcertificate", "certificaterequired", "unknownca"]
+        .iter()
+        .any(|m| l.contains(m))
+    {
+        "the members refused this client's certificate: they want one signed by their CA \
+         (--rdzv-conf cert=…,key=…, PHALANX_ETCD_CERT and PHALANX_ETCD_KEY)"
+    } else {
+        return e;
+    };
+    format!("{hint}; etcd's client said: {e}")
 }
 
 fn tls(o: &EtcdOptions) -> std::result::Result<TlsOptions, String> {
