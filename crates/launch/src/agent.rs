@@ -48,11 +48,14 @@ impl<'a> Agent<'a> {
     /// Hosts the store (node 0), connects to it (other nodes) or to etcd, as the rendezvous
     /// flags say (`rdzv/`).
     pub(crate) fn start(
-        args: &LaunchArgs,
+        args: &'a LaunchArgs,
         program: &'a [OsString],
         signature: String,
     ) -> anyhow::Result<Self> {
-        let mut args = args.clone();
+        // Note [A launch plan resolved once]: the flags stay as given; what the rendezvous
+        // decides (the node rank taken on arrival) and what `--rdzv-conf` overrides are the
+        // job's own fields, not rewritten flags.
+        let mut node_rank = args.node_rank();
         let timeout = match args.rdzv_conf.join_timeout {
             Some(t) => t,
             None => Timeout::from_env()?,
@@ -60,9 +63,7 @@ impl<'a> Agent<'a> {
         for note in args.rdzv_conf.unused_notes() {
             eprintln!("phalanx launch: {note}");
         }
-        if let Some(last_call) = args.rdzv_conf.last_call {
-            args.rdzv_last_call = last_call;
-        }
+        let last_call = args.rdzv_conf.last_call.unwrap_or(args.rdzv_last_call);
         let token = if args.nnodes.max > 1 {
             let t = Auth::from_env().token;
             if t.is_empty() {
@@ -144,7 +145,7 @@ impl<'a> Agent<'a> {
                 args.local_addr.as_deref(),
                 CONTROL_TIMEOUT,
             )?;
-            args.node_rank = Some(m.node_rank);
+            node_rank = m.node_rank;
             arrival = Some((m.node_rank, m.me.clone()));
             master_addr = m.master.0.clone();
             let store: Arc<dyn Store> = Arc::new(m.store.clone());
@@ -164,7 +165,7 @@ impl<'a> Agent<'a> {
             let port = addr.port();
             let store: Arc<dyn Store> = Arc::new(server.local_store());
             if meeting.ranks_on_arrival {
-                args.node_rank = Some(0);
+                node_rank = 0;
             }
             (Some(server), store.clone(), store, port)
         } else {
@@ -186,7 +187,7 @@ impl<'a> Agent<'a> {
                 let me = format!("{host} {nonce}");
                 let k = rdzv::take_node_rank(&store, 1, args.nnodes.max, &me, timeout)?;
                 eprintln!("phalanx launch: c10d rendezvous at {addr}: this is node {k}");
-                args.node_rank = Some(k);
+                node_rank = k;
                 arrival = Some((k, me));
             }
             (None, Arc::new(store), Arc::new(ctl), requested)
@@ -198,7 +199,7 @@ impl<'a> Agent<'a> {
         let mut coord = Coordinator::new(
             ctl.clone(),
             args.nnodes.max,
-            args.node_rank(),
+            node_rank,
             host.clone(),
             timeout,
             args.monitor_interval,
@@ -206,7 +207,7 @@ impl<'a> Agent<'a> {
         // Under etcd any node may be lost, node 0 included: links tell the others at once
         // (Note [Agent links]).
         if let Some(m) = &etcd {
-            match Links::start(&*ctl, args.node_rank(), m.address) {
+            match Links::start(&*ctl, node_rank, m.address) {
                 Ok(links) => coord = coord.with_links(links),
                 Err(e) => eprintln!(
                     "phalanx launch: no link to the other agents ({e}); a lost node is noticed \
@@ -216,6 +217,8 @@ impl<'a> Agent<'a> {
         }
         let job = Job {
             args,
+            node_rank,
+            last_call,
             program,
             signature,
             run_id,

@@ -65,9 +65,12 @@ const DRAIN_WAIT: Duration = Duration::from_millis(300);
 /// What every round of this node's job starts from: the flags, the program, and the identity
 /// and store that the agent set up once.
 pub(crate) struct Job<'a> {
-    /// The flags, with the node rank this agent took (`--rdzv-backend c10d`) and
-    /// `--rdzv-conf`'s values applied.
-    pub(crate) args: LaunchArgs,
+    /// The flags, as given (Note [A launch plan resolved once] in `agent.rs`).
+    pub(crate) args: &'a LaunchArgs,
+    /// This node's rank: `--node-rank`, or the one it took on arrival (`c10d`, `etcd`).
+    pub(crate) node_rank: u32,
+    /// `--rdzv-last-call`, or `--rdzv-conf last_call`.
+    pub(crate) last_call: Duration,
     pub(crate) program: &'a [OsString],
     /// What the nodes compare to agree that they run the same program.
     pub(crate) signature: String,
@@ -136,7 +139,7 @@ impl Job<'_> {
                 &*self.store,
                 round,
                 &members,
-                self.args.node_rank(),
+                self.node_rank,
                 &self.claim(),
             );
         }
@@ -385,7 +388,7 @@ impl Job<'_> {
     /// answers the arrivals, the others take in whom it admitted (Note [Admission]).
     fn admissions(&self, coord: &Coordinator, nodes: &mut Nodes) {
         let Some(store) = coord.store() else { return };
-        let result = match coord.leader() == self.args.node_rank() {
+        let result = match coord.leader() == self.node_rank {
             true => nodes.admit_arrivals(store, coord, self.args.nnodes, &self.claim()),
             false => nodes.follow(store, coord),
         };
@@ -545,11 +548,11 @@ impl Job<'_> {
             let joined = crate::elastic::join(
                 &*self.store,
                 round,
-                self.args.node_rank(),
+                self.node_rank,
                 &claim,
                 &crate::elastic::Rules {
                     nnodes,
-                    last_call: self.args.rdzv_last_call,
+                    last_call: self.last_call,
                     timeout: self.timeout,
                     fault_tolerance: self.admits(),
                     store_host: match self.args.rdzv_backend {
@@ -564,7 +567,7 @@ impl Job<'_> {
         let layout = rendezvous(
             &*self.store,
             round,
-            self.args.node_rank(),
+            self.node_rank,
             &claim,
             self.timeout,
             &mut || signals::pending(),
@@ -631,7 +634,7 @@ impl Job<'_> {
             self.args.rdzv_backend,
             crate::RdzvBackend::C10d | crate::RdzvBackend::Etcd
         );
-        if on_arrival && coord.leader() == self.args.node_rank() {
+        if on_arrival && coord.leader() == self.node_rank {
             crate::rdzv::release_node_rank(&*self.store, g);
         }
     }

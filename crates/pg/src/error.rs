@@ -86,8 +86,8 @@ pub enum Error {
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// `ranks [3, 7-9, 12]`: runs of consecutive ranks joined, and at most 16 runs shown, so that a
-/// rendezvous missing thousands of ranks still fits on a line.
+/// `ranks [3, 7-9, 12, 13]`: runs of three or more consecutive ranks joined, and at most 16
+/// items shown, so that a rendezvous missing thousands of ranks still fits on a line.
 fn ranks_text(ranks: &[usize]) -> String {
     const SHOWN: usize = 16;
     let mut runs: Vec<(usize, usize)> = Vec::new();
@@ -97,15 +97,17 @@ fn ranks_text(ranks: &[usize]) -> String {
             _ => runs.push((r, r)),
         }
     }
-    let text: Vec<String> = runs
+    // A run of two reads better as two ranks.
+    let items: Vec<String> = runs
         .iter()
-        .take(SHOWN)
-        .map(|&(a, b)| match a == b {
-            true => a.to_string(),
-            false => format!("{a}-{b}"),
+        .flat_map(|&(a, b)| match b - a {
+            0 => vec![a.to_string()],
+            1 => vec![a.to_string(), b.to_string()],
+            _ => vec![format!("{a}-{b}")],
         })
         .collect();
-    let more = match runs.len() > SHOWN {
+    let text: Vec<&str> = items.iter().take(SHOWN).map(String::as_str).collect();
+    let more = match items.len() > SHOWN {
         true => format!(", … ({} ranks in all)", ranks.len()),
         false => String::new(),
     };
@@ -118,7 +120,7 @@ mod tests {
 
     #[test]
     fn missing_ranks_are_shown_as_runs_and_capped() {
-        assert_eq!(ranks_text(&[3, 7, 8, 9, 12]), "ranks [3, 7-9, 12]");
+        assert_eq!(ranks_text(&[3, 7, 8, 9, 12, 13]), "ranks [3, 7-9, 12, 13]");
         let many: Vec<usize> = (0..4096).filter(|r| r % 2 == 1).collect();
         let text = ranks_text(&many);
         assert!(text.starts_with("ranks [1, 3, 5,"), "{text}");
