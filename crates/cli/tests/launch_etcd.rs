@@ -334,20 +334,10 @@ fn node_drill(victim: Option<u32>) -> (Vec<(u64, f64, String)>, String, f64) {
         out.push_str(&o);
         err.push_str(&e);
     }
-    // "link closed without a goodbye X s ago" + "step N completed Y s after the change".
-    let number_after = |text: &str, marker: &str| -> Option<f64> {
-        let at = text.find(marker)? + marker.len();
-        text[at..].split(' ').next()?.parse().ok()
-    };
     let cost = match victim {
         None => 0.0,
         Some(_) => {
-            let noticed = number_after(&err, "link closed without a goodbye ")
-                .unwrap_or_else(|| panic!("the survivors did not notice by the link:\n{err}"));
-            let at = err
-                .find("re-formed with ranks")
-                .unwrap_or_else(|| panic!("{err}"));
-            let step = number_after(&err[at..], "completed ").unwrap_or_else(|| panic!("{err}"));
+            let (noticed, step) = link_notice_and_next_step(&err);
             noticed + step
         }
     };

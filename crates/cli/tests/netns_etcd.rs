@@ -99,12 +99,6 @@ impl Drill {
 /// exit code and stderr.
 type Finish = (Vec<(u64, f64, String)>, String, (Option<i32>, String));
 
-/// The number after `marker` in `text`.
-fn number_after(text: &str, marker: &str) -> Option<f64> {
-    let at = text.find(marker)? + marker.len();
-    text[at..].split(' ').next()?.parse().ok()
-}
-
 #[test]
 fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
     let Some(drill) = Drill::start("netns_etcd_host") else {
@@ -133,12 +127,7 @@ fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
         "{err}"
     );
     assert!(!err.contains("starting attempt"), "no restart: {err}");
-    let noticed = number_after(&err, "link closed without a goodbye ")
-        .unwrap_or_else(|| panic!("not noticed by the link:\n{err}"));
-    let at = err
-        .find("re-formed with ranks")
-        .unwrap_or_else(|| panic!("{err}"));
-    let step = number_after(&err[at..], "completed ").unwrap_or_else(|| panic!("{err}"));
+    let (noticed, step) = link_notice_and_next_step(&err);
     // The closing note's bound is 1 s (release); a loaded CI machine gets slack.
     assert!(
         noticed + step < 3.0,

@@ -119,3 +119,20 @@ pub fn backend_python(test: &str) -> Option<std::path::PathBuf> {
     }
     Some(py)
 }
+
+/// From the survivors' stderr after a node was lost under `--fault-tolerance`: (seconds from
+/// the kill to when the link noticed it, seconds from then to the next step), read from
+/// "link closed without a goodbye X s ago" and "re-formed with ranks … completed Y s after".
+pub fn link_notice_and_next_step(err: &str) -> (f64, f64) {
+    let number_after = |text: &str, marker: &str| -> Option<f64> {
+        let at = text.find(marker)? + marker.len();
+        text[at..].split(' ').next()?.parse().ok()
+    };
+    let noticed = number_after(err, "link closed without a goodbye ")
+        .unwrap_or_else(|| panic!("the survivors did not notice by the link:\n{err}"));
+    let at = err
+        .find("re-formed with ranks")
+        .unwrap_or_else(|| panic!("no regroup:\n{err}"));
+    let step = number_after(&err[at..], "completed ").unwrap_or_else(|| panic!("{err}"));
+    (noticed, step)
+}

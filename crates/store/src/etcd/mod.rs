@@ -450,22 +450,18 @@ impl EtcdStore {
             if left.is_zero() {
                 return Err(timed_out());
             }
-            match self.watch_for_puts(&mut waiting, revision + 1, left)? {
-                Watched::Done(got) => {
-                    for (i, v) in got {
-                        values[i] = Some(v);
-                    }
-                    if waiting.is_empty() {
-                        return Ok(values.into_iter().map(Option::unwrap_or_default).collect());
-                    }
-                }
+            let (got, broken) = match self.watch_for_puts(&mut waiting, revision + 1, left)? {
+                Watched::Done(got) => (got, false),
                 Watched::Deadline => return Err(timed_out()),
-                Watched::Broken(got) => {
-                    for (i, v) in got {
-                        values[i] = Some(v);
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
+                Watched::Broken(got) => (got, true),
+            };
+            for (i, v) in got {
+                values[i] = Some(v);
+            }
+            // Done: the next turn's read finds nothing missing and returns. Broken: read the
+            // rest again, after a pause for the member to come back or the client to fail over.
+            if broken {
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
