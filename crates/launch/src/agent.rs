@@ -3,18 +3,18 @@
 
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use phalanx_core::Timeout;
-use phalanx_store::{Auth, ServerConfig, Store, StoreServer, TcpStore, TorchClients};
+use phalanx_store::Auth;
 use sha2::{Digest, Sha256};
 
 use crate::elastic::coordinate::Coordinator;
 use crate::elastic::links::Links;
-use crate::rdzv::{self, Host, Meeting};
+use crate::elastic::Rules;
+use crate::program::runs_python;
+use crate::rdzv::{self, Arrival, Met};
 use crate::round::{End, Job};
-use crate::signals;
 use crate::{Error, LaunchArgs};
 
 /// Exit code of `phalanx launch` when the group failed again after `--max-restarts K > 0`
@@ -35,13 +35,6 @@ pub(crate) struct Agent<'a> {
     job: Job<'a>,
     /// This node's side of the conversation with the other agents.
     coord: Coordinator,
-    /// The node rank this agent took on arrival (c10d) and its identity, given back when it
-    /// ends (Note [c10d node ranks]).
-    arrival: Option<(u32, String)>,
-    /// The store, hosted here on node 0 (kept alive until the agent ends).
-    _server: Option<StoreServer>,
-    /// The job's keys in etcd (`--rdzv-backend etcd`): the last agent out removes them.
-    etcd: Option<phalanx_store::EtcdStore>,
 }
 
 impl<'a> Agent<'a> {
@@ -55,7 +48,6 @@ impl<'a> Agent<'a> {
         // Note [A launch plan resolved once]: the flags stay as given; what the rendezvous
         // decides (the node rank taken on arrival) and what `--rdzv-conf` overrides are the
         // job's own fields, not rewritten flags.
-        let mut node_rank = args.node_rank();
         let timeout = match args.rdzv_conf.join_timeout {
             Some(t) => t,
             None => Timeout::from_env()?,
@@ -85,113 +77,33 @@ impl<'a> Agent<'a> {
             None => phalanx_core::hex::encode(&Auth::random("").token[..6]),
         };
         let auth = Auth::new(run_id.clone(), token);
-        let meeting = Meeting::from_spelling(&args.spelling(), &|k| {
+        let mut rdzv = rdzv::backend(&args.spelling(), &|k| {
             std::env::var(k).ok().filter(|v| !v.is_empty())
         })?;
-        let (mut master_addr, requested) = (meeting.addr.clone(), meeting.port);
-        let mut etcd = None;
         let local_ifname = match &args.local_addr {
             Some(a) => Some(interface_of(a)?),
             None => None,
         };
         let host = rdzv::hostname();
         let nonce = phalanx_core::hex::encode(&Auth::random("").token[..8]);
-        let mut arrival = None;
-        // Note [Two protocols on one port] (phalanx-store): PyTorch workers reach this store
-        // too; from other hosts only when asked, since their protocol cannot authenticate.
-        let torch = match args.torch_store {
-            true => TorchClients::Anyone,
-            false => TorchClients::Loopback,
-        };
-        let hosted = match meeting.host {
-            Host::There | Host::Etcd => None,
-            host => {
-                let addr = rdzv::resolve(&master_addr, requested, timeout, &signals::pending)?;
-                rdzv::warn_loopback_store(&master_addr, addr, args.nnodes.max);
-                let config = ServerConfig::default().with_torch_clients(torch);
-                match StoreServer::bind_with(addr, auth.clone(), config) {
-                    Ok(server) => Some(server),
-                    // Another agent on this machine bound the endpoint first: it hosts, this
-                    // one joins (torchrun's c10d backend falls back to a client the same way).
-                    Err(phalanx_store::Error::Bind { source, .. })
-                        if host == Host::HereIfFree
-                            && source.kind() == std::io::ErrorKind::AddrInUse =>
-                    {
-                        None
-                    }
-                    Err(e) => {
-                        return Err(Error::Bind {
-                            addr: addr.to_string(),
-                            reason: e.to_string(),
-                        }
-                        .into())
-                    }
-                }
-            }
-        };
-        #[allow(clippy::type_complexity)]
-        let (server, store, ctl, master_port): (
-            Option<StoreServer>,
-            Arc<dyn Store>,
-            Arc<dyn Store>,
-            u16,
-        ) = if meeting.host == Host::Etcd {
-            let options = rdzv::etcd::options(&meeting.addr, &run_id, &args.rdzv_conf, timeout)?;
-            let m = rdzv::etcd::meet(
-                options,
-                &auth.token,
-                args.nnodes.max,
-                format!("{host} {nonce}"),
-                args.local_addr.as_deref(),
-                CONTROL_TIMEOUT,
-            )?;
-            node_rank = m.node_rank;
-            arrival = Some((m.node_rank, m.me.clone()));
-            master_addr = m.master.0.clone();
-            let store: Arc<dyn Store> = Arc::new(m.store.clone());
-            let ctl: Arc<dyn Store> = Arc::new(m.ctl.clone());
-            let port = m.master.1;
-            etcd = Some(m);
-            (None, store, ctl, port)
-        } else if let Some(server) = hosted {
-            let addr = server.local_addr();
-            if args.torch_store && !addr.ip().is_loopback() {
-                eprintln!(
-                    "phalanx launch: --torch-store: the store at {addr} serves PyTorch's \
-                     TCPStore protocol, which has no authentication, to every host that \
-                     reaches the port: they can read and write the PyTorch workers' keys"
-                );
-            }
-            let port = addr.port();
-            let store: Arc<dyn Store> = Arc::new(server.local_store());
-            if meeting.ranks_on_arrival {
-                node_rank = 0;
-            }
-            (Some(server), store.clone(), store, port)
-        } else {
-            let addr = format!("{master_addr}:{requested}");
-            let store =
-                TcpStore::connect(&addr, &auth, timeout).map_err(|e| Error::Unreachable {
-                    addr: addr.clone(),
-                    waited_s: timeout.as_secs_f64(),
-                    reason: e.to_string(),
-                })?;
-            let ctl = TcpStore::connect(&addr, &auth, CONTROL_TIMEOUT).map_err(|e| {
-                Error::Unreachable {
-                    addr: addr.clone(),
-                    waited_s: CONTROL_TIMEOUT.as_secs_f64(),
-                    reason: e.to_string(),
-                }
-            })?;
-            if meeting.ranks_on_arrival {
-                let me = format!("{host} {nonce}");
-                let k = rdzv::take_node_rank(&store, 1, args.nnodes.max, &me, timeout)?;
-                eprintln!("phalanx launch: c10d rendezvous at {addr}: this is node {k}");
-                node_rank = k;
-                arrival = Some((k, me));
-            }
-            (None, Arc::new(store), Arc::new(ctl), requested)
-        };
+        let met = rdzv.meet(&Arrival {
+            auth: &auth,
+            node_rank: args.node_rank(),
+            nnodes_max: args.nnodes.max,
+            me: format!("{host} {nonce}"),
+            local_addr: args.local_addr.as_deref(),
+            torch_store: args.torch_store,
+            conf: &args.rdzv_conf,
+            timeout,
+            control_timeout: CONTROL_TIMEOUT,
+        })?;
+        let Met {
+            node_rank,
+            store,
+            ctl,
+            links_at,
+            etcd,
+        } = met;
         let set_omp = args.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none();
         if set_omp {
             eprintln!("{}", crate::worker_env::OMP_WARNING);
@@ -203,11 +115,12 @@ impl<'a> Agent<'a> {
             host.clone(),
             timeout,
             args.monitor_interval,
-        );
-        // Under etcd any node may be lost, node 0 included: links tell the others at once
+        )
+        .with_store_grace(rdzv.store_grace());
+        // Where any node may be lost, node 0 included (etcd), links tell the others at once
         // (Note [Agent links]).
-        if let Some(m) = &etcd {
-            match Links::start(&*ctl, node_rank, m.address) {
+        if let Some(ip) = links_at {
+            match Links::start(&*ctl, node_rank, ip) {
                 Ok(links) => coord = coord.with_links(links),
                 Err(e) => eprintln!(
                     "phalanx launch: no link to the other agents ({e}); a lost node is noticed \
@@ -215,32 +128,34 @@ impl<'a> Agent<'a> {
                 ),
             }
         }
+        let rules = Rules {
+            nnodes: args.nnodes,
+            last_call,
+            timeout,
+            fault_tolerance: args.fault_tolerance
+                && args.nnodes.is_elastic()
+                && !runs_python(program),
+            store_host: rdzv.store_host(),
+        };
         let job = Job {
             args,
             node_rank,
-            last_call,
+            rules,
             program,
             signature,
             run_id,
             token_hex: auth.token_hex(),
-            master_addr,
-            master_port,
+            rdzv,
             host,
             nonce,
             local_ifname,
             set_omp,
             store,
-            etcd: etcd.as_ref().map(|m| m.options.clone()),
+            etcd,
             timeout,
             restarts_used: Default::default(),
         };
-        Ok(Agent {
-            job,
-            coord,
-            arrival,
-            _server: server,
-            etcd: etcd.map(|m| m.store),
-        })
+        Ok(Agent { job, coord })
     }
 
     /// Runs rounds until the job succeeds, is stopped, or fails with no restart left.
@@ -296,27 +211,12 @@ impl<'a> Agent<'a> {
 }
 
 impl Drop for Agent<'_> {
-    /// Gives back the node rank taken on arrival, through the control handle (bounded to
-    /// `CONTROL_TIMEOUT`; nothing when node 0's store is lost), so that an agent whose job
-    /// failed does not wait out the rendezvous timeout on its way out; under etcd, counts
-    /// itself out (the last one out removes the job's keys) unless etcd stopped answering.
+    /// Gives back what the rendezvous took (a node rank taken on arrival; under etcd, this
+    /// agent's count, the last one out removing the job's keys) through the control handle,
+    /// so that an agent whose job failed does not wait out the rendezvous timeout on its way
+    /// out; nothing is asked of a store that was lost.
     fn drop(&mut self) {
-        if let (Some((k, me)), Some(store)) = (&self.arrival, self.coord.store()) {
-            rdzv::give_back_node_rank(store, *k, me);
-        }
-        if let Some(store) = &self.etcd {
-            // A cluster that stopped answering (its quorum lost) would hold every call for
-            // PHALANX_TIMEOUT: the keys stay, and the agent says how to remove them.
-            match self.coord.store() {
-                Some(_) => rdzv::etcd::leave(&store.with_timeout(CONTROL_TIMEOUT * 2)),
-                None => eprintln!(
-                    "phalanx launch: etcd does not answer: the job's keys stay under {} \
-                     (`etcdctl del --prefix {}` removes them)",
-                    store.prefix(),
-                    store.prefix()
-                ),
-            }
-        }
+        self.job.rdzv.leave(self.coord.store());
     }
 }
 

@@ -84,8 +84,9 @@ pub struct LaunchArgs {
     /// torchrun's rendezvous options, `KEY=VALUE,...`: `timeout`/`join_timeout` (seconds to
     /// wait for the store and the nodes, instead of PHALANX_TIMEOUT), `last_call_timeout`
     /// (--rdzv-last-call), `is_host` (c10d: this node hosts the store); for etcd, `protocol`
-    /// (`http`/`https`), `cacert`, `cert` and `key` (PEM files, TLS) and `user` and `password`.
-    /// torchrun's other keys are accepted and named as unused; unknown keys are refused.
+    /// (`http`/`https`), `cacert`, `cert` and `key` (PEM files, TLS), `user` and `password`,
+    /// and `quorum_timeout` (how long etcd may answer nothing before the job's store counts as
+    /// lost; 5s). torchrun's other keys are accepted and named as unused; unknown keys are refused.
     #[arg(long = "rdzv-conf", alias = "rdzv_conf", env = "PET_RDZV_CONF", default_value = "",
           value_parser = clap::value_parser!(RdzvConf), help_heading = "Launch")]
     pub rdzv_conf: RdzvConf,

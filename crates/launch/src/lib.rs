@@ -32,7 +32,6 @@ mod output;
 mod program;
 pub mod progress;
 mod rdzv;
-mod rendezvous;
 mod report;
 mod round;
 mod signals;
@@ -67,7 +66,7 @@ pub fn launch(args: &LaunchArgs, program: &[OsString]) -> anyhow::Result<ExitCod
     signals::install(&args.signals_to_handle);
     // What the nodes compare: a node's own launch flags (--node-rank, --nproc-per-node) differ
     // from the others' when `phalanx train` or `bench` relaunches itself; the rest should not.
-    let signature = rendezvous::program_signature(&args::without_launch_flags(program));
+    let signature = rdzv::claims::program_signature(&args::without_launch_flags(program));
     let agent = agent::Agent::start(args, program, signature)?;
     let code = agent.run();
     progress::finish();

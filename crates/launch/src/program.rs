@@ -60,3 +60,12 @@ pub fn program_argv(
     argv.extend(program.iter().cloned());
     Ok(argv)
 }
+
+/// Whether `argv` runs a Python interpreter (`train.py` and `-m` run under one).
+pub(crate) fn runs_python(argv: &[OsString]) -> bool {
+    argv.first().is_some_and(|p| {
+        std::path::Path::new(p)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+    })
+}

@@ -15,9 +15,12 @@ use phalanx_store::Store;
 use crate::cause::first_failure;
 use crate::elastic::admission::Nodes;
 use crate::elastic::coordinate::{BarrierEnd, Coordinator, Polled};
-use crate::elastic::Membership;
+use crate::elastic::policy::record_change;
+use crate::elastic::{Membership, Rules};
 use crate::output::{Console, Sink};
-use crate::rendezvous::{rendezvous, Claim};
+use crate::program::runs_python;
+use crate::rdzv::claims::{rendezvous, Claim};
+use crate::rdzv::Rendezvous;
 use crate::report::Reporter;
 use crate::signals;
 use crate::summary::RootCause;
@@ -69,17 +72,17 @@ pub(crate) struct Job<'a> {
     pub(crate) args: &'a LaunchArgs,
     /// This node's rank: `--node-rank`, or the one it took on arrival (`c10d`, `etcd`).
     pub(crate) node_rank: u32,
-    /// `--rdzv-last-call`, or `--rdzv-conf last_call`.
-    pub(crate) last_call: Duration,
+    /// How rounds are formed, what they admit and go on without (`elastic/policy.rs`).
+    pub(crate) rules: Rules,
     pub(crate) program: &'a [OsString],
     /// What the nodes compare to agree that they run the same program.
     pub(crate) signature: String,
     pub(crate) run_id: String,
     /// The job's secret, hex, handed to the workers.
     pub(crate) token_hex: String,
-    /// What workers get as MASTER_ADDR / MASTER_PORT.
-    pub(crate) master_addr: String,
-    pub(crate) master_port: u16,
+    /// How the agents met (`rdzv/`): who hosts the store, where each round's PyTorch store
+    /// is, what to give back at the end.
+    pub(crate) rdzv: Box<dyn Rendezvous>,
     /// This machine's host name, in rendezvous claims.
     pub(crate) host: String,
     /// Identifies this agent in rendezvous claims.
@@ -135,7 +138,7 @@ impl Job<'_> {
             );
         }
         if self.args.nnodes.max > 1 {
-            crate::rendezvous::warn_other_programs(
+            crate::rdzv::claims::warn_other_programs(
                 &*self.store,
                 round,
                 &members,
@@ -151,19 +154,12 @@ impl Job<'_> {
         Ok((round, end))
     }
 
-    /// `MASTER_ADDR`/`MASTER_PORT` for a round of `members`: the job's, or under etcd the
-    /// address the round's first node published, since that node holds the round's rank 0,
-    /// whose process hosts PyTorch's TCPStore (`rdzv/etcd.rs`).
+    /// `MASTER_ADDR`/`MASTER_PORT` for a round of `members`: the store's host, or under etcd
+    /// the address the round's first node published (`rdzv/etcd.rs`).
     fn master(&self, members: &[u32]) -> Result<(String, u16), Error> {
-        match (&self.etcd, members.iter().min()) {
-            (Some(_), Some(&first)) => crate::rdzv::etcd::master_of(&*self.store, first),
-            _ => Ok((self.master_addr.clone(), self.master_port)),
-        }
+        self.rdzv.master(&*self.store, members)
     }
 
-    /// Runs this node's workers in round `round` until it ends; `joined` is the round's first
-    /// world size when this node was admitted into it while it ran (Note [Admission]);
-    /// `master` is the round's `MASTER_ADDR`/`MASTER_PORT`.
     fn run_layout(
         &self,
         coord: &Coordinator,
@@ -173,7 +169,7 @@ impl Job<'_> {
         joined: Option<u32>,
         master: (String, u16),
     ) -> anyhow::Result<End> {
-        if self.args.fault_tolerance && self.runs_python() && round == 0 {
+        if self.args.fault_tolerance && runs_python(self.program) && round == 0 {
             eprintln!(
                 "phalanx launch: note: --fault-tolerance needs a program that re-forms its \
                  process group: a Python program does through phalanx_torch.ft.Manager; one \
@@ -184,7 +180,7 @@ impl Job<'_> {
         let layout = layout.clone();
         // Beats until this round ends (Note [Agent heartbeats]); alone in an elastic round
         // too, where a node may be admitted.
-        let _heartbeat = coord.heartbeat(round, self.admits());
+        let _heartbeat = coord.heartbeat(round, self.rules.fault_tolerance);
         let attempt_dir = self
             .args
             .log_dir
@@ -350,94 +346,6 @@ impl Job<'_> {
         Ok(End::Failed(cause))
     }
 
-    /// `--fault-tolerance` with `--nnodes MIN:MAX`: whether the round can go on without silent
-    /// node `g` (at least MIN nodes stay). A static job needs all its nodes: it restarts.
-    ///
-    /// Note [No node is special]
-    /// Node 0's agent hosts the store under `static` and `c10d`, so losing it ends the job
-    /// whatever else survives. Under `--rdzv-backend etcd` the store is etcd's, and node 0 is
-    /// a node like the others: when it is lost the round goes on without it, and what it did
-    /// falls to the lowest node rank left, the round's leader ([`Coordinator::leader`]):
-    /// - answering nodes that ask into the running round (it first takes in what the lost
-    ///   leader admitted and answered, Note [Admission]);
-    /// - freeing a lost node's rank for the node that comes back (Note [c10d node ranks]);
-    /// - waiting last at the exit barrier.
-    ///
-    /// Without `--fault-tolerance` a lost node fails the round, and `--max-restarts` meets the
-    /// survivors in the next one: under etcd its first agent in closes it (Note [Elastic
-    /// rounds]), so node 0 need not come, and the program check compares against the round's
-    /// lowest node (`warn_other_programs`).
-    ///
-    /// The workers' side needs nothing: their store is etcd too, and the ranks that remain
-    /// re-form their group without the lost node's (Note [Generations] in phalanx-pg), rank 0
-    /// included.
-    fn goes_on_without(&self, coord: &Coordinator, g: u32) -> bool {
-        let store_survives = g != 0 || self.args.rdzv_backend == crate::RdzvBackend::Etcd;
-        self.admits() && store_survives && coord.member_count() > self.args.nnodes.min as usize
-    }
-
-    /// `--fault-tolerance` with `--nnodes MIN:MAX`: nodes come and go inside a round (Note
-    /// [Admission], Note [Generations] in phalanx-pg). Not for a Python program: whether it
-    /// re-forms its group (phalanx_torch.ft) is known only once its workers run, after the
-    /// rendezvous decided; its nodes meet at the next round.
-    fn admits(&self) -> bool {
-        self.args.fault_tolerance && self.args.nnodes.is_elastic() && !self.runs_python()
-    }
-
-    /// At every monitor tick of a round that admits nodes: the leader (node 0 while it lives)
-    /// answers the arrivals, the others take in whom it admitted (Note [Admission]).
-    fn admissions(&self, coord: &Coordinator, nodes: &mut Nodes) {
-        let Some(store) = coord.store() else { return };
-        let result = match coord.leader() == self.node_rank {
-            true => nodes.admit_arrivals(store, coord, self.args.nnodes, &self.claim()),
-            false => nodes.follow(store, coord),
-        };
-        if let Err(e) = result {
-            eprintln!("phalanx launch: admitting nodes into the running round: {e}");
-        }
-    }
-
-    /// The round goes on without node `g`: its ranks leave the process group (Note
-    /// [Generations] in phalanx-pg: one agent records their deaths, the others' workers re-form
-    /// the group without them and re-shard the data), and this agent stops watching it.
-    fn leave_behind(
-        &self,
-        coord: &Coordinator,
-        round: u32,
-        nodes: &Nodes,
-        g: u32,
-        cause: &crate::summary::RootCause,
-    ) {
-        let Some(ranks) = nodes.ranks_of(g) else {
-            return;
-        };
-        eprintln!(
-            "phalanx launch: node {g} ({}): {}; --fault-tolerance: the round goes on without it \
-             (its ranks {ranks:?} leave the process group, the others keep training)",
-            cause.host, cause.what
-        );
-        if coord.drop_member(round, g) {
-            for r in ranks {
-                if let Err(e) = self.record_change(round, &format!("-{r}")) {
-                    eprintln!("phalanx launch: recording rank {r}'s departure: {e}");
-                }
-            }
-        }
-    }
-
-    /// Appends a membership change to the round's generation log (Note [Generations]):
-    /// bumps the counter, then writes what changed; returns the new generation.
-    fn record_change(&self, round: u32, what: &str) -> Result<u64, Error> {
-        use phalanx_store::keys;
-        keys::append_generation_change(&*self.store, &|k| keys::in_round(round, k), what).map_err(
-            |e| Error::Store {
-                op: "generation log",
-                key: keys::in_round(round, keys::GENERATION),
-                reason: e.to_string(),
-            },
-        )
-    }
-
     /// Whether a worker of round `round` said it re-forms its group itself
     /// ([`phalanx_store::keys::FT_TAKES_PART`]); an unreachable store counts as no.
     fn takes_part(&self, round: u32) -> bool {
@@ -471,12 +379,12 @@ impl Job<'_> {
         if !self.args.fault_tolerance || gave_up || used >= k {
             return Ok(None);
         }
-        if self.runs_python() && !self.takes_part(round) {
+        if runs_python(self.program) && !self.takes_part(round) {
             return Ok(None);
         }
         // Note [Generations]: the others go on without this rank in a new generation; the
         // replacement adds itself to a later one once it is ready.
-        let generation = self.record_change(round, &format!("-{}", failed.rank))?;
+        let generation = record_change(&*self.store, round, &format!("-{}", failed.rank))?;
         self.restarts_used.set(used + 1);
         eprintln!(
             "phalanx launch: rank {} (local rank {}, pid {}) ended with {} after {:.1} s; \
@@ -501,15 +409,6 @@ impl Job<'_> {
         let dir = replacement.attempt_dir.clone();
         let spec = self.spec(&replacement, layout, failed.local_rank, dir.as_ref())?;
         Ok(Some(Worker::spawn(spec, tx)?))
-    }
-
-    /// Whether the program is a Python interpreter (`train.py` and `-m` run under one).
-    fn runs_python(&self) -> bool {
-        self.program.first().is_some_and(|p| {
-            std::path::Path::new(p)
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("python"))
-        })
     }
 
     /// This agent's claim in every round's rendezvous.
@@ -550,16 +449,7 @@ impl Job<'_> {
                 round,
                 self.node_rank,
                 &claim,
-                &crate::elastic::Rules {
-                    nnodes,
-                    last_call: self.last_call,
-                    timeout: self.timeout,
-                    fault_tolerance: self.admits(),
-                    store_host: match self.args.rdzv_backend {
-                        crate::RdzvBackend::Etcd => None,
-                        _ => Some(0),
-                    },
-                },
+                &self.rules,
                 &mut || signals::pending(),
             )?;
             return Ok(joined);
@@ -626,19 +516,6 @@ impl Job<'_> {
         })
     }
 
-    /// The leader under `--rdzv-backend c10d` or `etcd`: frees the node rank of node `g`,
-    /// whose heartbeat stopped, so that the node restarted (or another) can take it (Note
-    /// [c10d node ranks]).
-    fn free_lost_node_rank(&self, coord: &Coordinator, g: u32) {
-        let on_arrival = matches!(
-            self.args.rdzv_backend,
-            crate::RdzvBackend::C10d | crate::RdzvBackend::Etcd
-        );
-        if on_arrival && coord.leader() == self.node_rank {
-            crate::rdzv::release_node_rank(&*self.store, g);
-        }
-    }
-
     /// Waits for the first worker failure, the end of all workers, a signal, or (multi-node)
     /// another node's failure, checking signals and the store every `--monitor-interval`.
     fn monitor(
@@ -681,26 +558,28 @@ impl Job<'_> {
             }
             if Instant::now() >= next_poll {
                 next_poll = Instant::now() + interval;
-                if self.admits() {
-                    self.admissions(coord, nodes);
-                }
+                self.rules
+                    .admissions(coord, nodes, self.node_rank, &self.claim());
                 match coord.poll(round) {
                     Polled::Quiet => {}
                     Polled::Silent(g, cause) => {
-                        if !self.goes_on_without(coord, g) {
-                            self.free_lost_node_rank(coord, g);
+                        let (store, rdzv) = (&*self.store, &*self.rdzv);
+                        let me = self.node_rank;
+                        if !self
+                            .rules
+                            .lose(coord, store, rdzv, me, (round, nodes), g, &cause)
+                        {
                             return Watch::Remote(cause);
                         }
-                        // Left behind first: when `g` led, the next leader frees its rank.
-                        self.leave_behind(coord, round, nodes, g, &cause);
-                        self.free_lost_node_rank(coord, g);
                     }
                     Polled::Failed(cause) => return Watch::Remote(cause),
                 }
                 // Only a Python program can be a PyTorch worker; for anything else a refused
                 // PyTorch client is a stranger, logged by the store and not the job's end
                 // (else five bytes from anywhere would end any job).
-                let refused = self.runs_python().then(|| coord.torch_refused()).flatten();
+                let refused = runs_python(self.program)
+                    .then(|| coord.torch_refused())
+                    .flatten();
                 if let Some(cause) = refused {
                     return Watch::Remote(coord.publish(round, cause));
                 }

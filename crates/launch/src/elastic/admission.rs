@@ -17,7 +17,7 @@
 //!
 //! The round's leader answers the arrivals in ticket order at every monitor tick. The leader is
 //! the lowest node rank alive in the round: node 0 while it lives, and under etcd, where losing
-//! node 0 does not end the job, the next one after it (Note [No node is special] in `round.rs`).
+//! node 0 does not end the job, the next one after it (Note [No node is special] in `policy.rs`).
 //! It answers like this: a node started
 //! with another `--nnodes` is refused by name; one whose node rank is still in the round
 //! waits until that node leaves (a node coming back before its old heartbeat ran out), and
@@ -42,7 +42,7 @@ use phalanx_store::{keys, Store};
 
 use super::coordinate::Coordinator;
 use crate::args::Nnodes;
-use crate::rendezvous::{store_err, Claim};
+use crate::rdzv::claims::{store_err, Claim};
 use crate::Error;
 
 /// How often an arriving agent looks for the leader's answer.

@@ -14,6 +14,16 @@
 //!
 //! [`Coordinator`] owns the agent's control handle on the store and whether the store is lost,
 //! so that once node 0 is gone no caller retries it.
+//!
+//! Note [An election is not a lost store]: a store that an agent hosts (`static`, `c10d`) and
+//! that stops answering means that agent is gone, and the job with it. An etcd cluster stops
+//! answering for a while whenever its leader is lost: until the others notice (etcd's
+//! `--election-timeout`, 1 s by default) and elect a new one, which may take a second
+//! election when votes split. So one member lost, the leader included, must not end the job:
+//! under etcd the store counts as lost only after it has not answered for the backend's
+//! `Rendezvous::store_grace` (`--rdzv-conf quorum_timeout`, 5 s by default: several election
+//! timeouts), while the agent keeps watching its links. A quorum lost for good is still told
+//! within seconds, and workers that finish their job meanwhile end it as usual.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +33,7 @@ use std::time::{Duration, Instant};
 use phalanx_store::{keys, Store};
 
 use super::links::Links;
-use crate::rendezvous::Claim;
+use crate::rdzv::claims::Claim;
 use crate::signals;
 use crate::summary::{RootCause, Row};
 
@@ -82,6 +92,11 @@ pub(crate) struct Coordinator {
     links: Option<Links>,
     /// The other nodes' hosts, read while the store answers, for naming a lost node at once.
     hosts: RefCell<std::collections::BTreeMap<u32, String>>,
+    /// How long the store may go unanswered before it counts as lost (Note [An election is
+    /// not a lost store]); zero for a store an agent hosts.
+    grace: Duration,
+    /// Since when the store has not answered this agent's polls, while it has not.
+    unanswered: Cell<Option<Instant>>,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -128,7 +143,16 @@ impl Coordinator {
             beats: RefCell::new(Beats::default()),
             links: None,
             hosts: RefCell::default(),
+            grace: Duration::ZERO,
+            unanswered: Cell::new(None),
         }
+    }
+
+    /// Lets the store go unanswered for `grace` before it counts as lost (Note [An election
+    /// is not a lost store]).
+    pub(crate) fn with_store_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
     }
 
     /// Watches the other agents through links as well as heartbeats (Note [Agent links]).
@@ -166,7 +190,7 @@ impl Coordinator {
     /// Elastic jobs: whether a node waits to join the round after `round` (scale up: Note
     /// [Elastic rounds]). Checked by every agent, even one alone in its round.
     pub(crate) fn node_waiting(&self, round: u32) -> bool {
-        !self.lost.get() && crate::rendezvous::someone_waiting(&*self.ctl, round + 1)
+        !self.lost.get() && crate::rdzv::claims::someone_waiting(&*self.ctl, round + 1)
     }
 
     /// Starts this node's heartbeat for round `round` (nothing with one node, unless
@@ -174,14 +198,17 @@ impl Coordinator {
     pub(crate) fn heartbeat(&self, round: u32, always: bool) -> Heartbeat {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = (always || self.has_peers()).then(|| {
-            let (stop, ctl) = (stop.clone(), self.ctl.clone());
+            let (stop, ctl, grace) = (stop.clone(), self.ctl.clone(), self.grace);
             let key = keys::agent(round, &format!("heartbeat/{}", self.node_rank));
             std::thread::Builder::new()
                 .name("phalanx-heartbeat".into())
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        // A store that stopped answering is the monitor's to report.
-                        if ctl.add(&key, 1).is_err() {
+                        // A store that stopped answering is the monitor's to report. One that
+                        // may come back (an etcd election: Note [An election is not a lost
+                        // store]) is beaten again at the next interval, or this node would
+                        // fall silent for good over a second's election.
+                        if ctl.add(&key, 1).is_err() && grace.is_zero() {
                             return;
                         }
                         let until = Instant::now() + HEARTBEAT_INTERVAL;
@@ -352,6 +379,19 @@ impl Coordinator {
                 Ok(None)
             }
         });
+        if got.is_ok() {
+            if let Some(since) = self.unanswered.take() {
+                eprintln!(
+                    "phalanx launch: the job's store answers again after {:.1} s",
+                    since.elapsed().as_secs_f64()
+                );
+                // Nobody could beat while the store did not answer: every node's heartbeat
+                // clock starts again from the next reading.
+                for seen in self.beats.borrow_mut().seen.iter_mut() {
+                    seen.1 = None;
+                }
+            }
+        }
         match got {
             Ok(None) => match self.silent_node(round) {
                 Some(cause) => Polled::Silent(cause.group_rank, cause),
@@ -364,11 +404,26 @@ impl Coordinator {
                 }))
             }
             Err(e) => {
+                let since = self.unanswered.get().unwrap_or_else(Instant::now);
+                if since.elapsed() < self.grace {
+                    if self.unanswered.replace(Some(since)).is_none() {
+                        eprintln!(
+                            "phalanx launch: the job's store does not answer ({e}); waiting up \
+                             to {:.0} s for it (an election, or a lost quorum)",
+                            self.grace.as_secs_f64()
+                        );
+                    }
+                    return Polled::Quiet;
+                }
                 self.lost.set(true);
+                let silent = match self.grace.is_zero() {
+                    true => String::new(),
+                    false => format!("; no answer for {:.1} s", since.elapsed().as_secs_f64()),
+                };
                 Polled::Failed(RootCause {
                     // Links run under etcd only, where the store is etcd's, not node 0's.
                     what: match self.links {
-                        Some(_) => format!("lost the job's store in etcd ({e})"),
+                        Some(_) => format!("lost the job's store in etcd ({e}{silent})"),
                         None => format!("lost the store on node 0 ({e}); is node 0's agent gone?"),
                     },
                     ..self.agent_cause(1, false)

@@ -8,7 +8,7 @@
 //!
 //! Note [Elastic rounds]
 //! Keys, besides the static rounds' `agent/<r>/node/<g>` claims and `agent/<r>/joined` counter
-//! (`rendezvous.rs`):
+//! (`rdzv/claims/`):
 //! - `agent/elastic/round`: the newest round any agent has joined;
 //! - `agent/<r>/members`: round `r`'s outcome, `members 0:2 2:1` (node rank : workers), written
 //!   by the round's closer, with ` admits` at the end under `--fault-tolerance` (the round
@@ -30,7 +30,7 @@
 //!   it ends the job, as losing torchrun's rendezvous host does;
 //! - under `etcd` the store has no host, and the round's first agent in closes it (it takes
 //!   `agent/<r>/closer`). So after node 0 is lost, `--max-restarts` forms the next round of
-//!   whoever is left (Note [No node is special] in `round.rs`).
+//!   whoever is left (Note [No node is special] in `policy.rs`).
 //!
 //! Under `--fault-tolerance` an agent that finds the newest round closed asks to be admitted
 //! into it instead (Note [Admission] in `admission.rs`): nobody restarts.
@@ -38,16 +38,17 @@
 pub(crate) mod admission;
 pub(crate) mod coordinate;
 pub(crate) mod links;
+pub(crate) mod policy;
 
 use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
-use crate::args::Nnodes;
-use crate::rendezvous::{claim_node, read_claim, store_err, Claim};
+use crate::rdzv::claims::{claim_node, read_claim, store_err, Claim};
 use crate::worker_env::Layout;
 use crate::Error;
 use admission::{Admitted, Arrival};
+pub(crate) use policy::Rules;
 
 /// The newest round any agent has joined (Note [Elastic rounds]).
 const NEWEST_ROUND: &str = "agent/elastic/round";
@@ -59,19 +60,6 @@ const MISMATCH_READ: &str = "mismatch_read";
 const MISMATCH_WAIT: Duration = Duration::from_secs(2);
 /// Round `r`'s closer where the store has no host (Note [Elastic rounds]).
 const CLOSER: &str = "closer";
-
-/// How a round is formed: `--nnodes MIN:MAX`, `--rdzv-last-call`, PHALANX_TIMEOUT.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rules {
-    pub(crate) nnodes: Nnodes,
-    pub(crate) last_call: Duration,
-    pub(crate) timeout: Duration,
-    /// `--fault-tolerance`: a running round admits arriving nodes (Note [Admission]).
-    pub(crate) fault_tolerance: bool,
-    /// The node whose agent hosts the store (0 under `static` and `c10d`): it closes every
-    /// round. `None` under etcd: the first agent in closes it.
-    pub(crate) store_host: Option<u32>,
-}
 
 /// This node's place in an elastic round.
 #[derive(Debug)]
@@ -450,6 +438,7 @@ mod tests {
     use phalanx_store::HashStore;
 
     use super::*;
+    use crate::args::Nnodes;
 
     fn claim(nproc: u32, min: u32, max: u32) -> Claim {
         Claim {
@@ -490,7 +479,7 @@ mod tests {
         // Node 1 arrives while round 0 runs: it joins round 1, which the others see.
         let s = store.clone();
         let n1 = std::thread::spawn(move || join_on(&s, 0, 1, claim(1, 2, 3)));
-        while !crate::rendezvous::someone_waiting(&*store, 1) {
+        while !crate::rdzv::claims::someone_waiting(&*store, 1) {
             std::thread::sleep(Duration::from_millis(5));
         }
         let s = store.clone();

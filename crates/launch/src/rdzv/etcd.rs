@@ -19,7 +19,7 @@
 //! Every agent reserves a free port of its own host on arrival and publishes it in
 //! `rdzv/etcd/master/<node rank>`; each round's workers get the address of the round's first
 //! node, which holds its rank 0. So when node 0's host is lost, the round `--max-restarts`
-//! starts without it has its TCPStore on node 1 (Note [No node is special] in `round.rs`).
+//! starts without it has its TCPStore on node 1 (Note [No node is special] in `elastic/policy.rs`).
 //!
 //! ```
 //! use phalanx_launch::RdzvBackend;
@@ -34,8 +34,10 @@ use std::time::Duration;
 use phalanx_store::{EtcdOptions, EtcdStore, Store};
 use sha2::{Digest, Sha256};
 
-use super::node_rank::take_node_rank;
-use super::RdzvConf;
+use super::backend::{Arrival, Met, Rendezvous};
+use super::claims::store_err;
+use super::node_rank::{give_back_node_rank, release_node_rank, take_node_rank};
+use super::spelling::RdzvConf;
 use crate::Error;
 
 const JOB: &str = "rdzv/etcd/job";
@@ -44,29 +46,117 @@ fn master_key(node: u32) -> String {
     format!("rdzv/etcd/master/{node}")
 }
 const AGENTS: &str = "rdzv/etcd/agents";
+/// How long etcd may not answer before the job's store counts as lost, unless `--rdzv-conf
+/// quorum_timeout` says otherwise: five of etcd's default election timeouts (1 s), enough for
+/// a new leader after a split vote (Note [An election is not a lost store] in
+/// `elastic/coordinate.rs`).
+const STORE_GRACE: Duration = Duration::from_secs(5);
 const OUT: &str = "rdzv/etcd/out";
 
+/// `--rdzv-backend etcd` at `--rdzv-endpoint`'s endpoints.
+pub(crate) struct Etcd {
+    endpoints: String,
+    /// `--rdzv-conf quorum_timeout`, else [`STORE_GRACE`].
+    grace: Duration,
+    /// This agent's place in the job, once it met the others.
+    met: Option<EtcdMeeting>,
+}
+
+impl Etcd {
+    pub(crate) fn new(endpoints: String) -> Self {
+        Etcd {
+            endpoints,
+            grace: STORE_GRACE,
+            met: None,
+        }
+    }
+}
+
+impl Rendezvous for Etcd {
+    fn meet(&mut self, a: &Arrival<'_>) -> Result<Met, Error> {
+        let options = options(&self.endpoints, &a.auth.job_id, a.conf, a.timeout)?;
+        self.grace = a.conf.quorum_timeout.unwrap_or(STORE_GRACE);
+        let m = meet(options, a)?;
+        let met = Met {
+            node_rank: m.node_rank,
+            store: std::sync::Arc::new(m.store.clone()),
+            ctl: std::sync::Arc::new(m.ctl.clone()),
+            links_at: Some(m.address),
+            etcd: Some(m.options.clone()),
+        };
+        self.met = Some(m);
+        Ok(met)
+    }
+
+    /// No node hosts the store: any node may be lost, node 0 included.
+    fn store_host(&self) -> Option<u32> {
+        None
+    }
+
+    /// Several election timeouts: a leader lost is not a store lost.
+    fn store_grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// The address the round's first node published: that node holds the round's rank 0,
+    /// whose process hosts PyTorch's TCPStore.
+    fn master(&self, store: &dyn Store, members: &[u32]) -> Result<(String, u16), Error> {
+        match (members.iter().min(), &self.met) {
+            (Some(&first), _) => master_of(store, first),
+            (None, Some(m)) => Ok(m.master.clone()),
+            (None, None) => Err(Error::Etcd {
+                reason: "no round's master before the rendezvous".into(),
+            }),
+        }
+    }
+
+    fn free_node_rank(&self, store: &dyn Store, g: u32) {
+        release_node_rank(store, g);
+    }
+
+    /// Gives the node rank back and counts this agent out (the last one out removes the
+    /// job's keys), unless etcd stopped answering: a cluster that lost its quorum would hold
+    /// every call for PHALANX_TIMEOUT, so the keys stay and the agent says how to remove them.
+    fn leave(&mut self, ctl: Option<&dyn Store>) {
+        let Some(m) = &self.met else { return };
+        match ctl {
+            Some(ctl) => {
+                give_back_node_rank(ctl, m.node_rank, &m.me);
+                leave(&m.store.with_timeout(m.control_timeout * 2));
+            }
+            None => eprintln!(
+                "phalanx launch: etcd does not answer: the job's keys stay under {} \
+                 (`etcdctl del --prefix {}` removes them)",
+                m.store.prefix(),
+                m.store.prefix()
+            ),
+        }
+    }
+}
+
 /// This agent's place in an etcd-backed job.
-pub(crate) struct EtcdMeeting {
+struct EtcdMeeting {
     /// The job's keys, bounded by the rendezvous timeout.
-    pub(crate) store: EtcdStore,
+    store: EtcdStore,
     /// The same keys, each call bounded by the control timeout (the coordinator's handle).
-    pub(crate) ctl: EtcdStore,
+    ctl: EtcdStore,
     /// The node rank taken on arrival, and the identity that holds it.
-    pub(crate) node_rank: u32,
-    pub(crate) me: String,
+    node_rank: u32,
+    me: String,
     /// This node's `MASTER_ADDR`/`MASTER_PORT` for the PyTorch workers' TCPStore, used in
     /// the rounds whose rank 0 it holds ([`master_of`]).
-    pub(crate) master: (String, u16),
+    master: (String, u16),
     /// This node's address for the others (`--local-addr`, else the one it reaches etcd from).
-    pub(crate) address: IpAddr,
+    address: IpAddr,
     /// What the workers need to reach etcd.
-    pub(crate) options: EtcdOptions,
+    options: EtcdOptions,
+    /// The bound on each call of the agents' control handle.
+    control_timeout: Duration,
 }
 
 /// The endpoints (`--rdzv-endpoint h1:p1,h2:p2`), the job (`--rdzv-id`) and `--rdzv-conf`'s
 /// TLS and user keys, as the store takes them.
-pub(crate) fn options(
+fn options(
     endpoints: &str,
     job: &str,
     conf: &RdzvConf,
@@ -118,14 +208,9 @@ pub(crate) fn options(
 /// Connects to etcd, checks that the id is this job's, takes a node rank and learns where the
 /// PyTorch workers' store is. `local_addr` (`--local-addr`) is this node's address for the
 /// others; without it, the address this host reaches etcd from.
-pub(crate) fn meet(
-    options: EtcdOptions,
-    token: &[u8],
-    nnodes_max: u32,
-    me: String,
-    local_addr: Option<&str>,
-    control_timeout: Duration,
-) -> Result<EtcdMeeting, Error> {
+fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
+    let (token, nnodes_max, me) = (&a.auth.token, a.nnodes_max, a.me.clone());
+    let (local_addr, control_timeout) = (a.local_addr, a.control_timeout);
     let timeout = options.connect_timeout;
     let unreachable = |e: phalanx_store::Error| Error::Etcd {
         reason: e.to_string(),
@@ -197,16 +282,15 @@ pub(crate) fn meet(
         master,
         address,
         options,
+        control_timeout,
     })
 }
 
 /// `MASTER_ADDR`/`MASTER_PORT` for a round whose rank 0 is on node `node`: the address that
 /// node published on arrival.
-pub(crate) fn master_of(store: &dyn Store, node: u32) -> Result<(String, u16), Error> {
+fn master_of(store: &dyn Store, node: u32) -> Result<(String, u16), Error> {
     let key = master_key(node);
-    let text = store
-        .get(&key)
-        .map_err(|e| crate::rendezvous::store_err("get", &key, e))?;
+    let text = store.get(&key).map_err(|e| store_err("get", &key, e))?;
     let text = String::from_utf8_lossy(&text).into_owned();
     text.split_once(' ')
         .and_then(|(a, p)| Some((a.to_string(), p.parse().ok()?)))
@@ -219,7 +303,7 @@ pub(crate) fn master_of(store: &dyn Store, node: u32) -> Result<(String, u16), E
 
 /// Counts this agent out; the last agent out removes the job's keys (best effort: a cluster
 /// that cannot be reached keeps them, and `etcdctl del --prefix /phalanx/<id>/` removes them).
-pub(crate) fn leave(store: &EtcdStore) {
+fn leave(store: &EtcdStore) {
     let (Ok(out), Ok(agents)) = (store.add(OUT, 1), store.add(AGENTS, 0)) else {
         return;
     };

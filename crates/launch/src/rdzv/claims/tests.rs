@@ -1,4 +1,4 @@
-//! Tests of the agent rendezvous (`rendezvous.rs`).
+//! Tests of the agent rendezvous (`claims/mod.rs`).
 use super::*;
 use phalanx_store::HashStore;
 

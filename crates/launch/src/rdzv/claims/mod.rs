@@ -1,4 +1,6 @@
-//! Static rendezvous of the node agents through the store, one round per (re)start.
+//! Each round's meeting of the node agents through the job's store, whatever backend holds
+//! it: every node's claim, the round's layout, its failure and exit barrier. A static round
+//! waits for every node ([`rendezvous`]); an elastic one for whichever are there (`elastic/`).
 //!
 //! Keys (all under `agent/<round>/`, apart from the workers' `round/<round>/` prefix):
 //! - `node/<g>`: node `g`'s claim, `{nproc, nnodes, nonce, host}`, written with compare_set so
@@ -54,7 +56,7 @@ pub(crate) fn program_signature(program: &[std::ffi::OsString]) -> String {
 /// Warns, on this node's console, about nodes of round `round` that run another program than
 /// the round's first node (Note [Elastic rounds] and static rounds alike): that node names
 /// every such node, any other node names itself. The first node is node 0 unless it was lost
-/// under etcd (Note [No node is special] in `round.rs`). A warning, not a refusal: nodes may
+/// under etcd (Note [No node is special] in `elastic/policy.rs`). A warning, not a refusal: nodes may
 /// legitimately differ in an argument (a per-node output file), and torchrun does not compare
 /// at all.
 pub(crate) fn warn_other_programs(

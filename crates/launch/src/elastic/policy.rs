@@ -1,0 +1,149 @@
+//! The elastic policy of a running round: what it admits, what it goes on without, and the
+//! node rank a lost node frees (Note [Admission] in `admission.rs`, Note [Generations] in
+//! phalanx-pg). `round.rs` watches the workers and the other nodes; what to do about a node
+//! that comes or goes is decided here.
+
+use std::time::Duration;
+
+use phalanx_store::{keys, Store};
+
+use super::admission::Nodes;
+use super::coordinate::Coordinator;
+use crate::args::Nnodes;
+use crate::rdzv::claims::Claim;
+use crate::rdzv::Rendezvous;
+use crate::summary::RootCause;
+use crate::Error;
+
+/// How a round is formed (`--nnodes MIN:MAX`, `--rdzv-last-call`, PHALANX_TIMEOUT) and what
+/// it admits and goes on without.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    pub(crate) nnodes: Nnodes,
+    pub(crate) last_call: Duration,
+    pub(crate) timeout: Duration,
+    /// A running round admits arriving nodes and goes on without lost ones (Note
+    /// [Admission]): `--fault-tolerance` with `--nnodes MIN:MAX`, for a program that is not
+    /// Python. Whether a Python program re-forms its group (phalanx_torch.ft) is known only
+    /// once its workers run, after the rendezvous decided; its nodes meet at the next round.
+    pub(crate) fault_tolerance: bool,
+    /// The node whose agent hosts the store (0 under `static` and `c10d`): it closes every
+    /// round. `None` under etcd: the first agent in closes it.
+    pub(crate) store_host: Option<u32>,
+}
+
+impl Rules {
+    /// At every monitor tick of a round that admits nodes: the leader (node 0 while it lives)
+    /// answers the arrivals, the others take in whom it admitted (Note [Admission]).
+    pub(crate) fn admissions(
+        &self,
+        coord: &Coordinator,
+        nodes: &mut Nodes,
+        me: u32,
+        claim: &Claim,
+    ) {
+        if !self.fault_tolerance {
+            return;
+        }
+        let Some(store) = coord.store() else { return };
+        let result = match coord.leader() == me {
+            true => nodes.admit_arrivals(store, coord, self.nnodes, claim),
+            false => nodes.follow(store, coord),
+        };
+        if let Err(e) = result {
+            eprintln!("phalanx launch: admitting nodes into the running round: {e}");
+        }
+    }
+
+    /// Node `g` of round `round` was lost (its heartbeat stopped, or its link broke). Returns
+    /// whether the round goes on without it (see [`Rules::goes_on_without`]); if so, its ranks
+    /// leave the process group (Note [Generations] in phalanx-pg: one agent records their
+    /// deaths, the others' workers re-form the group without them and re-shard the data) and
+    /// this agent stops watching it. Either way the leader frees its node rank where ranks
+    /// are taken on arrival, so that the node restarted (or another) can take it (Note [c10d
+    /// node ranks]); after it was left behind, so that when `g` led, the next leader does.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lose(
+        &self,
+        coord: &Coordinator,
+        store: &dyn Store,
+        rdzv: &dyn Rendezvous,
+        me: u32,
+        (round, nodes): (u32, &Nodes),
+        g: u32,
+        cause: &RootCause,
+    ) -> bool {
+        let goes_on = self.goes_on_without(coord, g);
+        if goes_on {
+            leave_behind(coord, store, round, nodes, g, cause);
+        }
+        if coord.leader() == me {
+            rdzv.free_node_rank(store, g);
+        }
+        goes_on
+    }
+
+    /// Whether the round goes on without node `g`: it admits nodes, `g` did not host the
+    /// store, and more than MIN nodes remain. A static job needs all its nodes: it restarts.
+    ///
+    /// Note [No node is special]
+    /// Node 0's agent hosts the store under `static` and `c10d`, so losing it ends the job
+    /// whatever else survives. Under `--rdzv-backend etcd` the store is etcd's, and node 0 is
+    /// a node like the others: when it is lost the round goes on without it, and what it did
+    /// falls to the lowest node rank left, the round's leader ([`Coordinator::leader`]):
+    /// - answering nodes that ask into the running round (it first takes in what the lost
+    ///   leader admitted and answered, Note [Admission]);
+    /// - freeing a lost node's rank for the node that comes back (Note [c10d node ranks]);
+    /// - waiting last at the exit barrier.
+    ///
+    /// Without `--fault-tolerance` a lost node fails the round, and `--max-restarts` meets the
+    /// survivors in the next one: under etcd its first agent in closes it (Note [Elastic
+    /// rounds]), so node 0 need not come, and the program check compares against the round's
+    /// lowest node (`warn_other_programs`).
+    ///
+    /// The workers' side needs nothing: their store is etcd too, and the ranks that remain
+    /// re-form their group without the lost node's (Note [Generations] in phalanx-pg), rank 0
+    /// included.
+    fn goes_on_without(&self, coord: &Coordinator, g: u32) -> bool {
+        let store_survives = self.store_host != Some(g);
+        self.fault_tolerance && store_survives && coord.member_count() > self.nnodes.min as usize
+    }
+}
+
+/// The round goes on without node `g`: its ranks leave the process group, recorded once.
+fn leave_behind(
+    coord: &Coordinator,
+    store: &dyn Store,
+    round: u32,
+    nodes: &Nodes,
+    g: u32,
+    cause: &RootCause,
+) {
+    let Some(ranks) = nodes.ranks_of(g) else {
+        return;
+    };
+    eprintln!(
+        "phalanx launch: node {g} ({}): {}; --fault-tolerance: the round goes on without it \
+         (its ranks {ranks:?} leave the process group, the others keep training)",
+        cause.host, cause.what
+    );
+    if coord.drop_member(round, g) {
+        for r in ranks {
+            if let Err(e) = record_change(store, round, &format!("-{r}")) {
+                eprintln!("phalanx launch: recording rank {r}'s departure: {e}");
+            }
+        }
+    }
+}
+
+/// Appends a membership change to round `round`'s generation log (Note [Generations]): bumps
+/// the counter, then writes what changed; returns the new generation.
+pub(crate) fn record_change(store: &dyn Store, round: u32, what: &str) -> Result<u64, Error> {
+    keys::append_generation_change(store, &|k| keys::in_round(round, k), what).map_err(|e| {
+        Error::Store {
+            op: "generation log",
+            key: keys::in_round(round, keys::GENERATION),
+            reason: e.to_string(),
+        }
+    })
+}
