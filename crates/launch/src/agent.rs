@@ -12,9 +12,11 @@ use sha2::{Digest, Sha256};
 use crate::elastic::coordinate::Coordinator;
 use crate::elastic::links::Links;
 use crate::elastic::Rules;
+use crate::job::Job;
 use crate::program::runs_python;
 use crate::rdzv::{self, Arrival, Met};
-use crate::round::{End, Job};
+use crate::round::{End, Round};
+use crate::signals;
 use crate::{Error, LaunchArgs};
 
 /// Exit code of `phalanx launch` when the group failed again after `--max-restarts K > 0`
@@ -163,7 +165,7 @@ impl<'a> Agent<'a> {
         let k = self.job.args.max_restarts;
         let (mut round, mut startup_in_a_row) = (0u32, 0u32);
         loop {
-            let (ran, end) = self.job.run_round(&self.coord, round)?;
+            let (ran, end) = self.run_round(round)?;
             // Elastic rounds are numbered by the store (Note [Elastic rounds]).
             round = ran;
             match end {
@@ -207,6 +209,20 @@ impl<'a> Agent<'a> {
                 }
             }
         }
+    }
+}
+
+impl Agent<'_> {
+    /// Runs round `round` (in an elastic job, the newest open round from `round` on): meets
+    /// the others, starts this node's workers, watches them and the other nodes, and on a
+    /// failure stops them and reports. Returns the round it ran and how it ended.
+    fn run_round(&self, round: u32) -> anyhow::Result<(u32, End)> {
+        let Some(plan) = self.job.plan(&self.coord, round)? else {
+            return Ok((round, End::Signal(signals::take().unwrap_or(libc::SIGTERM))));
+        };
+        let ran = plan.round;
+        let end = Round::start(&self.job, &self.coord, plan)?.run()?;
+        Ok((ran, end))
     }
 }
 

@@ -44,7 +44,7 @@ pub(crate) fn first_failure(
     let lr = chosen.local_rank;
     record(workers, chosen);
     for ev in seen {
-        // `run_round` holds the receiver for as long as this sender is used.
+        // the `Round` holds the receiver for as long as this sender is used.
         let _ = tx.send(ev);
     }
     lr

@@ -28,6 +28,7 @@ mod cause;
 mod diagnosis;
 mod elastic;
 mod error;
+mod job;
 mod output;
 mod program;
 pub mod progress;

@@ -1,7 +1,7 @@
 //! The elastic policy of a running round: what it admits, what it goes on without, and the
 //! node rank a lost node frees (Note [Admission] in `admission.rs`, Note [Generations] in
-//! phalanx-pg). `round.rs` watches the workers and the other nodes; what to do about a node
-//! that comes or goes is decided here.
+//! phalanx-pg). A `Round` (`round.rs`) watches the workers and the other nodes; what to do
+//! about a node that comes or goes is decided here.
 
 use std::time::Duration;
 
