@@ -105,6 +105,7 @@ impl<'a> Agent<'a> {
             ctl,
             links_at,
             etcd,
+            beat,
         } = met;
         let set_omp = args.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none();
         if set_omp {
@@ -119,6 +120,9 @@ impl<'a> Agent<'a> {
             args.monitor_interval,
         )
         .with_store_grace(rdzv.store_grace());
+        if let Some(beat) = beat {
+            coord = coord.with_beat(beat);
+        }
         // Where any node may be lost, node 0 included (etcd), links tell the others at once
         // (Note [Agent links]).
         if let Some(ip) = links_at {

@@ -51,7 +51,7 @@ pub mod wire;
 
 pub use auth::{Auth, DEFAULT_JOB_ID};
 pub use error::{Error, Result};
-pub use etcd::{EtcdOptions, EtcdStore};
+pub use etcd::{EtcdLease, EtcdOptions, EtcdStore};
 pub use hash_store::HashStore;
 pub use prefix_store::PrefixStore;
 pub use server::{ServerConfig, StoreServer, StoreStats, TorchClients};

@@ -223,3 +223,47 @@ fn a_tls_cluster_takes_a_client_certificate_and_names_a_wrong_one() {
         assert!(e.contains("refused this client's certificate"), "{e}");
     })
 }
+
+/// Note [Leases]: keys written through a leased handle live while the lease is kept alive,
+/// past its time to live and through the loss of etcd's leader, and go once the keep-alives
+/// stop, as when the process holding it is killed; keys written without it stay.
+#[test]
+fn leased_keys_live_while_kept_alive_and_expire_after_the_keepalives_stop() {
+    with_deadline(120, || {
+        let Some(mut cluster) = EtcdCluster::start("leases", 3, Duration::from_secs(30)) else {
+            return;
+        };
+        let store = cluster.store("leases");
+        store.set_timeout(Duration::from_secs(10));
+        let lease = store.grant_lease(Duration::from_secs(2)).unwrap();
+        assert_eq!(lease.ttl(), Duration::from_secs(2));
+        let own = store.with_lease(&lease);
+        own.set("node/0", b"mine").unwrap();
+        assert_eq!(own.add("beats", 3).unwrap(), 3);
+        assert_eq!(own.compare_set("slot", b"", b"taken").unwrap(), b"taken");
+        store.set("job", b"stays").unwrap();
+        // Kept alive: past twice its time to live, and through an election.
+        std::thread::sleep(Duration::from_secs(3));
+        let leader = cluster.leader().expect("a leader");
+        cluster.kill(leader);
+        std::thread::sleep(Duration::from_secs(3));
+        let keys = ["node/0", "beats", "slot", "job"];
+        assert!(store.check(&keys).unwrap(), "a kept lease lost its keys");
+        // The keep-alives stop: the leased keys go within the time to live (and a tick of
+        // etcd's lease checker), the others stay.
+        drop(lease);
+        let stopped = Instant::now();
+        while store.check(&["node/0"]).unwrap() {
+            assert!(
+                stopped.elapsed() < Duration::from_secs(10),
+                "leased keys still there 10 s after the keep-alives stopped"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let gone = stopped.elapsed();
+        assert!(!store.check(&["beats"]).unwrap() && !store.check(&["slot"]).unwrap());
+        assert_eq!(store.get("job").unwrap(), b"stays");
+        eprintln!("leased keys gone {gone:?} after the keep-alives stopped (ttl 2 s)");
+        store.delete_prefix().unwrap();
+    })
+}

@@ -10,7 +10,10 @@
 //! the reader's own clock, so clocks need not agree) means that node's agent is gone (SIGKILLed,
 //! stopped, its host off the network) even when its workers were idle and no collective would
 //! have failed: the round ends naming the node and when it was last heard of. Counters, not
-//! timestamps, so skewed clocks between hosts do not matter.
+//! timestamps, so skewed clocks between hosts do not matter. Under etcd each agent's counter
+//! is attached to its lease (Note [Leases] in phalanx-store), as its node rank and master
+//! address are: when the agent's keep-alives stop, etcd deletes them, and a counter found back
+//! at 0 names the node at once.
 //!
 //! [`Coordinator`] owns the agent's control handle on the store and whether the store is lost,
 //! so that once node 0 is gone no caller retries it.
@@ -97,6 +100,9 @@ pub(crate) struct Coordinator {
     grace: Duration,
     /// Since when the store has not answered this agent's polls, while it has not.
     unanswered: Cell<Option<Instant>>,
+    /// Where this agent's heartbeat is written: a handle whose keys expire with the agent
+    /// under etcd (Note [Leases] in phalanx-store), else `ctl`.
+    beat: Arc<dyn Store>,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -132,6 +138,7 @@ impl Coordinator {
         poll: Duration,
     ) -> Self {
         Coordinator {
+            beat: ctl.clone(),
             ctl,
             lost: Cell::new(false),
             nnodes,
@@ -146,6 +153,12 @@ impl Coordinator {
             grace: Duration::ZERO,
             unanswered: Cell::new(None),
         }
+    }
+
+    /// Writes this agent's heartbeat through `beat`, whose keys expire with the agent.
+    pub(crate) fn with_beat(mut self, beat: Arc<dyn Store>) -> Self {
+        self.beat = beat;
+        self
     }
 
     /// Lets the store go unanswered for `grace` before it counts as lost (Note [An election
@@ -198,7 +211,7 @@ impl Coordinator {
     pub(crate) fn heartbeat(&self, round: u32, always: bool) -> Heartbeat {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = (always || self.has_peers()).then(|| {
-            let (stop, ctl, grace) = (stop.clone(), self.ctl.clone(), self.grace);
+            let (stop, ctl, grace) = (stop.clone(), self.beat.clone(), self.grace);
             let key = keys::agent(round, &format!("heartbeat/{}", self.node_rank));
             std::thread::Builder::new()
                 .name("phalanx-heartbeat".into())
@@ -253,6 +266,21 @@ impl Coordinator {
         let counts = self.heartbeat_counts(round, &others)?;
         for (&g, count) in others.iter().zip(counts) {
             let (last, moved) = &mut b.seen[g as usize];
+            // A counter only grows: one back at 0 was deleted, its agent's lease expired
+            // (Note [Leases] in phalanx-store), and reading it wrote it again.
+            if count == 0 && *last > 0 {
+                return Some(RootCause {
+                    group_rank: g,
+                    host: self.host_of(round, g),
+                    what: format!(
+                        "its agent's etcd lease expired: it sent no keep-alive for the lease's \
+                         time to live (last heartbeat seen {:.1} s ago; the agent was killed \
+                         or stopped, or the host left the network)",
+                        moved.map_or(0.0, |t| now.duration_since(t).as_secs_f64())
+                    ),
+                    ..self.agent_cause(1, true)
+                });
+            }
             if count != *last || moved.is_none() {
                 // The first reading starts the clock: a node still starting gets its full
                 // timeout from then.

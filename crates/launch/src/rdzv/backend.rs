@@ -47,6 +47,9 @@ pub(crate) struct Met {
     pub(crate) links_at: Option<IpAddr>,
     /// How the workers reach the job's store when it lives in etcd.
     pub(crate) etcd: Option<EtcdOptions>,
+    /// A control handle whose writes expire when this agent is gone (etcd's leases: Note
+    /// [Leases] in phalanx-store), for its heartbeat; `None` where nothing expires.
+    pub(crate) beat: Option<Arc<dyn Store>>,
 }
 
 /// One way for the agents to meet (`static_tcp.rs`, `c10d.rs`, `etcd.rs`).

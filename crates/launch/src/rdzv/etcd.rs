@@ -31,7 +31,7 @@
 use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
-use phalanx_store::{EtcdOptions, EtcdStore, Store};
+use phalanx_store::{EtcdLease, EtcdOptions, EtcdStore, Store};
 use sha2::{Digest, Sha256};
 
 use super::backend::{Arrival, Met, Rendezvous};
@@ -46,6 +46,9 @@ fn master_key(node: u32) -> String {
     format!("rdzv/etcd/master/{node}")
 }
 const AGENTS: &str = "rdzv/etcd/agents";
+/// The lease of each agent's own keys (Note [Leases] in phalanx-store): as long as a node's
+/// heartbeat may stop before it is called lost.
+const LEASE_TTL: Duration = Duration::from_secs(5);
 /// How long etcd may not answer before the job's store counts as lost, unless `--rdzv-conf
 /// quorum_timeout` says otherwise: five of etcd's default election timeouts (1 s), enough for
 /// a new leader after a split vote (Note [An election is not a lost store] in
@@ -83,6 +86,7 @@ impl Rendezvous for Etcd {
             ctl: std::sync::Arc::new(m.ctl.clone()),
             links_at: Some(m.address),
             etcd: Some(m.options.clone()),
+            beat: Some(std::sync::Arc::new(m.beat.clone())),
         };
         self.met = Some(m);
         Ok(met)
@@ -152,6 +156,11 @@ struct EtcdMeeting {
     options: EtcdOptions,
     /// The bound on each call of the agents' control handle.
     control_timeout: Duration,
+    /// The control handle whose writes expire with this agent's lease: its heartbeat.
+    beat: EtcdStore,
+    /// This agent's lease, kept alive while the agent lives: its node rank, its master
+    /// address and its heartbeats are attached to it, so they go when the agent does.
+    _lease: EtcdLease,
 }
 
 /// The endpoints (`--rdzv-endpoint h1:p1,h2:p2`), the job (`--rdzv-id`) and `--rdzv-conf`'s
@@ -243,7 +252,11 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
             ),
         });
     }
-    let node_rank = take_node_rank(&store, 0, nnodes_max, &me, timeout)?;
+    // This agent's own keys expire with it (Note [Leases] in phalanx-store): a node killed
+    // frees its rank, its master address and its heartbeat by itself.
+    let lease = store.grant_lease(LEASE_TTL).map_err(unreachable)?;
+    let own = store.with_lease(&lease);
+    let node_rank = take_node_rank(&own, 0, nnodes_max, &me, timeout)?;
     store.add(AGENTS, 1).map_err(unreachable)?;
     let address = match local_addr {
         Some(a) => (a, 0)
@@ -266,8 +279,7 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
             reason: format!("no free port for the PyTorch workers' store: {e}"),
         })?;
     // A node that came back under the same rank replaces its old address.
-    store
-        .set(&master_key(node_rank), format!("{ip} {port}").as_bytes())
+    own.set(&master_key(node_rank), format!("{ip} {port}").as_bytes())
         .map_err(unreachable)?;
     let master = (ip, port);
     eprintln!(
@@ -275,6 +287,7 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
         options.endpoints_text()
     );
     Ok(EtcdMeeting {
+        beat: ctl.with_lease(&lease),
         store,
         ctl,
         node_rank,
@@ -283,6 +296,7 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
         address,
         options,
         control_timeout,
+        _lease: lease,
     })
 }
 

@@ -112,5 +112,6 @@ fn met(a: &Arrival<'_>, store: Arc<dyn Store>, ctl: Arc<dyn Store>) -> Met {
         ctl,
         links_at: None,
         etcd: None,
+        beat: None,
     }
 }

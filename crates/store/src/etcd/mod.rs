@@ -23,6 +23,7 @@
 //! store.delete_prefix().unwrap(); // the job's keys go when the job ends
 //! ```
 
+mod lease;
 mod options;
 
 use std::future::Future;
@@ -32,9 +33,10 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
-    Identity, KvClient, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Identity, KvClient, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 
+pub use lease::EtcdLease;
 pub use options::EtcdOptions;
 
 use crate::{Error, Result, Store};
@@ -47,6 +49,8 @@ const MAX_TXN_OPS: usize = 128;
 pub struct EtcdStore {
     inner: Arc<Inner>,
     timeout: Arc<Mutex<Duration>>,
+    /// The lease the keys written through this handle are attached to (Note [Leases]).
+    lease: Option<i64>,
 }
 
 struct Inner {
@@ -146,6 +150,7 @@ impl EtcdStore {
                 requests: AtomicU64::new(0),
             }),
             timeout: Arc::new(Mutex::new(phalanx_core::DEFAULT_TIMEOUT)),
+            lease: None,
         })
     }
 
@@ -155,7 +160,45 @@ impl EtcdStore {
         EtcdStore {
             inner: self.inner.clone(),
             timeout: Arc::new(Mutex::new(timeout)),
+            lease: self.lease,
         }
+    }
+
+    /// Grants a lease of `ttl` (whole seconds, at least 2: etcd refuses shorter ones than
+    /// about one and a half election timeouts) and keeps it alive until it is dropped (Note
+    /// [Leases]).
+    pub fn grant_lease(&self, ttl: Duration) -> Result<EtcdLease> {
+        let secs = ttl.as_secs().max(2);
+        let mut client = self.inner.client.clone();
+        let timeout = self.timeout();
+        let granted = self.inner.runtime.block_on(async {
+            tokio::time::timeout(timeout, client.lease_grant(secs as i64, None)).await
+        });
+        let id = match granted {
+            Ok(Ok(r)) => r.id(),
+            Ok(Err(e)) => return Err(self.fail("lease", e.to_string())),
+            Err(_) => return Err(self.fail("lease", format!("no answer within {timeout:.0?}"))),
+        };
+        let ttl = Duration::from_secs(secs);
+        let keeper =
+            self.inner
+                .runtime
+                .spawn(lease::keep_alive(self.inner.client.clone(), id, ttl));
+        Ok(EtcdLease::new(id, ttl, keeper))
+    }
+
+    /// Another handle whose writes attach their keys to `lease`: they are deleted when it
+    /// expires (Note [Leases]). Its reads and its timeout are this handle's.
+    pub fn with_lease(&self, lease: &EtcdLease) -> EtcdStore {
+        EtcdStore {
+            lease: Some(lease.id()),
+            ..self.clone()
+        }
+    }
+
+    /// How this handle's writes attach their keys: to its lease, if it has one.
+    fn put_options(&self) -> Option<PutOptions> {
+        self.lease.map(|id| PutOptions::new().with_lease(id))
     }
 
     /// How many requests this client (and its clones) sent, watches included.
@@ -335,7 +378,7 @@ impl EtcdStore {
             let txn = Txn::new()
                 .when([guard])
                 .and_then([
-                    TxnOp::put(full.clone(), value.clone(), None),
+                    TxnOp::put(full.clone(), value.clone(), self.put_options()),
                     TxnOp::put(receipt.clone(), Vec::new(), None),
                 ])
                 .or_else([TxnOp::get(full.clone(), None)]);
@@ -405,7 +448,7 @@ impl EtcdStore {
                 CompareOp::Equal,
                 expected.to_vec(),
             )])
-            .and_then([TxnOp::put(full, desired.to_vec(), None)]);
+            .and_then([TxnOp::put(full, desired.to_vec(), self.put_options())]);
         let set = self.call("compare_set", |mut kv| {
             let txn = txn.clone();
             async move { Ok(kv.txn(txn).await?.succeeded()) }
@@ -706,9 +749,10 @@ fn tls(o: &EtcdOptions) -> std::result::Result<TlsOptions, String> {
 impl Store for EtcdStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         let (key, value) = (self.key(key), value.to_vec());
+        let options = self.put_options();
         self.call("set", |mut kv| {
-            let (key, value) = (key.clone(), value.clone());
-            async move { kv.put(key, value, None).await.map(drop) }
+            let (key, value, options) = (key.clone(), value.clone(), options.clone());
+            async move { kv.put(key, value, options).await.map(drop) }
         })
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -735,7 +779,11 @@ impl Store for EtcdStore {
         };
         let txn = Txn::new()
             .when([guard])
-            .and_then([TxnOp::put(full.clone(), desired.to_vec(), None)])
+            .and_then([TxnOp::put(
+                full.clone(),
+                desired.to_vec(),
+                self.put_options(),
+            )])
             .or_else([TxnOp::get(full, None)]);
         let (set, current) = self.call("compare_set", |mut kv| {
             let txn = txn.clone();
@@ -799,7 +847,7 @@ impl Store for EtcdStore {
         for chunk in pairs.chunks(MAX_TXN_OPS) {
             let ops: Vec<TxnOp> = chunk
                 .iter()
-                .map(|(k, v)| TxnOp::put(self.key(k), v.to_vec(), None))
+                .map(|(k, v)| TxnOp::put(self.key(k), v.to_vec(), self.put_options()))
                 .collect();
             let txn = Txn::new().and_then(ops);
             self.call("multi_set", |mut kv| {

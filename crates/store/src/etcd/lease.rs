@@ -1,0 +1,71 @@
+//! [`EtcdLease`]: a lease that this process keeps alive, so that the keys written through it
+//! ([`EtcdStore::with_lease`](super::EtcdStore::with_lease)) go when the process does.
+//!
+//! Note [Leases]
+//! etcd deletes every key attached to a lease once the lease goes `ttl` without a keep-alive.
+//! A process that holds one sends a keep-alive every third of its `ttl`, from the store's own
+//! runtime thread, so a busy caller does not starve it. When the process is killed, or its
+//! host leaves the network, the keep-alives stop and its keys expire: nobody has to notice it
+//! and clean up after it. An election does not expire a lease: the new leader gives every
+//! lease a fresh `ttl`. Dropping an [`EtcdLease`] stops the keep-alives without revoking the
+//! lease, so the keys outlive a clean exit by up to `ttl`, as they outlive a kill (a revoked
+//! lease would take them at once, while the others may still read them).
+
+use std::time::Duration;
+
+use etcd_client::Client;
+
+/// A lease kept alive until dropped (Note [Leases]).
+#[derive(Debug)]
+pub struct EtcdLease {
+    id: i64,
+    ttl: Duration,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl EtcdLease {
+    /// A lease granted as `id` with `ttl`, kept alive by `keeper`.
+    pub(super) fn new(id: i64, ttl: Duration, keeper: tokio::task::JoinHandle<()>) -> Self {
+        EtcdLease { id, ttl, keeper }
+    }
+
+    /// etcd's id of the lease.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// How long its keys outlive the last keep-alive.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+impl Drop for EtcdLease {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+/// Keeps lease `id` alive: a keep-alive every third of `ttl`, the stream opened again when it
+/// breaks (a member lost, an election), until the task is aborted or etcd says the lease is
+/// gone (expired, or revoked).
+pub(super) async fn keep_alive(mut client: Client, id: i64, ttl: Duration) {
+    let every = ttl / 3;
+    loop {
+        let Ok((mut keeper, mut stream)) = client.lease_keep_alive(id).await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        loop {
+            if keeper.keep_alive().await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(every, stream.message()).await {
+                // A lease etcd no longer has: nothing to keep.
+                Ok(Ok(Some(answer))) if answer.ttl() <= 0 => return,
+                Ok(Ok(Some(_))) => tokio::time::sleep(every).await,
+                _ => break,
+            }
+        }
+    }
+}
