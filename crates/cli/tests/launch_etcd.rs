@@ -715,3 +715,77 @@ fn two_agents_train_through_a_tls_cluster_with_client_certificates() {
         f.stderr
     );
 }
+
+/// phalanx_torch.ft under `--rdzv-backend etcd --nnodes 2:3 --fault-tolerance`: a whole node
+/// lost (rank 1's agent, then its worker, SIGKILLed at step 40 of 200) costs the others a
+/// regroup, not a restart. Its workers said they re-form their group (the Manager's
+/// `ft/takes_part`), so the round goes on without the node (Rules::goes_on_if_told), and the
+/// two others finish as a world of 2 with equal replicas.
+#[test]
+fn a_phalanx_torch_ft_program_goes_on_without_a_lost_node() {
+    let _busy = one_at_a_time();
+    let Some(py) = backend_python("launch_etcd_torch_ft") else {
+        return;
+    };
+    let Some(cluster) = EtcdCluster::start("launch_etcd_torch_ft", 3, Duration::from_secs(30))
+    else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/tests/test_ft.py");
+    let agents: Vec<Running> = (0..3)
+        .map(|_| {
+            let mut c = phalanx();
+            c.arg("launch")
+                .args(["--rdzv-backend", "etcd", "--rdzv-endpoint", &eps])
+                .args([
+                    "--rdzv-id",
+                    "torch-ft",
+                    "--nnodes",
+                    "2:3",
+                    "--nproc-per-node",
+                    "1",
+                ])
+                .args([
+                    "--rdzv-last-call",
+                    "5",
+                    "--fault-tolerance",
+                    "--max-restarts",
+                    "1",
+                ])
+                .arg(&script)
+                .args(["api", "--steps", "200", "--kill-at", "40", "--kill-node"])
+                .env("PHALANX_TOKEN", TOKEN)
+                .env("PHALANX_TIMEOUT", "30s")
+                .env("PHALANX_PYTHON", &py);
+            start(c)
+        })
+        .collect();
+    let finished: Vec<Finished> = agents.into_iter().map(|a| a.wait(DEADLINE)).collect();
+    let dump: String = finished
+        .iter()
+        .map(|f| format!("{}\n{}\n", f.stdout, f.stderr))
+        .collect();
+    // The lost agent's own output may end before its worker's "kill at" reached it.
+    let (lost, survivors): (Vec<&Finished>, Vec<&Finished>) =
+        finished.iter().partition(|f| f.code() != Some(0));
+    assert_eq!(lost.len(), 1, "{dump}");
+    assert!(lost[0].stderr.contains("this is node 1"), "{dump}");
+    let mut results = Vec::new();
+    for f in &survivors {
+        assert_eq!(f.code(), Some(0), "{dump}");
+        assert!(!f.stderr.contains("restart 1 of"), "restarted:\n{dump}");
+        results.extend(f.stdout.lines().filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let at = w.iter().position(|&x| x == "digest")?;
+            Some((w.get(at + 1)?.to_string(), w.get(at + 3)?.to_string()))
+        }));
+    }
+    assert!(
+        dump.contains("the round goes on without it"),
+        "the agents did not go on:\n{dump}"
+    );
+    assert_eq!(results.len(), 2, "{dump}");
+    assert_eq!(results[0], results[1], "replicas differ:\n{dump}");
+    assert_eq!(results[0].1, "2", "the survivors' world:\n{dump}");
+}

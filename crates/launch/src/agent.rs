@@ -134,13 +134,13 @@ impl<'a> Agent<'a> {
                 ),
             }
         }
+        let ft_elastic = args.fault_tolerance && args.nnodes.is_elastic();
         let rules = Rules {
             nnodes: args.nnodes,
             last_call,
             timeout,
-            fault_tolerance: args.fault_tolerance
-                && args.nnodes.is_elastic()
-                && !runs_python(program),
+            fault_tolerance: ft_elastic && !runs_python(program),
+            goes_on_if_told: ft_elastic && runs_python(program),
             store_host: rdzv.store_host(),
         };
         let job = Job {

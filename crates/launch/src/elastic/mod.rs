@@ -460,6 +460,7 @@ mod tests {
             last_call: Duration::from_millis(300),
             timeout: Duration::from_secs(10),
             fault_tolerance: false,
+            goes_on_if_told: false,
             store_host: Some(0),
         };
         join(&**store, from, g, &c, &rules, &mut || false).map(|m| m.expect("not interrupted"))
@@ -501,6 +502,7 @@ mod tests {
             last_call: Duration::from_millis(100),
             timeout: Duration::from_secs(10),
             fault_tolerance: false,
+            goes_on_if_told: false,
             store_host: None,
         };
         let s = store.clone();
@@ -527,6 +529,7 @@ mod tests {
                 last_call: Duration::ZERO,
                 timeout: Duration::from_secs(5),
                 fault_tolerance: ft,
+                goes_on_if_told: false,
                 store_host: Some(0),
             };
             let m0 = join(&store, 0, 0, &c, &rules(node0_ft), &mut || false).unwrap();
@@ -573,6 +576,7 @@ mod tests {
                 last_call: Duration::ZERO,
                 timeout: Duration::from_millis(200),
                 fault_tolerance: false,
+                goes_on_if_told: false,
                 store_host: Some(0),
             },
             &mut || false,

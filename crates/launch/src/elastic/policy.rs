@@ -27,6 +27,11 @@ pub(crate) struct Rules {
     /// Python. Whether a Python program re-forms its group (phalanx_torch.ft) is known only
     /// once its workers run, after the rendezvous decided; its nodes meet at the next round.
     pub(crate) fault_tolerance: bool,
+    /// `--fault-tolerance` with `--nnodes MIN:MAX` for a Python program: a running round
+    /// admits no node, but goes on without a lost one once its workers said that they re-form
+    /// their group themselves (phalanx_torch.ft's Manager writes
+    /// [`keys::FT_TAKES_PART`]); a program that did not say so restarts as without it.
+    pub(crate) goes_on_if_told: bool,
     /// The node whose agent hosts the store (0 under `static` and `c10d`): it closes every
     /// round. `None` under etcd: the first agent in closes it.
     pub(crate) store_host: Option<u32>,
@@ -73,7 +78,7 @@ impl Rules {
         g: u32,
         cause: &RootCause,
     ) -> bool {
-        let goes_on = self.goes_on_without(coord, g);
+        let goes_on = self.goes_on_without(coord, store, round, g);
         if goes_on {
             leave_behind(coord, store, round, nodes, g, cause);
         }
@@ -83,8 +88,9 @@ impl Rules {
         goes_on
     }
 
-    /// Whether the round goes on without node `g`: it admits nodes, `g` did not host the
-    /// store, and more than MIN nodes remain. A static job needs all its nodes: it restarts.
+    /// Whether the round goes on without node `g`: it admits nodes (or its Python workers said
+    /// they re-form their group), `g` did not host the store, and more than MIN nodes remain.
+    /// A static job needs all its nodes: it restarts.
     ///
     /// Note [No node is special]
     /// Node 0's agent hosts the store under `static` and `c10d`, so losing it ends the job
@@ -104,9 +110,14 @@ impl Rules {
     /// The workers' side needs nothing: their store is etcd too, and the ranks that remain
     /// re-form their group without the lost node's (Note [Generations] in phalanx-pg), rank 0
     /// included.
-    fn goes_on_without(&self, coord: &Coordinator, g: u32) -> bool {
+    fn goes_on_without(&self, coord: &Coordinator, store: &dyn Store, round: u32, g: u32) -> bool {
         let store_survives = self.store_host != Some(g);
-        self.fault_tolerance && store_survives && coord.member_count() > self.nnodes.min as usize
+        let told = || {
+            let key = keys::in_round(round, keys::FT_TAKES_PART);
+            self.goes_on_if_told && store.check(&[&key]).unwrap_or(false)
+        };
+        let ft = self.fault_tolerance || told();
+        ft && store_survives && coord.member_count() > self.nnodes.min as usize
     }
 }
 
