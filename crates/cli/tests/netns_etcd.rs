@@ -1,7 +1,8 @@
 //! `--rdzv-backend etcd` across three network-namespace hosts, each running an etcd member and
 //! a node agent (`--nnodes 2:3 --fault-tolerance`), as a cluster of three machines would:
-//! - **a host lost**: every process of node 0's host SIGKILLed at once (its agent, its worker,
-//!   its etcd member); the other two go on and finish with equal replicas;
+//! - **a host lost**: every process of node 0's host (then node 1's, then node 2's) SIGKILLed
+//!   at once (its agent, its worker, its etcd member); the other two go on and finish with
+//!   equal replicas;
 //! - **a partition**: node 2's host cut off the network (its link taken down). Its side of
 //!   etcd has no quorum, so it can write nothing into the job: it stops, naming etcd, while the
 //!   other two go on without it (no split brain).
@@ -99,12 +100,14 @@ impl Drill {
 /// exit code and stderr.
 type Finish = (Vec<(u64, f64, String)>, String, (Option<i32>, String));
 
-#[test]
-fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
-    let Some(drill) = Drill::start("netns_etcd_host") else {
+/// Every process of node `g`'s host SIGKILLed at once (`ip netns pids`: its agent, its
+/// worker, its etcd member): the other two notice by the link, go on without it (no
+/// restart), take their next step within seconds and end with equal replicas.
+fn host_drill(test: &str, g: u32) {
+    let Some(drill) = Drill::start(test) else {
         return;
     };
-    let victim = drill.host_of(0);
+    let victim = drill.host_of(g);
     // The host goes: every process in its namespace, at once.
     let out = Command::new("ip")
         .args(["netns", "pids", &drill.hosts.ns(victim)])
@@ -123,7 +126,7 @@ fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
     assert_eq!(s.len(), 2, "{s:?}\n{err}");
     assert_eq!(s[0].2, s[1].2, "replicas differ\n{err}");
     assert!(
-        err.contains("node 0 (") && err.contains("the round goes on without it"),
+        err.contains(&format!("node {g} (")) && err.contains("the round goes on without it"),
         "{err}"
     );
     assert!(!err.contains("starting attempt"), "no restart: {err}");
@@ -135,10 +138,22 @@ fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
         noticed + step
     );
     eprintln!(
-        "node 0's host lost: noticed after {noticed:.2} s, next step {step:.2} s after that; \
+        "node {g}'s host lost: noticed after {noticed:.2} s, next step {step:.2} s after that; \
          accuracy {:.3}",
         s[0].1
     );
+}
+
+#[test]
+fn losing_node_0s_host_with_its_etcd_member_costs_the_others_a_step() {
+    host_drill("netns_etcd_host", 0);
+}
+
+/// No node is special: nodes 1 and 2 (one after the other) cost what node 0 costs.
+#[test]
+fn losing_node_1s_or_node_2s_host_costs_the_others_a_step_too() {
+    host_drill("netns_etcd_host1", 1);
+    host_drill("netns_etcd_host2", 2);
 }
 
 #[test]

@@ -106,6 +106,7 @@ impl<'a> Agent<'a> {
             links_at,
             etcd,
             beat,
+            watch,
         } = met;
         let set_omp = args.nproc_per_node > 1 && std::env::var_os("OMP_NUM_THREADS").is_none();
         if set_omp {
@@ -122,6 +123,9 @@ impl<'a> Agent<'a> {
         .with_store_grace(rdzv.store_grace());
         if let Some(beat) = beat {
             coord = coord.with_beat(beat);
+        }
+        if let Some(watch) = watch {
+            coord = coord.with_watch(watch);
         }
         // Where any node may be lost, node 0 included (etcd), links tell the others at once
         // (Note [Agent links]).

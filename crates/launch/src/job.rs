@@ -202,6 +202,8 @@ impl Job<'_> {
         Ok(layout.map(|l| fixed(l, (0..nnodes.max).collect())))
     }
 
+    /// How local worker `lr` of a round with `env` and `layout` is started: its program and
+    /// arguments, environment, output prefixes and log files (under `attempt_dir`).
     pub(crate) fn spec(
         &self,
         job: &JobEnv,

@@ -378,8 +378,7 @@ impl<'j> Round<'j> {
             }
             if Instant::now() >= next_poll {
                 next_poll = Instant::now() + interval;
-                job.rules
-                    .admissions(coord, nodes, job.node_rank, &job.claim());
+                // A lost node first (a closed link costs no store read), then arrivals.
                 match coord.poll(round) {
                     Polled::Quiet => {}
                     Polled::Silent(g, cause) => {
@@ -394,6 +393,8 @@ impl<'j> Round<'j> {
                     }
                     Polled::Failed(cause) => return Watch::Remote(cause),
                 }
+                job.rules
+                    .admissions(coord, nodes, job.node_rank, &job.claim());
                 // Only a Python program can be a PyTorch worker; for anything else a refused
                 // PyTorch client is a stranger, logged by the store and not the job's end
                 // (else five bytes from anywhere would end any job).

@@ -281,6 +281,28 @@ impl Nodes {
         Some(base..base + self.list[at].1)
     }
 
+    /// Whether there is anything to take in (admissions this agent has not read) or, for the
+    /// `leader`, to answer (arrivals): two counters read through `watch`, the monitor's
+    /// short-bounded handle, so that a tick with nothing new does not wait out an etcd
+    /// election (Note [The monitor does not wait out an election] in `coordinate.rs`).
+    pub(crate) fn news(&self, watch: &dyn Store, leader: bool) -> Result<bool, Error> {
+        let counter = keys::agent(self.round, ADMISSIONS);
+        let made = watch
+            .add(&counter, 0)
+            .map_err(|e| store_err("add", &counter, e))?;
+        if u64::try_from(made).unwrap_or(0) > self.seen {
+            return Ok(true);
+        }
+        if !leader {
+            return Ok(false);
+        }
+        let counter = keys::agent(self.round, ARRIVALS);
+        let arrivals = watch
+            .add(&counter, 0)
+            .map_err(|e| store_err("add", &counter, e))?;
+        Ok(arrivals > self.answered)
+    }
+
     /// The round's leader (node 0, or under etcd the lowest node left: Note [No node is
     /// special]), at every monitor tick: answers the arrivals waiting (Note [Admission]).
     pub(crate) fn admit_arrivals(

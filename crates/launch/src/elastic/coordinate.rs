@@ -27,6 +27,18 @@
 //! `Rendezvous::store_grace` (`--rdzv-conf quorum_timeout`, 5 s by default: several election
 //! timeouts), while the agent keeps watching its links. A quorum lost for good is still told
 //! within seconds, and workers that finish their job meanwhile end it as usual.
+//!
+//! Note [The monitor does not wait out an election]: the monitor reads links first, then the
+//! store, in one thread. When node 0's host goes with the etcd leader on it, a read sent just
+//! before the kill waits for the next leader (about a second), and the closed link that
+//! would have named node 0 at once waits behind it: the survivors' next step came 1.1 s after
+//! the kill instead of 0.1–0.4 s. So under etcd the monitor reads through a handle bounded
+//! by about one poll (`Met::watch`): an unanswered read counts towards the store's grace and
+//! the next poll looks at the links again. Writes that others depend on (a lost node's ranks
+//! leaving the process group, a published failure, the exit barrier) go through the control
+//! handle, which under etcd waits out an election (the store's grace) rather than failing in
+//! it: when both survivors' claims to record node 0's departure failed after 1 s, nobody
+//! recorded it, and their workers waited 30 s for a replacement.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,6 +115,10 @@ pub(crate) struct Coordinator {
     /// Where this agent's heartbeat is written: a handle whose keys expire with the agent
     /// under etcd (Note [Leases] in phalanx-store), else `ctl`.
     beat: Arc<dyn Store>,
+    /// The monitor's reads (failures, heartbeats, links, waiting nodes): a handle bounded by
+    /// about one poll under etcd (Note [The monitor does not wait out an election]), else
+    /// `ctl`.
+    watch: Arc<dyn Store>,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -139,6 +155,7 @@ impl Coordinator {
     ) -> Self {
         Coordinator {
             beat: ctl.clone(),
+            watch: ctl.clone(),
             ctl,
             lost: Cell::new(false),
             nnodes,
@@ -158,6 +175,13 @@ impl Coordinator {
     /// Writes this agent's heartbeat through `beat`, whose keys expire with the agent.
     pub(crate) fn with_beat(mut self, beat: Arc<dyn Store>) -> Self {
         self.beat = beat;
+        self
+    }
+
+    /// Reads what the monitor watches through `watch`, a handle whose calls give up after
+    /// about one poll (Note [The monitor does not wait out an election]).
+    pub(crate) fn with_watch(mut self, watch: Arc<dyn Store>) -> Self {
+        self.watch = watch;
         self
     }
 
@@ -203,7 +227,9 @@ impl Coordinator {
     /// Elastic jobs: whether a node waits to join the round after `round` (scale up: Note
     /// [Elastic rounds]). Checked by every agent, even one alone in its round.
     pub(crate) fn node_waiting(&self, round: u32) -> bool {
-        !self.lost.get() && crate::rdzv::claims::someone_waiting(&*self.ctl, round + 1)
+        !self.lost.get()
+            && self.answers()
+            && crate::rdzv::claims::someone_waiting(&*self.watch, round + 1)
     }
 
     /// Starts this node's heartbeat for round `round` (nothing with one node, unless
@@ -255,7 +281,7 @@ impl Coordinator {
         }
         b.read_at = Some(now);
         if let Some(links) = &self.links {
-            links.watch(&*self.ctl, &others);
+            links.watch(&*self.watch, &others);
             for &g in &others {
                 if !self.hosts.borrow().contains_key(&g) {
                     let host = self.host_of(round, g);
@@ -314,8 +340,8 @@ impl Coordinator {
             .map(|g| keys::agent(round, &format!("heartbeat/{g}")))
             .collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        if self.ctl.check(&refs).ok()? {
-            let values = self.ctl.multi_get(&refs).ok()?;
+        if self.watch.check(&refs).ok()? {
+            let values = self.watch.multi_get(&refs).ok()?;
             return Some(
                 values
                     .iter()
@@ -328,7 +354,7 @@ impl Coordinator {
                     .collect(),
             );
         }
-        refs.iter().map(|k| self.ctl.add(k, 0).ok()).collect()
+        refs.iter().map(|k| self.watch.add(k, 0).ok()).collect()
     }
 
     /// A node whose agent's link closed without a goodbye (Note [Agent links]): read before
@@ -400,9 +426,9 @@ impl Coordinator {
             return Polled::Silent(cause.group_rank, cause);
         }
         let k = keys::agent(round, "failed");
-        let got = self.ctl.check(&[&k]).and_then(|present| {
+        let got = self.watch.check(&[&k]).and_then(|present| {
             if present {
-                self.ctl.get(&k).map(Some)
+                self.watch.get(&k).map(Some)
             } else {
                 Ok(None)
             }
@@ -525,8 +551,8 @@ impl Coordinator {
         if self.node_rank != 0 {
             return None;
         }
-        let why = match self.ctl.check(&[keys::TORCH_REFUSED]) {
-            Ok(true) => self.ctl.get(keys::TORCH_REFUSED).ok()?,
+        let why = match self.watch.check(&[keys::TORCH_REFUSED]) {
+            Ok(true) => self.watch.get(keys::TORCH_REFUSED).ok()?,
             _ => return None,
         };
         Some(RootCause {
@@ -613,6 +639,17 @@ impl Coordinator {
     /// The control handle on the store, unless the store is lost.
     pub(crate) fn store(&self) -> Option<&dyn Store> {
         (!self.lost.get()).then_some(&*self.ctl)
+    }
+
+    /// Whether the store answered the monitor's last poll: while it does not (an election),
+    /// the rest of a tick reads nothing, so that the next poll (and the links) comes soon.
+    pub(crate) fn answers(&self) -> bool {
+        self.unanswered.get().is_none()
+    }
+
+    /// The monitor's handle on the store (`ctl` where no election can stall it).
+    pub(crate) fn watch(&self) -> &dyn Store {
+        &*self.watch
     }
 
     /// The value of store key `k`, if it is there and the store still answers.

@@ -50,8 +50,15 @@ impl Rules {
         if !self.fault_tolerance {
             return;
         }
-        let Some(store) = coord.store() else { return };
-        let result = match coord.leader() == me {
+        let Some(store) = coord.store().filter(|_| coord.answers()) else {
+            return;
+        };
+        let leader = coord.leader() == me;
+        // A store that does not answer is the poll's to report, right after this.
+        if !matches!(nodes.news(coord.watch(), leader), Ok(true)) {
+            return;
+        }
+        let result = match leader {
             true => nodes.admit_arrivals(store, coord, self.nnodes, claim),
             false => nodes.follow(store, coord),
         };

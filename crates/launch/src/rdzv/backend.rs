@@ -50,6 +50,10 @@ pub(crate) struct Met {
     /// A control handle whose writes expire when this agent is gone (etcd's leases: Note
     /// [Leases] in phalanx-store), for its heartbeat; `None` where nothing expires.
     pub(crate) beat: Option<Arc<dyn Store>>,
+    /// A control handle bounded by about one poll, for the monitor's reads where the store
+    /// may stop answering for an election (Note [The monitor does not wait out an election]
+    /// in `elastic/coordinate.rs`); `None`: `ctl`.
+    pub(crate) watch: Option<Arc<dyn Store>>,
 }
 
 /// One way for the agents to meet (`static_tcp.rs`, `c10d.rs`, `etcd.rs`).

@@ -55,6 +55,10 @@ const LEASE_TTL: Duration = Duration::from_secs(5);
 /// `elastic/coordinate.rs`).
 const STORE_GRACE: Duration = Duration::from_secs(5);
 const OUT: &str = "rdzv/etcd/out";
+/// The bound on each of the monitor's reads: about one poll, so that a read waiting for a
+/// new leader does not hold back a closed link's news (Note [The monitor does not wait out
+/// an election] in `elastic/coordinate.rs`).
+const WATCH_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// `--rdzv-backend etcd` at `--rdzv-endpoint`'s endpoints.
 pub(crate) struct Etcd {
@@ -78,8 +82,8 @@ impl Etcd {
 impl Rendezvous for Etcd {
     fn meet(&mut self, a: &Arrival<'_>) -> Result<Met, Error> {
         let options = options(&self.endpoints, &a.auth.job_id, a.conf, a.timeout)?;
-        self.grace = a.conf.quorum_timeout.unwrap_or(STORE_GRACE);
         let m = meet(options, a)?;
+        self.grace = a.conf.quorum_timeout.unwrap_or(STORE_GRACE);
         let met = Met {
             node_rank: m.node_rank,
             store: std::sync::Arc::new(m.store.clone()),
@@ -87,6 +91,7 @@ impl Rendezvous for Etcd {
             links_at: Some(m.address),
             etcd: Some(m.options.clone()),
             beat: Some(std::sync::Arc::new(m.beat.clone())),
+            watch: Some(std::sync::Arc::new(m.store.with_timeout(WATCH_TIMEOUT))),
         };
         self.met = Some(m);
         Ok(met)
@@ -226,7 +231,12 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
     };
     let store = EtcdStore::connect(&options).map_err(unreachable)?;
     store.set_timeout(timeout);
-    let ctl = store.with_timeout(control_timeout);
+    // The control handle's writes are the ones the others depend on (a rank's departure, a
+    // root cause, the exit barrier): they wait out an election rather than fail in it. The
+    // monitor reads through a handle bounded by one poll instead (`Met::watch`), and the
+    // heartbeat through one bounded by the control timeout, so neither stalls for it.
+    let grace = a.conf.quorum_timeout.unwrap_or(STORE_GRACE);
+    let ctl = store.with_timeout(control_timeout.max(grace));
     let job = options
         .prefix
         .trim_matches('/')
@@ -287,7 +297,7 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
         options.endpoints_text()
     );
     Ok(EtcdMeeting {
-        beat: ctl.with_lease(&lease),
+        beat: store.with_timeout(control_timeout).with_lease(&lease),
         store,
         ctl,
         node_rank,

@@ -113,5 +113,6 @@ fn met(a: &Arrival<'_>, store: Arc<dyn Store>, ctl: Arc<dyn Store>) -> Met {
         links_at: None,
         etcd: None,
         beat: None,
+        watch: None,
     }
 }
