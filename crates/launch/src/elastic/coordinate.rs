@@ -281,7 +281,9 @@ impl Coordinator {
         }
         b.read_at = Some(now);
         if let Some(links) = &self.links {
-            links.watch(&*self.watch, &others);
+            if !links.watch(&*self.watch, &others) {
+                return None;
+            }
             for &g in &others {
                 if !self.hosts.borrow().contains_key(&g) {
                     let host = self.host_of(round, g);

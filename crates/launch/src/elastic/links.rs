@@ -67,14 +67,19 @@ impl Links {
 
     /// Connects to the members in `others` not linked yet (or whose link moved: a node that
     /// came back), each within a short bound; a node not reachable now is tried next time.
-    pub(crate) fn watch(&self, store: &dyn Store, others: &[u32]) {
+    /// `false` when the store did not answer: the rest waits for the next tick, as one read
+    /// per node bounded by a quarter second each would hold the monitor through an etcd
+    /// election (Note [The monitor does not wait out an election] in `coordinate.rs`).
+    pub(crate) fn watch(&self, store: &dyn Store, others: &[u32]) -> bool {
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         for &g in others {
-            let Ok(true) = store.check(&[&key(g)]) else {
-                continue;
-            };
+            match store.check(&[&key(g)]) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => return false,
+            }
             let Ok(addr) = store.get(&key(g)) else {
-                continue;
+                return false;
             };
             let addr = String::from_utf8_lossy(&addr).into_owned();
             if watched.get(&g).is_some_and(|w| w.addr == addr) {
@@ -113,6 +118,7 @@ impl Links {
                 watched.insert(g, Watched { addr, closed });
             }
         }
+        true
     }
 
     /// Node `g`'s link closed without a goodbye: when.

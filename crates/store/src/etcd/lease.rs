@@ -47,10 +47,18 @@ impl Drop for EtcdLease {
 }
 
 /// Keeps lease `id` alive: a keep-alive every third of `ttl`, the stream opened again when it
-/// breaks (a member lost, an election), until the task is aborted or etcd says the lease is
-/// gone (expired, or revoked).
+/// breaks (a member lost, an election) or its answer is late, until the task is aborted or
+/// etcd says the lease is gone (expired, or revoked).
+///
+/// A member cut off by a partition refuses nothing: a stream opened on it just never answers.
+/// Waiting a whole third of the time to live for that answer let two such picks in a row
+/// expire the lease of an agent that was alive and reachable (seen in the netns partition
+/// drill: a survivor's own node rank and master address vanished). A healthy member answers
+/// in milliseconds, so an answer is awaited a tenth of the time to live, and the next stream
+/// (most likely on another member) opens at once.
 pub(super) async fn keep_alive(mut client: Client, id: i64, ttl: Duration) {
     let every = ttl / 3;
+    let answer_within = (ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(1));
     loop {
         let Ok((mut keeper, mut stream)) = client.lease_keep_alive(id).await else {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -60,7 +68,7 @@ pub(super) async fn keep_alive(mut client: Client, id: i64, ttl: Duration) {
             if keeper.keep_alive().await.is_err() {
                 break;
             }
-            match tokio::time::timeout(every, stream.message()).await {
+            match tokio::time::timeout(answer_within, stream.message()).await {
                 // A lease etcd no longer has: nothing to keep.
                 Ok(Ok(Some(answer))) if answer.ttl() <= 0 => return,
                 Ok(Ok(Some(_))) => tokio::time::sleep(every).await,
