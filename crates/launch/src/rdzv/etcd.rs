@@ -82,8 +82,8 @@ impl Etcd {
 impl Rendezvous for Etcd {
     fn meet(&mut self, a: &Arrival<'_>) -> Result<Met, Error> {
         let options = options(&self.endpoints, &a.auth.job_id, a.conf, a.timeout)?;
-        let m = meet(options, a)?;
         self.grace = a.conf.quorum_timeout.unwrap_or(STORE_GRACE);
+        let m = meet(options, a, self.grace)?;
         let met = Met {
             node_rank: m.node_rank,
             store: std::sync::Arc::new(m.store.clone()),
@@ -221,8 +221,9 @@ fn options(
 
 /// Connects to etcd, checks that the id is this job's, takes a node rank and learns where the
 /// PyTorch workers' store is. `local_addr` (`--local-addr`) is this node's address for the
-/// others; without it, the address this host reaches etcd from.
-fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
+/// others; without it, the address this host reaches etcd from. `grace` (the backend's
+/// `store_grace`) also bounds the control handle's calls.
+fn meet(options: EtcdOptions, a: &Arrival<'_>, grace: Duration) -> Result<EtcdMeeting, Error> {
     let (token, nnodes_max, me) = (&a.auth.token, a.nnodes_max, a.me.clone());
     let (local_addr, control_timeout) = (a.local_addr, a.control_timeout);
     let timeout = options.connect_timeout;
@@ -235,7 +236,6 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>) -> Result<EtcdMeeting, Error> {
     // root cause, the exit barrier): they wait out an election rather than fail in it. The
     // monitor reads through a handle bounded by one poll instead (`Met::watch`), and the
     // heartbeat through one bounded by the control timeout, so neither stalls for it.
-    let grace = a.conf.quorum_timeout.unwrap_or(STORE_GRACE);
     let ctl = store.with_timeout(control_timeout.max(grace));
     let job = options
         .prefix
