@@ -81,18 +81,27 @@ impl Drill {
     /// Waits for every agent; returns the survivors' summaries and stderr, and the exit code
     /// and stderr of `except`'s.
     fn finish(self, except: usize) -> Finish {
-        let (mut out, mut err, mut lost) = (String::new(), String::new(), (None, String::new()));
-        for (i, n) in self.nodes.into_iter().enumerate() {
-            let (code, o, e) = n.wait(self.begin);
+        let ended: Vec<_> = self.nodes.into_iter().map(|n| n.wait(self.begin)).collect();
+        // A survivor that failed: every host's words, since the cause may be on another.
+        let all = || {
+            ended
+                .iter()
+                .enumerate()
+                .map(|(i, (code, _, e))| format!("== host {i} (exit {code:?}):\n{e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let (mut out, mut err) = (String::new(), String::new());
+        for (i, (code, o, e)) in ended.iter().enumerate() {
             if i == except {
-                lost = (code, e);
                 continue;
             }
-            assert_eq!(code, Some(0), "host {i}:\n{e}");
-            out.push_str(&o);
-            err.push_str(&e);
+            assert_eq!(*code, Some(0), "host {i} failed\n{}", all());
+            out.push_str(o);
+            err.push_str(e);
         }
-        (train_summaries(&out), err, lost)
+        let (code, _, e) = &ended[except];
+        (train_summaries(&out), err, (*code, e.clone()))
     }
 }
 
