@@ -215,17 +215,17 @@ fn parse_entry(rank: usize, of: usize, v: &[u8]) -> Result<(Peer, usize)> {
 /// `w <world size>`, `h <host>` lines (each distinct host once), then one
 /// `r <addr> <host index>` line per rank.
 fn encode(world: usize, peers: &[Peer]) -> String {
+    use std::fmt::Write;
+    // Each host's index by name: a search of the list per rank grew as ranks × hosts.
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     let mut hosts: Vec<&str> = Vec::new();
-    let mut rows = String::new();
+    let mut rows = String::with_capacity(peers.len() * 28);
     for p in peers {
-        let i = match hosts.iter().position(|h| *h == p.host) {
-            Some(i) => i,
-            None => {
-                hosts.push(&p.host);
-                hosts.len() - 1
-            }
-        };
-        rows.push_str(&format!("r {} {i}\n", p.addr));
+        let i = *index.entry(&p.host).or_insert_with(|| {
+            hosts.push(&p.host);
+            hosts.len() - 1
+        });
+        let _ = writeln!(rows, "r {} {i}", p.addr);
     }
     let mut out = format!("w {world}\n");
     out.extend(hosts.iter().map(|h| format!("h {h}\n")));

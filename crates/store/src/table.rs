@@ -2,11 +2,13 @@
 //! same semantics by construction.
 //!
 //! Lock order: one mutex (`state`), held only for in-memory work, never across I/O.
-//! Waiters sleep on one condvar; a mutation notifies only when some waiter watches that key,
-//! so the counter churn of a rendezvous (`add` by every rank) wakes nobody.
+//! Each waiter sleeps on a condvar of its own, registered under every key it watches; a
+//! mutation wakes the waiters of that key only, so the counter churn of a rendezvous (`add` by
+//! every rank) wakes nobody, and the N arrivals that rank 0 waits for do not each wake the
+//! N ranks waiting for the table (one condvar for all cost N² wake-ups under the lock).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::wire::MAX_VALUE_LEN;
@@ -24,8 +26,8 @@ pub(crate) enum WaitError {
 #[derive(Default)]
 struct State {
     map: HashMap<String, Vec<u8>>,
-    /// Number of sleeping waiters per watched key.
-    watched: HashMap<String, usize>,
+    /// The sleeping waiters of each watched key: each one's own condvar.
+    watched: HashMap<String, Vec<Arc<Condvar>>>,
     /// PyTorch's queues (`queue_push`/`queue_pop`), kept apart from the keys as PyTorch does.
     queues: HashMap<String, VecDeque<Vec<u8>>>,
 }
@@ -41,7 +43,6 @@ impl State {
 #[derive(Default)]
 pub(crate) struct Table {
     state: Mutex<State>,
-    changed: Condvar,
 }
 
 impl Table {
@@ -52,15 +53,17 @@ impl Table {
     }
 
     fn notify_if_watched(&self, st: &State, key: &str) {
-        if st.watched.contains_key(key) {
-            self.changed.notify_all();
+        for waiter in st.watched.get(key).into_iter().flatten() {
+            waiter.notify_one();
         }
     }
 
     /// Wakes every waiter so it re-runs its cancel check (used at shutdown).
     pub(crate) fn wake_all(&self) {
-        let _st = self.lock();
-        self.changed.notify_all();
+        let st = self.lock();
+        for waiter in st.watched.values().flatten() {
+            waiter.notify_one();
+        }
     }
 
     pub(crate) fn set(&self, key: &str, value: &[u8]) {
@@ -71,13 +74,9 @@ impl Table {
 
     pub(crate) fn multi_set(&self, pairs: &[(&str, &[u8])]) {
         let mut st = self.lock();
-        let mut wake = false;
         for (k, v) in pairs {
             st.map.insert((*k).to_string(), v.to_vec());
-            wake |= st.watched.contains_key(*k);
-        }
-        if wake {
-            self.changed.notify_all();
+            self.notify_if_watched(&st, k);
         }
     }
 
@@ -249,15 +248,28 @@ impl Table {
     ) -> Result<T, WaitError> {
         let start = Instant::now();
         let mut st = self.lock();
+        let me = Arc::new(Condvar::new());
         let mut registered = false;
+        // Where the last look found a key missing: keys arrive roughly in order (rank 0 waits
+        // for every rank's), so each look goes on from there instead of from the first key.
+        let mut from = 0;
         // When `cancel` last ran: it may make system calls, so it runs outside the lock and at
         // most every `check_every`, however often the table wakes this waiter.
         let mut checked: Option<Instant> = None;
         let result = loop {
-            if let Some(missing) = keys.iter().find(|k| !ready(&st, k)) {
+            // From `from` to the end, then (once those are all there) the start again: the
+            // wait ends only on a look that found every key.
+            let first_missing = |st: &State, from: usize| {
+                let tail = keys[from..].iter().position(|k| !ready(st, k));
+                tail.map(|i| from + i)
+                    .or_else(|| keys[..from].iter().position(|k| !ready(st, k)))
+            };
+            if let Some(at) = first_missing(&st, from) {
+                from = at;
+                let missing = keys[at];
                 let left = match timeout.checked_sub(start.elapsed()) {
                     Some(d) if !d.is_zero() => d,
-                    _ => break Err(WaitError::Timeout((*missing).to_string())),
+                    _ => break Err(WaitError::Timeout(missing.to_string())),
                 };
                 let due = match (checked, check_every) {
                     (None, _) => true,
@@ -276,13 +288,13 @@ impl Table {
                 }
                 if !registered {
                     for k in keys {
-                        *st.watched.entry((*k).to_string()).or_default() += 1;
+                        let waiters = st.watched.entry((*k).to_string()).or_default();
+                        waiters.push(me.clone());
                     }
                     registered = true;
                 }
                 let slice = check_every.map_or(left, |c| c.min(left));
-                st = self
-                    .changed
+                st = me
                     .wait_timeout(st, slice)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
@@ -292,9 +304,9 @@ impl Table {
         };
         if registered {
             for k in keys {
-                if let Some(n) = st.watched.get_mut(*k) {
-                    *n -= 1;
-                    if *n == 0 {
+                if let Some(waiters) = st.watched.get_mut(*k) {
+                    waiters.retain(|w| !Arc::ptr_eq(w, &me));
+                    if waiters.is_empty() {
                         st.watched.remove(*k);
                     }
                 }
@@ -357,6 +369,33 @@ mod tests {
         t.set("a", b"1");
         let r = t.wait_get(&["a", "b"], Duration::from_millis(20), None, &mut || false);
         assert_eq!(r, Err(WaitError::Timeout("b".into())));
+        assert!(t.lock().watched.is_empty());
+    }
+
+    /// A wait on many keys goes on from where its last look stopped, and ends only on a look
+    /// that found every key, whatever order they came in.
+    #[test]
+    fn a_wait_on_many_keys_ends_when_every_key_is_there() {
+        let t = Arc::new(Table::default());
+        let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+        let waiter = {
+            let (t, keys) = (t.clone(), keys.clone());
+            std::thread::spawn(move || {
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                t.wait_get(&keys, Duration::from_secs(20), None, &mut || false)
+            })
+        };
+        // The later half first, then the earlier one: a look that stopped late must go back.
+        for (i, k) in keys[100..].iter().chain(&keys[..100]).enumerate() {
+            t.set(k, i.to_string().as_bytes());
+            if i % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let values = waiter.join().unwrap().unwrap();
+        assert_eq!(values.len(), 200);
+        assert_eq!(values[0], b"100");
+        assert_eq!(values[199], b"99");
         assert!(t.lock().watched.is_empty());
     }
 
