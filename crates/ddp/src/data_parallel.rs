@@ -196,6 +196,18 @@ pub trait DataParallel<M: Module>: Sized {
     /// Gradient accumulation (PyTorch's `no_sync`): keeps `grads` locally, no communication.
     fn no_sync(&mut self, grads: Gradients) -> Result<()>;
 
+    /// FSDP2's `set_requires_gradient_sync`: whether blocks that reduce their gradients during
+    /// the backward (fully sharded units) do so, or add them up until the next
+    /// [`step`](Self::step), which reduces the sums. Nothing to do for an engine that averages
+    /// after the backward (the default).
+    fn set_requires_gradient_sync(&mut self, _yes: bool) {}
+
+    /// FSDP2's `set_reshard_after_backward`: with `false`, blocks that gather their
+    /// parameters for their own passes keep them gathered until the step ends (a pipeline's
+    /// microbatches: Note [Microbatched units] in `fsdp/fully_sharded/mod.rs`). Nothing to do
+    /// for an engine that holds its parameters whole (the default).
+    fn set_reshard_after_backward(&mut self, _yes: bool) {}
+
     /// Whether `no_sync` gradients are waiting for the next synchronising step.
     fn has_accumulated(&self) -> bool;
 

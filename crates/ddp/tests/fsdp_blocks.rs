@@ -111,6 +111,9 @@ struct Plan {
     accumulate: bool,
     reshard_after_forward: bool,
     many_buckets: bool,
+    /// A pipeline's setting (Note [Microbatched units]): gradient sync off for good, the
+    /// gathered parameters kept until each step ends.
+    microbatched: bool,
 }
 
 fn optimizer(plan: &Plan) -> ModuleOptimizer {
@@ -174,9 +177,15 @@ fn run_sharded(pg: ProcessGroup, plan: Plan, sharding: Sharding, group: Option<u
     assert_eq!(fsdp.blocks(), 4);
     assert!(fsdp.module().middle[0].is_sharded());
     let mut optim = optimizer(&plan);
+    if plan.microbatched {
+        fsdp.set_requires_gradient_sync(false);
+        fsdp.set_reshard_after_backward(false);
+    }
     for step in 0..STEPS {
         let accumulating = plan.accumulate && step % 2 == 0;
-        fsdp.set_requires_gradient_sync(!accumulating);
+        if !plan.microbatched {
+            fsdp.set_requires_gradient_sync(!accumulating);
+        }
         fsdp.unshard().unwrap();
         let grads = backward(fsdp.module(), step, rank);
         if accumulating {
@@ -237,6 +246,7 @@ const BASE: Plan = Plan {
     accumulate: false,
     reshard_after_forward: true,
     many_buckets: false,
+    microbatched: false,
 };
 
 #[test]
@@ -286,6 +296,27 @@ fn blocks_with_clipping_and_accumulation_are_bitwise_ddp() {
             ..BASE
         },
     );
+}
+
+/// A pipeline's microbatches (Note [Microbatched units]): with gradient sync off and the
+/// gathered parameters kept for the step, each block adds up the backwards of a step's
+/// micro-steps (here: a `no_sync` one, then the synchronising one) and the step starts one
+/// reduce-scatter of the sums: bitwise DDP's accumulation, blocks recomputed in backward
+/// from the kept gathers or keeping their graphs.
+#[test]
+fn blocks_that_sum_microbatches_and_keep_their_gathers_are_bitwise_ddp() {
+    for (world, reshard_after_forward) in [(2, true), (3, true), (3, false)] {
+        check(
+            world,
+            Plan {
+                accumulate: true,
+                microbatched: true,
+                reshard_after_forward,
+                adam: true,
+                ..BASE
+            },
+        );
+    }
 }
 
 #[test]

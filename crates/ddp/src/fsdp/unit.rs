@@ -31,6 +31,9 @@ pub(crate) struct Units {
     recorded: AtomicBool,
     /// FSDP2's `set_requires_gradient_sync`: false during `no_sync` micro-steps.
     sync: AtomicBool,
+    /// FSDP2's `set_reshard_after_backward(false)`: a unit's gathered parameters stay until
+    /// the step ends (Note [Microbatched units]).
+    keep_gathered: AtomicBool,
 }
 
 impl Units {
@@ -53,6 +56,14 @@ impl Units {
 
     pub(crate) fn sync(&self) -> bool {
         self.sync.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_keep_gathered(&self, yes: bool) {
+        self.keep_gathered.store(yes, Ordering::SeqCst);
+    }
+
+    fn keeps_gathered(&self) -> bool {
+        self.keep_gathered.load(Ordering::SeqCst)
     }
 
     /// A step is over: the first one's order is complete.
@@ -118,6 +129,8 @@ struct Run {
     used: Vec<bool>,
     /// Gradients of `no_sync` micro-steps, the unit's buffer of this rank's local sums.
     accumulated: Option<Vec<f32>>,
+    /// The gathered parameters kept for the step's later passes (Note [Microbatched units]).
+    gathered: Option<Vec<f32>>,
     failure: Option<String>,
 }
 
@@ -126,6 +139,7 @@ impl std::fmt::Debug for Run {
         f.debug_struct("Run")
             .field("prefetched", &self.prefetched.is_some())
             .field("pending", &self.pending.is_some())
+            .field("gathered", &self.gathered.is_some())
             .field("failure", &self.failure)
             .finish()
     }
@@ -198,10 +212,11 @@ impl UnitState {
         Ok(gather_unit(&self.pg, &self.unit, self.own_values()?))
     }
 
-    /// Starts this unit's all-gather ahead of its pass, unless one is on its way.
+    /// Starts this unit's all-gather ahead of its pass, unless one is on its way or the
+    /// parameters are kept gathered.
     fn prefetch(&self) {
         let mut run = self.run();
-        if run.prefetched.is_some() {
+        if run.prefetched.is_some() || run.gathered.is_some() {
             return;
         }
         match self.start_gather() {
@@ -225,9 +240,45 @@ impl UnitState {
         self.run().accumulated.is_some()
     }
 
-    /// The step is over: a prefetch nobody consumed holds values from before the update.
+    /// The step is over: a prefetch nobody consumed, and parameters kept gathered, hold
+    /// values from before the update.
     pub(crate) fn end_step(&self) {
-        drop(self.run().prefetched.take());
+        let mut run = self.run();
+        drop(run.prefetched.take());
+        drop(run.gathered.take());
+    }
+
+    /// Frees parameters kept gathered (after an evaluation, or when the parameters are set
+    /// from outside the step): the next pass gathers them again.
+    pub(crate) fn free_gathered(&self) {
+        drop(self.run().gathered.take());
+    }
+
+    /// The step is about to take the unit's gradients: what backward passes accumulated
+    /// without a reduce (every microbatch of a pipeline's step, Note [Microbatched units]; or
+    /// `no_sync` micro-steps that no synchronising backward of this unit followed) starts its
+    /// reduce-scatter now. The same on every rank of the group: each ran the same backwards.
+    pub(crate) fn flush(&self) {
+        let mut run = self.run();
+        if run.pending.is_some() {
+            return;
+        }
+        if let Some(buffer) = run.accumulated.take() {
+            self.start_reduce(&mut run, buffer);
+        }
+    }
+
+    /// Starts the reduce-scatter of the unit's whole gradient `buffer`.
+    fn start_reduce(&self, run: &mut Run, buffer: Vec<f32>) {
+        // Not in place: the unit's whole buffer is freed as soon as the collective is done,
+        // and only this rank's block waits for the step (every block's whole gradients
+        // waiting would be the model's gradients again).
+        run.pending = Some(match self.pg.world_size() {
+            1 => Work::ready(Ok(buffer)),
+            _ => self
+                .pg
+                .reduce_scatter_v_async(buffer, self.unit.counts(), ReduceOp::Avg),
+        });
     }
 
     /// A failure a pass recorded, once.
@@ -271,7 +322,14 @@ impl UnitState {
 
 impl UnitComm for UnitState {
     fn gather(&self, pass: Pass) -> Vec<Shaped> {
-        let prefetched = self.run().prefetched.take();
+        let keep = self.units.keeps_gathered();
+        let prefetched = {
+            let mut run = self.run();
+            if let (true, Some(kept)) = (keep, &run.gathered) {
+                return self.whole(kept);
+            }
+            run.prefetched.take()
+        };
         let work = match prefetched {
             Some(work) => Ok(work),
             None => self.start_gather(),
@@ -282,7 +340,13 @@ impl UnitComm for UnitState {
         }
         let buffer = work.and_then(|w| super::collectives::wait_gather(w, self.index));
         match buffer {
-            Ok(buffer) => self.whole(&buffer),
+            Ok(buffer) => {
+                let whole = self.whole(&buffer);
+                if keep {
+                    self.run().gathered = Some(buffer);
+                }
+                whole
+            }
             // A forward cannot return an error: the block runs on zeros, and the failure is the
             // step's (the group is broken, so its collectives fail too, naming the root cause;
             // under fault tolerance the ranks then re-form the group with the shards intact).
@@ -334,15 +398,7 @@ impl UnitComm for UnitState {
             ));
             return;
         }
-        // Not in place: the unit's whole buffer is freed as soon as the collective is done,
-        // and only this rank's block waits for the step (every block's whole gradients
-        // waiting would be the model's gradients again).
-        run.pending = Some(match self.pg.world_size() {
-            1 => Work::ready(Ok(buffer)),
-            _ => self
-                .pg
-                .reduce_scatter_v_async(buffer, self.unit.counts(), ReduceOp::Avg),
-        });
+        self.start_reduce(&mut run, buffer);
     }
 
     fn trainable(&self) -> &[bool] {

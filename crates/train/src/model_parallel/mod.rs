@@ -276,6 +276,11 @@ impl ModelParallel {
         }
     }
 
+    /// Whether a step runs the model once per microbatch (`--pp`).
+    pub(crate) fn microbatched(&self) -> bool {
+        self.pp.is_some()
+    }
+
     /// The pipeline's measured bubble and its theory, under `--pp`.
     pub(crate) fn bubble(&self) -> Option<(f64, f64)> {
         self.pp.as_ref().map(PipelineStage::bubble)

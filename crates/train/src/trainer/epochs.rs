@@ -140,6 +140,18 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
                 parallel::load_optim_state(&engine, self.optim, state)?;
             }
         }
+        // A pipeline runs each block once per microbatch: fully sharded blocks sum their
+        // gradients over the step's microbatches and keep their parameters gathered for it
+        // (Note [Microbatched units] in phalanx-ddp); other engines have nothing to do.
+        if self
+            .ctx
+            .mp
+            .as_ref()
+            .is_some_and(ModelParallel::microbatched)
+        {
+            engine.set_requires_gradient_sync(false);
+            engine.set_reshard_after_backward(false);
+        }
         let mut at = self.at;
         let mut outer = self.outer;
         if let Some(outer) = outer.as_deref_mut() {

@@ -102,14 +102,6 @@ fn train_in(
                  built yet; train with --max-restarts instead"
             )));
         }
-        if cfg.pp.stages > 1 && matches!(cfg.sharding, Sharding::Full | Sharding::Hybrid) {
-            return Err(Error::Config(format!(
-                "--sharding {} with {tp}: a fully sharded block gathers its parameters for each \
-                 forward and frees them after, once per step; a pipeline runs each block once \
-                 per microbatch, which is not built yet: use --sharding none, optimizer or grad",
-                cfg.sharding
-            )));
-        }
     }
     let full = match cfg.model.reads_text() {
         true => phalanx_data::load_text(&cfg.dataset, cfg.seq_len)?,

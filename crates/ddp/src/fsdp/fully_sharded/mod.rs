@@ -28,6 +28,25 @@
 //! parameters alive at once are the root's plus the one or two blocks being computed (FSDP2
 //! with the root and each block wrapped).
 //!
+//! Note [Microbatched units]
+//! A pipeline stage (phalanx-train's `--pp`) runs each of its blocks once per microbatch in a
+//! step, forward and backward, and a unit's backward may run only once per synchronising step
+//! (its gradients go to their owners then). So under a pipeline the trainer calls
+//! [`set_requires_gradient_sync(false)`](FullyShardedDataParallel::set_requires_gradient_sync)
+//! and [`set_reshard_after_backward(false)`](FullyShardedDataParallel::set_reshard_after_backward)
+//! once, as torchtitan does with FSDP2 under its pipeline schedules:
+//! - every microbatch's backward adds the unit's gradients into its buffer of local sums, in
+//!   the order the backwards ran (the order in which the stage sums the root's gradients, so
+//!   the sums are bitwise the unsharded pipeline's), and the step starts the unit's one
+//!   reduce-scatter of them (`UnitState::flush`) before it waits for any;
+//! - the unit's first pass of the step gathers its parameters and keeps them until the step
+//!   ends, so a step gathers each unit once, not once per microbatch and pass. The stage then
+//!   holds its blocks' parameters whole while the step runs, as the unsharded pipeline does
+//!   all the time; between steps it holds only its shard.
+//!
+//! So a stage under `full` sends per step what it sends without a pipeline: one all-gather
+//! and one reduce-scatter of each unit's parameters.
+//!
 //! Note [Commit vote]
 //! A held step ([`sync_and_step_unfused`](FullyShardedDataParallel::sync_and_step_unfused),
 //! the clipped one: what fault tolerance runs) must leave every rank's shard either stepped or
@@ -419,6 +438,25 @@ impl<M: Module> FullyShardedDataParallel<M> {
         self.block_registry.set_sync(yes);
     }
 
+    /// FSDP2's `set_reshard_after_backward`: with `false`, each
+    /// [`FullyShard`](super::FullyShard) block keeps the parameters its first pass of a step
+    /// gathered until the step ends, for the step's other microbatches (Note [Microbatched
+    /// units]); with `true` (the default) each pass gathers them.
+    pub fn set_reshard_after_backward(&mut self, yes: bool) {
+        self.block_registry.set_keep_gathered(!yes);
+        if yes {
+            self.free_block_gathers();
+        }
+    }
+
+    /// Frees what the blocks keep gathered: their parameters are about to change, or an
+    /// evaluation is over.
+    fn free_block_gathers(&self) {
+        for block in &self.blocks {
+            block.free_gathered();
+        }
+    }
+
     /// Under `full`: all-gathers the root's trainable parameters into the module, bucket by
     /// bucket, for a forward pass (Note [Full sharding]); nothing to do otherwise, or when they
     /// are gathered already. A collective.
@@ -430,6 +468,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
     /// Under `full`: frees the module's root parameters (their values live in the shard).
     pub fn reshard(&mut self) {
         self.root.reshard(&mut self.core);
+        self.free_block_gathers();
     }
 
     /// Every trainable parameter whole, by name (the blocks' gathered one by one under
@@ -521,6 +560,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
         if self.root.is_unsharded() {
             self.reshard();
         }
+        self.free_block_gathers();
         let held = params_to_flat(self.module())?;
         let floats: Vec<usize> = self
             .core
@@ -716,7 +756,11 @@ impl<M: Module> FullyShardedDataParallel<M> {
         if grads.is_some() {
             self.check_table(&table)?;
         }
-        // What the blocks' backward left: their reduce-scatters in flight, and what they used.
+        // What the blocks' backward left: their reduce-scatters in flight (started now for
+        // gradients they accumulated, Note [Microbatched units]), and what they used.
+        for block in &self.blocks {
+            block.flush();
+        }
         let from_blocks: Vec<_> = self.blocks.iter().map(|b| b.take_gradients()).collect();
         let result = self.step_all(&table, &mut grads, apply, step, from_blocks);
         for block in &self.blocks {
@@ -1015,6 +1059,14 @@ impl<M: Module> DataParallel<M> for FullyShardedDataParallel<M> {
 
     fn set_full_params(&mut self, values: &[Vec<f32>]) -> Result<()> {
         FullyShardedDataParallel::set_full_params(self, values)
+    }
+
+    fn set_requires_gradient_sync(&mut self, yes: bool) {
+        FullyShardedDataParallel::set_requires_gradient_sync(self, yes);
+    }
+
+    fn set_reshard_after_backward(&mut self, yes: bool) {
+        FullyShardedDataParallel::set_reshard_after_backward(self, yes);
     }
 
     fn step(
