@@ -266,10 +266,16 @@ impl Table {
             };
             if let Some(at) = first_missing(&st, from) {
                 from = at;
-                let missing = keys[at];
                 let left = match timeout.checked_sub(start.elapsed()) {
                     Some(d) if !d.is_zero() => d,
-                    _ => break Err(WaitError::Timeout(missing.to_string())),
+                    // The first key still missing is named, as before the looks resumed:
+                    // usually the culprit (the lowest rank not yet arrived).
+                    _ => {
+                        break Err(WaitError::Timeout(
+                            first_missing(&st, 0)
+                                .map_or_else(|| keys[at].to_string(), |i| keys[i].to_string()),
+                        ))
+                    }
                 };
                 let due = match (checked, check_every) {
                     (None, _) => true,
