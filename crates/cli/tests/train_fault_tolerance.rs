@@ -9,7 +9,8 @@ mod launch_util;
 use std::time::{Duration, Instant};
 
 use launch_util::{
-    free_port, newest_step, phalanx, start, train_ok, train_summaries, wait_for_workers, TempDir,
+    free_port, newest_step, phalanx, start, train_ok, train_summaries, wait_for_workers, workers,
+    TempDir,
 };
 
 /// Three ranks on the vendored digits, momentum (optimizer state to hand over), a checkpoint
@@ -259,4 +260,177 @@ fn a_node_that_arrives_joins_the_running_round_and_nobody_restarts() {
         "{what}"
     );
     assert!(s.iter().all(|x| x.2 == s[0].2), "replicas differ: {s:?}");
+}
+
+/// The GPT on 4 ranks, two replicas of `cut` (`--tp 2` or `--pp 2`), 1,500 steps, a
+/// checkpoint every 100 (the progress the drill waits for).
+fn cut_flags(dir: &TempDir, cut: &[&str]) -> Vec<String> {
+    [
+        "--nproc-per-node",
+        "4",
+        "--model",
+        "gpt",
+        "--hidden",
+        "32",
+        "--depth",
+        "2",
+        "--heads",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "1500",
+        "--momentum",
+        "0.9",
+        "--fault-tolerance",
+        "--checkpoint-every",
+        "100",
+        "--checkpoint-dir",
+        dir.str(),
+    ]
+    .iter()
+    .chain(cut)
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Each summary's `(param_digest, train_loss, test_loss)`, by rank.
+fn cut_summaries(stdout: &str) -> Vec<(String, f64, f64)> {
+    let mut all: Vec<(u64, (String, f64, f64))> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["event"] == "summary")
+        .map(|j| {
+            let digest = j["param_digest"].as_str().unwrap().to_string();
+            let loss = |k: &str| j[k].as_f64().unwrap();
+            (
+                j["rank"].as_u64().unwrap(),
+                (digest, loss("train_loss"), loss("test_loss")),
+            )
+        })
+        .collect();
+    all.sort_by_key(|(rank, _)| *rank);
+    all.into_iter().map(|(_, s)| s).collect()
+}
+
+/// Note [Replicas that leave and join] in phalanx-train: under `--tp` and `--pp` a rank's death
+/// takes its replica out. Its other rank leaves too and the other replica trains alone (the
+/// replacement is held back 1 s, so that it does); once the replacement is ready the replica
+/// joins again and takes every piece from its data-parallel peer. Nobody restarts, every rank
+/// ends on one model and reports one training loss, and the run ends near the undisturbed one.
+#[test]
+fn a_model_replica_that_loses_a_rank_leaves_and_joins_again_from_its_peer() {
+    let reference_dir = TempDir::new("ft-cut-reference");
+    let flags = cut_flags(&reference_dir, &["--tp", "2"]);
+    let reference = train_ok(
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+        Duration::from_secs(300),
+    );
+    let want = cut_summaries(&reference.stdout);
+    assert_eq!(want.len(), 4, "{}", reference.stdout);
+    // Rank 1: the second rank of the first replica under --tp 2; rank 2: the first stage of
+    // the second replica under --pp 2.
+    for (cut, victim_rank, partner, others) in
+        [("--tp", 1u32, 0u32, [2, 3]), ("--pp", 2, 3, [0, 1])]
+    {
+        let dir = TempDir::new("ft-cut");
+        let mut cmd = phalanx();
+        cmd.args(["train", "--standalone", "--json", "--max-restarts", "1"])
+            .args(cut_flags(&dir, &[cut, "2"]));
+        let job = start(cmd);
+        let procs = wait_for_workers(job.pid(), 4);
+        wait_for_step(&dir, 200);
+        let victim = procs.iter().find(|(_, r)| *r == victim_rank).unwrap().0;
+        unsafe { libc::kill(victim, libc::SIGKILL) };
+        // The replacement is held back, so that the other replica goes on alone first.
+        let begin = Instant::now();
+        let replacement = loop {
+            let found = workers(job.pid())
+                .into_iter()
+                .find(|&(pid, r)| r == victim_rank && pid != victim);
+            if let Some((pid, _)) = found {
+                break pid;
+            }
+            assert!(begin.elapsed() < Duration::from_secs(30), "no replacement");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        unsafe { libc::kill(replacement, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(1));
+        unsafe { libc::kill(replacement, libc::SIGCONT) };
+        let f = job.wait(Duration::from_secs(300));
+        let what = format!("{cut} 2\nstdout:\n{}\nstderr:\n{}", f.stdout, f.stderr);
+        assert_eq!(f.code(), Some(0), "{what}");
+        assert!(!f.stderr.contains("starting attempt"), "{what}");
+        // The dead rank's partner left its replica and joined again; the other replica went
+        // on alone; in the end every rank is in one group of four.
+        let n = 2 * (partner / 2);
+        assert!(
+            f.stderr.contains(&format!(
+                "slots {n}..{} train together and one is gone; this rank joins again",
+                n + 2
+            )),
+            "{what}"
+        );
+        for r in others {
+            assert!(
+                f.stderr.contains(&format!("rank {r}: generation "))
+                    && f.stderr
+                        .contains(&format!("re-formed with ranks {others:?} of 4")),
+                "replica {others:?} did not go on alone: {what}"
+            );
+        }
+        for r in 0..4 {
+            assert!(
+                f.stderr
+                    .lines()
+                    .any(|l| l.contains(&format!("rank {r}: generation "))
+                        && l.contains("re-formed with ranks [0, 1, 2, 3] of 4")),
+                "rank {r} did not rejoin a group of four: {what}"
+            );
+        }
+        let got = cut_summaries(&f.stdout);
+        assert_eq!(got.len(), 4, "{what}");
+        assert!(
+            got.iter().all(|s| s.0 == got[0].0 && s.1 == got[0].1),
+            "the ranks end on different models or losses: {what}"
+        );
+        // The run trained on fewer samples while one replica was away: near the undisturbed
+        // run, not equal to it.
+        assert!(
+            (got[0].2 - want[0].2).abs() < 0.1 * want[0].2,
+            "validation loss {} against {} undisturbed: {what}",
+            got[0].2,
+            want[0].2
+        );
+    }
+}
+
+/// A cut model's fault tolerance needs a peer replica, and whole pieces to take from it.
+#[test]
+fn fault_tolerance_under_a_cut_model_names_what_it_needs() {
+    for (flags, words) in [
+        (
+            &["--nproc-per-node", "2", "--tp", "2"][..],
+            "at least two replicas of tp × pp = 2 ranks; it has 2 rank(s)",
+        ),
+        (
+            &["--nproc-per-node", "4", "--pp", "2", "--sharding", "hybrid"][..],
+            "--fault-tolerance with --pp 2 and --sharding hybrid",
+        ),
+    ] {
+        let mut cmd = phalanx();
+        cmd.args([
+            "train",
+            "--standalone",
+            "--model",
+            "gpt",
+            "--fault-tolerance",
+        ])
+        .args(flags);
+        let f = launch_util::run(cmd, Duration::from_secs(120));
+        assert_ne!(f.code(), Some(0), "{flags:?}");
+        assert!(f.stderr.contains(words), "{flags:?}: {}", f.stderr);
+    }
 }

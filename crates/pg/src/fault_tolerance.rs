@@ -207,7 +207,8 @@ impl FaultTolerance {
 
     /// Trains only in generations made of whole blocks of `n` consecutive slots (`slot / n`
     /// names a block): the islands of `phalanx train --outer`, whose ranks share one engine,
-    /// so that an island with a rank missing cannot train (Note [Whole blocks]).
+    /// and the model replicas of `--tp`/`--pp`, each of whose ranks holds a piece, so that a
+    /// block with a rank missing cannot train (Note [Whole blocks]).
     pub fn set_block(&mut self, n: usize) {
         self.block = n.max(1);
     }
@@ -401,8 +402,8 @@ impl FaultTolerance {
                             waited_s: start.elapsed().as_secs_f64(),
                             cause: format!(
                                 "{failure}; every block of {n} slots lost a member (members \
-                                 {members:?}): no island is whole to go on with, so the run \
-                                 cannot recover in place"
+                                 {members:?}): no island or model replica is whole to go on \
+                                 with, so the run cannot recover in place"
                             ),
                         });
                     }

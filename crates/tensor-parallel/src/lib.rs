@@ -54,6 +54,7 @@
 
 mod dropout;
 mod error;
+mod failure;
 mod placement;
 mod region;
 mod sequence;
@@ -62,6 +63,7 @@ mod vocab;
 
 pub use dropout::dropout_of_shard;
 pub use error::{Error, Result};
+pub use failure::catch_failures;
 pub use placement::{gather_whole, shard_range, Placement};
 pub use region::{copy_to_region, reduce_from_region};
 pub use sequence::{enter, gather_sequence, reduce_scatter_sequence, SequenceParallel};

@@ -87,7 +87,8 @@ impl Backward<Flex, 1> for ReduceFromRegion {
 /// # Panics
 /// On an autodiff tensor of another backend than Burn's flex without a checkpointing strategy
 /// (the one these operations are written for), and when the group's all-reduce fails in the
-/// backward (a backward step has no error to return; the process group names the peer).
+/// backward (a backward step has no error to return; the process group names the peer), unless
+/// run inside [`catch_failures`](crate::catch_failures), which returns that error.
 pub fn copy_to_region<const D: usize>(x: Tensor<D>, group: &Arc<ProcessGroup>) -> Tensor<D> {
     if !x.device().is_autodiff() {
         return x;
@@ -146,11 +147,7 @@ fn allreduce(t: FlexTensor, group: &ProcessGroup) -> FlexTensor {
         .try_into_vec()
         .expect("an f32 tensor's values");
     if let Err(e) = group.allreduce(&mut values, ReduceOp::Sum) {
-        panic!(
-            "tensor parallelism: the all-reduce of rank {} of {} failed: {e}",
-            group.rank(),
-            group.world_size()
-        );
+        crate::failure::failed("tensor parallelism's all-reduce", group, e);
     }
     FlexTensor::from_data(TensorData::new(values, shape))
 }

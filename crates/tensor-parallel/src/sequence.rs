@@ -213,13 +213,9 @@ fn values3(t: FlexTensor) -> (Vec<f32>, [usize; 3]) {
     (values, dims)
 }
 
-/// The panic of a failed collective inside a graph (a backward step has no error to return).
+/// A failed collective inside a graph (Note [Failures inside a graph]).
 fn failed(op: &str, group: &ProcessGroup, e: phalanx_pg::Error) -> ! {
-    panic!(
-        "sequence parallelism: the {op} of rank {} of {} failed: {e}",
-        group.rank(),
-        group.world_size()
-    )
+    crate::failure::failed(&format!("sequence parallelism's {op}"), group, e)
 }
 
 /// `[batch, seq / n, d]` on each rank → the whole `[batch, seq, d]`, rank `r`'s positions at

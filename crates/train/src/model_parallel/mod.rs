@@ -135,11 +135,13 @@ impl ModelParallel {
     /// Lays `pg` out on the mesh and cuts `model` into this rank's stage (`--pp`), then splits
     /// that on its tensor-parallel group (`--tp`): a collective of `pg`. Refused, naming the
     /// numbers, for a model without the split asked for, or a world that `tp × pp` does not
-    /// divide.
+    /// divide. With `replicas_outermost` (under `--fault-tolerance`) each model replica is
+    /// `tp × pp` consecutive ranks (Note [Replicas that leave and join]).
     pub(crate) fn split<M: Classifier>(
         pg: &Arc<ProcessGroup>,
         cfg: &TrainConfig,
         model: M,
+        replicas_outermost: bool,
     ) -> Result<(ModelParallel, M)> {
         let (tp, pp) = (cfg.tp, cfg.pp.stages);
         crate::tensor_parallel::check_model(cfg.model, tp)?;
@@ -152,7 +154,11 @@ impl ModelParallel {
                 tp * pp
             )));
         }
-        let mesh = Mesh::new(pg, &[("pp", pp), ("dp", world / (tp * pp)), ("tp", tp)])?;
+        let dp = world / (tp * pp);
+        let mesh = match replicas_outermost {
+            true => Mesh::new(pg, &[("dp", dp), ("pp", pp), ("tp", tp)])?,
+            false => Mesh::new(pg, &[("pp", pp), ("dp", dp), ("tp", tp)])?,
+        };
         let group = |name: &str| {
             mesh.group(name)
                 .cloned()
@@ -222,6 +228,23 @@ impl ModelParallel {
         &self.world
     }
 
+    /// Breaks every group of this mesh with `reason` (fault tolerance, after a failure): a
+    /// peer blocked in one of them with this rank, which leaves for a new generation, wakes
+    /// with an error instead of waiting for its timeout. Groups that failed already stay as
+    /// they are.
+    pub(crate) fn abort(&self, reason: &str) {
+        let tp = self.tp.as_ref().map(TensorParallel::group);
+        let pp = self.pp.as_ref().map(PipelineStage::group);
+        for group in [Some(&self.dp), tp, pp, Some(&self.world)]
+            .into_iter()
+            .flatten()
+        {
+            if group.failure().is_none() {
+                group.abort(reason);
+            }
+        }
+    }
+
     /// Ranks of one model replica: `tp × pp`.
     pub(crate) fn size(&self) -> usize {
         self.tp.as_ref().map_or(1, TensorParallel::size)
@@ -237,18 +260,18 @@ impl ModelParallel {
         labels: &[i64],
         seed: u64,
     ) -> Result<(Gradients, f32)> {
-        match &self.pp {
+        caught(|| match &self.pp {
             Some(stage) => stage.forward_backward(model, features, labels, seed),
             None => crate::forward_backward(model, features, labels),
-        }
+        })
     }
 
     /// The model's score on this rank's rows (the same on every stage of a pipeline).
     pub(crate) fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
-        match &self.pp {
+        caught(|| match &self.pp {
             Some(stage) => stage.score(model, x, y),
             None => crate::score(model, x, y),
-        }
+        })
     }
 
     /// Hands `f` the whole model's float tensors in canonical order, one at a time, from this
@@ -290,6 +313,16 @@ impl ModelParallel {
 /// The groups over which `model`'s piece's gradient norm completes into the whole model's
 /// (tensor-parallel, then pipeline), and which of its trainable parameters count (Note [Norm
 /// across a cut model] in phalanx-ddp).
+/// `f`, with a collective that fails inside its graph returned as the group's failure (Note
+/// [Failures inside a graph] in phalanx-tensor-parallel): fault tolerance re-forms the group.
+fn caught<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match phalanx_tensor_parallel::catch_failures(f) {
+        Ok(result) => result,
+        Err(phalanx_tensor_parallel::Error::Pg(e)) => Err(Error::Pg(e)),
+        Err(other) => Err(Error::Config(other.to_string())),
+    }
+}
+
 fn model_norm<M: Classifier>(
     model: &M,
     tp: Option<&TensorParallel>,

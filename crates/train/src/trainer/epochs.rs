@@ -17,7 +17,7 @@ use phalanx_ddp::{
 };
 use phalanx_pg::ProcessGroup;
 
-use super::island_checkpoint;
+use super::{island_checkpoint, regroup::Previous};
 use crate::{
     config::{Reporter, TrainConfig},
     device,
@@ -101,6 +101,9 @@ pub(super) struct Context<'a> {
     /// Under `--outer`: the data, the test set and the figures are split over the whole
     /// group while the engine runs on this rank's island (Note [Islands run]).
     pub(super) islands: bool,
+    /// Whether each step keeps what the rank held before its update (fault tolerance under a
+    /// cut model: Note [Replicas that leave and join]).
+    pub(super) keep_previous: bool,
 }
 
 /// One attempt's run of epochs, handed the model in its engine ([`WithEngine`]).
@@ -128,9 +131,15 @@ pub(super) struct Attempt<'a, 'r> {
 }
 
 impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
-    /// Where the run got to, how it ended, and what this rank holds of the model when kept
-    /// (read without a collective: after a failure the group may be broken).
-    type Output = Result<(Position, Result<Outcome>, Option<Local<M>>)>;
+    /// Where the run got to, how it ended, what this rank holds of the model when kept (read
+    /// without a collective: after a failure the group may be broken), and what it held
+    /// before its last step's update where the context keeps that.
+    type Output = Result<(
+        Position,
+        Result<Outcome>,
+        Option<Local<M>>,
+        Option<Previous<M>>,
+    )>;
 
     fn run<E: DataParallel<M>>(self, mut engine: E) -> Self::Output {
         // The optimizer state a checkpoint held: whole, or this rank's pieces of it where the
@@ -160,10 +169,11 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
             // A sync its group failed in runs in this one.
             outer.settle(&mut engine)?;
         }
+        let mut previous = None;
         let result = self.ctx.epochs(
             (self.pg, self.world),
             &mut engine,
-            self.optim,
+            (self.optim, &mut previous),
             &mut at,
             self.totals,
             self.reporter,
@@ -175,7 +185,7 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
             true => Some(engine.into_local()?),
             false => None,
         };
-        Ok((at, result, kept))
+        Ok((at, result, kept, previous))
     }
 }
 
@@ -268,7 +278,7 @@ impl Context<'_> {
         &self,
         (pg, whole): (&ProcessGroup, &ProcessGroup),
         par: &mut E,
-        optim: &mut Optim,
+        (optim, previous): (&mut Optim, &mut Option<Previous<M>>),
         at: &mut Position,
         totals: &mut Totals,
         reporter: &mut dyn Reporter,
@@ -294,9 +304,9 @@ impl Context<'_> {
         // The schedule's horizon: all epochs at this world's steps per epoch (DistributedSampler
         // pads every rank's share to ceil(len / world)). Not --max-steps: a run stopped early
         // follows the same schedule as the full run, so that resuming it continues that schedule.
-        // Under --tp the data is split over the "dp" group (the engine's group, which is fixed).
+        // Under --tp the data is split over the "dp" group: the first group's replicas.
         let horizon = match &self.mp {
-            Some(_) => world,
+            Some(mp) => slots / mp.size(),
             None => slots,
         };
         let steps_per_epoch = train_set.len().div_ceil(horizon).div_ceil(cfg.batch_size) as u64;
@@ -334,6 +344,15 @@ impl Context<'_> {
             let loader = DataLoader::new(train_set.clone(), indices, cfg.batch_size)?;
             let (epoch_start, wait_start) = (Instant::now(), par.stats().wait + outer_wait(&outer));
             for batch in loader.iter() {
+                if self.keep_previous {
+                    // Burn shares the tensors until the update: a copy only of what it changes.
+                    *previous = Some(Previous {
+                        at: *at,
+                        model: par.module().clone(),
+                        optim: optim.clone(),
+                        epoch_loss: totals.epoch_loss,
+                    });
+                }
                 optim.schedule_step(at.global_step, steps_per_epoch, total_steps);
                 // Every step's random draws (dropout) from the step's own seed, the same on
                 // every rank and under every sharding mode (Note [Block seeds] in phalanx-ddp),
@@ -414,10 +433,12 @@ impl Context<'_> {
                     }
                 }
                 // Under islands the ranks meet only in outer syncs: a new generation is agreed
-                // on there, over the whole group (Note [Whole blocks] in phalanx-pg).
+                // on there, over the whole group (Note [Whole blocks] in phalanx-pg); a cut
+                // model's ranks agree over the world, which also keeps them within one step of
+                // each other (Note [Replicas that leave and join]).
                 let boundary_group = match outer {
                     Some(_) => synced.then_some(data),
-                    None => Some(pg),
+                    None => Some(self.everyone(g)),
                 };
                 if let Some(to) = boundary_group.map(&mut *boundary).transpose()?.flatten() {
                     totals.train_time += epoch_start.elapsed();

@@ -93,15 +93,17 @@ fn train_in(
         crate::tensor_parallel::check_sequence_parallel(cfg.tp, cfg.seq_len)?;
     }
     islands::check(cfg, matches!(group, Group::Tolerant(_)))?;
-    if cfg.tp > 1 || cfg.pp.stages > 1 {
-        let tp = crate::model_parallel::flags(cfg);
-        if matches!(group, Group::Tolerant(_)) {
-            return Err(Error::Config(format!(
-                "--fault-tolerance with {tp}: a lost rank takes its piece of the model with \
-                 it, and re-forming a tensor-parallel group or a pipeline in process is not \
-                 built yet; train with --max-restarts instead"
-            )));
-        }
+    if (cfg.tp > 1 || cfg.pp.stages > 1)
+        && matches!(group, Group::Tolerant(_))
+        && cfg.sharding != Sharding::None
+    {
+        return Err(Error::Config(format!(
+            "--fault-tolerance with {} and --sharding {}: a replica that lost a rank takes its \
+             pieces from a data-parallel peer that holds them whole, and that is built for \
+             --sharding none only; train with --max-restarts instead",
+            crate::model_parallel::flags(cfg),
+            cfg.sharding
+        )));
     }
     let full = match cfg.model.reads_text() {
         true => phalanx_data::load_text(&cfg.dataset, cfg.seq_len)?,
@@ -213,6 +215,7 @@ fn train_group<M: Classifier>(
         slots,
         mp: None,
         islands: cfg.outer.is_some(),
+        keep_previous: false,
     };
     let mut optim = Optim::new(cfg.optim);
     let mut totals = Totals::default();
@@ -231,6 +234,26 @@ fn train_group<M: Classifier>(
     if let (Some(options), Some(ft)) = (&outer_options, ft.as_mut()) {
         ft.set_block(options.island_size.unwrap_or(1));
     }
+    // Note [Replicas that leave and join]: a cut model's replicas live and die whole, and each
+    // generation cuts its pieces anew from the model as built.
+    let cut = cfg.tp > 1 || cfg.pp.stages > 1;
+    let template = match (cut, ft.as_mut()) {
+        (true, Some(ft)) => {
+            let replica = cfg.tp * cfg.pp.stages;
+            if slots / replica < 2 || !slots.is_multiple_of(replica) {
+                return Err(Error::Config(format!(
+                    "--fault-tolerance with {}: a replica that loses a rank takes its pieces \
+                     from another replica, so the world must hold at least two replicas of \
+                     tp × pp = {replica} ranks; it has {slots} rank(s)",
+                    crate::model_parallel::flags(cfg)
+                )));
+            }
+            ft.set_block(replica);
+            ctx.keep_previous = true;
+            Some(model.clone())
+        }
+        _ => None,
+    };
     // Only now, with the data loaded and the model built, does a replacement ask to join.
     let mut pg = match (pg.take(), ft.as_mut()) {
         (Some(pg), _) => pg,
@@ -255,9 +278,13 @@ fn train_group<M: Classifier>(
     // the whole checkpoint into the whole model on every rank first, and cuts the optimizer's
     // state as the model is cut (Note [Pieces of a cut model] in phalanx-checkpoint).
     let mut resumed = None;
-    if cfg.tp > 1 || cfg.pp.stages > 1 {
-        let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, true)?;
-        let (parts, split) = ModelParallel::split(&pg, cfg, model)?;
+    if cut {
+        // A replacement takes its state from a peer: it reads no checkpoint.
+        let (pos, state) = match replacement {
+            true => (Position::default(), None),
+            false => resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, true)?,
+        };
+        let (parts, split) = ModelParallel::split(&pg, cfg, model, template.is_some())?;
         let state = state.map(|s| parts.pieces().cut_state(&s)).transpose()?;
         resumed = Some((pos, state));
         model = split;
@@ -268,7 +295,9 @@ fn train_group<M: Classifier>(
     // next (Note [Islands that leave and join] in phalanx-ddp).
     let mut outer: Option<DiLoCo> = None;
     let mut outer_state: Option<OuterState> = None;
-    let ctx = ctx;
+    // The generation the pieces were cut for.
+    let mut cut_for = ft.as_ref().map_or(0, FaultTolerance::generation);
+    let mut ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
     let mut held = match (replacement, resumed) {
         (true, _) => Held::replacement(model),
@@ -295,6 +324,17 @@ fn train_group<M: Classifier>(
     let group_size = cfg.shard_group_size.unwrap_or(pg.local_world_size());
     loop {
         let attempt = (|| -> Result<Outcome> {
+            // A new generation is a new mesh, whose groups a piece holds in its modules: the
+            // pieces are cut anew (Note [Replicas that leave and join]).
+            let recut = match (&template, ft.as_ref()) {
+                (Some(template), Some(ft)) if ft.generation() != cut_for => {
+                    let (mp, piece) = ModelParallel::split(&pg, cfg, template.clone(), true)?;
+                    ctx.mp = Some(mp);
+                    cut_for = ft.generation();
+                    Some(piece)
+                }
+                _ => None,
+            };
             let mut options = DdpOptions::default().with_bucket_memory(cfg.bucket_memory);
             if cfg.bf16 {
                 options = options.with_comm_hook(Bf16CompressHook);
@@ -314,7 +354,15 @@ fn train_group<M: Classifier>(
                 Some(o) => islands::intact(o.island(), held_before)?,
                 None => false,
             };
-            let mut source = held.resync(&pg, &mut optim, sharded, intact)?;
+            let mut source = match (&template, &ctx.mp) {
+                (Some(_), Some(mp)) => held.resync_pieces(
+                    (&pg, &mp.dp.clone()),
+                    recut,
+                    &mut optim,
+                    &mut totals.epoch_loss,
+                )?,
+                _ => held.resync(&pg, &mut optim, sharded, intact)?,
+            };
             let fresh = !intact || held_before != Some(held.position());
             // The engine's group: the world's, the "dp" group of a model-parallel run, or this
             // rank's island.
@@ -382,9 +430,9 @@ fn train_group<M: Classifier>(
                 // A copy: an attempt that fails before it heals leaves the state as it was.
                 outer_start: (outer_state.clone(), fresh),
             };
-            let (at, result, kept) =
+            let (at, result, kept, previous) =
                 parallel::with_engine(wrapped, engine_group.clone(), wrapping, attempt)??;
-            held.end_attempt(at, kept);
+            held.end_attempt(at, kept, previous);
             result
         })();
         match (attempt, ft.as_mut()) {
@@ -412,6 +460,12 @@ fn train_group<M: Classifier>(
                 if pg.failure().is_none() {
                     pg.abort(&e.to_string());
                 }
+                // A cut model's groups are the mesh's, not the world's: each is broken too, so
+                // that no peer waits in one for this rank (Note [Replicas that leave and
+                // join]).
+                if let Some(mp) = ctx.mp.take() {
+                    mp.abort(&e.to_string());
+                }
                 if let Some(o) = outer.take() {
                     // No island waits for this rank in a sync until its timeout. A mesh that
                     // failed before it healed holds nothing: the state stays as it was.
@@ -434,9 +488,10 @@ fn train_group<M: Classifier>(
                     },
                 };
                 drop(pg);
-                pg = match outer_options {
-                    None => Arc::new(ft.regroup(cause)?),
-                    Some(_) => {
+                // Islands and a cut model's replicas regroup in whole blocks.
+                pg = match outer_options.is_some() || template.is_some() {
+                    false => Arc::new(ft.regroup(cause)?),
+                    true => {
                         let Some(new) = ft.regroup_whole(cause)? else {
                             // Left alone in its island, it joined again and the run ended
                             // before it could.

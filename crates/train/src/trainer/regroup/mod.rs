@@ -18,11 +18,16 @@
 //! (a rank failed, or a replacement is connected: [`Held::group_changed`]), the next attempt
 //! first makes every rank's state the newest one any rank holds ([`Held::resync`]: the
 //! replicas' Note [Regroup] or the shards' Note [Regroup of shards]), so the attempt starts
-//! from one state on every rank.
+//! from one state on every rank. A cut model's ranks also keep what they held before their
+//! last step's update, and resync on a new mesh ([`Held::resync_pieces`], Note [Replicas that
+//! leave and join]).
 
+mod pieces;
 mod plan;
 mod replicas;
 mod shards;
+
+pub(super) use pieces::Previous;
 
 use std::time::Instant;
 
@@ -67,6 +72,8 @@ pub(super) struct Held<M> {
     optim_state: Option<Vec<u8>>,
     /// Since when the group has been changing: the next attempt resyncs first.
     changed: Option<Instant>,
+    /// Under a cut model: what this rank held before its last step's update.
+    previous: Option<Previous<M>>,
 }
 
 impl<M: Classifier> Held<M> {
@@ -78,6 +85,7 @@ impl<M: Classifier> Held<M> {
             position: Some(position),
             optim_state,
             changed: None,
+            previous: None,
         }
     }
 
@@ -89,6 +97,7 @@ impl<M: Classifier> Held<M> {
             position: None,
             optim_state: None,
             changed: Some(Instant::now()),
+            previous: None,
         }
     }
 
@@ -132,14 +141,67 @@ impl<M: Classifier> Held<M> {
             }
             (false, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
         };
-        self.holding = Holding::Whole(model);
-        self.position = Some(position);
-        self.changed = None;
-        Ok(Some(Source {
+        Ok(Some(self.resynced(
+            model,
+            position,
             since,
             rank,
             replacement,
-        }))
+        )))
+    }
+
+    /// Holds `model` at `position` after a resync from `rank` of the new group.
+    fn resynced(
+        &mut self,
+        model: M,
+        position: Position,
+        since: Instant,
+        rank: usize,
+        replacement: bool,
+    ) -> Source {
+        self.holding = Holding::Whole(model);
+        self.position = Some(position);
+        self.changed = None;
+        Source {
+            since,
+            rank,
+            replacement,
+        }
+    }
+
+    /// After a change of the group, under a cut model: makes this rank's piece, position and
+    /// optimizer state those of the newest step every piece reached, on `template` (this
+    /// generation's piece, cut on its groups; `None`: the held one is) from its data-parallel
+    /// peers in `dp` where it holds no state at that step (Note [Replicas that leave and
+    /// join]). A collective of `world`; nothing to do before the first change.
+    pub(super) fn resync_pieces(
+        &mut self,
+        (world, dp): (&ProcessGroup, &ProcessGroup),
+        template: Option<M>,
+        optim: &mut Optim,
+        epoch_loss: &mut (f64, usize, usize),
+    ) -> Result<Option<Source>> {
+        let Some(since) = self.changed else {
+            return Ok(None);
+        };
+        let replacement = self.position.is_none();
+        let Holding::Whole(model) = &self.holding else {
+            unreachable!("fault tolerance keeps a cut model's piece whole")
+        };
+        let holds = pieces::Holds {
+            model,
+            at: self.position,
+            previous: self.previous.take(),
+        };
+        let (model, position, rank) =
+            pieces::resync(world, dp, holds, template, optim, epoch_loss)?;
+        Ok(Some(self.resynced(
+            model,
+            position,
+            since,
+            rank,
+            replacement,
+        )))
     }
 
     /// The model for the next attempt's engine: a copy when `keep` (fault tolerance under DDP
@@ -165,6 +227,7 @@ impl<M: Classifier> Held<M> {
     /// replacement, it takes a peer's at the next attempt.
     pub(super) fn forget(&mut self) {
         self.position = None;
+        self.previous = None;
         self.optim_state = None;
         self.changed = Some(Instant::now());
     }
@@ -180,8 +243,15 @@ impl<M: Classifier> Held<M> {
     }
 
     /// An attempt ended at `at` (its last completed step), its engine giving back what this
-    /// rank holds under fault tolerance.
-    pub(super) fn end_attempt(&mut self, at: Position, kept: Option<Local<M>>) {
+    /// rank holds under fault tolerance, and under a cut model what it held before its last
+    /// step's update.
+    pub(super) fn end_attempt(
+        &mut self,
+        at: Position,
+        kept: Option<Local<M>>,
+        previous: Option<Previous<M>>,
+    ) {
+        self.previous = previous;
         match kept {
             Some(Local::Whole(model)) => self.holding = Holding::Whole(model),
             Some(Local::Shard(local)) => self.holding = Holding::Shard(local),
