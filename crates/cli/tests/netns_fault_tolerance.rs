@@ -7,7 +7,9 @@
 //! A second test loses a whole host (agent and worker SIGKILLed) of an elastic `--nnodes 2:3`
 //! job: the others name it by its silent heartbeat and train on in process, without a restart.
 //! A third starts that job on two hosts, adds the third mid-run (admitted into the running
-//! round: Note [Admission]), then loses host 1: one round from start to end, no restart.
+//! round: Note [Admission]), then loses host 1: one round from start to end, no restart. A
+//! fourth loses a host that holds a whole model replica of `--tp 2` (Note [Replicas that leave
+//! and join] in phalanx-train): the other host's replica trains on alone.
 //!
 //! Skipped with a printed reason without root and `ip netns`.
 
@@ -293,4 +295,62 @@ fn needs_root_netns_a_host_that_arrives_is_admitted_and_one_that_leaves_is_left_
         "{test}: host 2 joined {joined:?} after it started; accuracy {:.3}",
         s[0].1
     );
+}
+
+#[test]
+fn needs_root_netns_a_lost_host_takes_its_tensor_parallel_replica_and_the_other_goes_on() {
+    let test =
+        "needs_root_netns_a_lost_host_takes_its_tensor_parallel_replica_and_the_other_goes_on";
+    let Some(h) = Hosts::up(test, 2, &Net::default()) else {
+        return;
+    };
+    let logs = launch_util::TempDir::new("netns-ft-tp-logs");
+    let ckpt = launch_util::TempDir::new("netns-ft-tp-ckpt");
+    // Each host one replica of --tp 2 (tensor parallelism inside a host, as the mesh keeps it).
+    let node = |i: usize| {
+        let mut c = h.phalanx(i);
+        c.arg("train")
+            .args(["--nnodes", "1:2", "--node-rank", &i.to_string()])
+            .args(["--nproc-per-node", "2", "--master-addr", &h.addr(0)])
+            .args(["--master-port", &PORT.to_string(), "--rdzv-last-call", "5"])
+            .args(["--fault-tolerance", "--max-restarts", "1"])
+            .args([
+                "--model", "gpt", "--tp", "2", "--hidden", "32", "--depth", "2",
+            ])
+            .args(["--heads", "2", "--seq-len", "16", "--batch-size", "8"])
+            .args(["--max-steps", "1500", "--json"])
+            .args(["--checkpoint-every", "50", "--checkpoint-dir", ckpt.str()]);
+        Node::start(c, logs.path(), i)
+    };
+    let begin = Instant::now();
+    let (n0, n1) = (node(0), node(1));
+    wait_for(&n0, "nodes [0, 1] (4 workers", begin);
+    let before = wait_for_progress(|| launch_util::newest_step(ckpt.path()), 100, begin);
+    // Host 1's agent and both its workers are SIGKILLed.
+    let agent1 = n1.child.id() as i32;
+    let workers1 = launch_util::workers(agent1);
+    assert_eq!(workers1.len(), 2, "host 1's workers: {workers1:?}");
+    // SAFETY: plain signals to processes this test started.
+    for pid in std::iter::once(agent1).chain(workers1.iter().map(|w| w.0)) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let (c0, out0, err0) = n0.wait(begin);
+    drop(n1);
+    assert_eq!(c0, Some(0), "host 0:\n{err0}");
+    assert!(
+        !err0.contains("round 1") && !err0.contains("starting attempt"),
+        "{err0}"
+    );
+    for r in 0..2 {
+        assert!(
+            err0.lines()
+                .any(|l| l.contains(&format!("rank {r}: generation "))
+                    && l.contains("re-formed with ranks [0, 1] of 4")),
+            "rank {r} did not go on in its replica alone: {err0}"
+        );
+    }
+    let s = launch_util::train_summaries(&out0);
+    assert_eq!(s.len(), 2, "{out0}");
+    assert_eq!(s[0].2, s[1].2, "the pieces end on two models:\n{out0}");
+    assert!(launch_util::newest_step(ckpt.path()) > before);
 }
