@@ -191,10 +191,11 @@ impl<M: Classifier> Held<M> {
         let holds = pieces::Holds {
             model,
             at: self.position,
-            previous: self.previous.take(),
+            previous: self.previous.as_ref(),
         };
         let (model, position, rank) =
             pieces::resync(world, dp, holds, template, optim, epoch_loss)?;
+        self.previous = None;
         Ok(Some(self.resynced(
             model,
             position,

@@ -48,14 +48,16 @@ pub(in crate::trainer) struct Previous<M> {
 pub(super) struct Holds<'a, M> {
     pub(super) model: &'a M,
     pub(super) at: Option<Position>,
-    pub(super) previous: Option<Previous<M>>,
+    pub(super) previous: Option<&'a Previous<M>>,
 }
 
 /// Makes every rank's piece, optimizer and position those of the newest step every piece
 /// reached (Note [Replicas that leave and join]). `template` is this generation's piece as cut
 /// on its groups (`None`: the held one already is); `dp` the rank's data-parallel group of
 /// the new mesh, `world` the whole new group. Returns the piece, the position, and the rank
-/// of `world` this rank's piece came from. A collective of `world`.
+/// of `world` this rank's piece came from. A collective of `world`; `optim` and `epoch_loss`
+/// change only once it succeeded, so that a failure inside leaves the rank's state whole for
+/// the next regroup.
 pub(super) fn resync<M: Classifier>(
     world: &ProcessGroup,
     dp: &ProcessGroup,
@@ -79,8 +81,9 @@ pub(super) fn resync<M: Classifier>(
             world.rank()
         )));
     }
-    let (model, at) = if step(holds.at) == target {
-        (holds.model.clone(), holds.at)
+    let mut loss = *epoch_loss;
+    let (model, at, mut local) = if step(holds.at) == target {
+        (holds.model.clone(), holds.at, optim.clone())
     } else {
         match holds.previous {
             Some(previous) if previous.at.global_step as i64 == target => {
@@ -90,26 +93,28 @@ pub(super) fn resync<M: Classifier>(
                      to step {target}",
                     target + 1
                 );
-                *optim = previous.optim;
-                *epoch_loss = previous.epoch_loss;
-                (previous.model, Some(previous.at))
+                loss = previous.epoch_loss;
+                let optim = previous.optim.clone();
+                (previous.model.clone(), Some(previous.at), optim)
             }
             // It holds no state at that step: it takes its peer's.
-            _ => (holds.model.clone(), None),
+            _ => (holds.model.clone(), None, optim.clone()),
         }
     };
     let model = match template {
         Some(template) => same_values(template, &model)?,
         None => model,
     };
-    let (model, position, source) = replicas::resync(dp, &model, optim, at, false)?;
+    let (model, position, source) = replicas::resync(dp, &model, &mut local, at, false)?;
     // A replica's ranks all count its loss: one that took its state takes its source's count
     // of the epoch too, so that every rank reports one training loss.
-    let mut loss = [epoch_loss.0, epoch_loss.1 as f64, epoch_loss.2 as f64];
-    dp.broadcast(&mut loss, source)?;
+    let mut sent = [loss.0, loss.1 as f64, loss.2 as f64];
+    dp.broadcast(&mut sent, source)?;
     if at.is_none() {
-        *epoch_loss = (loss[0], loss[1] as usize, loss[2] as usize);
+        loss = (sent[0], sent[1] as usize, sent[2] as usize);
     }
+    *optim = local;
+    *epoch_loss = loss;
     // The data-parallel group's rank `source` is that replica's rank at this rank's place.
     let replica = world.world_size() / dp.world_size();
     Ok((model, position, source * replica + world.rank() % replica))
@@ -186,7 +191,7 @@ mod tests {
             let holds = Holds {
                 model: &model,
                 at: held,
-                previous,
+                previous: previous.as_ref(),
             };
             let mut optim = Optim::new(options);
             let mut loss = (rank as f64, 5, 20);
