@@ -282,6 +282,8 @@ fn cut_flags(dir: &TempDir, cut: &[&str]) -> Vec<String> {
         "8",
         "--max-steps",
         "1500",
+        "--test-fraction",
+        "0.002",
         "--momentum",
         "0.9",
         "--fault-tolerance",
