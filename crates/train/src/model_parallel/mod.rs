@@ -316,10 +316,12 @@ impl ModelParallel {
 /// `f`, with a collective that fails inside its graph returned as the group's failure (Note
 /// [Failures inside a graph] in phalanx-tensor-parallel): fault tolerance re-forms the group.
 fn caught<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    use phalanx_tensor_parallel::Error as Tp;
     match phalanx_tensor_parallel::catch_failures(f) {
+        // The vocabulary-parallel loss and arg-max return their collectives' errors.
+        Ok(Err(Error::TensorParallel(Tp::Pg(e)))) | Err(Tp::Pg(e)) => Err(Error::Pg(e)),
         Ok(result) => result,
-        Err(phalanx_tensor_parallel::Error::Pg(e)) => Err(Error::Pg(e)),
-        Err(other) => Err(Error::Config(other.to_string())),
+        Err(other) => Err(Error::TensorParallel(other)),
     }
 }
 

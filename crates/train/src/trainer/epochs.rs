@@ -345,7 +345,7 @@ impl Context<'_> {
             let (epoch_start, wait_start) = (Instant::now(), par.stats().wait + outer_wait(&outer));
             for batch in loader.iter() {
                 if self.keep_previous {
-                    // Burn shares the tensors until the update: a copy only of what it changes.
+                    // The update replaces every tensor: this keeps one more copy of the piece.
                     *previous = Some(Previous {
                         at: *at,
                         model: par.module().clone(),

@@ -131,6 +131,7 @@ fn train_in(
         cfg,
         reporter,
         full,
+        spec,
     };
     with_model(&spec, &device(), run)
 }
@@ -147,14 +148,46 @@ struct Run<'a> {
     cfg: &'a TrainConfig,
     reporter: &'a mut dyn Reporter,
     full: Dataset,
+    /// What the model was built from: fault tolerance under a cut model builds it again for
+    /// each generation's cut.
+    spec: ModelSpec,
 }
 
 impl WithModel for Run<'_> {
     type Output = Result<Option<Summary>>;
 
     fn run<M: Classifier>(self, model: M) -> Result<Option<Summary>> {
-        train_group(self.group, self.cfg, self.reporter, &self.full, model)
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let build = move || build_again::<M>(&spec, cfg);
+        train_group(
+            self.group,
+            cfg,
+            self.reporter,
+            &self.full,
+            model,
+            Some(&build),
+        )
     }
+}
+
+/// The model `spec` builds, as a [`Run`] was handed it, frozen as `cfg` says: undrawn under
+/// deferred init (Note [Replicas that leave and join]).
+fn build_again<M: Classifier>(spec: &ModelSpec, cfg: &TrainConfig) -> Result<M> {
+    struct Again;
+    impl WithModel for Again {
+        type Output = Box<dyn std::any::Any>;
+        fn run<N: Classifier>(self, model: N) -> Self::Output {
+            Box::new(model)
+        }
+    }
+    let model = *with_model(spec, &device(), Again)
+        .downcast::<M>()
+        .expect("one spec builds one type of model");
+    Ok(match &cfg.freeze {
+        Some(patterns) => freeze_matching(model, patterns)?.0,
+        None => model,
+    })
 }
 
 /// Trains `model` (any [`Classifier`]) as `cfg` says: the library-level trainer behind
@@ -166,7 +199,7 @@ pub fn train_model<M: Classifier>(
     full: &Dataset,
     model: M,
 ) -> Result<Summary> {
-    train_group(Group::Fixed(pg), cfg, reporter, full, model).map(ran)
+    train_group(Group::Fixed(pg), cfg, reporter, full, model, None).map(ran)
 }
 
 fn train_group<M: Classifier>(
@@ -175,6 +208,7 @@ fn train_group<M: Classifier>(
     reporter: &mut dyn Reporter,
     full: &Dataset,
     model: M,
+    build: Option<&dyn Fn() -> Result<M>>,
 ) -> Result<Option<Summary>> {
     let (mut pg, mut ft) = match group {
         Group::Fixed(pg) => (Some(pg), None),
@@ -235,10 +269,10 @@ fn train_group<M: Classifier>(
         ft.set_block(options.island_size.unwrap_or(1));
     }
     // Note [Replicas that leave and join]: a cut model's replicas live and die whole, and each
-    // generation cuts its pieces anew from the model as built.
+    // generation cuts its pieces anew from the model built again.
     let cut = cfg.tp > 1 || cfg.pp.stages > 1;
-    let template = match (cut, ft.as_mut()) {
-        (true, Some(ft)) => {
+    let recut = match (cut, ft.as_mut(), build) {
+        (true, Some(ft), Some(build)) => {
             let replica = cfg.tp * cfg.pp.stages;
             if slots / replica < 2 || !slots.is_multiple_of(replica) {
                 return Err(Error::Config(format!(
@@ -250,7 +284,7 @@ fn train_group<M: Classifier>(
             }
             ft.set_block(replica);
             ctx.keep_previous = true;
-            Some(model.clone())
+            Some(build)
         }
         _ => None,
     };
@@ -278,13 +312,10 @@ fn train_group<M: Classifier>(
     // the whole checkpoint into the whole model on every rank first, and cuts the optimizer's
     // state as the model is cut (Note [Pieces of a cut model] in phalanx-checkpoint).
     let mut resumed = None;
-    if cut {
-        // A replacement takes its state from a peer: it reads no checkpoint.
-        let (pos, state) = match replacement {
-            true => (Position::default(), None),
-            false => resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, true)?,
-        };
-        let (parts, split) = ModelParallel::split(&pg, cfg, model, template.is_some())?;
+    // A replacement cuts its piece in its first attempt, as the running ranks do theirs.
+    if cut && !replacement {
+        let (pos, state) = resume_from_disk(&pg, cfg, &ctx.facts, &mut model, reporter, true)?;
+        let (parts, split) = ModelParallel::split(&pg, cfg, model, recut.is_some())?;
         let state = state.map(|s| parts.pieces().cut_state(&s)).transpose()?;
         resumed = Some((pos, state));
         model = split;
@@ -295,8 +326,11 @@ fn train_group<M: Classifier>(
     // next (Note [Islands that leave and join] in phalanx-ddp).
     let mut outer: Option<DiLoCo> = None;
     let mut outer_state: Option<OuterState> = None;
-    // The generation the pieces were cut for.
-    let mut cut_for = ft.as_ref().map_or(0, FaultTolerance::generation);
+    // The generation the pieces were cut for (none yet: a replacement's).
+    let mut cut_for = match replacement {
+        true => None,
+        false => ft.as_ref().map(FaultTolerance::generation),
+    };
     let mut ctx = ctx;
     // A replacement has no state of its own: it takes a peer's before anything else.
     let mut held = match (replacement, resumed) {
@@ -326,11 +360,11 @@ fn train_group<M: Classifier>(
         let attempt = (|| -> Result<Outcome> {
             // A new generation is a new mesh, whose groups a piece holds in its modules: the
             // pieces are cut anew (Note [Replicas that leave and join]).
-            let recut = match (&template, ft.as_ref()) {
-                (Some(template), Some(ft)) if ft.generation() != cut_for => {
-                    let (mp, piece) = ModelParallel::split(&pg, cfg, template.clone(), true)?;
+            let piece = match (recut, ft.as_ref()) {
+                (Some(build), Some(ft)) if Some(ft.generation()) != cut_for => {
+                    let (mp, piece) = ModelParallel::split(&pg, cfg, build()?, true)?;
                     ctx.mp = Some(mp);
-                    cut_for = ft.generation();
+                    cut_for = Some(ft.generation());
                     Some(piece)
                 }
                 _ => None,
@@ -354,10 +388,10 @@ fn train_group<M: Classifier>(
                 Some(o) => islands::intact(o.island(), held_before)?,
                 None => false,
             };
-            let mut source = match (&template, &ctx.mp) {
+            let mut source = match (recut, &ctx.mp) {
                 (Some(_), Some(mp)) => held.resync_pieces(
                     (&pg, &mp.dp.clone()),
-                    recut,
+                    piece,
                     &mut optim,
                     &mut totals.epoch_loss,
                 )?,
@@ -489,7 +523,7 @@ fn train_group<M: Classifier>(
                 };
                 drop(pg);
                 // Islands and a cut model's replicas regroup in whole blocks.
-                pg = match outer_options.is_some() || template.is_some() {
+                pg = match outer_options.is_some() || recut.is_some() {
                     false => Arc::new(ft.regroup(cause)?),
                     true => {
                         let Some(new) = ft.regroup_whole(cause)? else {

@@ -8,22 +8,27 @@
 //! of its ranks dies the replica's other ranks leave too and join again, as replacements, once
 //! the dead rank's replacement is ready. The other replicas go on alone meanwhile. Each
 //! generation is a new mesh, and a piece holds its tensor-parallel group inside its modules,
-//! so every generation's pieces are cut anew from the whole model as built (undrawn under
-//! deferred init) and take the values a rank held.
+//! so every generation's pieces are cut anew from the model built again from its spec
+//! (undrawn under deferred init, so a rank draws only its piece, and nothing of the whole
+//! model is kept between generations: a clone of the first build would share its lazily drawn
+//! tensors and keep the whole stage's weights drawn) and take the values a rank held.
 //!
 //! Every piece of the new group must come from one step. A replica's pieces update apart:
 //! each after its own data-parallel all-reduce, so a death can leave one piece of a surviving
 //! replica one step ahead of another (its all-reduce completed, the other's failed). The ranks
 //! meet in one all-reduce after every step (the agreement on the newest generation), so no two
 //! ranks are more than one step apart, and each rank keeps what it held before its last
-//! step's update ([`Previous`]: the module's tensors, which Burn shares until the update, and
-//! the optimizer). [`resync`] takes the newest step that every piece reached on some rank: a
+//! step's update ([`Previous`]: the module and the optimizer; the update replaces every
+//! tensor, so this is one more copy of the piece and its optimizer state, the memory fault
+//! tolerance costs here). [`resync`] takes the newest step that every piece reached on some rank: a
 //! rank one step past it goes back to what it held before, a rank at it keeps what it holds,
 //! and every other (a replacement, a replica that left) takes its piece from the lowest
 //! data-parallel peer that holds that step, as DDP's replicas do (Note [Regroup]). The run
 //! then goes on from one step on every rank with the data order of an uninterrupted run. A
 //! rank that took its piece takes its source's count of the epoch's loss too: the replica it
-//! rejoins measured the steps it missed.
+//! rejoins measured the steps it missed. Ranks at one step can still stand on either side of
+//! an epoch's end (one piece's collectives there completed, another's failed), so every rank
+//! takes rank 0's position: all of them run the same collectives next.
 
 use phalanx_checkpoint::position::Position;
 use phalanx_core::ReduceOp;
@@ -101,9 +106,12 @@ pub(super) fn resync<M: Classifier>(
             _ => (holds.model.clone(), None, optim.clone()),
         }
     };
-    let model = match template {
-        Some(template) => same_values(template, &model)?,
-        None => model,
+    let model = match (template, at) {
+        (Some(template), Some(_)) => same_values(template, &model)?,
+        // It takes a peer's values: the new piece is the template (a replacement holds the
+        // whole model as built, not a piece).
+        (Some(template), None) => template,
+        (None, _) => model,
     };
     let (model, position, source) = replicas::resync(dp, &model, &mut local, at, false)?;
     // A replica's ranks all count its loss: one that took its state takes its source's count
@@ -113,6 +121,26 @@ pub(super) fn resync<M: Classifier>(
     if at.is_none() {
         loss = (sent[0], sent[1] as usize, sent[2] as usize);
     }
+    // Ranks at one step can still be on either side of an epoch's end (a piece's collectives
+    // there completed, another's failed): every rank takes rank 0's position, so that all
+    // run the same collectives next.
+    let mut p = [
+        position.epoch,
+        position.step_in_epoch,
+        position.global_step,
+        position.samples_in_epoch,
+        position.world,
+    ]
+    .map(|v| v as i64);
+    world.broadcast(&mut p, 0)?;
+    let [epoch, step_in_epoch, global_step, samples_in_epoch, sampled_by] = p.map(|v| v as u64);
+    let position = Position {
+        epoch,
+        step_in_epoch,
+        global_step,
+        samples_in_epoch,
+        world: sampled_by,
+    };
     *optim = local;
     *epoch_loss = loss;
     // The data-parallel group's rank `source` is that replica's rank at this rank's place.
