@@ -349,3 +349,27 @@ fn model_norm<M: Classifier>(
         .collect();
     ModelNorm::new(groups, counted)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> phalanx_pg::Error {
+        phalanx_pg::Error::Failed {
+            rank: 1,
+            cause: "gone".into(),
+        }
+    }
+
+    /// A tensor-parallel collective's failure, returned by the vocabulary-parallel loss or
+    /// unwound from a backward, is the group's failure, which fault tolerance regroups on.
+    #[test]
+    fn a_tensor_parallel_collective_failure_is_the_groups() {
+        use phalanx_tensor_parallel::Error as Tp;
+        let returned: Result<()> = caught(|| Err(Error::TensorParallel(Tp::Pg(failed()))));
+        assert!(matches!(returned, Err(Error::Pg(_))), "{returned:?}");
+        let other: Result<()> = caught(|| Err(Error::Config("no".into())));
+        assert!(matches!(other, Err(Error::Config(_))), "{other:?}");
+        assert_eq!(caught(|| Ok(3)).unwrap(), 3);
+    }
+}
