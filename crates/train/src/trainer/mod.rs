@@ -389,12 +389,9 @@ fn train_group<M: Classifier>(
                 None => false,
             };
             let mut source = match (recut, &ctx.mp) {
-                (Some(_), Some(mp)) => held.resync_pieces(
-                    (&pg, &mp.dp.clone()),
-                    piece,
-                    &mut optim,
-                    &mut totals.epoch_loss,
-                )?,
+                (Some(_), Some(mp)) => {
+                    held.resync_pieces((&pg, &mp.dp), piece, &mut optim, &mut totals.epoch_loss)?
+                }
                 _ => held.resync(&pg, &mut optim, sharded, intact)?,
             };
             let fresh = !intact || held_before != Some(held.position());

@@ -116,11 +116,10 @@ impl<M: Classifier> Held<M> {
         sharded: bool,
         keep_own: bool,
     ) -> Result<Option<Source>> {
-        let Some(since) = self.changed else {
+        if self.changed.is_none() {
             return Ok(None);
-        };
-        let replacement = self.position.is_none();
-        let (model, position, rank) = match (sharded, &mut self.holding) {
+        }
+        let synced = match (sharded, &mut self.holding) {
             (true, holding) => {
                 // A replacement's template is its freshly built model; a survivor's, its own
                 // module.
@@ -141,27 +140,16 @@ impl<M: Classifier> Held<M> {
             }
             (false, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
         };
-        Ok(Some(self.resynced(
-            model,
-            position,
-            since,
-            rank,
-            replacement,
-        )))
+        Ok(Some(self.resynced(synced)))
     }
 
-    /// Holds `model` at `position` after a resync from `rank` of the new group.
-    fn resynced(
-        &mut self,
-        model: M,
-        position: Position,
-        since: Instant,
-        rank: usize,
-        replacement: bool,
-    ) -> Source {
+    /// Holds `model` at `position` after a resync from `rank` of the new group, and says where
+    /// the state came from (this rank was a replacement if it held no position).
+    fn resynced(&mut self, (model, position, rank): (M, Position, usize)) -> Source {
+        let since = self.changed.take().expect("a resync follows a change");
+        let replacement = self.position.is_none();
         self.holding = Holding::Whole(model);
         self.position = Some(position);
-        self.changed = None;
         Source {
             since,
             rank,
@@ -181,10 +169,9 @@ impl<M: Classifier> Held<M> {
         optim: &mut Optim,
         epoch_loss: &mut (f64, usize, usize),
     ) -> Result<Option<Source>> {
-        let Some(since) = self.changed else {
+        if self.changed.is_none() {
             return Ok(None);
-        };
-        let replacement = self.position.is_none();
+        }
         let Holding::Whole(model) = &self.holding else {
             unreachable!("fault tolerance keeps a cut model's piece whole")
         };
@@ -193,16 +180,9 @@ impl<M: Classifier> Held<M> {
             at: self.position,
             previous: self.previous.as_ref(),
         };
-        let (model, position, rank) =
-            pieces::resync(world, dp, holds, template, optim, epoch_loss)?;
+        let synced = pieces::resync(world, dp, holds, template, optim, epoch_loss)?;
         self.previous = None;
-        Ok(Some(self.resynced(
-            model,
-            position,
-            since,
-            rank,
-            replacement,
-        )))
+        Ok(Some(self.resynced(synced)))
     }
 
     /// The model for the next attempt's engine: a copy when `keep` (fault tolerance under DDP
