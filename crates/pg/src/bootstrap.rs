@@ -5,17 +5,21 @@
 //! The obvious exchange — each rank sets `pg/addr/<r>` and reads all the others — costs
 //! world_size² store reads: 1,048,576 requests at 1,024 ranks, all on one store thread pool.
 //! Instead each rank sets one key `pg/peer/<r>`; rank 0 waits for all of them with one request,
-//! reads them with one more, and publishes one table `pg/peers` (hosts deduplicated, ~25 bytes
-//! per rank) that every rank fetches with one wait and one get. Store requests: 3 per rank plus
-//! 2 on rank 0; bytes: each rank reads the table once, which a full mesh needs anyway.
+//! reads them with one more, and publishes one table `pg/peers` (binary, a few bytes per rank:
+//! Note [A table read in place]) that every rank fetches with one get that waits for it, sent
+//! with its own key in one round trip. Store requests: 2 per rank plus 2 on rank 0 (a wait and
+//! a get where the store cannot wait in a get, as on etcd); bytes: each rank reads the table once, which a full mesh needs anyway.
 //! Votes (does everyone have shared memory?) gather the same way: each rank sets
 //! `<vote>/<r>`, rank 0 reads them all and publishes the outcome. (A single counter bumped by
 //! every rank costs one request per rank on the native store, but on etcd, which has no atomic
 //! add, each bump is a compare-and-set whose retries grow with the ranks.)
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6},
+    time::Duration,
+};
 
-use phalanx_store::Store;
+use phalanx_store::{Claim, Store};
 
 use crate::{Error, Result};
 
@@ -41,7 +45,7 @@ pub fn exchange(
     world: usize,
     me: &Peer,
     timeout: Duration,
-) -> Result<Vec<Peer>> {
+) -> Result<PeerTable> {
     let store_err = |source| Error::Store { rank, source };
     if me.host.contains(char::is_whitespace) {
         return Err(Error::Env {
@@ -50,25 +54,28 @@ pub fn exchange(
             reason: "contains whitespace".into(),
         });
     }
-    // compare_set: the first process to claim a rank keeps it, a second one is named.
+    // A claim (compare_set): the first process to claim a rank keeps it, a second is named.
     let entry = format!("{} {} {world}", me.addr, me.host);
     let key = peer_key(rank);
-    let got = store
-        .compare_set(&key, b"", entry.as_bytes())
-        .map_err(store_err)?;
-    if got != entry.as_bytes() {
-        return Err(Error::Env {
-            name: "RANK".into(),
-            value: rank.to_string(),
-            reason: format!(
-                "two processes claim rank {rank}: this one ({} on {}) and {} (set RANK/--node-rank so that each rank is started once)",
-                me.addr,
-                me.host,
-                String::from_utf8_lossy(&got)
-            ),
-        });
+    let claimed_twice = |got: &[u8]| {
+        Error::Env {
+        name: "RANK".into(),
+        value: rank.to_string(),
+        reason: format!(
+            "two processes claim rank {rank}: this one ({} on {}) and {} (set RANK/--node-rank so that each rank is started once)",
+            me.addr,
+            me.host,
+            String::from_utf8_lossy(got)
+        ),
     }
+    };
     if rank == 0 {
+        let got = store
+            .compare_set(&key, b"", entry.as_bytes())
+            .map_err(store_err)?;
+        if got != entry.as_bytes() {
+            return Err(claimed_twice(&got));
+        }
         let keys: Vec<String> = (0..world).map(peer_key).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         wait_or_name_missing(store, rank, &refs, timeout)?;
@@ -83,44 +90,55 @@ pub fn exchange(
             }
             peers.push(peer);
         }
-        store
-            .set(TABLE_KEY, encode(world, &peers).as_bytes())
-            .map_err(store_err)?;
-        return Ok(peers);
+        let table = PeerTable::encode(world, &peers);
+        store.set(TABLE_KEY, &table.bytes).map_err(store_err)?;
+        return Ok(table);
     }
-    if let Err(e) = store.wait_timeout(&[TABLE_KEY], timeout) {
-        // Tell which ranks rank 0 is still waiting for: usually the real culprit.
-        let keys: Vec<String> = (0..world).map(peer_key).collect();
-        let missing = missing(store, &keys);
-        return Err(match (e, missing) {
-            (phalanx_store::Error::Timeout { .. }, Some(m)) if !m.is_empty() => {
-                Error::RendezvousIncomplete {
-                    rank,
-                    missing: m,
-                    waited_s: timeout.as_secs_f64(),
+    // The claim and a get that waits for the table, in one round trip (Note [Two requests in
+    // one round trip] in phalanx-store).
+    let table = match store.claim_then_get(&key, entry.as_bytes(), TABLE_KEY, timeout) {
+        Ok(Claim::Held(table)) => table,
+        Ok(Claim::Taken(got)) => return Err(claimed_twice(&got)),
+        Err(e) => {
+            // Tell which ranks rank 0 is still waiting for: usually the real culprit.
+            let keys: Vec<String> = (0..world).map(peer_key).collect();
+            let missing = missing(store, &keys);
+            return Err(match (e, missing) {
+                (phalanx_store::Error::Timeout { .. }, Some(m)) if !m.is_empty() => {
+                    Error::RendezvousIncomplete {
+                        rank,
+                        missing: m,
+                        waited_s: timeout.as_secs_f64(),
+                    }
                 }
-            }
-            (e, _) => store_err(e),
-        });
-    }
-    let table = store.get(TABLE_KEY).map_err(store_err)?;
-    let (theirs, peers) = decode(rank, &table)?;
-    if theirs != world {
+                (e, _) => store_err(e),
+            });
+        }
+    };
+    let peers = PeerTable::decode(rank, table)?;
+    if peers.world != world {
         return Err(Error::Env {
             name: "WORLD_SIZE".into(),
             value: world.to_string(),
-            reason: format!("rank 0 was started with WORLD_SIZE={theirs}, ours is {world}"),
+            reason: format!(
+                "rank 0 was started with WORLD_SIZE={}, ours is {world}",
+                peers.world
+            ),
         });
     }
-    if peers.len() != world || peers[rank] != *me {
+    // The host ids stay with rank 0 (Note [A table read in place]); the address is checked.
+    if peers.len() != world || peers.addr(rank) != me.addr {
         return Err(bad_table(
             rank,
             format!(
-                "{} entries, this rank's entry {:?} (world size {world}, expected {} {})",
+                "{} entries, this rank's address {} (world size {world}, expected {})",
                 peers.len(),
-                peers.get(rank),
+                if rank < peers.len() {
+                    peers.addr(rank).to_string()
+                } else {
+                    "missing".into()
+                },
                 me.addr,
-                me.host
             ),
         ));
     }
@@ -139,11 +157,11 @@ pub fn vote(
     timeout: Duration,
 ) -> Result<bool> {
     let store_err = |source| Error::Store { rank, source };
-    store
-        .set(&format!("{key}/{rank}"), if ok { b"1" } else { b"0" })
-        .map_err(store_err)?;
+    let mine = format!("{key}/{rank}");
+    let said: &[u8] = if ok { b"1" } else { b"0" };
     let outcome = format!("{key}/outcome");
     if rank == 0 {
+        store.set(&mine, said).map_err(store_err)?;
         let keys: Vec<String> = (0..world).map(|r| format!("{key}/{r}")).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         wait_or_name_missing(store, rank, &refs, timeout)?;
@@ -157,10 +175,11 @@ pub fn vote(
             .map_err(store_err)?;
         return Ok(all);
     }
-    store
-        .wait_timeout(&[&outcome], timeout)
+    // The vote and a get that waits for the outcome, in one round trip.
+    let got = store
+        .set_then_get(&mine, said, &outcome, timeout)
         .map_err(store_err)?;
-    Ok(store.get(&outcome).map_err(store_err)? == b"1")
+    Ok(got == b"1")
 }
 
 fn wait_or_name_missing(store: &dyn Store, rank: usize, keys: &[&str], t: Duration) -> Result<()> {
@@ -212,55 +231,231 @@ fn parse_entry(rank: usize, of: usize, v: &[u8]) -> Result<(Peer, usize)> {
     ))
 }
 
-/// `w <world size>`, `h <host>` lines (each distinct host once), then one
-/// `r <addr> <host index>` line per rank.
-fn encode(world: usize, peers: &[Peer]) -> String {
-    use std::fmt::Write;
-    // Each host's index by name: a search of the list per rank grew as ranks × hosts.
-    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    let mut hosts: Vec<&str> = Vec::new();
-    let mut rows = String::with_capacity(peers.len() * 28);
-    for p in peers {
-        let i = *index.entry(&p.host).or_insert_with(|| {
-            hosts.push(&p.host);
-            hosts.len() - 1
-        });
-        let _ = writeln!(rows, "r {} {i}", p.addr);
-    }
-    let mut out = format!("w {world}\n");
-    out.extend(hosts.iter().map(|h| format!("h {h}\n")));
-    out.push_str(&rows);
-    out
+/// The table's first bytes; the `1` is its version.
+const MAGIC: &[u8; 4] = b"PXP1";
+/// Header: magic, then world size, ranks, hosts, addresses and runs as `u32`s.
+const HEADER: usize = 4 + 5 * 4;
+/// An address: family (4 or 6) as `u32`, 16 address bytes (an IPv4 address mapped), scope id.
+const IP_LEN: usize = 24;
+/// A run of consecutive ranks on one host and address: end (exclusive), host, address index.
+const RUN_LEN: usize = 12;
+
+/// The job's peer table as rank 0 published it, read in place (Note [A table read in place]).
+///
+/// Note [A table read in place]
+/// Every rank reads the whole table, so a job's ranks together read world² entries: at 16,384
+/// ranks, 268 million. The text table this replaced (~25 bytes a rank, a `String` per host
+/// name per rank) cost 7 GB read and as many allocations; a simulated world of that size on
+/// one machine could not finish. The table is now binary and compact: the distinct addresses
+/// once (24 bytes each), then runs of consecutive ranks on one host and address (12 bytes each;
+/// ranks on a host are consecutive under phalanx launch and torchrun), then 2 bytes of port per
+/// rank: 6.5 bytes a rank on hosts of 8 ranks with an address each, 3.5 on one address. A rank checks the table's shape once (O(runs)) and reads entries from
+/// the bytes when asked, so taking the table costs one copy of it and no allocation per rank.
+/// Hosts are numbered in the order rank 0 first meets them: what the group needs from a host
+/// id is which ranks share one (shared memory, the hierarchical allreduce, host subgroups), and
+/// the ids themselves (a boot id and a host name, ~50 bytes) would triple the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTable {
+    bytes: Vec<u8>,
+    world: usize,
+    ranks: usize,
+    hosts: usize,
+    ips: usize,
+    runs: usize,
 }
 
-/// The world size rank 0 was started with, and the peers.
-fn decode(rank: usize, table: &[u8]) -> Result<(usize, Vec<Peer>)> {
-    let text = std::str::from_utf8(table).map_err(|_| bad_table(rank, "not UTF-8".into()))?;
-    let mut hosts = Vec::new();
-    let mut peers = Vec::new();
-    let mut world = None;
-    for (n, line) in text.lines().enumerate() {
-        let bad = || bad_table(rank, format!("line {}: {line:?}", n + 1));
-        match line.split_once(' ') {
-            Some(("w", w)) if n == 0 => world = Some(w.parse::<usize>().map_err(|_| bad())?),
-            Some(("h", host)) => hosts.push(host.to_string()),
-            Some(("r", rest)) => {
-                let (addr, idx) = rest.split_once(' ').ok_or_else(bad)?;
-                let host = idx
-                    .parse::<usize>()
-                    .ok()
-                    .and_then(|i| hosts.get(i))
-                    .ok_or_else(bad)?;
-                peers.push(Peer {
-                    addr: addr.parse().map_err(|_| bad())?,
-                    host: host.clone(),
-                });
+impl PeerTable {
+    /// Rank 0's table of `peers` (indexed by rank) for a world of `world`.
+    fn encode(world: usize, peers: &[Peer]) -> PeerTable {
+        let mut host_index: std::collections::HashMap<&str, u32> = Default::default();
+        let mut ip_index: std::collections::HashMap<(IpAddr, u32), u32> = Default::default();
+        let mut ips: Vec<(IpAddr, u32)> = Vec::new();
+        // (end, host, address)
+        let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+        for (r, p) in peers.iter().enumerate() {
+            let next = host_index.len() as u32;
+            let host = *host_index.entry(&p.host).or_insert(next);
+            let key = (p.addr.ip(), scope(&p.addr));
+            let ip = *ip_index.entry(key).or_insert_with(|| {
+                ips.push(key);
+                ips.len() as u32 - 1
+            });
+            match runs.last_mut() {
+                Some(last) if last.1 == host && last.2 == ip => last.0 = r as u32 + 1,
+                _ => runs.push((r as u32 + 1, host, ip)),
             }
-            _ => return Err(bad()),
+        }
+        let mut b = Vec::with_capacity(
+            HEADER + ips.len() * IP_LEN + runs.len() * RUN_LEN + peers.len() * 2,
+        );
+        b.extend_from_slice(MAGIC);
+        for n in [world, peers.len(), host_index.len(), ips.len(), runs.len()] {
+            b.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        for (ip, scope) in &ips {
+            let (family, bytes) = match ip {
+                IpAddr::V4(a) => (4u32, a.to_ipv6_mapped().octets()),
+                IpAddr::V6(a) => (6u32, a.octets()),
+            };
+            b.extend_from_slice(&family.to_le_bytes());
+            b.extend_from_slice(&bytes);
+            b.extend_from_slice(&scope.to_le_bytes());
+        }
+        for (end, host, ip) in &runs {
+            for n in [end, host, ip] {
+                b.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+        for p in peers {
+            b.extend_from_slice(&p.addr.port().to_le_bytes());
+        }
+        PeerTable::decode(0, b).expect("rank 0's own table reads back")
+    }
+
+    /// Checks the table's shape (lengths, runs in order, indices in range) and keeps its bytes.
+    fn decode(rank: usize, bytes: Vec<u8>) -> Result<PeerTable> {
+        let bad = |why: String| bad_table(rank, why);
+        if bytes.len() < HEADER || &bytes[..4] != MAGIC {
+            return Err(bad(format!(
+                "{} bytes that do not start with {:?} (a phalanx of another version wrote it?)",
+                bytes.len(),
+                std::str::from_utf8(MAGIC).unwrap_or_default()
+            )));
+        }
+        let word = |i: usize| u32_at(&bytes, 4 + 4 * i) as usize;
+        let (world, ranks, hosts, ips, runs) = (word(0), word(1), word(2), word(3), word(4));
+        let want = HEADER as u64
+            + ips as u64 * IP_LEN as u64
+            + runs as u64 * RUN_LEN as u64
+            + ranks as u64 * 2;
+        if bytes.len() as u64 != want {
+            return Err(bad(format!(
+                "{} bytes, but its header ({ranks} ranks, {ips} addresses, {runs} runs) makes {want}",
+                bytes.len()
+            )));
+        }
+        let t = PeerTable {
+            bytes,
+            world,
+            ranks,
+            hosts,
+            ips,
+            runs,
+        };
+        let mut start = 0;
+        for i in 0..runs {
+            let (end, host, ip) = t.run(i);
+            if end <= start || end > ranks || host >= hosts || ip >= ips {
+                return Err(bad(format!(
+                    "run {i} (ranks {start}..{end}, host {host}, address {ip}) does not fit \
+                     {ranks} ranks, {hosts} hosts, {ips} addresses"
+                )));
+            }
+            start = end;
+        }
+        if start != ranks {
+            return Err(bad(format!("its runs cover {start} of {ranks} ranks")));
+        }
+        for i in 0..ips {
+            let family = u32_at(&t.bytes, t.ip_at(i));
+            if family != 4 && family != 6 {
+                return Err(bad(format!("address {i} has family {family}")));
+            }
+        }
+        Ok(t)
+    }
+
+    /// Ranks in the table.
+    pub fn len(&self) -> usize {
+        self.ranks
+    }
+
+    /// Whether the table has no ranks.
+    pub fn is_empty(&self) -> bool {
+        self.ranks == 0
+    }
+
+    /// Distinct hosts among the ranks.
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
+    /// `rank`'s host, numbered in rank order of first appearance: ranks with equal numbers
+    /// share a host and node agent (`shm_setup::host_id`).
+    pub fn host(&self, rank: usize) -> u32 {
+        self.run(self.run_of(rank)).1 as u32
+    }
+
+    /// Every rank's host number, indexed by rank.
+    pub fn host_numbers(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.ranks);
+        let mut start = 0;
+        for i in 0..self.runs {
+            let (end, host, _) = self.run(i);
+            out.extend(std::iter::repeat_n(host as u32, end - start));
+            start = end;
+        }
+        out
+    }
+
+    /// Where `rank`'s mesh listener accepts connections.
+    pub fn addr(&self, rank: usize) -> SocketAddr {
+        let ip_at = self.ip_at(self.run(self.run_of(rank)).2);
+        let b = &self.bytes;
+        let octets: [u8; 16] = b[ip_at + 4..ip_at + 20].try_into().expect("16 bytes");
+        let port_at = self.ports_at() + 2 * rank;
+        let port = u16::from_le_bytes([b[port_at], b[port_at + 1]]);
+        let v6 = Ipv6Addr::from(octets);
+        match (u32_at(b, ip_at), v6.to_ipv4_mapped()) {
+            (4, Some(v4)) => SocketAddr::new(IpAddr::V4(v4), port),
+            _ => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, u32_at(b, ip_at + 20))),
         }
     }
-    let world = world.ok_or_else(|| bad_table(rank, "no `w <world size>` line".into()))?;
-    Ok((world, peers))
+
+    /// `(end, host, address index)` of run `i`.
+    fn run(&self, i: usize) -> (usize, usize, usize) {
+        let at = HEADER + self.ips * IP_LEN + i * RUN_LEN;
+        let w = |k: usize| u32_at(&self.bytes, at + 4 * k) as usize;
+        (w(0), w(1), w(2))
+    }
+
+    /// The run that holds `rank` (runs end in increasing order).
+    fn run_of(&self, rank: usize) -> usize {
+        assert!(
+            rank < self.ranks,
+            "rank {rank} of a {}-rank table",
+            self.ranks
+        );
+        let (mut lo, mut hi) = (0, self.runs);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.run(mid).0 <= rank {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn ip_at(&self, i: usize) -> usize {
+        HEADER + i * IP_LEN
+    }
+
+    fn ports_at(&self) -> usize {
+        HEADER + self.ips * IP_LEN + self.runs * RUN_LEN
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn scope(addr: &SocketAddr) -> u32 {
+    match addr {
+        SocketAddr::V4(_) => 0,
+        SocketAddr::V6(a) => a.scope_id(),
+    }
 }
 
 fn bad_table(rank: usize, why: String) -> Error {
@@ -285,24 +480,75 @@ mod tests {
         }
     }
 
+    fn entries(t: &PeerTable) -> Vec<(SocketAddr, u32)> {
+        (0..t.len()).map(|r| (t.addr(r), t.host(r))).collect()
+    }
+
     #[test]
-    fn table_round_trips_and_dedups_hosts() {
-        let peers: Vec<Peer> = (0..6).map(|i| peer(i, ["a/b/0", "c/d/1"][i / 3])).collect();
-        let text = encode(6, &peers);
-        assert_eq!(text.matches("\nh ").count(), 2, "{text}");
-        assert_eq!(decode(0, text.as_bytes()).unwrap(), (6, peers));
+    fn table_round_trips_and_numbers_hosts_in_rank_order() {
+        let mut peers: Vec<Peer> = (0..7)
+            .map(|i| peer(i, ["c/d/1", "a/b/0"][i / 3 % 2]))
+            .collect();
+        peers[6].addr = "[fe80::1%3]:7".parse().unwrap();
+        peers[5].addr = "[::ffff:10.0.0.1]:9".parse().unwrap();
+        let t = PeerTable::encode(7, &peers);
+        let back = PeerTable::decode(2, t.bytes.clone()).unwrap();
+        assert_eq!(back, t);
+        let want: Vec<(SocketAddr, u32)> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.addr, [0, 1][i / 3 % 2]))
+            .collect();
+        assert_eq!(entries(&back), want);
+        assert_eq!(back.host_numbers(), vec![0, 0, 0, 1, 1, 1, 0]);
+        assert_eq!((back.hosts(), back.world), (2, 7));
+        // 2 bytes a rank, plus a run per host change and an address per distinct address.
+        let (ips, runs) = (back.ips, back.runs);
+        assert_eq!(
+            t.bytes.len(),
+            HEADER + ips * IP_LEN + runs * RUN_LEN + 7 * 2
+        );
+    }
+
+    #[test]
+    fn a_large_table_holds_a_port_per_rank_and_an_address_per_host() {
+        let peers: Vec<Peer> = (0..16_384)
+            .map(|r| Peer {
+                addr: format!("10.{}.{}.1:{}", r / 8 / 250, r / 8 % 250, 20_000 + r % 8)
+                    .parse()
+                    .unwrap(),
+                host: format!("0f3e9a8c-boot-id/host-{}/0", r / 8),
+            })
+            .collect();
+        let t = PeerTable::encode(16_384, &peers);
+        // 2,048 hosts: an address and a run each, and a port per rank.
+        assert_eq!(
+            t.bytes.len(),
+            HEADER + 16_384 * 2 + 2_048 * (IP_LEN + RUN_LEN)
+        );
+        assert_eq!(t.addr(8 * 300 + 5), peers[8 * 300 + 5].addr);
+        assert_eq!(t.host(8 * 300 + 5), 300);
     }
 
     #[test]
     fn bad_tables_are_named() {
-        for t in [
-            "r 1.2.3.4:5 0\n",
-            "h x\nr nonsense 0\n",
-            "q\n",
-            "h x\nr 1.2.3.4:5 9\n",
+        let good = PeerTable::encode(3, &(0..3).map(|i| peer(i, "h")).collect::<Vec<_>>()).bytes;
+        let mut bad_run = good.clone();
+        let run0 = HEADER + 3 * IP_LEN;
+        bad_run[run0 + 4] = 9; // run 0's host past the hosts
+        let mut bad_family = good.clone();
+        bad_family[HEADER] = 5;
+        for (what, t) in [
+            ("text", b"w 3\nh x\n".to_vec()),
+            ("short", good[..good.len() - 1].to_vec()),
+            ("run", bad_run),
+            ("family", bad_family),
         ] {
-            let e = decode(3, t.as_bytes()).unwrap_err().to_string();
-            assert!(e.contains("pg/peers") && e.contains("rank 3"), "{t:?}: {e}");
+            let e = PeerTable::decode(3, t).unwrap_err().to_string();
+            assert!(
+                e.contains("pg/peers") && e.contains("rank 3"),
+                "{what}: {e}"
+            );
         }
     }
 
@@ -324,10 +570,9 @@ mod tests {
             .collect();
         for h in handles {
             let (peers, all, one_no) = h.join().unwrap();
-            assert_eq!(
-                peers,
-                (0..world).map(|r| peer(r, "h/x/0")).collect::<Vec<_>>()
-            );
+            let want: Vec<(SocketAddr, u32)> =
+                (0..world).map(|r| (peer(r, "h/x/0").addr, 0)).collect();
+            assert_eq!(entries(&peers), want);
             assert!(all && !one_no);
         }
     }

@@ -266,7 +266,7 @@ pub fn connect(
         host: crate::shm_setup::host_id(placement.node_rank),
     };
     let peers = bootstrap::exchange(store.as_ref(), rank, placement.world_size, &me, timeout)?;
-    let addrs: Vec<SocketAddr> = peers[..=rank].iter().map(|p| p.addr).collect();
+    let addrs: Vec<SocketAddr> = (0..=rank).map(|r| peers.addr(r)).collect();
     let cfg = MeshConfig {
         rank,
         world_size: placement.world_size,
@@ -277,9 +277,9 @@ pub fn connect(
     let transport = TcpTransport::connect(&cfg, listener, &addrs).map_err(setup)?;
     let abort = transport.abort_handle();
     tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me.addr, "phalanx: mesh connected");
-    let one_host = peers.iter().all(|p| p.host == me.host);
+    let one_host = peers.hosts() == 1;
+    let hosts = peers.host_numbers();
     if opts.prefer_hierarchical && !one_host {
-        let hosts: Vec<&str> = peers.iter().map(|p| p.host.as_str()).collect();
         opts.hierarchy = phalanx_collectives::Hierarchy::from_host_keys(&hosts);
         match &opts.hierarchy {
             Some(_) => tracing::info!(rank, "phalanx: PHALANX_ALGO=hierarchical: allreduce inside hosts, then across them"),
@@ -307,7 +307,7 @@ pub fn connect(
         ip,
         timeout,
         opts: opts.clone(),
-        hosts: peers.iter().map(|p| p.host.clone()).collect(),
+        hosts,
         node_rank: placement.node_rank,
         made: Default::default(),
         job_ranks: everyone.clone(),

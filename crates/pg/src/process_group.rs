@@ -60,8 +60,9 @@ pub(crate) struct GroupSeed {
     pub(crate) ip: std::net::IpAddr,
     pub(crate) timeout: std::time::Duration,
     pub(crate) opts: Options,
-    /// Host key of each rank of this group (ranks with equal keys share memory).
-    pub(crate) hosts: Vec<String>,
+    /// Host number of each rank of this group (ranks with equal numbers share memory; Note [A
+    /// table read in place] in bootstrap.rs).
+    pub(crate) hosts: Vec<u32>,
     pub(crate) node_rank: usize,
     /// Subgroups made so far; every rank makes them in the same order, so the count names
     /// each one's store prefix.

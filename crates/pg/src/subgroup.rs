@@ -93,14 +93,8 @@ pub fn new_subgroups_by_host(pg: &ProcessGroup) -> Result<ProcessGroup> {
     let Some(seed) = pg.seed() else {
         return Err(not_native(pg, "new_subgroups_by_host"));
     };
-    let mut hosts: Vec<&String> = seed.hosts.iter().collect();
-    hosts.sort_unstable();
-    hosts.dedup();
-    let mine = &seed.hosts[pg.rank()];
-    let color = hosts
-        .iter()
-        .position(|h| *h == mine)
-        .expect("this rank's host") as u32;
+    // Hosts are numbered alike on every rank (Note [A table read in place] in bootstrap.rs).
+    let color = seed.hosts[pg.rank()];
     Ok(split_group(pg, Some(color), pg.rank() as i64)?.expect("every rank has a color"))
 }
 
@@ -164,11 +158,11 @@ fn join(pg: &ProcessGroup, prefix: &str, ranks: &[usize]) -> Result<Option<Proce
     let Some(me) = ranks.iter().position(|&r| r == pg.rank()) else {
         return Ok(None);
     };
-    let host = &seed.hosts[pg.rank()];
+    let host = seed.hosts[pg.rank()];
     let same_host: Vec<usize> = ranks
         .iter()
         .enumerate()
-        .filter(|(_, &r)| seed.hosts[r] == *host)
+        .filter(|(_, &r)| seed.hosts[r] == host)
         .map(|(i, _)| i)
         .collect();
     let placement = Placement {

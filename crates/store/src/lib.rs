@@ -55,6 +55,6 @@ pub use etcd::{EtcdLease, EtcdOptions, EtcdStore};
 pub use hash_store::HashStore;
 pub use prefix_store::PrefixStore;
 pub use server::{ServerConfig, StoreServer, StoreStats, TorchClients};
-pub use store::Store;
+pub use store::{Claim, Store};
 pub use tcp_store::TcpStore;
 pub use torch_store::TorchStore;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Error, Result, Store};
+use crate::{Claim, Error, Result, Store};
 
 /// A view of `inner` in which every key `k` becomes `"{prefix}/k"` (PyTorch's PrefixStore).
 ///
@@ -91,6 +91,21 @@ impl<S: Store> Store for PrefixStore<S> {
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.inner.get(&self.key(key)).map_err(|e| self.unprefix(e))
+    }
+    fn get_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        self.inner
+            .get_timeout(&self.key(key), timeout)
+            .map_err(|e| self.unprefix(e))
+    }
+    fn set_then_get(&self, key: &str, value: &[u8], then: &str, t: Duration) -> Result<Vec<u8>> {
+        self.inner
+            .set_then_get(&self.key(key), value, &self.key(then), t)
+            .map_err(|e| self.unprefix(e))
+    }
+    fn claim_then_get(&self, key: &str, value: &[u8], then: &str, t: Duration) -> Result<Claim> {
+        self.inner
+            .claim_then_get(&self.key(key), value, &self.key(then), t)
+            .map_err(|e| self.unprefix(e))
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
         self.inner.add(&self.key(key), delta)

@@ -15,8 +15,44 @@ pub trait Store: Send + Sync {
     fn set(&self, key: &str, value: &[u8]) -> Result<()>;
     /// The value of `key`, blocking until it exists or the store timeout passes.
     fn get(&self, key: &str) -> Result<Vec<u8>>;
+    /// The value of `key`, blocking until it exists or `timeout` passes. One request where the
+    /// store's protocol allows (phalanx's does); a wait and a get elsewhere.
+    fn get_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        self.wait_timeout(&[key], timeout)?;
+        self.get(key)
+    }
     /// Adds `delta` to the int64 held as decimal ASCII in `key` (missing = 0); returns the new value.
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
+    /// Sets `key` to `value`, then waits up to `timeout` for `then` and returns its value: one
+    /// round trip where the store's protocol allows (Note [Two requests in one round trip] in
+    /// `tcp_store.rs`), a set and a get elsewhere.
+    fn set_then_get(
+        &self,
+        key: &str,
+        value: &[u8],
+        then: &str,
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        self.set(key, value)?;
+        self.get_timeout(then, timeout)
+    }
+    /// Claims `key` for `value` (`compare_set(key, "", value)`: the first writer keeps it),
+    /// then, if this call holds it, waits up to `timeout` for `then`: [`Claim::Held`] with
+    /// `then`'s value, or [`Claim::Taken`] with the value another writer left in `key` (nothing
+    /// is awaited then). One round trip where the protocol allows, as [`Store::set_then_get`].
+    fn claim_then_get(
+        &self,
+        key: &str,
+        value: &[u8],
+        then: &str,
+        timeout: Duration,
+    ) -> Result<Claim> {
+        let got = self.compare_set(key, b"", value)?;
+        if got != value {
+            return Ok(Claim::Taken(got));
+        }
+        Ok(Claim::Held(self.get_timeout(then, timeout)?))
+    }
     /// TCPStore's compare-and-set; returns the value after the operation, except that a
     /// missing key with a non-empty `expected` returns `expected` unchanged (PyTorch's behaviour).
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>>;
@@ -44,11 +80,31 @@ pub trait Store: Send + Sync {
     fn set_timeout(&self, t: Duration);
 }
 
+/// What [`Store::claim_then_get`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This call holds the key; the awaited key's value.
+    Held(Vec<u8>),
+    /// Another writer holds the key; its value.
+    Taken(Vec<u8>),
+}
+
 macro_rules! forward_store {
     ($($ty:ty),*) => {$(
         impl<S: Store + ?Sized> Store for $ty {
             fn set(&self, key: &str, value: &[u8]) -> Result<()> { (**self).set(key, value) }
             fn get(&self, key: &str) -> Result<Vec<u8>> { (**self).get(key) }
+            fn get_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+                (**self).get_timeout(key, timeout)
+            }
+            fn set_then_get(&self, key: &str, value: &[u8], then: &str, timeout: Duration)
+                -> Result<Vec<u8>> {
+                (**self).set_then_get(key, value, then, timeout)
+            }
+            fn claim_then_get(&self, key: &str, value: &[u8], then: &str, timeout: Duration)
+                -> Result<Claim> {
+                (**self).claim_then_get(key, value, then, timeout)
+            }
             fn add(&self, key: &str, delta: i64) -> Result<i64> { (**self).add(key, delta) }
             fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
                 (**self).compare_set(key, expected, desired)

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::with_deadline;
-use phalanx_store::{Auth, Error, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore};
+use phalanx_store::{
+    Auth, Claim, Error, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore,
+};
 use phalanx_testing::etcd::EtcdCluster;
 
 /// A store under test: something that hands out clients of one shared store.
@@ -311,6 +313,85 @@ fn concurrent_adds_are_atomic<H: Harness>() {
     assert_eq!(h.client().get("counter").unwrap(), b"800");
 }
 
+/// `set_then_get` and `claim_then_get`: one round trip on the TCP store (Note [Two requests in
+/// one round trip]), a set or claim and a get elsewhere; the same answers everywhere.
+fn set_or_claim_then_get<H: Harness>() {
+    let h = H::new(LONG);
+    let (a, b, writer) = (h.client(), h.client(), h.client());
+    let w = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        writer.set("answer", b"42").unwrap();
+    });
+    assert_eq!(a.set_then_get("mine", b"1", "answer", LONG).unwrap(), b"42");
+    w.join().unwrap();
+    assert_eq!(a.get("mine").unwrap(), b"1");
+    assert_eq!(
+        a.claim_then_get("slot", b"a", "answer", LONG).unwrap(),
+        Claim::Held(b"42".to_vec())
+    );
+    // A claim another writer holds comes back at once with its value, nothing awaited.
+    let start = Instant::now();
+    assert_eq!(
+        b.claim_then_get("slot", b"b", "never/set", LONG).unwrap(),
+        Claim::Taken(b"a".to_vec())
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    // The client still works afterwards, and a timeout names the awaited key, unprefixed.
+    b.set("after", b"ok").unwrap();
+    assert_eq!(b.get("after").unwrap(), b"ok");
+    let p = PrefixStore::new("job", b);
+    let t = Duration::from_millis(300);
+    match p.claim_then_get("k", b"v", "missing", t) {
+        Err(Error::Timeout { key, .. }) => assert_eq!(key, "missing"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    match p.set_then_get("k2", b"v", "missing", t) {
+        Err(Error::Timeout { key, .. }) => assert_eq!(key, "missing"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(p.get("k").unwrap(), b"v");
+}
+
+/// Note [Waiting on the first missing key]: a wait for many keys ends when all are there at
+/// once, whatever order they come in, and a key that goes away again is waited for anew.
+fn a_wait_for_many_keys_sees_every_arrival_and_departure<H: Harness>() {
+    let h = H::new(LONG);
+    let (waiter, writer) = (h.client(), h.client());
+    let t = std::thread::spawn(move || waiter.wait(&["k/a", "k/b", "k/c"]).unwrap());
+    let settle = || std::thread::sleep(Duration::from_millis(100));
+    settle();
+    writer.set("k/c", b"").unwrap();
+    writer.set("k/a", b"").unwrap();
+    settle();
+    assert!(writer.delete_key("k/a").unwrap());
+    writer.set("k/b", b"").unwrap();
+    settle();
+    assert!(!t.is_finished(), "the wait ended with k/a gone");
+    writer.set("k/a", b"").unwrap();
+    t.join().unwrap();
+}
+
+mod waits {
+    #[test]
+    fn tcp() {
+        super::with_deadline(
+            30,
+            super::a_wait_for_many_keys_sees_every_arrival_and_departure::<super::Tcp>,
+        )
+    }
+    #[test]
+    fn hash() {
+        super::with_deadline(
+            30,
+            super::a_wait_for_many_keys_sees_every_arrival_and_departure::<super::Hash>,
+        )
+    }
+}
+
 macro_rules! semantics {
     ($($name:ident),* $(,)?) => {
         mod tcp {
@@ -341,4 +422,5 @@ semantics!(
     multi_get_and_set,
     prefix_store_namespaces,
     concurrent_adds_are_atomic,
+    set_or_claim_then_get,
 );

@@ -29,7 +29,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             handshake_timeout: Duration::from_secs(5),
-            max_connections: 8192,
+            max_connections: 32_768,
             torch_clients: TorchClients::default(),
         }
     }
@@ -46,7 +46,8 @@ impl ServerConfig {
         self.torch_clients = t;
         self
     }
-    /// Most simultaneous connections; later ones are closed at once (default 8,192).
+    /// Most simultaneous connections; later ones are closed at once (default 32,768: a job of
+    /// 16,384 ranks and its agents, with room to spare).
     pub fn with_max_connections(mut self, n: usize) -> Self {
         self.max_connections = n;
         self

@@ -20,23 +20,23 @@ const LIVENESS_CHECK: Duration = Duration::from_millis(500);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serves one connection to completion. Every failure ends this connection only.
-pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = crate::io_util::tune(&stream);
+pub(super) fn serve(shared: &Shared, mut stream: &TcpStream, peer: SocketAddr) {
+    let _ = crate::io_util::tune(stream);
     // Note [Two protocols on one port]: a PyTorch client's first byte is VALIDATE (0), a
     // phalanx client's is the first byte of MAGIC ('P').
-    match first_byte(&stream, shared.config.handshake_timeout) {
+    match first_byte(stream, shared.config.handshake_timeout) {
         None => return,
         Some(wire::torch::VALIDATE) => {
             let local = stream.local_addr().ok();
             match torch_refusal(shared.config.torch_clients, peer, local) {
                 None => super::torch::serve(shared, stream, peer),
-                Some(why) => refuse_torch(shared, &mut stream, peer, &why),
+                Some(why) => refuse_torch(shared, stream, peer, &why),
             }
             return;
         }
         Some(_) => {}
     }
-    if let Err(reason) = handshake(shared, &mut stream) {
+    if let Err(reason) = handshake(shared, stream) {
         // Peers that connect and leave without a byte (port probes, our own shutdown wake-up)
         // are not worth a warning; everything else is, with the peer named and never the token.
         match reason {
@@ -53,7 +53,7 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     loop {
-        let body = match read_frame(&mut stream) {
+        let body = match read_frame(stream) {
             Ok(FrameRead::Frame(body)) => body,
             Ok(FrameRead::Closed) => return,
             Ok(FrameRead::Malformed(e)) => {
@@ -74,7 +74,7 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
                 return;
             }
         };
-        let Some(reply) = execute(shared, &req, &stream) else {
+        let Some(reply) = execute(shared, &req, stream) else {
             return; // the client left during a wait, or the server is stopping
         };
         let t = &shared.traffic;
@@ -129,7 +129,7 @@ fn torch_refusal(
 /// zero byte is not taken for one). PyTorch retries a refused connection until its own
 /// timeout: the first refusal is logged and left where the launcher looks
 /// (`keys::TORCH_REFUSED`), later ones only at debug level.
-fn refuse_torch(shared: &Shared, stream: &mut TcpStream, peer: SocketAddr, why: &str) {
+fn refuse_torch(shared: &Shared, stream: &TcpStream, peer: SocketAddr, why: &str) {
     let deadline = Instant::now() + shared.config.handshake_timeout;
     let mut hello = [0u8; 5];
     if read_exact_by(stream, &mut hello, deadline).is_err()
@@ -154,7 +154,7 @@ enum HandshakeFailure {
     Refused(String),
 }
 
-fn handshake(shared: &Shared, stream: &mut TcpStream) -> Result<(), HandshakeFailure> {
+fn handshake(shared: &Shared, mut stream: &TcpStream) -> Result<(), HandshakeFailure> {
     let timeout = shared.config.handshake_timeout;
     let deadline = Instant::now() + timeout;
     let io_fail = |e: io::Error, stage: &str| match e.kind() {
@@ -187,7 +187,7 @@ fn handshake(shared: &Shared, stream: &mut TcpStream) -> Result<(), HandshakeFai
 }
 
 /// Sends the rejection's reply, if any, so the client can name the failure; then gives up.
-fn refuse(stream: &mut TcpStream, r: Rejection) -> HandshakeFailure {
+fn refuse(mut stream: &TcpStream, r: Rejection) -> HandshakeFailure {
     if let Some(reply) = r.reply {
         let _ = stream.write_all(&reply);
     }

@@ -20,6 +20,7 @@
 
 mod config;
 mod connection;
+mod futex_room;
 mod shared;
 mod torch;
 
@@ -254,21 +255,17 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
         }
         let id = conns.next_id;
         conns.next_id += 1;
-        match stream.try_clone() {
-            Ok(clone) => {
-                conns.streams.insert(id, clone);
-            }
-            Err(e) => {
-                tracing::warn!(peer = %peer, error = %e, "store: cannot track connection; dropped");
-                continue;
-            }
-        }
+        // Shared, not cloned: a clone is a second descriptor per connection, and 16,384
+        // connections had to fit one process's limit (20,000 here).
+        let stream = Arc::new(stream);
+        conns.streams.insert(id, stream.clone());
+        futex_room::make_room(conns.streams.len());
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("phalanx-store-conn".into())
             .stack_size(CONN_STACK)
             .spawn(move || {
-                connection::serve(&s, stream, peer);
+                connection::serve(&s, &stream, peer);
                 s.conns().streams.remove(&id);
             });
         match spawned {

@@ -15,7 +15,7 @@ use crate::Auth;
 pub(super) struct Conns {
     pub(super) next_id: u64,
     /// Clones of the live sockets, so shutdown can unblock their threads.
-    pub(super) streams: HashMap<u64, TcpStream>,
+    pub(super) streams: HashMap<u64, Arc<TcpStream>>,
     pub(super) threads: Vec<JoinHandle<()>>,
 }
 

@@ -25,7 +25,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 const KEEP_CAPACITY: usize = 1 << 20;
 
 /// Serves one torch client to completion; every failure ends this connection only.
-pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
+pub(super) fn serve(shared: &Shared, stream: &TcpStream, peer: SocketAddr) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     // The first query must be VALIDATE, within the handshake timeout like phalanx's clients.
     let deadline = Instant::now() + shared.config.handshake_timeout;
@@ -44,7 +44,7 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
                     ))
                 } else if validated {
                     cancelling = false;
-                    execute(shared, &req, &mut stream, pending)
+                    execute(shared, &req, stream, pending)
                 } else {
                     match req {
                         Request::Validate { magic } if magic == torch::VALIDATION_MAGIC => {
@@ -64,7 +64,7 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
             Ok(None) => {
                 if !fill(
                     &mut buf,
-                    &mut stream,
+                    stream,
                     (!validated).then_some(deadline),
                     shared,
                     peer,
@@ -99,7 +99,7 @@ pub(super) fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
 /// Reads more bytes into `buf`; `false` when the connection is over.
 fn fill(
     buf: &mut Vec<u8>,
-    stream: &mut TcpStream,
+    mut stream: &TcpStream,
     deadline: Option<Instant>,
     shared: &Shared,
     peer: SocketAddr,
@@ -149,7 +149,7 @@ enum Outcome {
 
 /// Runs one query against the PyTorch table and sends its reply. `pending`: more bytes of the
 /// client already sit in the buffer (a wait then ends at once unless already satisfied).
-fn execute(shared: &Shared, req: &Request<'_>, stream: &mut TcpStream, pending: bool) -> Outcome {
+fn execute(shared: &Shared, req: &Request<'_>, mut stream: &TcpStream, pending: bool) -> Outcome {
     let t = &shared.torch_table;
     shared.traffic.requests.fetch_add(1, Ordering::Relaxed);
     let mut seen = Peer::Quiet;
