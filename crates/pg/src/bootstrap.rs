@@ -343,18 +343,27 @@ impl PeerTable {
             runs,
         };
         let mut start = 0;
+        // Hosts are numbered in order of first appearance, so each run's is one seen before or
+        // the next one, and the count is the numbers used (init trusts `hosts() == 1`).
+        let mut seen = 0;
         for i in 0..runs {
             let (end, host, ip) = t.run(i);
-            if end <= start || end > ranks || host >= hosts || ip >= ips {
+            if end <= start || end > ranks || host > seen || host >= hosts || ip >= ips {
                 return Err(bad(format!(
                     "run {i} (ranks {start}..{end}, host {host}, address {ip}) does not fit \
                      {ranks} ranks, {hosts} hosts, {ips} addresses"
                 )));
             }
             start = end;
+            seen = seen.max(host + 1);
         }
         if start != ranks {
             return Err(bad(format!("its runs cover {start} of {ranks} ranks")));
+        }
+        if seen != hosts {
+            return Err(bad(format!(
+                "it counts {hosts} hosts, its runs number {seen}"
+            )));
         }
         for i in 0..ips {
             let family = u32_at(&t.bytes, t.ip_at(i));
@@ -538,11 +547,18 @@ mod tests {
         bad_run[run0 + 4] = 9; // run 0's host past the hosts
         let mut bad_family = good.clone();
         bad_family[HEADER] = 5;
+        let mut bad_hosts = good.clone();
+        bad_hosts[4 + 4 * 2] = 2; // two hosts counted, one numbered
+        let mut skipped_host = good.clone();
+        skipped_host[4 + 4 * 2] = 3;
+        skipped_host[run0 + RUN_LEN + 4] = 2; // run 1 on host 2 before host 1 appeared
         for (what, t) in [
             ("text", b"w 3\nh x\n".to_vec()),
             ("short", good[..good.len() - 1].to_vec()),
             ("run", bad_run),
             ("family", bad_family),
+            ("hosts", bad_hosts),
+            ("skipped", skipped_host),
         ] {
             let e = PeerTable::decode(3, t).unwrap_err().to_string();
             assert!(

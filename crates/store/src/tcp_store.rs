@@ -172,10 +172,11 @@ impl TcpStore {
     /// answered the first, and the rank reads both replies: half the sleeps and wake-ups per
     /// rank, which is what a rendezvous of thousands of ranks on a few cores spends its time
     /// on. The server needs nothing new: it reads requests in order. A claim that another
-    /// process holds is seen in the first reply, and then the second is not awaited (the
-    /// connection, which still owes its reply, is dropped). `go_on` sees the first reply's value; when it says no,
-    /// the second reply is not awaited and the connection is dropped (the next call
-    /// reconnects). Returns the first reply's value, and the second's if it was read.
+    /// process holds is seen in the first reply, and then the second is not awaited.
+    ///
+    /// `go_on` sees the first reply's value; when it says no, the connection, which still owes
+    /// the second reply, is dropped (the next call reconnects). Returns the first reply's
+    /// value, and the second's if it was read.
     fn call_then(
         &self,
         first: &Request<'_>,
@@ -207,6 +208,8 @@ impl TcpStore {
             *guard = None;
             return Ok((got, None));
         }
+        // Still the connection both requests went on: a fresh one would owe nothing.
+        debug_assert!(guard.is_some());
         let body = self.send_and_read(&mut guard, &[], second.op(), Some(wait));
         drop(guard);
         let then = self.interpret(second.op(), Some(wait), &body?, value)?;

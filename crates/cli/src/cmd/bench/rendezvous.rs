@@ -89,11 +89,11 @@ impl Meeting {
         }
     }
 
-    /// How many processes hold the ranks: this one, or its children.
-    fn rank_processes(&self) -> usize {
+    /// How many child processes hold the ranks (0: this one does).
+    fn child_processes(&self) -> usize {
         match self {
             Meeting::NativeParts(_, parts) => parts.children.len(),
-            _ => 1,
+            _ => 0,
         }
     }
 
@@ -315,6 +315,19 @@ fn seconds(ns: u64) -> f64 {
 /// A child's life (Note [Ranks in several processes]): connect, then `prep`/`go` per
 /// repetition until stdin closes.
 fn run_part(args: &Args, addr: &str, timeout: Duration) -> anyhow::Result<ExitCode> {
+    // A parent killed outright takes its child along, instead of leaving it to run out its
+    // phase holding the parent's stderr.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0u64,
+            0u64,
+            0u64,
+        )
+    };
     let auth = Auth::from_env();
     let first = args.part_first;
     let clients = connect_native(addr, &auth, first, args.part_ranks, timeout)?
@@ -455,8 +468,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             ranks: usize,
             median_s: f64,
             times_s: &'a [f64],
-            /// Processes holding the ranks (Note [Ranks in several processes]).
-            rank_processes: usize,
+            /// Child processes holding the ranks, 0 when they run in this one (Note [Ranks in
+            /// several processes]).
+            child_processes: usize,
             store_requests: u64,
             requests_per_rank: f64,
         }
@@ -465,16 +479,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             ranks: args.ranks,
             median_s: median,
             times_s: &times,
-            rank_processes: meeting.rank_processes(),
+            child_processes: meeting.child_processes(),
             store_requests: requests[0],
             requests_per_rank: per_rank,
         };
         println!("{}", serde_json::to_string(&row).expect("a row serialises"));
     } else {
         println!(
-            "# phalanx bench rendezvous: {} ranks (threads in {} process(es), one store connection each), {} iters, store: {}",
+            "# phalanx bench rendezvous: {} ranks (threads{}, one store connection each), {} iters, store: {}",
             args.ranks,
-            meeting.rank_processes(),
+            match meeting.child_processes() {
+                0 => String::new(),
+                n => format!(" in {n} child process(es)"),
+            },
             args.iters,
             match &args.endpoint {
                 Some(e) => format!("etcd at {e}"),
