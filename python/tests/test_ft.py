@@ -8,8 +8,9 @@ SIGKILLed mid-run, in two shapes:
   checkpoint every ``--ckpt-every`` steps in ``--ckpt`` (resumed from on a restart), for
   ``phalanx launch --max-restarts`` or ``torchrun --max-restarts``: a death restarts the group.
 
-``--kill-at K``: rank 1 SIGKILLs itself before step K in its first life (it prints the time
-first); with ``--kill-node``, its agent first, as when its whole node is lost. ``--hold-for-join``: after the first step after the kill, steps wait 0.25 s each while the
+``--kill-at K``: rank 1 (``--kill-rank R``: rank R) SIGKILLs itself before step K in its first
+life (it prints the time first); with ``--kill-node``, its agent first, as when its whole node
+is lost. ``--hold-for-join``: after the first step after the kill, steps wait 0.25 s each while the
 group is short (60 s over 240 steps), so a replacement (which needs seconds to import torch,
 more while CI builds beside the tests) joins before the run ends. Every rank prints
 one ``result`` line (slot, step, loss, test accuracy, a digest of its model and optimizer
@@ -37,6 +38,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=["api", "plain"])
 ap.add_argument("--steps", type=int, default=300)
 ap.add_argument("--kill-at", type=int, default=0)
+ap.add_argument("--kill-rank", type=int, default=1)
 ap.add_argument("--hold-for-join", action="store_true")
 ap.add_argument("--kill-node", action="store_true",
                 help="with --kill-at: SIGKILL this rank's agent first, its whole node lost")
@@ -68,7 +70,7 @@ def batch(step, slot, slots):
 
 
 def maybe_die(step, rank):
-    if a.kill_at and step == a.kill_at and rank == 1 and first_life:
+    if a.kill_at and step == a.kill_at and rank == a.kill_rank and first_life:
         print(f"kill at {time.time():.6f}", flush=True)
         if a.kill_node:
             os.kill(os.getppid(), signal.SIGKILL)

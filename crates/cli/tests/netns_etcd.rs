@@ -5,7 +5,9 @@
 //!   equal replicas;
 //! - **a partition**: node 2's host cut off the network (its link taken down). Its side of
 //!   etcd has no quorum, so it can write nothing into the job: it stops, naming etcd, while the
-//!   other two go on without it (no split brain).
+//!   other two go on without it (no split brain);
+//! - **a PyTorch program** (`phalanx_torch.ft`) losing node 0's host: the other two regroup and
+//!   finish with equal replicas.
 
 mod launch_util;
 mod netns_util;
@@ -28,6 +30,30 @@ struct Drill {
 
 impl Drill {
     fn start(test: &str) -> Option<Drill> {
+        let train = |c: &mut Command| {
+            c.arg("train")
+                .args(["--rdzv-backend", "etcd", "--rdzv-endpoint"]);
+        };
+        Drill::start_with(test, &train, &|c| {
+            c.args([
+                "--dataset",
+                "mnist5k",
+                "--epochs",
+                "4",
+                "--batch-size",
+                "16",
+            ])
+            .args(["--hidden", "256", "--json"]);
+        })
+    }
+
+    /// Three hosts each running `head` (the subcommand up to `--rdzv-endpoint`), the etcd
+    /// endpoints, the elastic flags, and `tail`.
+    fn start_with(
+        test: &str,
+        head: &dyn Fn(&mut Command),
+        tail: &dyn Fn(&mut Command),
+    ) -> Option<Drill> {
         phalanx_testing::etcd::etcd_binary(test)?;
         let hosts = Hosts::up(test, 3, &Net::default())?;
         let at: Vec<(String, String)> = (0..3).map(|i| (hosts.ns(i), hosts.addr(i))).collect();
@@ -38,20 +64,12 @@ impl Drill {
         let nodes = (0..3)
             .map(|i| {
                 let mut c = hosts.phalanx(i);
-                c.arg("train")
-                    .args(["--rdzv-backend", "etcd", "--rdzv-endpoint", &eps])
+                head(&mut c);
+                c.arg(&eps)
                     .args(["--rdzv-id", "drill", "--nnodes", "2:3"])
                     .args(["--rdzv-last-call", "3", "--nproc-per-node", "1"])
-                    .args(["--fault-tolerance", "--max-restarts", "1"])
-                    .args([
-                        "--dataset",
-                        "mnist5k",
-                        "--epochs",
-                        "4",
-                        "--batch-size",
-                        "16",
-                    ])
-                    .args(["--hidden", "256", "--json"]);
+                    .args(["--fault-tolerance", "--max-restarts", "1"]);
+                tail(&mut c);
                 Node::start(c, logs.path(), i)
             })
             .collect::<Vec<_>>();
@@ -212,4 +230,92 @@ fn a_partitioned_node_is_fenced_by_etcds_quorum_and_the_others_go_on() {
         line(&err, "node 2 ("),
         line(&lost, "root cause")
     );
+}
+
+/// `phalanx_torch.ft` (python/tests/test_ft.py's Manager loop) under `phalanx launch
+/// --rdzv-backend etcd --fault-tolerance --nnodes 2:3` on three hosts: node 0's host lost (its
+/// worker kills its agent and itself at step 40, and the test kills what is left in its
+/// namespace, the etcd member, as soon as the agent is gone). The workers' groups are phalanx's, whose
+/// store is etcd, so nothing of the job lived on node 0 alone: the other two regroup without
+/// restarting and finish as a world of 2 with equal replicas.
+#[test]
+fn a_pytorch_ft_program_loses_node_0s_host_with_its_etcd_member_and_goes_on() {
+    let test = "netns_etcd_torch_ft";
+    let Some(py) = backend_python(test) else {
+        return;
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/tests/test_ft.py");
+    let head = |c: &mut Command| {
+        c.arg("launch")
+            .args(["--rdzv-backend", "etcd", "--rdzv-endpoint"])
+            .env("PHALANX_TOKEN", "netns-etcd-torch-ft")
+            .env("PHALANX_TIMEOUT", "30s")
+            .env("PHALANX_PYTHON", &py);
+    };
+    let tail = |c: &mut Command| {
+        c.arg(&script).args([
+            "api",
+            "--steps",
+            "200",
+            "--kill-at",
+            "40",
+            "--kill-rank",
+            "0",
+            "--kill-node",
+        ]);
+    };
+    let Some(mut drill) = Drill::start_with(test, &head, &tail) else {
+        return;
+    };
+    let victim = drill.host_of(0);
+    // The worker kills its agent and itself at step 40 (its "kill at" line dies with the
+    // agent that forwards it); the rest of its host, the etcd member, goes as soon as the
+    // agent is seen gone.
+    while drill.nodes[victim].child.try_wait().unwrap().is_none() {
+        assert!(
+            drill.begin.elapsed() < netns_util::DEADLINE,
+            "node 0's worker never reached its step:\n{}",
+            drill.nodes[victim].stderr()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = Command::new("ip")
+        .args(["netns", "pids", &drill.hosts.ns(victim)])
+        .output()
+        .unwrap();
+    for pid in String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        // SAFETY: plain signals to processes this test started in its own namespace.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let ended: Vec<_> = drill
+        .nodes
+        .into_iter()
+        .map(|n| n.wait(drill.begin))
+        .collect();
+    let dump: String = ended
+        .iter()
+        .enumerate()
+        .map(|(i, (code, o, e))| format!("== host {i} (exit {code:?}):\n{o}\n{e}\n"))
+        .collect();
+    let mut results = Vec::new();
+    for (i, (code, o, e)) in ended.iter().enumerate() {
+        if i == victim {
+            continue;
+        }
+        assert_eq!(*code, Some(0), "{dump}");
+        assert!(!e.contains("restart 1 of"), "restarted:\n{dump}");
+        results.extend(o.lines().filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let at = w.iter().position(|&x| x == "digest")?;
+            Some((w.get(at + 1)?.to_string(), w.get(at + 3)?.to_string()))
+        }));
+    }
+    assert!(dump.contains("the round goes on without it"), "{dump}");
+    assert_eq!(results.len(), 2, "{dump}");
+    assert_eq!(results[0], results[1], "replicas differ:\n{dump}");
+    assert_eq!(results[0].1, "2", "the survivors' world:\n{dump}");
 }
