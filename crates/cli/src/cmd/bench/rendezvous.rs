@@ -375,6 +375,74 @@ fn connect_native(
         .collect()
 }
 
+/// The kernel's limits that a bench of `ranks` threads, each with a store connection thread,
+/// runs into: a sentence naming the setting to raise, or `None`. Past them a thread fails to
+/// start, and Rust's runtime aborts the process when a thread cannot map its signal stack ("failed
+/// to set up alternative stack guard page"), naming nothing.
+fn kernel_room(ranks: usize, in_process: bool, limits: &KernelLimits) -> Option<String> {
+    // The store's thread per connection and the ranks' own, with room for the rest.
+    let threads = 2 * ranks + 256;
+    // Per thread: its stack and guard page, its signal stack and guard page.
+    let in_one_process = if in_process { 2 * ranks } else { ranks };
+    let maps = 4 * in_one_process + 2_000;
+    let short = |name: &str, now: usize, want: usize| {
+        Some(format!(
+            "--ranks {ranks} needs about {want} of {name}, which is {now} here: raise it \
+             (`sysctl -w {name}={}`)",
+            (want * 3 / 2).next_power_of_two()
+        ))
+    };
+    if limits.pid_max < threads + limits.threads_now {
+        return short(
+            "kernel.pid_max",
+            limits.pid_max,
+            threads + limits.threads_now,
+        );
+    }
+    if limits.threads_max < threads + limits.threads_now {
+        return short(
+            "kernel.threads-max",
+            limits.threads_max,
+            threads + limits.threads_now,
+        );
+    }
+    if limits.max_map_count < maps {
+        return short("vm.max_map_count", limits.max_map_count, maps);
+    }
+    None
+}
+
+/// What [`kernel_room`] weighs, as `/proc` gives it.
+struct KernelLimits {
+    pid_max: usize,
+    threads_max: usize,
+    max_map_count: usize,
+    /// Threads on the machine now (`/proc/loadavg`'s fourth field).
+    threads_now: usize,
+}
+
+impl KernelLimits {
+    /// This machine's; a value that cannot be read counts as no limit.
+    fn read() -> KernelLimits {
+        let number = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(usize::MAX / 4)
+        };
+        let threads_now = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
+            .unwrap_or(0);
+        KernelLimits {
+            pid_max: number("/proc/sys/kernel/pid_max"),
+            threads_max: number("/proc/sys/kernel/threads-max"),
+            max_map_count: number("/proc/sys/vm/max_map_count"),
+            threads_now,
+        }
+    }
+}
+
 /// This process's soft limit on open descriptors.
 fn open_files_limit() -> usize {
     let mut l = libc::rlimit {
@@ -409,6 +477,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             // Each connection is a descriptor at each end, and a few more are this process's
             // own (Note [Ranks in several processes]).
             let spare = open_files_limit().saturating_sub(args.ranks + 64);
+            if let Some(why) = kernel_room(args.ranks, spare >= args.ranks, &KernelLimits::read()) {
+                bail!("{why}");
+            }
             if spare >= args.ranks {
                 let clients = connect_native(&addr, &auth, 0, args.ranks, timeout)?;
                 Meeting::Native(server, clients)
@@ -507,4 +578,34 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(pid_max: usize, max_map_count: usize) -> KernelLimits {
+        KernelLimits {
+            pid_max,
+            threads_max: 192_739,
+            max_map_count,
+            threads_now: 300,
+        }
+    }
+
+    #[test]
+    fn the_kernel_setting_a_large_bench_needs_is_named() {
+        // This machine's defaults: 16,384 ranks need 33,000 threads and 66,000 maps.
+        let e = kernel_room(16_384, false, &limits(32_768, 65_530)).unwrap();
+        assert!(e.contains("kernel.pid_max") && e.contains("32768"), "{e}");
+        let e = kernel_room(16_384, false, &limits(100_000, 65_530)).unwrap();
+        assert!(
+            e.contains("vm.max_map_count") && e.contains("sysctl -w"),
+            "{e}"
+        );
+        assert_eq!(kernel_room(16_384, false, &limits(100_000, 1 << 20)), None);
+        // In one process, the maps of both kinds of threads add up.
+        assert!(kernel_room(8_192, true, &limits(100_000, 65_530)).is_some());
+        assert_eq!(kernel_room(4_096, true, &limits(32_768, 65_530)), None);
+    }
 }
