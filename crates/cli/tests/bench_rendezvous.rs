@@ -1,11 +1,32 @@
 //! `phalanx bench rendezvous` through the real binary: JSON output, and the store traffic per
-//! rank stays constant as the world grows (Note [Leader gather] in phalanx-pg's bootstrap.rs).
+//! rank stays constant as the world grows (Note [Leader gather] in phalanx-pg's bootstrap/mod.rs).
 
 mod launch_util;
 
 use std::time::Duration;
 
 use launch_util::{phalanx, run};
+
+/// `cmd` (this crate's phalanx binary and its arguments) started by a shell that first lowers
+/// its descriptor limit to `n`, from a clean environment.
+fn under_open_files(n: usize, cmd: &std::process::Command) -> std::process::Command {
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut sh = std::process::Command::new("sh");
+    phalanx_testing::process::clean_env(&mut sh)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {n} && exec {} {}",
+            env!("CARGO_BIN_EXE_phalanx"),
+            args.join(" ")
+        ));
+    sh
+}
 
 /// Requests per rank of one repetition, and how many child processes held the ranks; with
 /// `open_files`, under that `ulimit -n`.
@@ -14,22 +35,7 @@ fn requests_per_rank(ranks: usize, open_files: Option<usize>) -> (f64, usize) {
     cmd.args(["bench", "rendezvous", "--iters", "2", "--json", "--ranks"]);
     cmd.arg(ranks.to_string());
     if let Some(n) = open_files {
-        // The same binary, started by a shell that lowered its descriptor limit first.
-        let args: Vec<String> = cmd
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        cmd = std::process::Command::new("sh");
-        phalanx_testing::process::clean_env(&mut cmd)
-            .stdin(std::process::Stdio::null())
-            .arg("-c")
-            .arg(format!(
-                "ulimit -n {n} && exec {} {}",
-                env!("CARGO_BIN_EXE_phalanx"),
-                args.join(" ")
-            ))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+        cmd = under_open_files(n, &cmd);
     }
     let f = run(cmd, Duration::from_secs(60));
     assert_eq!(
@@ -78,16 +84,9 @@ fn ranks_past_the_descriptor_limit_run_in_child_processes() {
     let (per_rank, processes) = requests_per_rank(300, Some(450));
     assert!(per_rank <= 4.1, "{per_rank} requests per rank");
     assert_eq!(processes, 1);
-    let mut cmd = std::process::Command::new("sh");
-    phalanx_testing::process::clean_env(&mut cmd)
-        .stdin(std::process::Stdio::null())
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 200 && exec {} bench rendezvous --ranks 300 --iters 1",
-            env!("CARGO_BIN_EXE_phalanx")
-        ));
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    let mut cmd = phalanx();
+    cmd.args(["bench", "rendezvous", "--ranks", "300", "--iters", "1"]);
+    let cmd = under_open_files(200, &cmd);
     let f = run(cmd, Duration::from_secs(30));
     assert_eq!(f.code(), Some(1), "{}", f.stderr);
     assert!(

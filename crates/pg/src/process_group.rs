@@ -61,7 +61,7 @@ pub(crate) struct GroupSeed {
     pub(crate) timeout: std::time::Duration,
     pub(crate) opts: Options,
     /// Host number of each rank of this group (ranks with equal numbers share memory; Note [A
-    /// table read in place] in bootstrap.rs).
+    /// table read in place] in bootstrap/table.rs).
     pub(crate) hosts: Vec<u32>,
     pub(crate) node_rank: usize,
     /// Subgroups made so far; every rank makes them in the same order, so the count names

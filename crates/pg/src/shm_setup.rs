@@ -2,7 +2,7 @@
 //! other's segments under `/dev/shm` and allreduce, broadcast and barrier go through memory
 //! instead of loopback TCP (see `phalanx_transport::shm`).
 //!
-//! "One host" is decided from the peer table (`bootstrap.rs`): each rank's entry carries the
+//! "One host" is decided from the peer table (`bootstrap/`): each rank's entry carries the
 //! host's boot id, hostname and its node (launcher agent) rank, so ranks of different agents
 //! never share memory even when they share a kernel (the network-namespace test hosts). All
 //! ranks vote through the store before any of them uses shared memory, so a rank that cannot
@@ -88,6 +88,6 @@ pub(crate) fn try_join(
 pub(crate) fn host_id(node: usize) -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    // No whitespace: the id travels in a space-separated table (bootstrap.rs).
+    // No whitespace: the id travels in a space-separated entry (bootstrap/mod.rs).
     format!("{}/{}/{node}", boot.trim(), host.trim()).replace(char::is_whitespace, "_")
 }

@@ -93,7 +93,7 @@ pub fn new_subgroups_by_host(pg: &ProcessGroup) -> Result<ProcessGroup> {
     let Some(seed) = pg.seed() else {
         return Err(not_native(pg, "new_subgroups_by_host"));
     };
-    // Hosts are numbered alike on every rank (Note [A table read in place] in bootstrap.rs).
+    // Hosts are numbered alike on every rank (Note [A table read in place] in bootstrap/table.rs).
     let color = seed.hosts[pg.rank()];
     Ok(split_group(pg, Some(color), pg.rank() as i64)?.expect("every rank has a color"))
 }

@@ -1,6 +1,6 @@
 //! 1,024 ranks (threads, each with its own authenticated TCP connection) rendezvous through one
 //! real store server: every rank gets the same peer table, and the store's request count grows
-//! linearly with the world size (Note [Leader gather] in bootstrap.rs). The wall time is printed
+//! linearly with the world size (Note [Leader gather] in bootstrap/mod.rs). The wall time is printed
 //! here and measured by `phalanx bench rendezvous`, not asserted (shared, noisy machines).
 
 use std::{

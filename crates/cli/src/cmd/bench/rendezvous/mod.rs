@@ -19,18 +19,23 @@
 //! stdin, so it ends when the parent does.
 
 use std::{
-    io::{BufRead, BufReader, Write},
-    process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio},
-    sync::{
-        atomic::{AtomicU32, AtomicUsize, Ordering},
-        Arc,
-    },
+    io::{BufRead, Write},
+    process::ExitCode,
+    sync::Arc,
     thread::JoinHandle,
     time::Duration,
 };
 
+mod limits;
+mod parts;
+mod timing;
+
 use anyhow::{bail, Context};
+use limits::{kernel_room, open_files_limit, KernelLimits};
+use parts::Parts;
 use phalanx_pg::bootstrap::{exchange, vote, Peer};
+use timing::{monotonic_ns, seconds, Gate};
+
 use phalanx_store::{
     Auth, EtcdOptions, EtcdStore, PrefixStore, ServerConfig, Store, StoreServer, TcpStore,
 };
@@ -112,90 +117,6 @@ impl Meeting {
     }
 }
 
-/// The child processes that hold the ranks' connections (Note [Ranks in several processes]).
-struct Parts {
-    children: Vec<(Child, ChildStdin, BufReader<ChildStdout>)>,
-}
-
-impl Parts {
-    /// Starts children of this binary holding `world` ranks' connections to `addr`, at most
-    /// `per_child` each.
-    fn start(addr: &str, auth: &Auth, world: usize, per_child: usize) -> anyhow::Result<Parts> {
-        let exe = std::env::current_exe().context("finding this program to start its parts")?;
-        let mut parts = Parts {
-            children: Vec::new(),
-        };
-        for first in (0..world).step_by(per_child) {
-            let n = per_child.min(world - first);
-            let mut child = Command::new(&exe)
-                .args(["bench", "rendezvous", "--part-of", addr])
-                .args(["--ranks", &world.to_string()])
-                .args(["--part-first", &first.to_string()])
-                .args(["--part-ranks", &n.to_string()])
-                .envs(auth.env_vars())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .with_context(|| {
-                    format!("starting the part that holds ranks {first}..{}", first + n)
-                })?;
-            let stdin = child.stdin.take().expect("piped");
-            let stdout = BufReader::new(child.stdout.take().expect("piped"));
-            parts.children.push((child, stdin, stdout));
-        }
-        parts.expect_all("connected")?;
-        Ok(parts)
-    }
-
-    fn repeat(&mut self, it: usize) -> anyhow::Result<f64> {
-        self.tell_all(&format!("prep {it}"))?;
-        self.expect_all(&format!("ready {it}"))?;
-        let t0 = monotonic_ns();
-        self.tell_all(&format!("go {it}"))?;
-        let last = self.expect_all(&format!("done {it}"))?;
-        Ok(seconds(last.saturating_sub(t0)))
-    }
-
-    fn tell_all(&mut self, line: &str) -> anyhow::Result<()> {
-        for (i, (_, stdin, _)) in self.children.iter_mut().enumerate() {
-            writeln!(stdin, "{line}").with_context(|| format!("part {i} is gone"))?;
-        }
-        Ok(())
-    }
-
-    /// Reads `want` from every child, each line optionally followed by a number: returns the
-    /// largest.
-    fn expect_all(&mut self, want: &str) -> anyhow::Result<u64> {
-        let mut most = 0;
-        for (i, (_, _, stdout)) in self.children.iter_mut().enumerate() {
-            let mut line = String::new();
-            stdout.read_line(&mut line)?;
-            let said = line.trim();
-            let number = said.strip_prefix(want).map(str::trim);
-            match number.map(|n| {
-                if n.is_empty() {
-                    Ok(0)
-                } else {
-                    n.parse::<u64>()
-                }
-            }) {
-                Some(Ok(n)) => most = most.max(n),
-                _ => bail!("part {i} said {said:?} where {want:?} was due (its error is above)"),
-            }
-        }
-        Ok(most)
-    }
-}
-
-impl Drop for Parts {
-    fn drop(&mut self) {
-        for (child, ..) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// A rank's thread: it returns the moment it had its answer ([`monotonic_ns`]).
 type RankThread = JoinHandle<anyhow::Result<u64>>;
 
@@ -247,69 +168,6 @@ fn join_ranks(handles: Vec<RankThread>) -> anyhow::Result<u64> {
         last = last.max(h.join().expect("a rank thread panicked")?);
     }
     Ok(last)
-}
-
-/// Where the rank threads wait to start: one futex word that the bench opens with one wake-up
-/// of them all. A `std::sync::Barrier` woke them onto its mutex, which they then took one at a
-/// time, a context switch each: 0.5 s before the last of 16,384 ranks had started.
-#[derive(Default)]
-struct Gate {
-    open: AtomicU32,
-    waiting: AtomicUsize,
-}
-
-impl Gate {
-    fn wait(&self) {
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        while self.open.load(Ordering::Acquire) == 0 {
-            // SAFETY: FUTEX_WAIT on a live, aligned u32 that stays put (the gate is in an Arc
-            // every waiter holds); it returns at once if the word is no longer 0.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.open.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    0u32,
-                    std::ptr::null::<libc::timespec>(),
-                )
-            };
-        }
-    }
-
-    /// Returns once `n` threads have come to the gate.
-    fn all_there(&self, n: usize) {
-        while self.waiting.load(Ordering::SeqCst) < n {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn open(&self) {
-        self.open.store(1, Ordering::Release);
-        // SAFETY: FUTEX_WAKE on the same word; wakes every thread asleep on it.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.open.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
-            )
-        };
-    }
-}
-
-/// Nanoseconds on `CLOCK_MONOTONIC`, which every process on the machine shares.
-fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-fn seconds(ns: u64) -> f64 {
-    ns as f64 / 1e9
 }
 
 /// A child's life (Note [Ranks in several processes]): connect, then `prep`/`go` per
@@ -373,87 +231,6 @@ fn connect_native(
                 .with_context(|| format!("rank {r} connecting to the store (raise `ulimit -n`?)"))
         })
         .collect()
-}
-
-/// The kernel's limits that a bench of `ranks` threads, each with a store connection thread,
-/// runs into: a sentence naming the setting to raise, or `None`. Past them a thread fails to
-/// start, and Rust's runtime aborts the process when a thread cannot map its signal stack ("failed
-/// to set up alternative stack guard page"), naming nothing.
-fn kernel_room(ranks: usize, in_process: bool, limits: &KernelLimits) -> Option<String> {
-    // The store's thread per connection and the ranks' own, with room for the rest.
-    let threads = 2 * ranks + 256;
-    // Per thread: its stack and guard page, its signal stack and guard page.
-    let in_one_process = if in_process { 2 * ranks } else { ranks };
-    let maps = 4 * in_one_process + 2_000;
-    let short = |name: &str, now: usize, want: usize| {
-        Some(format!(
-            "--ranks {ranks} needs about {want} of {name}, which is {now} here: raise it \
-             (`sysctl -w {name}={}`)",
-            (want * 3 / 2).next_power_of_two()
-        ))
-    };
-    if limits.pid_max < threads + limits.threads_now {
-        return short(
-            "kernel.pid_max",
-            limits.pid_max,
-            threads + limits.threads_now,
-        );
-    }
-    if limits.threads_max < threads + limits.threads_now {
-        return short(
-            "kernel.threads-max",
-            limits.threads_max,
-            threads + limits.threads_now,
-        );
-    }
-    if limits.max_map_count < maps {
-        return short("vm.max_map_count", limits.max_map_count, maps);
-    }
-    None
-}
-
-/// What [`kernel_room`] weighs, as `/proc` gives it.
-struct KernelLimits {
-    pid_max: usize,
-    threads_max: usize,
-    max_map_count: usize,
-    /// Threads on the machine now (`/proc/loadavg`'s fourth field).
-    threads_now: usize,
-}
-
-impl KernelLimits {
-    /// This machine's; a value that cannot be read counts as no limit.
-    fn read() -> KernelLimits {
-        let number = |path: &str| {
-            std::fs::read_to_string(path)
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .unwrap_or(usize::MAX / 4)
-        };
-        let threads_now = std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|t| t.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
-            .unwrap_or(0);
-        KernelLimits {
-            pid_max: number("/proc/sys/kernel/pid_max"),
-            threads_max: number("/proc/sys/kernel/threads-max"),
-            max_map_count: number("/proc/sys/vm/max_map_count"),
-            threads_now,
-        }
-    }
-}
-
-/// This process's soft limit on open descriptors.
-fn open_files_limit() -> usize {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit through a valid pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
-        return 1024;
-    }
-    usize::try_from(l.rlim_cur).unwrap_or(usize::MAX)
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -578,34 +355,4 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits(pid_max: usize, max_map_count: usize) -> KernelLimits {
-        KernelLimits {
-            pid_max,
-            threads_max: 192_739,
-            max_map_count,
-            threads_now: 300,
-        }
-    }
-
-    #[test]
-    fn the_kernel_setting_a_large_bench_needs_is_named() {
-        // This machine's defaults: 16,384 ranks need 33,000 threads and 66,000 maps.
-        let e = kernel_room(16_384, false, &limits(32_768, 65_530)).unwrap();
-        assert!(e.contains("kernel.pid_max") && e.contains("32768"), "{e}");
-        let e = kernel_room(16_384, false, &limits(100_000, 65_530)).unwrap();
-        assert!(
-            e.contains("vm.max_map_count") && e.contains("sysctl -w"),
-            "{e}"
-        );
-        assert_eq!(kernel_room(16_384, false, &limits(100_000, 1 << 20)), None);
-        // In one process, the maps of both kinds of threads add up.
-        assert!(kernel_room(8_192, true, &limits(100_000, 65_530)).is_some());
-        assert_eq!(kernel_room(4_096, true, &limits(32_768, 65_530)), None);
-    }
 }
