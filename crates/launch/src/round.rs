@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::cause::first_failure;
 use crate::elastic::admission::Nodes;
 use crate::elastic::coordinate::{BarrierEnd, Coordinator, Heartbeat, Polled};
-use crate::elastic::policy::record_change;
+use crate::elastic::policy::{record_change, record_departures};
 use crate::job::{Job, Plan};
 use crate::program::runs_python;
 use crate::report::Reporter;
@@ -392,6 +392,10 @@ impl<'j> Round<'j> {
                         }
                     }
                     Polled::Failed(cause) => return Watch::Remote(cause),
+                }
+                // A departure whose claim found no answer (an election) is tried again.
+                if let Some(store) = coord.store().filter(|_| coord.answers()) {
+                    record_departures(coord, store);
                 }
                 job.rules
                     .admissions(coord, nodes, job.node_rank, &job.claim());

@@ -560,7 +560,7 @@ mod tests {
         assert!(!store.check(&[&keys::agent(4, &answer(3))]).unwrap());
         let why = store.get(&keys::agent(4, &waiting(3))).unwrap();
         assert!(String::from_utf8_lossy(&why).contains("node rank 2 is still in round 4"));
-        c0.drop_member(4, 2);
+        c0.drop_member(4, 2, 2..3);
         n0.admit_arrivals(&*store, &c0, rules, &mine).unwrap();
         let a = again.join().unwrap().unwrap();
         assert_eq!(a.nodes, vec![(0, 2), (2, 1), (1, 2), (2, 1)]);

@@ -41,6 +41,7 @@
 //! recorded it, and their workers waited 30 s for a replacement.
 
 use std::cell::{Cell, RefCell};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,6 +120,17 @@ pub(crate) struct Coordinator {
     /// about one poll under etcd (Note [The monitor does not wait out an election]), else
     /// `ctl`.
     watch: Arc<dyn Store>,
+    /// Lost nodes whose ranks' departure no agent was seen to claim yet (Note [A departure is
+    /// recorded once]).
+    owed: RefCell<Vec<Departure>>,
+}
+
+/// A lost node whose ranks leave the process group: the change one agent records.
+struct Departure {
+    round: u32,
+    node: u32,
+    ranks: Range<u32>,
+    since: Instant,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -169,6 +181,7 @@ impl Coordinator {
             hosts: RefCell::default(),
             grace: Duration::ZERO,
             unanswered: Cell::new(None),
+            owed: RefCell::default(),
         }
     }
 
@@ -489,16 +502,51 @@ impl Coordinator {
     }
 
     /// `--fault-tolerance`: the round goes on without node `g` (silent: Note [Agent
-    /// heartbeats]). It leaves this agent's members (heartbeats, exit barrier); `true` for the
-    /// one agent that records its ranks' deaths (the first to claim it).
-    pub(crate) fn drop_member(&self, round: u32, g: u32) -> bool {
+    /// heartbeats]). It leaves this agent's members (heartbeats, exit barrier), and the
+    /// departure of its `ranks` is owed until one agent claimed it
+    /// ([`claim_departures`](Self::claim_departures)).
+    pub(crate) fn drop_member(&self, round: u32, g: u32, ranks: Range<u32>) {
         self.members.borrow_mut().retain(|&m| m != g);
         if let Some(links) = &self.links {
             links.forget(g);
         }
-        let k = keys::agent(round, &format!("ft/dropped/{g}"));
+        self.owed.borrow_mut().push(Departure {
+            round,
+            node: g,
+            ranks,
+            since: Instant::now(),
+        });
+    }
+
+    /// The departures owed (Note [A departure is recorded once]) that this agent claimed
+    /// now, to record: (round, ranks). A claim that another agent won is settled; one the
+    /// store did not answer stays owed for the next tick, and says so.
+    pub(crate) fn claim_departures(&self) -> Vec<(u32, Range<u32>)> {
         let me = self.node_rank.to_string();
-        matches!(self.ctl.compare_set(&k, b"", me.as_bytes()), Ok(v) if v == me.as_bytes())
+        let mut mine = Vec::new();
+        self.owed.borrow_mut().retain(|d| {
+            let k = keys::agent(d.round, &format!("ft/dropped/{}", d.node));
+            match self.ctl.compare_set(&k, b"", me.as_bytes()) {
+                Ok(v) => {
+                    if v == me.as_bytes() {
+                        mine.push((d.round, d.ranks.clone()));
+                    }
+                    false
+                }
+                Err(e) => {
+                    eprintln!(
+                        "phalanx launch: node {}'s ranks {:?} have left, but claiming their \
+                         departure found no answer from the store ({e}); trying again at the \
+                         next tick ({:.1} s since it left)",
+                        d.node,
+                        d.ranks,
+                        d.since.elapsed().as_secs_f64()
+                    );
+                    true
+                }
+            }
+        });
+        mine
     }
 
     /// `--fault-tolerance`: node `g` was admitted into round `round` (Note [Admission]): its

@@ -145,7 +145,26 @@ fn leave_behind(
          (its ranks {ranks:?} leave the process group, the others keep training)",
         cause.host, cause.what
     );
-    if coord.drop_member(round, g) {
+    coord.drop_member(round, g, ranks);
+    record_departures(coord, store);
+}
+
+/// Records the departures this agent claimed (Note [A departure is recorded once]); called
+/// when a node is lost, and at every monitor tick while the store answers, for a claim that
+/// found no answer before.
+///
+/// Note [A departure is recorded once]
+/// Every surviving agent sees a node go, and its ranks' departure must enter the generation
+/// log once: the workers re-form their group when the log's counter moves, and a departure
+/// counted twice would bump it twice. So the agents claim it (a compare-and-set on
+/// `ft/dropped/<node>`), and the first writes it. A claim can find no answer: losing node 0
+/// under etcd can take the leader with it, and the election that follows may outlast a
+/// control call's bound. Such a claim stays owed and is tried again at the next tick, rather
+/// than given up: given up by every agent at once, nobody records it, and the survivors wait
+/// out PHALANX_TIMEOUT for a change that never comes. Trying again is safe because the claim
+/// is idempotent: an agent whose claim landed unanswered reads its own name back and wins.
+pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store) {
+    for (round, ranks) in coord.claim_departures() {
         for r in ranks {
             if let Err(e) = record_change(store, round, &format!("-{r}")) {
                 eprintln!("phalanx launch: recording rank {r}'s departure: {e}");
@@ -164,4 +183,52 @@ pub(crate) fn record_change(store: &dyn Store, round: u32, what: &str) -> Result
             reason: e.to_string(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use phalanx_store::{Auth, StoreServer, TcpStore};
+
+    use super::*;
+
+    fn agent(store: &Arc<dyn Store>, g: u32) -> Coordinator {
+        let s = Duration::from_secs(1);
+        Coordinator::new(store.clone(), 3, g, format!("h{g}"), s, s)
+    }
+
+    /// Note [A departure is recorded once]: with the store silent (an election) no agent can
+    /// claim node 0's departure; the claim stays owed, and once the store answers again one
+    /// of the two survivors records each of its ranks, once.
+    #[test]
+    fn a_departure_claimed_while_the_store_is_silent_is_recorded_once_it_answers() {
+        let auth = Auth::random("departure");
+        let server = StoreServer::bind("127.0.0.1:0".parse().unwrap(), auth.clone()).unwrap();
+        let addr = server.local_addr();
+        let tcp = TcpStore::connect(&addr.to_string(), &auth, Duration::from_millis(300));
+        let store: Arc<dyn Store> = Arc::new(tcp.unwrap());
+        let (a1, a2) = (agent(&store, 1), agent(&store, 2));
+        server.shutdown();
+        for a in [&a1, &a2] {
+            a.drop_member(7, 0, 0..2);
+            record_departures(a, &*store);
+        }
+        let server = StoreServer::bind(addr, auth).unwrap();
+        let log = |k: &str| store.get(&keys::in_round(7, k)).unwrap();
+        assert!(!store
+            .check(&[&keys::in_round(7, keys::GENERATION)])
+            .unwrap());
+        for a in [&a2, &a1, &a2] {
+            record_departures(a, &*store);
+        }
+        assert_eq!(
+            store.add(&keys::in_round(7, keys::GENERATION), 0).unwrap(),
+            2
+        );
+        let changes = [keys::generation_change(1), keys::generation_change(2)];
+        assert_eq!([log(&changes[0]), log(&changes[1])], [b"-0", b"-1"]);
+        assert!(a1.claim_departures().is_empty() && a2.claim_departures().is_empty());
+        drop(server);
+    }
 }
