@@ -516,11 +516,15 @@ fn a_run_in_islands_resumes_bitwise_from_its_checkpoint() {
             "every rank writes its island file"
         );
         // The same directory without the last checkpoint: the newest is step 249's.
-        let cut = TempDir::new("outer-ckpt-cut");
-        for e in std::fs::read_dir(whole.path()).unwrap().flatten() {
-            std::fs::copy(e.path(), cut.path().join(e.file_name())).unwrap();
-        }
-        drop_checkpoint(cut.path(), 270);
+        let cut_copy = |name: &str| {
+            let cut = TempDir::new(name);
+            for e in std::fs::read_dir(whole.path()).unwrap().flatten() {
+                std::fs::copy(e.path(), cut.path().join(e.file_name())).unwrap();
+            }
+            drop_checkpoint(cut.path(), 270);
+            cut
+        };
+        let cut = cut_copy("outer-ckpt-cut");
         let mut resume = args(&cut);
         resume.push("--resume".into());
         let b = train_ok(&strs(&resume), Duration::from_secs(120));
@@ -551,13 +555,62 @@ fn a_run_in_islands_resumes_bitwise_from_its_checkpoint() {
             assert_ne!(f.code(), Some(0), "{flag} {value}: {}", f.stdout);
             f.stderr
         };
-        // Another island size cannot take these chunks, nor another schedule: said, naming
-        // both.
-        let e = refused_with("--island-size", "1");
-        assert!(
-            e.contains("islands of 2 ranks") && e.contains("--island-size"),
-            "{e}"
-        );
+        // Another layout (Note [A resume at another layout] in phalanx-ddp): every island
+        // from island 0's state, the chunks of the outer state cut again. Not bitwise the
+        // uninterrupted run, but its islands end equal and as accurate. A streaming sync
+        // under way cannot be cut again: said, with what to do.
+        let with = |flag: &str, value: &str, args: &mut Vec<String>| {
+            let at = args.iter().position(|a| a == flag).unwrap() + 1;
+            args[at] = value.into();
+        };
+        for (nproc, size, said) in [
+            (
+                "4",
+                "1",
+                "2 islands of 2 ranks (world 4) -> 4 of 1 (world 4)",
+            ),
+            ("2", "2", "-> 1 of 2 (world 2)"),
+        ] {
+            let fresh = cut_copy("outer-ckpt-relaid");
+            let mut other = resume.clone();
+            with("--checkpoint-dir", fresh.str(), &mut other);
+            with("--nproc-per-node", nproc, &mut other);
+            with("--island-size", size, &mut other);
+            if outer[1] == "streaming-diloco" {
+                let mut cmd = phalanx();
+                cmd.args(["train", "--standalone", "--json"]).args(&other);
+                let f = run(cmd, Duration::from_secs(120));
+                assert_ne!(f.code(), Some(0), "{}", f.stdout);
+                assert!(
+                    f.stderr.contains("was under way") && f.stderr.contains("--island-size 2"),
+                    "{}",
+                    f.stderr
+                );
+                continue;
+            }
+            let c = train_ok(&strs(&other), Duration::from_secs(120));
+            let what = format!(
+                "{nproc} ranks, islands of {size}:\n{}\n{}",
+                c.stdout, c.stderr
+            );
+            assert!(
+                c.stderr.contains("at another layout") && c.stderr.contains(said),
+                "{what}"
+            );
+            let got = train_summaries(&c.stdout);
+            assert_eq!(got.len(), nproc.parse::<usize>().unwrap(), "{what}");
+            assert!(
+                got.iter().all(|g| g.2 == got[0].2),
+                "islands differ: {what}"
+            );
+            assert!(
+                got[0].1 >= want[0].1 - 0.02,
+                "accuracy {} against {}: {what}",
+                got[0].1,
+                want[0].1
+            );
+        }
+        // Another schedule cannot go on from these: said, naming both.
         let e = refused_with("--sync-every", "40");
         assert!(
             e.contains("--sync-every 20")

@@ -25,6 +25,13 @@ pub(super) struct Fragment {
     pub(super) dirty: bool,
 }
 
+/// Chunk `j` of `n` of `range`: `n` runs of `range.len().div_ceil(n)` elements, the last ones
+/// shorter or empty (every rank pads its chunk to that length for the island's all-gather).
+pub(super) fn chunk_of(range: Range<usize>, (n, j): (usize, usize)) -> Range<usize> {
+    let per = range.len().div_ceil(n);
+    (range.start + j * per).min(range.end)..(range.start + (j + 1) * per).min(range.end)
+}
+
 impl Fragment {
     /// The model cut into `count` fragments of (nearly) equal size, in tensor order (so a
     /// fragment is a run of layers, as the paper's are), each cut into `n` chunks of which
@@ -39,9 +46,7 @@ impl Fragment {
         (0..count)
             .map(|f| {
                 let range = f * total / count..(f + 1) * total / count;
-                let per = range.len().div_ceil(n);
-                let chunk = (range.start + j * per).min(range.end)
-                    ..(range.start + (j + 1) * per).min(range.end);
+                let chunk = chunk_of(range.clone(), (n, j));
                 let mut parts = Vec::new();
                 let mut at = 0;
                 for (len, trainable) in lens.iter().zip(trainable) {

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::fragment::Fragment;
+use super::fragment::{chunk_of, Fragment};
+use crate::{Error, Result};
 
 /// What the outer syncs cost so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -76,5 +77,158 @@ impl OuterState {
             },
             saved: Some(saved),
         }
+    }
+}
+
+impl OuterSnapshot {
+    /// The outer state of one island, put together from its ranks' snapshots (`chunks`, in
+    /// island-rank order), and cut for rank `j` of islands of `n`, island `island` (Note [A
+    /// resume at another layout]). A sync under way cannot be cut so: said, with what to do.
+    ///
+    /// Note [A resume at another layout]
+    /// Every rank of an island holds chunk `j` of each fragment's global parameters and outer
+    /// momentum, cut for its island's size. The islands hold the same outer state (each outer
+    /// sync ends with it equal everywhere), so one island's chunks, laid end to end, are the
+    /// whole of it, and any other layout's chunks can be cut from them. The islands' models
+    /// and inner optimizers differ between syncs: a resume at another layout starts every
+    /// island from island 0's, so the run goes on as if the other islands had done what
+    /// island 0 did since the last sync. It is therefore not the uninterrupted run bitwise (a
+    /// resume at the same layout is). A streaming sync under way holds each rank's chunk of
+    /// a pseudo-gradient already sent across islands, whose mean the old layout's ranks were
+    /// to receive: it is not cut again, and such a checkpoint resumes at its own layout only.
+    pub fn reshaped(
+        chunks: &[OuterSnapshot],
+        island: usize,
+        (n, j): (usize, usize),
+    ) -> Result<OuterSnapshot> {
+        let reason = |reason: String| Err(Error::Outer { reason });
+        let Some(first) = chunks.first() else {
+            return reason("no island rank's outer state to resume from".into());
+        };
+        for (i, c) in chunks.iter().enumerate() {
+            let same = (c.steps, c.synced_at, c.syncs, c.global.len())
+                == (
+                    first.steps,
+                    first.synced_at,
+                    first.syncs,
+                    first.global.len(),
+                );
+            if c.chunk_of != i || c.island_size != chunks.len() || !same {
+                return reason(format!(
+                    "island rank {i}'s outer state is not chunk {i} of {} of the same sync \
+                     (chunk {} of {}, {} steps, {} syncs, against {} steps, {} syncs)",
+                    chunks.len(),
+                    c.chunk_of,
+                    c.island_size,
+                    c.steps,
+                    c.syncs,
+                    first.steps,
+                    first.syncs
+                ));
+            }
+            if let Some((f, _)) = &c.pending {
+                return reason(format!(
+                    "the sync of fragment {f} was under way at inner step {} (streaming \
+                     DiLoCo overlaps it with the inner steps), and its pseudo-gradient is \
+                     already cut for islands of {}: resume this checkpoint with --island-size \
+                     {} on the world that wrote it, or an earlier one at another layout",
+                    c.steps,
+                    chunks.len(),
+                    chunks.len()
+                ));
+            }
+        }
+        let whole = |of: &dyn Fn(&OuterSnapshot) -> &Vec<Vec<f32>>, f: usize| -> Vec<f32> {
+            let v: Vec<f32> = chunks
+                .iter()
+                .flat_map(|c| of(c)[f].iter().copied())
+                .collect();
+            v[chunk_of(0..v.len(), (n, j))].to_vec()
+        };
+        let fragments = first.global.len();
+        Ok(OuterSnapshot {
+            steps: first.steps,
+            synced_at: first.synced_at,
+            syncs: first.syncs,
+            island,
+            chunk_of: j,
+            island_size: n,
+            global: (0..fragments).map(|f| whole(&|c| &c.global, f)).collect(),
+            momentum: (0..fragments).map(|f| whole(&|c| &c.momentum, f)).collect(),
+            pending: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(chunk_of: usize, size: usize, global: Vec<Vec<f32>>) -> OuterSnapshot {
+        OuterSnapshot {
+            steps: 40,
+            synced_at: 40,
+            syncs: 2,
+            island: 0,
+            chunk_of,
+            island_size: size,
+            momentum: global
+                .iter()
+                .map(|g| g.iter().map(|x| -x).collect())
+                .collect(),
+            global,
+            pending: None,
+        }
+    }
+
+    /// Note [A resume at another layout]: two fragments of 5 and 4 elements, chunked for
+    /// islands of 2 (3+2 and 2+2), cut again for islands of 3 (2+2+1 and 2+2+0) and of 1.
+    #[test]
+    fn an_islands_chunks_are_cut_again_for_another_island_size() {
+        let two = [
+            snapshot(0, 2, vec![vec![0., 1., 2.], vec![5., 6.]]),
+            snapshot(1, 2, vec![vec![3., 4.], vec![7., 8.]]),
+        ];
+        let cut: Vec<OuterSnapshot> = (0..3)
+            .map(|j| OuterSnapshot::reshaped(&two, 1, (3, j)).unwrap())
+            .collect();
+        assert_eq!(cut[0].global, vec![vec![0., 1.], vec![5., 6.]]);
+        assert_eq!(cut[1].global, vec![vec![2., 3.], vec![7., 8.]]);
+        assert_eq!(cut[2].global, vec![vec![4.], vec![]]);
+        assert_eq!(cut[2].momentum, vec![vec![-4.], vec![]]);
+        assert_eq!(
+            (cut[2].island, cut[2].chunk_of, cut[2].island_size),
+            (1, 2, 3)
+        );
+        let one = OuterSnapshot::reshaped(&two, 0, (1, 0)).unwrap();
+        assert_eq!(
+            one.global,
+            vec![vec![0., 1., 2., 3., 4.], vec![5., 6., 7., 8.]]
+        );
+        assert_eq!((one.steps, one.synced_at, one.syncs), (40, 40, 2));
+    }
+
+    #[test]
+    fn a_sync_under_way_or_chunks_out_of_order_are_named() {
+        let mut two = [
+            snapshot(0, 2, vec![vec![0., 1.]]),
+            snapshot(1, 2, vec![vec![2., 3.]]),
+        ];
+        two[1].pending = Some((0, vec![0.5, 0.5]));
+        let e = OuterSnapshot::reshaped(&two, 0, (1, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fragment 0 was under way") && e.contains("--island-size 2"),
+            "{e}"
+        );
+        two.swap(0, 1);
+        let e = OuterSnapshot::reshaped(&two, 0, (1, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("island rank 0's outer state is not chunk 0"),
+            "{e}"
+        );
     }
 }

@@ -9,7 +9,8 @@
 //! inner optimizer state, and its chunk of the outer state (Note [Outer sync] in phalanx-ddp:
 //! each fragment's global parameters and momentum, where the schedule stands, and the
 //! pseudo-gradient of a sync under way). `--resume` with the same `--outer` flags and world
-//! reads them back, and the run goes on bitwise as if never stopped. A rank file is written
+//! reads them back, and the run goes on bitwise as if never stopped; at another layout every
+//! rank reads island 0's files instead (Note [A resume at another layout] in phalanx-ddp). A rank file is written
 //! whole to a temporary name and renamed, and is only read once its checkpoint's record
 //! exists; it is pruned with the checkpoint. Every rank of an island keeps the same island
 //! state: `N` copies, so that a rank reads only its own file (no shared filesystem needed).
@@ -144,119 +145,214 @@ fn prune_own(dir: &Path, rank: usize) {
     }
 }
 
-/// Reads rank `rank`'s file (of `world`) of the checkpoint at `step` into `model` (its
-/// island's model), with the inner optimizer's state and the outer state; the file must have
-/// been written by a world of this size with these `flags` ([`outer_flags`]).
+/// Where a resuming rank stands in its islands: (its island, its rank in it, the islands'
+/// size).
+pub(super) type IslandPlace = (usize, usize, usize);
+
+/// What a rank resumes with ([`load`]).
+pub(super) struct Resumed<M> {
+    /// Its island's model.
+    pub(super) model: M,
+    /// The inner optimizer's state.
+    pub(super) optim: Option<Vec<u8>>,
+    /// Its chunk of the outer state.
+    pub(super) outer: OuterSnapshot,
+    /// Resumed at another layout: from which, in words.
+    pub(super) reshaped: Option<String>,
+}
+
+/// Reads the checkpoint at `step` back for rank `rank` of `world`, at `place` in its
+/// islands: into `model` (its island's model), with the inner optimizer's state and the
+/// outer state. The files must have been written with these `flags` ([`outer_flags`]).
+/// Written by this layout (world and island size), the rank reads its own file and the run
+/// goes on bitwise; written by another, every island starts from island 0's files (Note [A
+/// resume at another layout] in phalanx-ddp), and [`Resumed::reshaped`] says from which.
 pub(super) fn load<M: Classifier>(
     dir: &Path,
     (step, rank, world): (u64, usize, usize),
+    place: IslandPlace,
     flags: &str,
     model: M,
-) -> Result<(M, Option<Vec<u8>>, OuterSnapshot)> {
-    let path = phalanx_checkpoint::island_file(dir, step, rank);
-    let bad = |what: String| {
+) -> Result<Resumed<M>> {
+    let (island, island_rank, size) = place;
+    let own = phalanx_checkpoint::island_file(dir, step, rank);
+    if own.exists() {
+        let file = IslandFile::read(&own, step, flags)?;
+        if file.number("world")? == world as u64 && file.number("island_size")? == size as u64 {
+            let outer = file.outer()?;
+            let (model, optim) = file.model_into(model)?;
+            return Ok(Resumed {
+                model,
+                optim,
+                outer,
+                reshaped: None,
+            });
+        }
+    }
+    // Another layout: island 0's files, the first of which says how large it was.
+    let first = IslandFile::read(&phalanx_checkpoint::island_file(dir, step, 0), step, flags)?;
+    let (old_world, old_size) = (
+        first.number("world")?,
+        first.number("island_size")? as usize,
+    );
+    let mut chunks = vec![first.outer()?];
+    for r in 1..old_size {
+        let path = phalanx_checkpoint::island_file(dir, step, r);
+        chunks.push(IslandFile::read(&path, step, flags)?.outer()?);
+    }
+    let outer = OuterSnapshot::reshaped(&chunks, island, (size, island_rank))
+        .map_err(|e| first.bad(format!("a resume at another layout: {e}")))?;
+    let (model, optim) = first.model_into(model)?;
+    let from = format!(
+        "{} islands of {old_size} ranks (world {old_world}) -> {} of {size} (world {world}), \
+         every island from island 0's model, inner optimizer and outer state",
+        old_world as usize / old_size.max(1),
+        world / size
+    );
+    Ok(Resumed {
+        model,
+        optim,
+        outer,
+        reshaped: Some(from),
+    })
+}
+
+/// One rank's file of an island checkpoint, read whole, its header checked.
+struct IslandFile {
+    path: std::path::PathBuf,
+    data: Vec<u8>,
+    info: HashMap<String, String>,
+}
+
+impl IslandFile {
+    /// Reads `path`, a file of the checkpoint at `step`, which must have been written with
+    /// `flags`.
+    fn read(path: &Path, step: u64, flags: &str) -> Result<IslandFile> {
+        let bad = |what: String| {
+            Error::Config(format!(
+                "--resume under --outer: {}: {what}",
+                path.display()
+            ))
+        };
+        let data = std::fs::read(path).map_err(|e| {
+            bad(format!(
+                "{e}: the checkpoint of step {step} holds no such island file: it was written \
+                 without --outer, or a resume at another layout reads island 0's files on \
+                 every rank and this host does not see them (share the checkpoint directory, \
+                 or copy them); without --outer, a resume takes island 0's model alone"
+            ))
+        })?;
+        let (_, header) = SafeTensors::read_metadata(&data).map_err(|e| bad(e.to_string()))?;
+        let info = header.metadata().clone().unwrap_or_default();
+        let file = IslandFile {
+            path: path.to_path_buf(),
+            data,
+            info,
+        };
+        if file.field("format")? != FORMAT {
+            return Err(file.bad(format!(
+                "format {:?}, expected {FORMAT}",
+                file.field("format")?
+            )));
+        }
+        let theirs = file.field("flags")?;
+        if theirs != flags {
+            return Err(file.bad(format!(
+                "written with `{theirs}`, this run has `{flags}`: resume with the flags that \
+                 wrote it (a sync's schedule and outer optimizer cannot change mid-run)"
+            )));
+        }
+        Ok(file)
+    }
+
+    fn bad(&self, what: String) -> Error {
         Error::Config(format!(
             "--resume under --outer: {}: {what}",
-            path.display()
+            self.path.display()
         ))
-    };
-    let data = std::fs::read(&path).map_err(|e| {
-        bad(format!(
-            "{e}: the checkpoint of step {step} holds no island state of rank {rank} of \
-             {world}: it was written without --outer or by fewer ranks; resume on the world \
-             that wrote it (without --outer, a resume takes island 0's model alone)"
-        ))
-    })?;
-    let (_, header) = SafeTensors::read_metadata(&data).map_err(|e| bad(e.to_string()))?;
-    let info = header.metadata().clone().unwrap_or_default();
-    let field = |k: &str| {
-        info.get(k).cloned().ok_or_else(|| {
-            bad(format!(
+    }
+
+    fn field(&self, k: &str) -> Result<String> {
+        self.info.get(k).cloned().ok_or_else(|| {
+            self.bad(format!(
                 "no {k:?} in its header (not a phalanx island file)"
             ))
         })
-    };
-    if field("format")? != FORMAT {
-        return Err(bad(format!(
-            "format {:?}, expected {FORMAT}",
-            field("format")?
-        )));
     }
-    let wrote = field("world")?;
-    if wrote != world.to_string() {
-        return Err(bad(format!(
-            "written by {wrote} ranks, this run has {world}: resume on {wrote} ranks"
-        )));
-    }
-    let theirs = field("flags")?;
-    if theirs != flags {
-        return Err(bad(format!(
-            "written with `{theirs}`, this run has `{flags}`: resume with the flags that wrote \
-             it (a sync's schedule and outer optimizer cannot change mid-run)"
-        )));
-    }
-    let number = |k: &str| -> Result<u64> {
-        field(k)?
+
+    fn number(&self, k: &str) -> Result<u64> {
+        self.field(k)?
             .parse()
-            .map_err(|_| bad(format!("{k:?} is not a number")))
-    };
-    let st = SafeTensors::deserialize(&data).map_err(|e| bad(e.to_string()))?;
-    let f32s = |name: &str| -> Result<Vec<f32>> {
-        let t = st
-            .tensor(name)
-            .map_err(|e| bad(format!("tensor {name}: {e}")))?;
-        Ok(bytemuck::pod_collect_to_vec(t.data()))
-    };
-    let u8s = |name: &str| -> Result<Vec<u8>> {
-        let t = st
-            .tensor(name)
-            .map_err(|e| bad(format!("tensor {name}: {e}")))?;
-        Ok(t.data().to_vec())
-    };
-    let floats = (0..number("floats")?)
-        .map(|i| f32s(&format!("model.{i}")))
-        .collect::<Result<Vec<_>>>()?;
-    let mut model = adapter::set_params_from_flat(model, &floats)
-        .map_err(|e| bad(format!("the island's model does not fit this one: {e}")))?;
-    let sizes: Vec<usize> =
-        serde_json::from_str(&field("discrete")?).map_err(|e| bad(format!("\"discrete\": {e}")))?;
-    if !sizes.is_empty() {
-        let all = u8s("discrete")?;
-        let mut at = 0;
-        let parts = sizes
-            .iter()
-            .map(|&n| {
-                at += n;
-                all.get(at - n..at).map(<[u8]>::to_vec)
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| bad("the discrete tensors are short".into()))?;
-        model = adapter::set_discrete_from_bytes(model, parts);
+            .map_err(|_| self.bad(format!("{k:?} is not a number")))
     }
-    let optim = st.tensor("optim").ok().map(|t| t.data().to_vec());
-    let fragments = number("fragments")? as usize;
-    let pending = match field("pending")?.as_str() {
-        "none" => None,
-        f => Some((
-            f.parse()
-                .map_err(|_| bad(format!("\"pending\" is {f:?}")))?,
-            f32s("outer.pending")?,
-        )),
-    };
-    let outer = OuterSnapshot {
-        steps: number("steps")?,
-        synced_at: number("synced_at")?,
-        syncs: number("syncs")?,
-        island: number("island")? as usize,
-        chunk_of: number("chunk_of")? as usize,
-        island_size: number("island_size")? as usize,
-        global: (0..fragments)
-            .map(|i| f32s(&format!("outer.global.{i}")))
-            .collect::<Result<_>>()?,
-        momentum: (0..fragments)
-            .map(|i| f32s(&format!("outer.momentum.{i}")))
-            .collect::<Result<_>>()?,
-        pending,
-    };
-    Ok((model, optim, outer))
+
+    fn tensors(&self) -> Result<SafeTensors<'_>> {
+        SafeTensors::deserialize(&self.data).map_err(|e| self.bad(e.to_string()))
+    }
+
+    fn f32s(&self, st: &SafeTensors<'_>, name: &str) -> Result<Vec<f32>> {
+        let t = st
+            .tensor(name)
+            .map_err(|e| self.bad(format!("tensor {name}: {e}")))?;
+        Ok(bytemuck::pod_collect_to_vec(t.data()))
+    }
+
+    /// The island's model, read into `model`, and the inner optimizer's state.
+    fn model_into<M: Classifier>(&self, model: M) -> Result<(M, Option<Vec<u8>>)> {
+        let st = self.tensors()?;
+        let floats = (0..self.number("floats")?)
+            .map(|i| self.f32s(&st, &format!("model.{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        let mut model = adapter::set_params_from_flat(model, &floats)
+            .map_err(|e| self.bad(format!("the island's model does not fit this one: {e}")))?;
+        let sizes: Vec<usize> = serde_json::from_str(&self.field("discrete")?)
+            .map_err(|e| self.bad(format!("\"discrete\": {e}")))?;
+        if !sizes.is_empty() {
+            let all = st
+                .tensor("discrete")
+                .map_err(|e| self.bad(format!("tensor discrete: {e}")))?;
+            let all = all.data();
+            let mut at = 0;
+            let parts = sizes
+                .iter()
+                .map(|&n| {
+                    at += n;
+                    all.get(at - n..at).map(<[u8]>::to_vec)
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| self.bad("the discrete tensors are short".into()))?;
+            model = adapter::set_discrete_from_bytes(model, parts);
+        }
+        let optim = st.tensor("optim").ok().map(|t| t.data().to_vec());
+        Ok((model, optim))
+    }
+
+    /// This rank's chunk of the outer state, as it was written.
+    fn outer(&self) -> Result<OuterSnapshot> {
+        let st = self.tensors()?;
+        let fragments = self.number("fragments")? as usize;
+        let pending = match self.field("pending")?.as_str() {
+            "none" => None,
+            f => Some((
+                f.parse()
+                    .map_err(|_| self.bad(format!("\"pending\" is {f:?}")))?,
+                self.f32s(&st, "outer.pending")?,
+            )),
+        };
+        Ok(OuterSnapshot {
+            steps: self.number("steps")?,
+            synced_at: self.number("synced_at")?,
+            syncs: self.number("syncs")?,
+            island: self.number("island")? as usize,
+            chunk_of: self.number("chunk_of")? as usize,
+            island_size: self.number("island_size")? as usize,
+            global: (0..fragments)
+                .map(|i| self.f32s(&st, &format!("outer.global.{i}")))
+                .collect::<Result<_>>()?,
+            momentum: (0..fragments)
+                .map(|i| self.f32s(&st, &format!("outer.momentum.{i}")))
+                .collect::<Result<_>>()?,
+            pending,
+        })
+    }
 }

@@ -344,10 +344,19 @@ fn train_group<M: Classifier>(
                 (Some(dir), Some(options)) if cfg.resume && pos.global_step > 0 => {
                     let flags = island_checkpoint::outer_flags(options);
                     let at_rank = (pos.global_step, pg.rank(), pg.world_size());
-                    let (model, optim_state, saved) =
-                        island_checkpoint::load(dir, at_rank, &flags, model)?;
-                    outer_state = Some(OuterState::restore(saved));
-                    Held::start(model, pos, optim_state)
+                    let size = options.check(&pg)?;
+                    let place = (pg.rank() / size, pg.rank() % size, size);
+                    let r = island_checkpoint::load(dir, at_rank, place, &flags, model)?;
+                    if let (Some(from), 0) = (r.reshaped, pg.rank()) {
+                        eprintln!(
+                            "phalanx train: resumed step {} at another layout: {from} (not \
+                             the uninterrupted run bitwise: Note [A resume at another layout] \
+                             in phalanx-ddp)",
+                            pos.global_step
+                        );
+                    }
+                    outer_state = Some(OuterState::restore(r.outer));
+                    Held::start(r.model, pos, r.optim)
                 }
                 _ => Held::start(model, pos, state),
             }
