@@ -1,0 +1,401 @@
+//! One group's verdict (Note [Naming the culprit] in the parent), and the report that reads
+//! every group's together (Note [Waiting behind another group]).
+use std::collections::{BTreeMap, BTreeSet};
+
+use phalanx_pg::flight_recorder::pickle::Value;
+
+use super::groups::{groups, Group};
+
+/// One collective of one rank, as the report compares it.
+#[derive(Debug, Clone)]
+pub(super) struct Call {
+    pub(super) op: String,
+    sizes: String,
+    dtypes: String,
+    pub(super) state: String,
+    /// Completed, or retired (Gloo's dumps leave every entry `scheduled` but mark it retired).
+    done: bool,
+}
+
+impl Call {
+    fn signature(&self) -> (&str, &str, &str) {
+        (&self.op, &self.sizes, &self.dtypes)
+    }
+
+    pub(super) fn describe(&self, seq: i64) -> String {
+        format!("#{seq} {} {} {}", self.op, self.sizes, self.dtypes)
+    }
+}
+
+/// Each rank's collectives (not point-to-point) of the group each rank calls `names[rank]`, by
+/// sequence number.
+pub(super) fn calls_of(
+    dumps: &BTreeMap<usize, Value>,
+    names: &BTreeMap<usize, String>,
+) -> BTreeMap<usize, BTreeMap<i64, Call>> {
+    let mut out = BTreeMap::new();
+    for (rank, d) in dumps {
+        let Some(name) = names.get(rank).map(String::as_str) else {
+            continue;
+        };
+        let mut by_seq = BTreeMap::new();
+        for e in d.get("entries").and_then(Value::as_seq).unwrap_or(&[]) {
+            let pg = e.get("process_group").and_then(Value::as_seq);
+            let pg_name = pg.and_then(|p| p.first()).and_then(Value::as_str);
+            let p2p = e.get("is_p2p").and_then(Value::as_int) == Some(1);
+            if pg_name != Some(name) || p2p {
+                continue;
+            }
+            let Some(seq) = e.get("collective_seq_id").and_then(Value::as_int) else {
+                continue;
+            };
+            let text = |k: &str| e.get(k).map_or("?".into(), Value::repr);
+            let profiling = e
+                .get("profiling_name")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let state = e.get("state").and_then(Value::as_str).unwrap_or("?");
+            by_seq.insert(
+                seq,
+                Call {
+                    op: profiling
+                        .rsplit(':')
+                        .next()
+                        .unwrap_or(profiling)
+                        .to_string(),
+                    sizes: text("input_sizes"),
+                    dtypes: text("input_dtypes"),
+                    state: state.to_string(),
+                    done: state == "completed"
+                        || e.get("retired").and_then(Value::as_int) == Some(1),
+                },
+            );
+        }
+        out.insert(*rank, by_seq);
+    }
+    out
+}
+
+/// One group's verdict (Note [Naming the culprit]).
+pub(super) struct Verdict {
+    /// Its report text.
+    pub(super) text: String,
+    /// The ranks it names as the culprit.
+    culprits: Vec<usize>,
+    /// A collective some ranks never issued: what a report through another group needs
+    /// (Note [Waiting behind another group]).
+    skipped: Option<Skipped>,
+}
+
+/// A collective that `present` issued and `absent` never did.
+struct Skipped {
+    head: String,
+    absent: Vec<usize>,
+    present: Vec<usize>,
+    call: String,
+}
+
+impl Verdict {
+    fn plain(text: String) -> Verdict {
+        Verdict {
+            text,
+            culprits: Vec::new(),
+            skipped: None,
+        }
+    }
+
+    fn naming(text: String, culprits: &[usize]) -> Verdict {
+        Verdict {
+            text,
+            culprits: culprits.to_vec(),
+            skipped: None,
+        }
+    }
+}
+
+/// The verdict of one group (Note [Naming the culprit]).
+pub(super) fn verdict(
+    ranks: &[usize],
+    dumps: &BTreeMap<usize, Value>,
+    calls: &BTreeMap<usize, BTreeMap<i64, Call>>,
+) -> Verdict {
+    let (dumped, missing): (Vec<usize>, Vec<usize>) =
+        ranks.iter().partition(|r| dumps.contains_key(r));
+    let empty = BTreeMap::new();
+    let of = |r: usize| calls.get(&r).unwrap_or(&empty);
+    let start = dumped
+        .iter()
+        .filter_map(|&r| of(r).keys().next().copied())
+        .max();
+    let end = dumped
+        .iter()
+        .filter_map(|&r| of(r).keys().next_back().copied())
+        .max();
+    let (Some(start), Some(end)) = (start, end) else {
+        return Verdict::plain("no collectives recorded".into());
+    };
+    let mut last_done: Option<(i64, String)> = None;
+    let head = |last: &Option<(i64, String)>| match last {
+        Some((s, op)) => format!("every rank completed #{s} {op}"),
+        None => "no collective completed by every rank in the dumps".into(),
+    };
+    for seq in start..=end {
+        let (present, absent): (Vec<usize>, Vec<usize>) =
+            dumped.iter().partition(|&&r| of(r).contains_key(&seq));
+        if present.is_empty() {
+            continue;
+        }
+        let first = &of(present[0])[&seq];
+        if !absent.is_empty() {
+            let lasts: Vec<String> = absent
+                .iter()
+                .map(|&r| match of(r).iter().next_back() {
+                    Some((s, c)) => format!("rank {r}'s last: #{s} {} ({})", c.op, c.state),
+                    None => format!("rank {r} recorded none"),
+                })
+                .collect();
+            let text = format!(
+                "{}\n  culprit: {} never issued {} that {} {} in ({})",
+                head(&last_done),
+                ranks_word(&absent),
+                first.describe(seq),
+                ranks_word(&present),
+                if present.len() == 1 { "waits" } else { "wait" },
+                lasts.join("; ")
+            );
+            return Verdict {
+                text,
+                culprits: absent.clone(),
+                skipped: Some(Skipped {
+                    head: head(&last_done),
+                    call: first.describe(seq),
+                    absent,
+                    present,
+                }),
+            };
+        }
+        // Ranks grouped by what they ran.
+        let mut kinds: Vec<(Call, Vec<usize>)> = Vec::new();
+        for &r in &present {
+            let c = &of(r)[&seq];
+            match kinds
+                .iter_mut()
+                .find(|(k, _)| k.signature() == c.signature())
+            {
+                Some((_, rs)) => rs.push(r),
+                None => kinds.push((c.clone(), vec![r])),
+            }
+        }
+        if kinds.len() > 1 {
+            kinds.sort_by_key(|(_, rs)| rs.len());
+            let (odd, odd_ranks) = &kinds[0];
+            let others: Vec<String> = kinds[1..]
+                .iter()
+                .map(|(c, rs)| format!("{} ran {}", ranks_word(rs), c.describe(seq)))
+                .collect();
+            let text = format!(
+                "{}\n  culprit: {} ran {} where {}",
+                head(&last_done),
+                ranks_word(odd_ranks),
+                odd.describe(seq),
+                others.join(" and ")
+            );
+            return Verdict::naming(text, odd_ranks);
+        }
+        let waiting: Vec<usize> = present
+            .iter()
+            .copied()
+            .filter(|&r| !of(r)[&seq].done)
+            .collect();
+        if !waiting.is_empty() {
+            let head = head(&last_done);
+            if !missing.is_empty() {
+                let text = format!(
+                    "{head}\n  culprit: {} wrote no dump (stopped, hung or killed) while {} {} in {} ({})",
+                    ranks_word(&missing),
+                    ranks_word(&waiting),
+                    if waiting.len() == 1 { "waits" } else { "wait" },
+                    first.describe(seq),
+                    first.state
+                );
+                return Verdict::naming(text, &missing);
+            }
+            return Verdict::plain(format!(
+                "{head}\n  no culprit in the dumps: {} {} in {}, which every rank issued alike \
+                 (look at the ranks' errors: a peer's failure or the network)",
+                ranks_word(&waiting),
+                if waiting.len() == 1 { "is" } else { "are" },
+                first.describe(seq)
+            ));
+        }
+        last_done = Some((seq, first.op.clone()));
+    }
+    let head = head(&last_done);
+    if missing.is_empty() {
+        Verdict::plain(format!(
+            "{head}; every recorded collective matches and completed"
+        ))
+    } else {
+        let text = format!(
+            "{head}\n  culprit: {} wrote no dump (stopped, hung or killed); the others completed \
+             every collective they recorded",
+            ranks_word(&missing)
+        );
+        Verdict::naming(text, &missing)
+    }
+}
+
+/// Every group's calls and verdict, read together (Note [Waiting behind another group]).
+pub(super) struct Analysis {
+    pub(super) groups: Vec<Group>,
+    /// Each group's collectives, by rank and sequence number.
+    pub(super) calls: Vec<BTreeMap<usize, BTreeMap<i64, Call>>>,
+    pub(super) verdicts: Vec<Verdict>,
+    /// The ranks that wrote a dump.
+    dumped: BTreeSet<usize>,
+}
+
+// Note [Waiting behind another group]
+// A rank of a cut model is in several groups, and a stopped rank holds up its partners in
+// one of them; a partner that waits there never issues what the rest of the job waits for
+// in another group (the world's evaluation at an epoch's end, say). Read group by group,
+// that partner "never issued" the world's collective: true, and the wrong rank to look at.
+// So when every rank a group names as never having issued a collective is itself waiting,
+// unfinished, in another group whose verdict names somebody else, the report follows the
+// chain and names that group's culprit, through the waiting rank and the group it waits in
+// (to any depth, each group once). A rank with no collective of its own under way may wait
+// in a send or a receive (a pipeline's, which the analysis leaves out) or between two
+// collectives; if it shares a group with a rank that wrote no dump, that rank is named: a
+// rank that wrote its dump was alive when the job failed, one that wrote none was stopped,
+// hung or killed.
+//
+impl Analysis {
+    pub(super) fn new(dumps: &BTreeMap<usize, Value>) -> anyhow::Result<Analysis> {
+        let groups = groups(dumps)?;
+        let calls: Vec<_> = groups.iter().map(|g| calls_of(dumps, &g.names)).collect();
+        let verdicts = groups
+            .iter()
+            .zip(&calls)
+            .map(|(g, c)| verdict(&g.ranks, dumps, c))
+            .collect();
+        Ok(Analysis {
+            groups,
+            calls,
+            verdicts,
+            dumped: dumps.keys().copied().collect(),
+        })
+    }
+
+    /// Group `i`'s report: through the groups its skipping ranks wait in when they all wait
+    /// behind another rank (Note [Waiting behind another group]), else its own verdict.
+    pub(super) fn text(&self, i: usize) -> String {
+        self.behind_another_group(i)
+            .unwrap_or_else(|| self.verdicts[i].text.clone())
+    }
+
+    /// The report of group `i` through the groups its skipping ranks wait in; `None` unless
+    /// every one of them waits behind another rank.
+    pub(super) fn behind_another_group(&self, i: usize) -> Option<String> {
+        let skipped = self.verdicts[i].skipped.as_ref()?;
+        let (roots, via) = self.roots_behind(i, &BTreeSet::from([i]))?;
+        let verb = |rs: &[usize]| if rs.len() == 1 { "waits" } else { "wait" };
+        Some(format!(
+            "{}\n  culprit: {}, behind which {} {} in another group: {} never issued {} that {} \
+             {} in ({})",
+            skipped.head,
+            ranks_word(&roots.into_iter().collect::<Vec<_>>()),
+            ranks_word(&skipped.absent),
+            verb(&skipped.absent),
+            ranks_word(&skipped.absent),
+            skipped.call,
+            ranks_word(&skipped.present),
+            verb(&skipped.present),
+            via.join("; ")
+        ))
+    }
+
+    /// "group 3 (ranks [2, 3])".
+    fn group(&self, j: usize) -> String {
+        let g = &self.groups[j];
+        format!("group {} (ranks [{}])", g.name, join(g.ranks.iter()))
+    }
+
+    /// The culprits behind group `i`'s skipping ranks, and where each of them waits; `None`
+    /// unless every one waits in another group (not in `seen`) that names other ranks, or, with
+    /// nothing of its own under way, shares one with a rank that wrote no dump.
+    fn roots_behind(
+        &self,
+        i: usize,
+        seen: &BTreeSet<usize>,
+    ) -> Option<(BTreeSet<usize>, Vec<String>)> {
+        let (groups, calls, verdicts, dumped) =
+            (&self.groups, &self.calls, &self.verdicts, &self.dumped);
+        let skipped = verdicts[i].skipped.as_ref()?;
+        let mut roots = BTreeSet::new();
+        let mut via = Vec::new();
+        for &r in &skipped.absent {
+            // The other group where `r` waits, unfinished, and is not what that group names.
+            let waits = (0..groups.len()).find_map(|j| {
+                let (seq, call) = calls[j].get(&r)?.iter().next_back()?;
+                let elsewhere = !seen.contains(&j) && !call.done;
+                let names_another =
+                    !verdicts[j].culprits.is_empty() && !verdicts[j].culprits.contains(&r);
+                (elsewhere && names_another).then_some((j, *seq, call))
+            });
+            let Some((j, seq, call)) = waits else {
+                // No collective of its own under way (it waits in a send or receive, or between
+                // two collectives): the ranks without a dump that share a group with it.
+                let (j, silent) = (0..groups.len()).find_map(|j| {
+                    let g = &groups[j];
+                    let silent: Vec<usize> = g
+                        .ranks
+                        .iter()
+                        .copied()
+                        .filter(|q| !dumped.contains(q))
+                        .collect();
+                    (!seen.contains(&j) && g.ranks.contains(&r) && !silent.is_empty())
+                        .then_some((j, silent))
+                })?;
+                via.push(format!(
+                    "rank {r} shares {} with {}, which wrote no dump",
+                    self.group(j),
+                    ranks_word(&silent)
+                ));
+                roots.extend(silent);
+                continue;
+            };
+            // Each branch follows its own path: two ranks may wait in one group.
+            let mut path = seen.clone();
+            path.insert(j);
+            let deeper = self.roots_behind(j, &path);
+            let behind: Vec<usize> = match deeper {
+                Some((deeper_roots, deeper_via)) => {
+                    via.extend(deeper_via);
+                    deeper_roots.into_iter().collect()
+                }
+                None => verdicts[j].culprits.clone(),
+            };
+            via.push(format!(
+                "rank {r} waits in {} of {} for {}",
+                call.describe(seq),
+                self.group(j),
+                ranks_word(&behind)
+            ));
+            roots.extend(behind);
+        }
+        Some((roots, via))
+    }
+}
+
+pub(super) fn join<'a>(it: impl Iterator<Item = &'a usize>) -> String {
+    it.map(usize::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// `rank 2` or `ranks 0, 1`.
+pub(super) fn ranks_word(rs: &[usize]) -> String {
+    if rs.len() == 1 {
+        format!("rank {}", rs[0])
+    } else {
+        format!("ranks {}", join(rs.iter()))
+    }
+}
