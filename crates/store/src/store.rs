@@ -24,7 +24,8 @@ pub trait Store: Send + Sync {
     /// Adds `delta` to the int64 held as decimal ASCII in `key` (missing = 0); returns the new value.
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
     /// Sets `key` to `value`, then waits up to `timeout` for `then` and returns its value: one
-    /// store request each (a store may override it to do both at once).
+    /// round trip where the store's protocol allows (Note [Two requests in one round trip] in
+    /// `tcp_store.rs`), a set and a get elsewhere.
     fn set_then_get(
         &self,
         key: &str,
@@ -38,7 +39,7 @@ pub trait Store: Send + Sync {
     /// Claims `key` for `value` (`compare_set(key, "", value)`: the first writer keeps it),
     /// then, if this call holds it, waits up to `timeout` for `then`: [`Claim::Held`] with
     /// `then`'s value, or [`Claim::Taken`] with the value another writer left in `key` (nothing
-    /// is awaited then). Two requests, as [`Store::set_then_get`].
+    /// is awaited then). One round trip where the protocol allows, as [`Store::set_then_get`].
     fn claim_then_get(
         &self,
         key: &str,

@@ -10,7 +10,7 @@ use crate::wire::{
     self, ClientHandshake, Rejection, Request, Response, CLIENT_HELLO_HEADER_LEN, SERVER_HELLO_LEN,
     VERDICT_LEN,
 };
-use crate::{Auth, Error, Result, Store};
+use crate::{store::Claim, Auth, Error, Result, Store};
 
 /// How long the client gives the server to answer the handshake once connected.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,8 +38,24 @@ pub struct TcpStore {
     auth: Auth,
     connect_timeout: Duration,
     /// `None` after an I/O error or timeout left the stream out of step; the next call reconnects.
-    conn: Mutex<Option<TcpStream>>,
+    conn: Mutex<Option<Conn>>,
     timeout: Mutex<Duration>,
+}
+
+/// The open connection, and the read timeout its socket has now (set only when it changes: a
+/// system call saved on most calls).
+struct Conn {
+    stream: TcpStream,
+    read_timeout: Option<Duration>,
+}
+
+impl Conn {
+    fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            read_timeout: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for TcpStore {
@@ -75,7 +91,7 @@ impl TcpStore {
             addr: addr.to_string(),
             auth: auth.clone(),
             connect_timeout: timeout,
-            conn: Mutex::new(Some(stream)),
+            conn: Mutex::new(Some(Conn::new(stream))),
             timeout: Mutex::new(timeout),
         })
     }
@@ -127,7 +143,7 @@ impl TcpStore {
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<TcpStream>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -139,14 +155,90 @@ impl TcpStore {
         wait: Option<(Duration, &str)>,
         take: impl FnOnce(Response<'_>) -> Option<T>,
     ) -> Result<T> {
-        let op = req.op();
-        let frame = wire::encode_request(req).map_err(|e| Error::Invalid {
-            reason: format!("{op}: {e}"),
-        })?;
+        let frame = self.encode(req)?;
         let mut guard = self.lock();
-        let stream = match guard.as_mut() {
-            Some(s) => s,
-            None => guard.insert(Self::open(&self.addr, &self.auth, self.connect_timeout)?),
+        let body = self.send_and_read(&mut guard, &frame, req.op(), wait);
+        drop(guard);
+        self.interpret(req.op(), wait, &body?, take)
+    }
+
+    /// Sends `first` and `second` in one write and reads their replies in turn.
+    ///
+    /// Note [Two requests in one round trip]
+    /// A rank's rendezvous is "write my key, then wait for rank 0's answer", twice (the peer
+    /// table, the shared-memory vote). As two calls, each is a round trip: the rank sleeps
+    /// until the reply, the server's connection thread sleeps until the next request, and both
+    /// wake again. Written together, the server finds the second request waiting when it has
+    /// answered the first, and the rank reads both replies: half the sleeps and wake-ups per
+    /// rank, which is what a rendezvous of thousands of ranks on a few cores spends its time
+    /// on. The server needs nothing new: it reads requests in order. A claim that another
+    /// process holds is seen in the first reply, and then the second is not awaited.
+    ///
+    /// `go_on` sees the first reply's value; when it says no, the connection, which still owes
+    /// the second reply, is dropped (the next call reconnects). Returns the first reply's
+    /// value, and the second's if it was read.
+    fn call_then(
+        &self,
+        first: &Request<'_>,
+        second: &Request<'_>,
+        wait: (Duration, &str),
+        go_on: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+        let mut frames = self.encode(first)?;
+        frames.extend_from_slice(&self.encode(second)?);
+        let value = |r: Response<'_>| match r {
+            Response::Value(v) => Some(v.to_vec()),
+            _ => None,
+        };
+        // A set's reply is Unit: an empty value.
+        let first_value = |r: Response<'_>| match r {
+            Response::Unit => Some(Vec::new()),
+            r => value(r),
+        };
+        let mut guard = self.lock();
+        let body = self.send_and_read(&mut guard, &frames, first.op(), None)?;
+        let got = match self.interpret(first.op(), None, &body, first_value) {
+            Ok(v) => v,
+            Err(e) => {
+                *guard = None;
+                return Err(e);
+            }
+        };
+        if !go_on(&got) {
+            *guard = None;
+            return Ok((got, None));
+        }
+        // Still the connection both requests went on: a fresh one would owe nothing.
+        debug_assert!(guard.is_some());
+        let body = self.send_and_read(&mut guard, &[], second.op(), Some(wait));
+        drop(guard);
+        let then = self.interpret(second.op(), Some(wait), &body?, value)?;
+        Ok((got, Some(then)))
+    }
+
+    fn encode(&self, req: &Request<'_>) -> Result<Vec<u8>> {
+        wire::encode_request(req).map_err(|e| Error::Invalid {
+            reason: format!("{}: {e}", req.op()),
+        })
+    }
+
+    /// Writes `frames` (may be empty: a reply already asked for) on the connection, opening it
+    /// first if needed, and reads one reply's body. On failure the connection is dropped, since
+    /// the stream may hold half a reply; the next call reconnects.
+    fn send_and_read(
+        &self,
+        guard: &mut MutexGuard<'_, Option<Conn>>,
+        frames: &[u8],
+        op: &'static str,
+        wait: Option<(Duration, &str)>,
+    ) -> Result<Vec<u8>> {
+        let conn = match guard.as_mut() {
+            Some(c) => c,
+            None => guard.insert(Conn::new(Self::open(
+                &self.addr,
+                &self.auth,
+                self.connect_timeout,
+            )?)),
         };
         let read_timeout = match wait {
             Some((w, _)) => w.saturating_add(REPLY_GRACE),
@@ -158,10 +250,17 @@ impl TcpStore {
             source,
         };
         let result = (|| {
-            stream
-                .set_read_timeout(Some(read_timeout.max(Duration::from_millis(1))))
-                .map_err(io_err)?;
-            stream.write_all(&frame).map_err(io_err)?;
+            let read_timeout = read_timeout.max(Duration::from_millis(1));
+            if conn.read_timeout != Some(read_timeout) {
+                conn.stream
+                    .set_read_timeout(Some(read_timeout))
+                    .map_err(io_err)?;
+                conn.read_timeout = Some(read_timeout);
+            }
+            let stream = &mut conn.stream;
+            if !frames.is_empty() {
+                stream.write_all(frames).map_err(io_err)?;
+            }
             match read_frame(stream) {
                 Ok(FrameRead::Frame(body)) => Ok(body),
                 Ok(FrameRead::Closed) => Err(io_err(io::Error::new(
@@ -189,16 +288,22 @@ impl TcpStore {
                 Err(e) => Err(io_err(e)),
             }
         })();
-        let body = match result {
-            Ok(b) => b,
-            Err(e) => {
-                // The stream may hold half a reply: drop it, the next call reconnects.
-                *guard = None;
-                return Err(e);
-            }
-        };
-        drop(guard);
-        let resp = wire::decode_response(&body).map_err(|e| Error::Protocol {
+        if result.is_err() {
+            **guard = None;
+        }
+        result
+    }
+
+    /// Decodes a reply's body: the store's timeouts and errors become ours, anything else goes
+    /// to `take`.
+    fn interpret<T>(
+        &self,
+        op: &'static str,
+        wait: Option<(Duration, &str)>,
+        body: &[u8],
+        take: impl FnOnce(Response<'_>) -> Option<T>,
+    ) -> Result<T> {
+        let resp = wire::decode_response(body).map_err(|e| Error::Protocol {
             addr: self.addr.clone(),
             reason: format!("{op} reply: {e}"),
         })?;
@@ -218,7 +323,7 @@ impl TcpStore {
                     // few hundred KB (a process group's peer table) formatted on every call
                     // cost each rank milliseconds at 4,096 ranks, and even a format cut short
                     // walked every byte (16,384 ranks). The body is decoded again to show it.
-                    let shown = wire::decode_response(&body)
+                    let shown = wire::decode_response(body)
                         .map(|r| head_of(&r, 80))
                         .unwrap_or_default();
                     Err(Error::Protocol {
@@ -289,6 +394,37 @@ impl Store for TcpStore {
         self.call(&Request::Add { key, delta }, None, |r| match r {
             Response::Int(i) => Some(i),
             _ => None,
+        })
+    }
+    fn set_then_get(&self, key: &str, value: &[u8], then: &str, t: Duration) -> Result<Vec<u8>> {
+        let (_, got) = self.call_then(
+            &Request::Set { key, value },
+            &Request::Get {
+                key: then,
+                timeout_ms: ms(t),
+            },
+            (t, then),
+            |_| true,
+        )?;
+        Ok(got.expect("read on"))
+    }
+    fn claim_then_get(&self, key: &str, value: &[u8], then: &str, t: Duration) -> Result<Claim> {
+        let (got, then_value) = self.call_then(
+            &Request::CompareSet {
+                key,
+                expected: b"",
+                desired: value,
+            },
+            &Request::Get {
+                key: then,
+                timeout_ms: ms(t),
+            },
+            (t, then),
+            |got| got == value,
+        )?;
+        Ok(match then_value {
+            Some(v) => Claim::Held(v),
+            None => Claim::Taken(got),
         })
     }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {

@@ -7,7 +7,7 @@
 //! Instead each rank sets one key `pg/peer/<r>`; rank 0 waits for all of them with one request,
 //! reads them with one more, and publishes one table `pg/peers` (binary, a few bytes per rank:
 //! Note [A table read in place]) that every rank fetches with one get that waits for it, sent
-//! after its own key. Store requests: 2 per rank plus 2 on rank 0 (a wait and
+//! with its own key in one round trip. Store requests: 2 per rank plus 2 on rank 0 (a wait and
 //! a get where the store cannot wait in a get, as on etcd); bytes: each rank reads the table once, which a full mesh needs anyway.
 //! Votes (does everyone have shared memory?) gather the same way: each rank sets
 //! `<vote>/<r>`, rank 0 reads them all and publishes the outcome. (A single counter bumped by
@@ -85,7 +85,8 @@ pub fn exchange(
         store.set(TABLE_KEY, table.bytes()).map_err(store_err)?;
         return Ok(table);
     }
-    // The claim, then a get that waits for the table.
+    // The claim and a get that waits for the table, in one round trip (Note [Two requests in
+    // one round trip] in phalanx-store).
     let table = match store.claim_then_get(&key, entry.as_bytes(), TABLE_KEY, timeout) {
         Ok(Claim::Held(table)) => table,
         Ok(Claim::Taken(got)) => return Err(claimed_twice(&got)),
@@ -165,7 +166,7 @@ pub fn vote(
             .map_err(store_err)?;
         return Ok(all);
     }
-    // The vote, then a get that waits for the outcome.
+    // The vote and a get that waits for the outcome, in one round trip.
     let got = store
         .set_then_get(&mine, said, &outcome, timeout)
         .map_err(store_err)?;
