@@ -31,6 +31,25 @@ rank alike: ``SGD(lr=0.7, momentum=0.9, nesterov=True)`` is DiLoCo, ``SGD(lr=1)`
 inner optimizer's state stays with its island. ``outer_dtype=torch.bfloat16`` halves the bytes
 between islands. At construction every island takes island 0's parameters.
 
+``fault_tolerance=True``, under ``phalanx launch --fault-tolerance``, makes every rank an
+island of its own that may leave and join (Note [Islands that come and go]): the outer sync
+averages the pseudo-gradients over the islands alive through a ``phalanx_torch.ft.Manager``
+(``diloco.manager``: its ``slot`` decides the data shard, ``finished`` says a replacement found
+the run over, ``finish()`` ends it); an island lost costs the others the sync it broke, redone
+without it, and a replacement joins at the next sync with the global parameters, the outer
+optimizer's state and the count of inner steps, taken from a peer over the transport::
+
+    diloco = DiLoCo(model, inner, outer, sync_every=20, fault_tolerance=True)
+    if diloco.manager.finished:
+        raise SystemExit(0)
+    while diloco.steps < total:
+        x, y = batch(diloco.steps, diloco.manager.slot)
+        inner.zero_grad()
+        loss_fn(model(x), y).backward()
+        inner.step()          # the sync every 20 steps survives a lost island
+    diloco.sync()
+    diloco.manager.finish()
+
 ``fragments=F`` (an int: the parameters in order, cut at parameter boundaries into ``F`` runs
 of nearly equal size; or a list of modules, torchft's ``model_fragments``) is Streaming DiLoCo
 (Note [Streaming fragments]): fragment ``k``'s sync ends at the inner steps
@@ -46,7 +65,30 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+from . import ft
+
 __all__ = ["DiLoCo"]
+
+# Note [Islands that come and go]
+# A torch ``ProcessGroup`` keeps its members for life, so islands that leave and join cannot
+# run their outer sync over the device mesh's groups. Under ``fault_tolerance`` every rank is
+# an island of its own, and the sync runs through ``phalanx_torch.ft``'s Manager, whose group
+# is re-formed at each membership change (Note [Averaging outside torch's ProcessGroup] in
+# ft.py). The sync is then a data-parallel step of the outer optimizer: each parameter takes
+# the global value, its gradient is the pseudo-gradient (global minus local), and the
+# Manager's OptimizerWrapper averages the gradients over the islands alive and steps. So:
+# - an island lost mid-sync fails the averaging on every other: they re-form without it and
+#   redo the sync from the local parameters they kept, the mean now over the islands left;
+#   lost between two syncs, it is noticed at the next one, which the others redo alike;
+# - a rank whose averaging completed just before the loss is one sync ahead, and hands the
+#   others its state (the Manager's rule: the newest step wins), which is the new global
+#   parameters, since a rank's parameters are the global ones right after a sync;
+# - a replacement joins at the next sync boundary and takes the model (the global parameters),
+#   the outer optimizer's state, and as extra state the inner step count and the source
+#   island's inner optimizer state (an island starts as a copy of a live one).
+# Islands of several ranks would need their inner DDP group to change members too; and a
+# fragment's sync overlapped with the inner steps would have to be redone from inner steps
+# gone by: both are refused with fault_tolerance.
 
 
 class DiLoCo:
@@ -59,7 +101,7 @@ class DiLoCo:
 
     def __init__(self, model, inner_optimizer, outer_optimizer, sync_every, *,
                  island_size=None, outer_dtype=torch.float32, fragments=None,
-                 fragment_sync_delay=0, fragment_update_alpha=0.0):
+                 fragment_sync_delay=0, fragment_update_alpha=0.0, fault_tolerance=False):
         if not isinstance(sync_every, int) or sync_every < 1:
             raise ValueError(f"sync_every={sync_every!r}: the inner steps between outer syncs, "
                              "at least 1 (DiLoCo's paper uses 500, torchft's examples 20 to 100)")
@@ -80,23 +122,28 @@ class DiLoCo:
         if not 0.0 <= fragment_update_alpha <= 1.0:
             raise ValueError(f"fragment_update_alpha={fragment_update_alpha!r}: the share of the "
                              "island's own progress a synced fragment keeps, 0 to 1")
+        self.sync_every = sync_every
+        self.outer_optimizer = outer_optimizer
+        self.steps = 0
+        self.syncs = 0
+        self.manager = None
+        if fault_tolerance:
+            self._start_fault_tolerant(model, inner_optimizer, island_size, outer_dtype,
+                                       fragments)
+            return
         world = dist.get_world_size()
         size = island_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
         if size < 1 or world % size:
             sizes = ", ".join(str(d) for d in range(1, world + 1) if world % d == 0)
             raise ValueError(f"an island of {size} ranks does not divide the world's {world} "
                              f"ranks into islands of equal size: use island_size {sizes}")
-        self.sync_every = sync_every
         self.delay = fragment_sync_delay
         self.alpha = fragment_update_alpha
-        self.outer_optimizer = outer_optimizer
         self.outer_dtype = outer_dtype
         self.islands = world // size
         self.mesh = init_device_mesh("cpu", (self.islands, size), mesh_dim_names=("island", "dp"))
         self.island_group = self.mesh.get_group("dp")
         self.across_group = self.mesh.get_group("island")
-        self.steps = 0
-        self.syncs = 0
         self._pending = None
         with torch.no_grad():
             for p in self.params:
@@ -107,8 +154,70 @@ class DiLoCo:
         self._apart = [False] * len(self.fragments)
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
 
+    def _start_fault_tolerant(self, model, inner_optimizer, island_size, outer_dtype,
+                              fragments):
+        """Islands of one rank each through a Manager (Note [Islands that come and go]): the
+        first ranks start from rank 0's parameters, a replacement from a live island's."""
+        if island_size not in (None, 1):
+            raise ValueError(f"island_size={island_size} with fault_tolerance: every rank is an "
+                             "island of its own (an island's inner group cannot change members)")
+        if outer_dtype != torch.float32:
+            raise ValueError(f"outer_dtype={outer_dtype} with fault_tolerance: the Manager "
+                             "averages in the parameters' dtype; use torch.float32")
+        if fragments not in (None, 1):
+            raise ValueError(f"fragments={fragments!r} with fault_tolerance: the whole model "
+                             "syncs at once (a fragment's overlapped sync could not be redone "
+                             "after a loss)")
+        self.fragments = [self.params]
+        self.delay, self.alpha, self.outer_dtype = 0, 0.0, outer_dtype
+        self._inner = inner_optimizer
+        self.island_group = self.across_group = None
+        self.manager = ft.Manager(model, self.outer_optimizer, state_dict=self._state,
+                                  load_state_dict=self._load_state)
+        self._outer_step = ft.OptimizerWrapper(self.manager, self.outer_optimizer)
+        self.islands = self.manager.world_size
+        self._global = [_flat(self.params)]
+        self._apart = [False]
+        self._hook = inner_optimizer.register_step_post_hook(self._after_step)
+
+    def _state(self):
+        return {"steps": self.steps, "inner": self._inner.state_dict()}
+
+    def _load_state(self, state):
+        self.steps = state["steps"]
+        self._inner.load_state_dict(state["inner"])
+
+    @torch.no_grad()
+    def _sync_alive(self):
+        """The outer sync over the islands alive (Note [Islands that come and go]): redone
+        from this island's kept parameters while the group fails and re-forms, unless a peer
+        that finished it hands its state over."""
+        before = self.manager.step
+        local = [p.detach().clone() for p in self.params]
+        while True:
+            at = 0
+            for p, mine in zip(self.params, local):
+                size = p.numel()
+                g = self._global[0][at:at + size].view_as(p)
+                p.copy_(g)
+                p.grad = (g - mine.float()).to(p.dtype)
+                at += size
+            if self._outer_step.step() or self.manager.step > before:
+                break
+        for p in self.params:
+            p.grad = None
+        self._global = [_flat(self.params)]
+        self._apart = [False]
+        self.islands = self.manager.world_size
+        self.syncs = self.manager.step
+
     def _after_step(self, _optimizer, _args, _kwargs):
         self.steps += 1
+        if self.manager is not None:
+            self._apart = [True]
+            if self.steps % self.sync_every == 0:
+                self._sync_alive()
+            return
         self._apart = [True] * len(self.fragments)
         ahead = self.steps + self.delay
         if ahead % self.cadence == 0:
@@ -121,7 +230,11 @@ class DiLoCo:
         """Ends every island on the global parameters now, whatever the count: the sync under
         way ends, then every fragment that may be apart syncs keeping none of the islands' own
         progress (one that is not would only take a momentum step). A collective of the
-        world."""
+        world (of the islands alive, under fault_tolerance)."""
+        if self.manager is not None:
+            if self._apart[0]:
+                self._sync_alive()
+            return
         if self._pending is not None:
             self._complete(self.alpha)
         for k in range(len(self.fragments)):

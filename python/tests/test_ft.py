@@ -20,18 +20,17 @@ The global batch of every step is fixed; a rank's share is decided by its slot.
 """
 
 import argparse
-import gzip
 import os
 import signal
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 import phalanx_torch  # noqa: F401  (registers "phalanx")
+from digits import TEST, TRAIN, X, Y
 from phalanx_torch import ft
 
 ap = argparse.ArgumentParser()
@@ -48,11 +47,6 @@ ap.add_argument("--ckpt-every", type=int, default=50)
 ap.add_argument("--step-time", type=float, default=0.0, help="seconds of simulated work a step")
 a = ap.parse_args()
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-with gzip.open(os.path.join(HERE, "../../data/digits.csv.gz"), "rt") as f:
-    rows = np.loadtxt(f, delimiter=",", dtype=np.float32)
-X, Y = torch.from_numpy(rows[:, :64] / 16.0), torch.from_numpy(rows[:, 64]).long()
-TRAIN, TEST = slice(0, 1497), slice(1497, None)
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
