@@ -83,9 +83,14 @@ __all__ = ["DiLoCo"]
 # - a rank whose averaging completed just before the loss is one sync ahead, and hands the
 #   others its state (the Manager's rule: the newest step wins), which is the new global
 #   parameters, since a rank's parameters are the global ones right after a sync;
-# - a replacement joins at the next sync boundary and takes the model (the global parameters),
-#   the outer optimizer's state, and as extra state the inner step count and the source
-#   island's inner optimizer state (an island starts as a copy of a live one).
+# - a replacement joins at a sync: at its boundary (the others connect it after their outer
+#   step), or in the middle of one, when the others re-form after a loss and find it ready;
+#   it then takes part in that sync at once, with no progress of its own. Either way it takes
+#   the model (the global parameters), the outer optimizer's state, and as extra state the
+#   inner step count and the source island's inner optimizer state (an island starts as a
+#   copy of a live one); a survivor that was behind keeps its own inner optimizer state. The
+#   sync a replacement joins in the middle of averages over it too, its pseudo-gradient zero,
+#   so that sync's step is the islands' progress over one more island.
 # Islands of several ranks would need their inner DDP group to change members too; and a
 # fragment's sync overlapped with the inner steps would have to be redone from inner steps
 # gone by: both are refused with fault_tolerance.
@@ -172,20 +177,36 @@ class DiLoCo:
         self.delay, self.alpha, self.outer_dtype = 0, 0.0, outer_dtype
         self._inner = inner_optimizer
         self.island_group = self.across_group = None
+        # Whether this rank is inside a sync whose outer step it has not taken, as a peer
+        # that hands its state over says (a replacement joining then takes part in it).
+        self._in_sync = self._joins_in_sync = False
         self.manager = ft.Manager(model, self.outer_optimizer, state_dict=self._state,
                                   load_state_dict=self._load_state)
         self._outer_step = ft.OptimizerWrapper(self.manager, self.outer_optimizer)
+        self._outer_hook = self.outer_optimizer.register_step_post_hook(self._outer_stepped)
         self.islands = self.manager.world_size
         self._global = [_flat(self.params)]
         self._apart = [False]
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
+        if self._joins_in_sync:
+            # The others re-formed with this replacement in the middle of a sync: it takes
+            # part at once, with no progress of its own (its parameters are the global ones).
+            self._joins_in_sync = False
+            self._sync_alive()
 
     def _state(self):
-        return {"steps": self.steps, "inner": self._inner.state_dict()}
+        return {"steps": self.steps, "inner": self._inner.state_dict(), "in_sync": self._in_sync}
 
     def _load_state(self, state):
         self.steps = state["steps"]
-        self._inner.load_state_dict(state["inner"])
+        if self.manager is None:
+            # Joining (or starting): the island starts as a copy of the source's. A rank that
+            # was behind keeps its own inner state.
+            self._inner.load_state_dict(state["inner"])
+            self._joins_in_sync = state["in_sync"]
+
+    def _outer_stepped(self, _optimizer, _args, _kwargs):
+        self._in_sync = False
 
     @torch.no_grad()
     def _sync_alive(self):
@@ -195,6 +216,7 @@ class DiLoCo:
         before = self.manager.step
         local = [p.detach().clone() for p in self.params]
         while True:
+            self._in_sync = True
             at = 0
             for p, mine in zip(self.params, local):
                 size = p.numel()
@@ -204,6 +226,7 @@ class DiLoCo:
                 at += size
             if self._outer_step.step() or self.manager.step > before:
                 break
+        self._in_sync = False
         for p in self.params:
             p.grad = None
         self._global = [_flat(self.params)]
@@ -292,6 +315,8 @@ class DiLoCo:
     def close(self):
         """Stops following the inner optimizer's steps."""
         self._hook.remove()
+        if self.manager is not None:
+            self._outer_hook.remove()
 
 
 def _flat(params):

@@ -396,7 +396,8 @@ fn a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank() {
 /// `phalanx_torch.diloco.DiLoCo(fault_tolerance=True)` (Note [Islands that come and go]): 3
 /// islands of one rank, rank 1 SIGKILLed between two outer syncs; the others redo the next
 /// sync without it, within a second of the kill, the replacement joins at a later sync with
-/// a peer's global parameters and outer state, and every island ends on the same parameters.
+/// a peer's global parameters and outer state, and every island ends on the same parameters;
+/// again with the replacement ready before that next sync, which it then takes part in.
 #[test]
 fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
     let _busy = one_at_a_time();
@@ -426,7 +427,37 @@ fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
                 .contains("[rank 1]: recovery joined generation 2 members [0, 1, 2]"),
         "{dump}"
     );
-    // One line per island: (slot, accuracy, the rest: syncs, islands, digest).
+    let ends = island_ends(&f, "syncs 30 islands 3 ");
+    // Undisturbed, the same run ends at 0.82 here; chance is 0.1.
+    assert!(ends[0].1 > 0.7, "the islands did not learn: {ends:?}");
+    // The replacement ready before the others' next sync (they hold it for that): they
+    // re-form with it, and it takes part in that very sync.
+    let dir = TempDir::new("diloco-join-in-sync");
+    let run = [
+        "test_diloco_ft.py",
+        "--steps",
+        "100",
+        "--kill-at",
+        "42",
+        "--join-in-sync",
+        dir.str(),
+    ];
+    let f = launch_flags(&py, 3, "30s", &[], &ft, &run);
+    let dump = format!("{}\n{}", f.stdout, f.stderr);
+    assert_eq!(f.code(), Some(0), "{dump}");
+    assert!(
+        f.stdout
+            .contains("[rank 0]: recovery regrouped generation 2 members [0, 1, 2] at sync 8")
+            && f.stdout
+                .contains("[rank 1]: recovery joined generation 2 members [0, 1, 2] at sync 8"),
+        "{dump}"
+    );
+    island_ends(&f, "syncs 20 islands 3 ");
+}
+
+/// The `result` lines of test_diloco_ft.py, one per island: (slot, accuracy, "syncs S islands
+/// I digest D"), which must be 3, alike, and start with `expected`.
+fn island_ends(f: &Finished, expected: &str) -> Vec<(u32, f64, String)> {
     let mut ends: Vec<(u32, f64, String)> = rank_lines(&f.stdout)
         .into_iter()
         .filter_map(|(_, l)| {
@@ -452,13 +483,12 @@ fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
         })
         .collect();
     ends.sort_by_key(|e| e.0);
-    assert_eq!(ends.len(), 3, "{dump}");
+    assert_eq!(ends.len(), 3, "{}\n{}", f.stdout, f.stderr);
     assert!(
-        ends.iter().all(|e| e.2 == ends[0].2) && ends[0].2.starts_with("syncs 30 islands 3 "),
+        ends.iter().all(|e| e.2 == ends[0].2) && ends[0].2.starts_with(expected),
         "islands differ at the end: {ends:?}"
     );
-    // Undisturbed, the same run ends at 0.82 here; chance is 0.1.
-    assert!(ends[0].1 > 0.7, "the islands did not learn: {ends:?}");
+    ends
 }
 
 #[test]

@@ -380,7 +380,13 @@ impl<'j> Round<'j> {
                 next_poll = Instant::now() + interval;
                 // A lost node first (a closed link costs no store read), then arrivals.
                 match coord.poll(round) {
-                    Polled::Quiet => {}
+                    // A departure whose claim or record found no answer (an election) is
+                    // tried again, on a tick that lost nobody new.
+                    Polled::Quiet => {
+                        if coord.answers() {
+                            record_departures(coord, &*job.store, round);
+                        }
+                    }
                     Polled::Silent(g, cause) => {
                         let (store, rdzv) = (&*job.store, &*job.rdzv);
                         let me = job.node_rank;
@@ -392,10 +398,6 @@ impl<'j> Round<'j> {
                         }
                     }
                     Polled::Failed(cause) => return Watch::Remote(cause),
-                }
-                // A departure whose claim found no answer (an election) is tried again.
-                if let Some(store) = coord.store().filter(|_| coord.answers()) {
-                    record_departures(coord, store);
                 }
                 job.rules
                     .admissions(coord, nodes, job.node_rank, &job.claim());

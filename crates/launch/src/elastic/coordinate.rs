@@ -131,6 +131,8 @@ struct Departure {
     node: u32,
     ranks: Range<u32>,
     since: Instant,
+    /// This agent won the claim; what is owed is the record.
+    claimed: bool,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -515,21 +517,42 @@ impl Coordinator {
             node: g,
             ranks,
             since: Instant::now(),
+            claimed: false,
         });
     }
 
-    /// The departures owed (Note [A departure is recorded once]) that this agent claimed
-    /// now, to record: (round, ranks). A claim that another agent won is settled; one the
-    /// store did not answer stays owed for the next tick, and says so.
-    pub(crate) fn claim_departures(&self) -> Vec<(u32, Range<u32>)> {
+    /// Ranks of node `g` whose departure this agent claimed but could not record: owed again,
+    /// to be recorded at a later tick without claiming anew.
+    pub(crate) fn owe_record(&self, round: u32, g: u32, ranks: Range<u32>) {
+        self.owed.borrow_mut().push(Departure {
+            round,
+            node: g,
+            ranks,
+            since: Instant::now(),
+            claimed: true,
+        });
+    }
+
+    /// The departures owed in round `round` (Note [A departure is recorded once]) that this
+    /// agent claimed now, or had claimed before, to record: (node, ranks). A claim that another
+    /// agent won is settled; one the store did not answer stays owed for the next tick, and
+    /// says so. Those of an earlier round are dropped: its group is gone.
+    pub(crate) fn claim_departures(&self, round: u32) -> Vec<(u32, Range<u32>)> {
         let me = self.node_rank.to_string();
         let mut mine = Vec::new();
         self.owed.borrow_mut().retain(|d| {
+            if d.round != round {
+                return false;
+            }
+            if d.claimed {
+                mine.push((d.node, d.ranks.clone()));
+                return false;
+            }
             let k = keys::agent(d.round, &format!("ft/dropped/{}", d.node));
             match self.ctl.compare_set(&k, b"", me.as_bytes()) {
                 Ok(v) => {
                     if v == me.as_bytes() {
-                        mine.push((d.round, d.ranks.clone()));
+                        mine.push((d.node, d.ranks.clone()));
                     }
                     false
                 }

@@ -146,7 +146,7 @@ fn leave_behind(
         cause.host, cause.what
     );
     coord.drop_member(round, g, ranks);
-    record_departures(coord, store);
+    record_departures(coord, store, round);
 }
 
 /// Records the departures this agent claimed (Note [A departure is recorded once]); called
@@ -163,11 +163,20 @@ fn leave_behind(
 /// than given up: given up by every agent at once, nobody records it, and the survivors wait
 /// out PHALANX_TIMEOUT for a change that never comes. Trying again is safe because the claim
 /// is idempotent: an agent whose claim landed unanswered reads its own name back and wins.
-pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store) {
-    for (round, ranks) in coord.claim_departures() {
-        for r in ranks {
+/// A record that fails after the claim is owed by the claimer alone and tried again too. Its
+/// append is a counter bump and a key: a bump whose answer was lost may count once more, and
+/// the workers then wait for a change that is not written and fail after PHALANX_TIMEOUT,
+/// naming the wait; etcd's receipts (Note [Receipts] in phalanx-store) make that rare.
+pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store, round: u32) {
+    for (g, ranks) in coord.claim_departures(round) {
+        for r in ranks.clone() {
             if let Err(e) = record_change(store, round, &format!("-{r}")) {
-                eprintln!("phalanx launch: recording rank {r}'s departure: {e}");
+                eprintln!(
+                    "phalanx launch: recording rank {r}'s departure: {e}; trying again at the \
+                     next tick"
+                );
+                coord.owe_record(round, g, r..ranks.end);
+                break;
             }
         }
     }
@@ -212,7 +221,7 @@ mod tests {
         server.shutdown();
         for a in [&a1, &a2] {
             a.drop_member(7, 0, 0..2);
-            record_departures(a, &*store);
+            record_departures(a, &*store, 7);
         }
         let server = StoreServer::bind(addr, auth).unwrap();
         let log = |k: &str| store.get(&keys::in_round(7, k)).unwrap();
@@ -220,7 +229,7 @@ mod tests {
             .check(&[&keys::in_round(7, keys::GENERATION)])
             .unwrap());
         for a in [&a2, &a1, &a2] {
-            record_departures(a, &*store);
+            record_departures(a, &*store, 7);
         }
         assert_eq!(
             store.add(&keys::in_round(7, keys::GENERATION), 0).unwrap(),
@@ -228,7 +237,7 @@ mod tests {
         );
         let changes = [keys::generation_change(1), keys::generation_change(2)];
         assert_eq!([log(&changes[0]), log(&changes[1])], [b"-0", b"-1"]);
-        assert!(a1.claim_departures().is_empty() && a2.claim_departures().is_empty());
+        assert!(a1.claim_departures(7).is_empty() && a2.claim_departures(7).is_empty());
         drop(server);
     }
 }

@@ -195,6 +195,17 @@ pub(super) fn load<M: Classifier>(
         first.number("world")?,
         first.number("island_size")? as usize,
     );
+    if (old_world, old_size) == (world as u64, size) {
+        // Written at this very layout, yet this rank's own file is missing or another's:
+        // taking island 0's state would set this rank apart from its island-mates.
+        return Err(Error::Config(format!(
+            "--resume under --outer: {}: missing or written at another layout, while the \
+             checkpoint of step {step} was written at this one (world {world}, islands of \
+             {size}): every rank reads its own file back; start each rank where its file is \
+             (or share the checkpoint directory)",
+            own.display()
+        )));
+    }
     let mut chunks = vec![first.outer()?];
     for r in 1..old_size {
         let path = phalanx_checkpoint::island_file(dir, step, r);

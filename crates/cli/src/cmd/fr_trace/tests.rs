@@ -221,3 +221,31 @@ fn a_group_its_config_misnames_is_read_from_its_entries_as_gloo_writes_it() {
     );
     assert!(report(dumps).ends_with("every recorded collective matches and completed"));
 }
+
+/// Two groups each waiting for the other (rank 0 waits in the world's all-gather, rank 2 in
+/// their pair's #3, which rank 0 never issued): the chain leads back into the world group, so
+/// nobody is named through it, and each group's own verdict stands.
+#[test]
+fn groups_waiting_for_each_other_name_nobody_through_each_other() {
+    let world = ("0", "[0, 1, 2]");
+    let gather = [(0, "all_gather", 1, "started")];
+    let pair_0 = [(2, "all_reduce", 8, "completed")];
+    let pair_2 = [
+        (2, "all_reduce", 8, "completed"),
+        (3, "all_reduce", 8, "started"),
+    ];
+    let dumps = BTreeMap::from([
+        (
+            0,
+            dump_in(&[world, ("1", "[0, 2]")], &[("0", &gather), ("1", &pair_0)]),
+        ),
+        (1, dump_in(&[world], &[("0", &gather)])),
+        (2, dump_in(&[world, ("1", "[0, 2]")], &[("1", &pair_2)])),
+    ]);
+    let a = Analysis::new(&dumps).unwrap();
+    let at = a.groups.iter().position(|g| g.ranks == [0, 1, 2]).unwrap();
+    assert!(a.behind_another_group(at).is_none());
+    assert!(a
+        .text(at)
+        .contains("culprit: rank 2 never issued #0 all_gather"));
+}

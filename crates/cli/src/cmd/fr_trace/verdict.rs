@@ -265,9 +265,11 @@ pub(super) struct Analysis {
 // chain and names that group's culprit, through the waiting rank and the group it waits in
 // (to any depth, each group once). A rank with no collective of its own under way may wait
 // in a send or a receive (a pipeline's, which the analysis leaves out) or between two
-// collectives; if it shares a group with a rank that wrote no dump, that rank is named: a
-// rank that wrote its dump was alive when the job failed, one that wrote none was stopped,
-// hung or killed.
+// collectives; if it shares a group with a rank that wrote no dump (the smallest such group),
+// that rank is named: a rank that wrote its dump was alive when the job failed, one that
+// wrote none was stopped, hung or killed. A chain that leads back into the group itself (two
+// groups each waiting for the other: collectives issued in different orders) names nobody
+// through it: the group's own verdict stands.
 //
 impl Analysis {
     pub(super) fn new(dumps: &BTreeMap<usize, Value>) -> anyhow::Result<Analysis> {
@@ -298,6 +300,15 @@ impl Analysis {
     pub(super) fn behind_another_group(&self, i: usize) -> Option<String> {
         let skipped = self.verdicts[i].skipped.as_ref()?;
         let (roots, via) = self.roots_behind(i, &BTreeSet::from([i]))?;
+        // Led back to a rank of this very group (collectives issued in different orders,
+        // each group waiting for the other): a deadlock, not somebody else's fault; the
+        // group's own verdict says what it saw.
+        if roots
+            .iter()
+            .any(|r| skipped.present.contains(r) || skipped.absent.contains(r))
+        {
+            return None;
+        }
         let verb = |rs: &[usize]| if rs.len() == 1 { "waits" } else { "wait" };
         Some(format!(
             "{}\n  culprit: {}, behind which {} {} in another group: {} never issued {} that {} \
@@ -345,17 +356,20 @@ impl Analysis {
             let Some((j, seq, call)) = waits else {
                 // No collective of its own under way (it waits in a send or receive, or between
                 // two collectives): the ranks without a dump that share a group with it.
-                let (j, silent) = (0..groups.len()).find_map(|j| {
-                    let g = &groups[j];
-                    let silent: Vec<usize> = g
-                        .ranks
-                        .iter()
-                        .copied()
-                        .filter(|q| !dumped.contains(q))
-                        .collect();
-                    (!seen.contains(&j) && g.ranks.contains(&r) && !silent.is_empty())
-                        .then_some((j, silent))
-                })?;
+                // The smallest such group: the world holds every rank, a subgroup says more.
+                let (j, silent) = (0..groups.len())
+                    .filter_map(|j| {
+                        let g = &groups[j];
+                        let silent: Vec<usize> = g
+                            .ranks
+                            .iter()
+                            .copied()
+                            .filter(|q| !dumped.contains(q))
+                            .collect();
+                        (!seen.contains(&j) && g.ranks.contains(&r) && !silent.is_empty())
+                            .then_some((j, silent))
+                    })
+                    .min_by_key(|(j, _)| groups[*j].ranks.len())?;
                 via.push(format!(
                     "rank {r} shares {} with {}, which wrote no dump",
                     self.group(j),
