@@ -151,6 +151,11 @@ class Manager:
     def generation(self):
         return self._ft.generation if self._ft is not None else 0
 
+    def newest_generation(self):
+        """The newest generation the launcher or a joiner recorded, which this rank connects
+        at its next step boundary or regroup (its own ``generation`` until then)."""
+        return self._ft.newest() if self._ft is not None else 0
+
     @property
     def members(self):
         return self._ft.members if self._ft is not None else list(range(self.world_size))

@@ -14,8 +14,8 @@ Every rank prints one ``result`` line (slot, syncs, islands at the end, test acc
 of its parameters), its recoveries (kind, generation, members, seconds), and, on the
 survivors, when their first sync after the kill completed. While an island is missing each
 inner step waits 0.1 s, so that the replacement (which imports torch first) joins before the
-run ends. With ``--join-in-sync DIR`` the survivors instead hold the sync after the kill until
-the replacement is ready, so that they re-form with it and it takes part in that sync.
+run ends. With ``--join-in-sync`` the survivors instead hold the sync after the kill until the
+replacement asked to join, so that they re-form with it and it takes part in that sync.
 """
 
 import argparse
@@ -36,9 +36,10 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=150, help="inner steps")
 ap.add_argument("--sync-every", type=int, default=5)
 ap.add_argument("--kill-at", type=int, default=0)
-ap.add_argument("--join-in-sync", default=None, metavar="DIR",
-                help="the survivors hold their next sync until the replacement is ready (it "
-                     "creates DIR/ready), so that it joins in the middle of that sync")
+ap.add_argument("--join-in-sync", action="store_true",
+                help="the survivors hold their next sync until the replacement asked to join "
+                     "(generation 2 recorded: its death, then its join), so that it joins in "
+                     "the middle of that sync")
 a = ap.parse_args()
 
 first_life = os.environ.get("PHALANX_FT_REPLACEMENT") != "1"
@@ -57,8 +58,6 @@ for bad, words in [(dict(island_size=2), "island_size=2 with fault_tolerance"),
         raise AssertionError(f"{bad} accepted")
     except ValueError as e:
         assert words in str(e), e
-if a.join_in_sync and not first_life:
-    open(os.path.join(a.join_in_sync, "ready"), "w").close()
 diloco = DiLoCo(model, inner, outer, sync_every=a.sync_every, fault_tolerance=True)
 manager = diloco.manager
 if manager.finished:
@@ -75,9 +74,8 @@ while diloco.steps < a.steps:
         time.sleep(0.1)
     if (a.join_in_sync and first_life and killed_at is None and step > a.kill_at
             and (step + 1) % a.sync_every == 0):
-        while not os.path.exists(os.path.join(a.join_in_sync, "ready")):
+        while manager.newest_generation() < 2:
             time.sleep(0.05)
-        time.sleep(1.5)  # its join recorded: the others' regroup finds it
     at = (step * 32) % (TRAIN.stop - 32)
     idx = order[at:at + 32]
     inner.zero_grad()

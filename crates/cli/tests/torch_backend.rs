@@ -430,9 +430,8 @@ fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
     let ends = island_ends(&f, "syncs 30 islands 3 ");
     // Undisturbed, the same run ends at 0.82 here; chance is 0.1.
     assert!(ends[0].1 > 0.7, "the islands did not learn: {ends:?}");
-    // The replacement ready before the others' next sync (they hold it for that): they
-    // re-form with it, and it takes part in that very sync.
-    let dir = TempDir::new("diloco-join-in-sync");
+    // The replacement ready before the others' next sync (they hold it until its join is
+    // recorded): they re-form with it, and it takes part in that very sync.
     let run = [
         "test_diloco_ft.py",
         "--steps",
@@ -440,7 +439,6 @@ fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
         "--kill-at",
         "42",
         "--join-in-sync",
-        dir.str(),
     ];
     let f = launch_flags(&py, 3, "30s", &[], &ft, &run);
     let dump = format!("{}\n{}", f.stdout, f.stderr);

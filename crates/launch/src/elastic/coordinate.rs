@@ -38,7 +38,9 @@
 //! leaving the process group, a published failure, the exit barrier) go through the control
 //! handle, which under etcd waits out an election (the store's grace) rather than failing in
 //! it: when both survivors' claims to record node 0's departure failed after 1 s, nobody
-//! recorded it, and their workers waited 30 s for a replacement.
+//! recorded it, and their workers waited 30 s for a replacement. An election can outlast
+//! that grace too (seen once: 5 s): a claim or record that still finds no answer stays owed
+//! and is tried again on a later tick (Note [A departure is recorded once] in `policy.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
@@ -125,6 +127,9 @@ pub(crate) struct Coordinator {
     owed: RefCell<Vec<Departure>>,
 }
 
+/// A departure to record: (node, ranks, the generation the first rank took already).
+pub(crate) type Owed = (u32, Range<u32>, Option<u64>);
+
 /// A lost node whose ranks leave the process group: the change one agent records.
 struct Departure {
     round: u32,
@@ -133,6 +138,8 @@ struct Departure {
     since: Instant,
     /// This agent won the claim; what is owed is the record.
     claimed: bool,
+    /// The generation the first rank's change took, its key not yet written.
+    bumped: Option<u64>,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -518,26 +525,30 @@ impl Coordinator {
             ranks,
             since: Instant::now(),
             claimed: false,
+            bumped: None,
         });
     }
 
     /// Ranks of node `g` whose departure this agent claimed but could not record: owed again,
-    /// to be recorded at a later tick without claiming anew.
-    pub(crate) fn owe_record(&self, round: u32, g: u32, ranks: Range<u32>) {
+    /// to be recorded at a later tick without claiming anew; `bumped`, the generation the
+    /// first of them already took, whose change key is what is left to write.
+    pub(crate) fn owe_record(&self, round: u32, g: u32, ranks: Range<u32>, bumped: Option<u64>) {
         self.owed.borrow_mut().push(Departure {
             round,
             node: g,
             ranks,
             since: Instant::now(),
             claimed: true,
+            bumped,
         });
     }
 
     /// The departures owed in round `round` (Note [A departure is recorded once]) that this
-    /// agent claimed now, or had claimed before, to record: (node, ranks). A claim that another
+    /// agent claimed now, or had claimed before, to record: (node, ranks, the generation the
+    /// first of them took already, if any). A claim that another
     /// agent won is settled; one the store did not answer stays owed for the next tick, and
     /// says so. Those of an earlier round are dropped: its group is gone.
-    pub(crate) fn claim_departures(&self, round: u32) -> Vec<(u32, Range<u32>)> {
+    pub(crate) fn claim_departures(&self, round: u32) -> Vec<Owed> {
         let me = self.node_rank.to_string();
         let mut mine = Vec::new();
         self.owed.borrow_mut().retain(|d| {
@@ -545,14 +556,14 @@ impl Coordinator {
                 return false;
             }
             if d.claimed {
-                mine.push((d.node, d.ranks.clone()));
+                mine.push((d.node, d.ranks.clone(), d.bumped));
                 return false;
             }
             let k = keys::agent(d.round, &format!("ft/dropped/{}", d.node));
             match self.ctl.compare_set(&k, b"", me.as_bytes()) {
                 Ok(v) => {
                     if v == me.as_bytes() {
-                        mine.push((d.node, d.ranks.clone()));
+                        mine.push((d.node, d.ranks.clone(), None));
                     }
                     false
                 }

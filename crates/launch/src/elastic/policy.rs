@@ -150,8 +150,8 @@ fn leave_behind(
 }
 
 /// Records the departures this agent claimed (Note [A departure is recorded once]); called
-/// when a node is lost, and at every monitor tick while the store answers, for a claim that
-/// found no answer before.
+/// when a node is lost, and on the monitor's quiet ticks while the store answers, for a claim
+/// or a record that found no answer before.
 ///
 /// Note [A departure is recorded once]
 /// Every surviving agent sees a node go, and its ranks' departure must enter the generation
@@ -163,19 +163,34 @@ fn leave_behind(
 /// than given up: given up by every agent at once, nobody records it, and the survivors wait
 /// out PHALANX_TIMEOUT for a change that never comes. Trying again is safe because the claim
 /// is idempotent: an agent whose claim landed unanswered reads its own name back and wins.
-/// A record that fails after the claim is owed by the claimer alone and tried again too. Its
-/// append is a counter bump and a key: a bump whose answer was lost may count once more, and
-/// the workers then wait for a change that is not written and fail after PHALANX_TIMEOUT,
-/// naming the wait; etcd's receipts (Note [Receipts] in phalanx-store) make that rare.
+/// A record that fails after the claim is owed by the claimer alone, in two steps: a rank's
+/// change is a counter bump and then a key for the generation it gave, so a bump that landed
+/// and a key that did not is retried as the key alone (bumping again would leave a generation
+/// without its change, which the workers would wait for). A bump whose answer was lost may
+/// still count once more; etcd's receipts (Note [Receipts] in phalanx-store) make that rare.
 pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store, round: u32) {
-    for (g, ranks) in coord.claim_departures(round) {
+    let key = |k: &str| keys::in_round(round, k);
+    for (g, ranks, mut bumped) in coord.claim_departures(round) {
         for r in ranks.clone() {
-            if let Err(e) = record_change(store, round, &format!("-{r}")) {
+            let written = (|| {
+                let generation = match bumped.take() {
+                    Some(generation) => generation,
+                    None => store
+                        .add(&key(keys::GENERATION), 1)
+                        .map_err(|e| (None, e))?
+                        .max(0) as u64,
+                };
+                let change = key(&keys::generation_change(generation));
+                store
+                    .set(&change, format!("-{r}").as_bytes())
+                    .map_err(|e| (Some(generation), e))
+            })();
+            if let Err((at, e)) = written {
                 eprintln!(
                     "phalanx launch: recording rank {r}'s departure: {e}; trying again at the \
                      next tick"
                 );
-                coord.owe_record(round, g, r..ranks.end);
+                coord.owe_record(round, g, r..ranks.end, at);
                 break;
             }
         }

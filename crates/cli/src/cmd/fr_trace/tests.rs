@@ -249,3 +249,33 @@ fn groups_waiting_for_each_other_name_nobody_through_each_other() {
         .text(at)
         .contains("culprit: rank 2 never issued #0 all_gather"));
 }
+
+/// A rank with nothing under way shares the world and a pair with a rank that wrote no dump:
+/// the pair is named (the smallest group), and so is only the silent rank of that pair.
+#[test]
+fn a_silent_rank_is_named_through_the_smallest_group_shared() {
+    let world = ("0", "[0, 1, 2, 3]");
+    let gather = [(0, "all_gather", 1, "started")];
+    let done = [(5, "all_reduce", 8, "completed")];
+    let dumps = BTreeMap::from([
+        (0, dump_in(&[world, ("1", "[0, 1, 2]")], &[("1", &gather)])),
+        (1, dump_in(&[world, ("1", "[0, 1, 2]")], &[("1", &gather)])),
+        (
+            2,
+            dump_in(
+                &[world, ("1", "[0, 1, 2]"), ("2", "[2, 3]")],
+                &[("2", &done)],
+            ),
+        ),
+    ]);
+    let a = Analysis::new(&dumps).unwrap();
+    let at = a.groups.iter().position(|g| g.ranks == [0, 1, 2]).unwrap();
+    let r = a.text(at);
+    assert!(
+        r.contains("culprit: rank 3, behind which rank 2 waits")
+            && r.contains(
+                "(rank 2 shares group 2 (ranks [2, 3]) with rank 3, which wrote no dump)"
+            ),
+        "{r}"
+    );
+}

@@ -303,10 +303,7 @@ impl Analysis {
         // Led back to a rank of this very group (collectives issued in different orders,
         // each group waiting for the other): a deadlock, not somebody else's fault; the
         // group's own verdict says what it saw.
-        if roots
-            .iter()
-            .any(|r| skipped.present.contains(r) || skipped.absent.contains(r))
-        {
+        if self.leads_back(i, &roots) {
             return None;
         }
         let verb = |rs: &[usize]| if rs.len() == 1 { "waits" } else { "wait" };
@@ -323,6 +320,17 @@ impl Analysis {
             verb(&skipped.present),
             via.join("; ")
         ))
+    }
+
+    /// Whether `roots`, found behind group `i`'s skipping ranks, are ranks that group names
+    /// as skipping or waiting: a chain back into it.
+    fn leads_back(&self, i: usize, roots: &BTreeSet<usize>) -> bool {
+        let Some(skipped) = self.verdicts[i].skipped.as_ref() else {
+            return false;
+        };
+        roots
+            .iter()
+            .any(|r| skipped.present.contains(r) || skipped.absent.contains(r))
     }
 
     /// "group 3 (ranks [2, 3])".
@@ -381,7 +389,11 @@ impl Analysis {
             // Each branch follows its own path: two ranks may wait in one group.
             let mut path = seen.clone();
             path.insert(j);
-            let deeper = self.roots_behind(j, &path);
+            // A chain that leads back into group j (groups waiting for each other, deeper
+            // down) stops at j's own verdict, as at the top (`behind_another_group`).
+            let deeper = self
+                .roots_behind(j, &path)
+                .filter(|(roots, _)| !self.leads_back(j, roots));
             let behind: Vec<usize> = match deeper {
                 Some((deeper_roots, deeper_via)) => {
                     via.extend(deeper_via);
