@@ -13,6 +13,10 @@
 //!   wrote no dump are named (a stopped, hung or killed rank writes none); when every rank
 //!   wrote one, nobody is named and the waits are listed.
 //!
+//! A group where nobody waits names nobody, even with ranks missing from the dumps: a rank
+//! that ended before it wrote its dump (the job stopped once its culprit was known) looks
+//! the same as a stopped one, and only a rank that others wait for is evidence.
+//!
 //! ```text
 //! $ phalanx fr-trace /tmp/fr/trace_
 //! flight recorder: 2 dumps under /tmp/fr/trace_ (ranks 0, 2), format 2.10

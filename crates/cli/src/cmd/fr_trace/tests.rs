@@ -279,3 +279,20 @@ fn a_silent_rank_is_named_through_the_smallest_group_shared() {
         "{r}"
     );
 }
+
+/// Rank 2 wrote no dump, but nobody in the group waits for it: it is not blamed here (it may
+/// have ended before writing one when the job stopped).
+#[test]
+fn a_missing_dump_nobody_waits_for_names_nobody() {
+    let calls = [(4, "all_reduce", 8, "completed")];
+    let dumps = BTreeMap::from([
+        (0, dump("[0, 1, 2]", "0", &calls)),
+        (1, dump("[0, 1, 2]", "0", &calls)),
+    ]);
+    let r = report(dumps);
+    assert!(
+        r.contains("no dump from rank 2 (stopped, hung, killed, or ended before writing one)")
+            && !r.contains("culprit"),
+        "{r}"
+    );
+}

@@ -236,12 +236,15 @@ pub(super) fn verdict(
             "{head}; every recorded collective matches and completed"
         ))
     } else {
-        let text = format!(
-            "{head}\n  culprit: {} wrote no dump (stopped, hung or killed); the others completed \
-             every collective they recorded",
-            ranks_word(&missing)
-        );
-        Verdict::naming(text, &missing)
+        // Nobody here waits for them: no evidence against them in this group. A rank that
+        // ended before it wrote its dump (the launcher stops the job once it has a culprit)
+        // looks the same as a stopped one, so the group where somebody waits names it.
+        Verdict::plain(format!(
+            "{head}\n  no dump from {} (stopped, hung, killed, or ended before writing one); \
+             nobody here waits for {}: the others completed every collective they recorded",
+            ranks_word(&missing),
+            if missing.len() == 1 { "it" } else { "them" }
+        ))
     }
 }
 
