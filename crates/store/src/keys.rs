@@ -59,9 +59,29 @@ pub fn append_generation_change(
     scope: &dyn Fn(&str) -> String,
     what: &str,
 ) -> crate::Result<u64> {
-    let generation = store.add(&scope(GENERATION), 1)?.max(0) as u64;
-    store.set(&scope(&generation_change(generation)), what.as_bytes())?;
+    let generation = bump_generation(store, scope)?;
+    write_generation_change(store, scope, generation, what)?;
     Ok(generation)
+}
+
+/// The first half of [`append_generation_change`]: takes the next generation. A writer that
+/// must retry after a failure retries the half that failed (a second bump would leave a
+/// generation without its change, which every reader waits for).
+pub fn bump_generation(
+    store: &dyn crate::Store,
+    scope: &dyn Fn(&str) -> String,
+) -> crate::Result<u64> {
+    Ok(store.add(&scope(GENERATION), 1)?.max(0) as u64)
+}
+
+/// The second half of [`append_generation_change`]: writes `what` as `generation`'s change.
+pub fn write_generation_change(
+    store: &dyn crate::Store,
+    scope: &dyn Fn(&str) -> String,
+    generation: u64,
+    what: &str,
+) -> crate::Result<()> {
+    store.set(&scope(&generation_change(generation)), what.as_bytes())
 }
 
 /// Set by every rank that connects generation `generation` (Note [Generations] in phalanx-pg):

@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use phalanx_store::{keys, Store};
 
+use super::departures::{Departures, Owed};
 use super::links::Links;
 use crate::rdzv::claims::Claim;
 use crate::signals;
@@ -122,24 +123,9 @@ pub(crate) struct Coordinator {
     /// about one poll under etcd (Note [The monitor does not wait out an election]), else
     /// `ctl`.
     watch: Arc<dyn Store>,
-    /// Lost nodes whose ranks' departure no agent was seen to claim yet (Note [A departure is
-    /// recorded once]).
-    owed: RefCell<Vec<Departure>>,
-}
-
-/// A departure to record: (node, ranks, the generation the first rank took already).
-pub(crate) type Owed = (u32, Range<u32>, Option<u64>);
-
-/// A lost node whose ranks leave the process group: the change one agent records.
-struct Departure {
-    round: u32,
-    node: u32,
-    ranks: Range<u32>,
-    since: Instant,
-    /// This agent won the claim; what is owed is the record.
-    claimed: bool,
-    /// The generation the first rank's change took, its key not yet written.
-    bumped: Option<u64>,
+    /// Lost nodes whose ranks' departure this agent owes the generation log (Note [A
+    /// departure is recorded once] in `policy.rs`).
+    departures: Departures,
 }
 
 /// What this agent knows of the others' heartbeats in one round.
@@ -190,7 +176,7 @@ impl Coordinator {
             hosts: RefCell::default(),
             grace: Duration::ZERO,
             unanswered: Cell::new(None),
-            owed: RefCell::default(),
+            departures: Departures::default(),
         }
     }
 
@@ -519,68 +505,20 @@ impl Coordinator {
         if let Some(links) = &self.links {
             links.forget(g);
         }
-        self.owed.borrow_mut().push(Departure {
-            round,
-            node: g,
-            ranks,
-            since: Instant::now(),
-            claimed: false,
-            bumped: None,
-        });
+        self.departures.owe(round, g, ranks, None);
     }
 
     /// Ranks of node `g` whose departure this agent claimed but could not record: owed again,
     /// to be recorded at a later tick without claiming anew; `bumped`, the generation the
     /// first of them already took, whose change key is what is left to write.
     pub(crate) fn owe_record(&self, round: u32, g: u32, ranks: Range<u32>, bumped: Option<u64>) {
-        self.owed.borrow_mut().push(Departure {
-            round,
-            node: g,
-            ranks,
-            since: Instant::now(),
-            claimed: true,
-            bumped,
-        });
+        self.departures.owe(round, g, ranks, Some(bumped));
     }
 
-    /// The departures owed in round `round` (Note [A departure is recorded once]) that this
-    /// agent claimed now, or had claimed before, to record: (node, ranks, the generation the
-    /// first of them took already, if any). A claim that another
-    /// agent won is settled; one the store did not answer stays owed for the next tick, and
-    /// says so. Those of an earlier round are dropped: its group is gone.
+    /// The departures owed in round `round` that this agent now holds the claim to, to record
+    /// ([`Departures::claim`]).
     pub(crate) fn claim_departures(&self, round: u32) -> Vec<Owed> {
-        let me = self.node_rank.to_string();
-        let mut mine = Vec::new();
-        self.owed.borrow_mut().retain(|d| {
-            if d.round != round {
-                return false;
-            }
-            if d.claimed {
-                mine.push((d.node, d.ranks.clone(), d.bumped));
-                return false;
-            }
-            let k = keys::agent(d.round, &format!("ft/dropped/{}", d.node));
-            match self.ctl.compare_set(&k, b"", me.as_bytes()) {
-                Ok(v) => {
-                    if v == me.as_bytes() {
-                        mine.push((d.node, d.ranks.clone(), None));
-                    }
-                    false
-                }
-                Err(e) => {
-                    eprintln!(
-                        "phalanx launch: node {}'s ranks {:?} have left, but claiming their \
-                         departure found no answer from the store ({e}); trying again at the \
-                         next tick ({:.1} s since it left)",
-                        d.node,
-                        d.ranks,
-                        d.since.elapsed().as_secs_f64()
-                    );
-                    true
-                }
-            }
-        });
-        mine
+        self.departures.claim(&*self.ctl, self.node_rank, round)
     }
 
     /// `--fault-tolerance`: node `g` was admitted into round `round` (Note [Admission]): its

@@ -37,6 +37,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod coordinate;
+pub(crate) mod departures;
 pub(crate) mod links;
 pub(crate) mod policy;
 

@@ -169,20 +169,15 @@ fn leave_behind(
 /// without its change, which the workers would wait for). A bump whose answer was lost may
 /// still count once more; etcd's receipts (Note [Receipts] in phalanx-store) make that rare.
 pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store, round: u32) {
-    let key = |k: &str| keys::in_round(round, k);
+    let scope = |k: &str| keys::in_round(round, k);
     for (g, ranks, mut bumped) in coord.claim_departures(round) {
         for r in ranks.clone() {
             let written = (|| {
                 let generation = match bumped.take() {
                     Some(generation) => generation,
-                    None => store
-                        .add(&key(keys::GENERATION), 1)
-                        .map_err(|e| (None, e))?
-                        .max(0) as u64,
+                    None => keys::bump_generation(store, &scope).map_err(|e| (None, e))?,
                 };
-                let change = key(&keys::generation_change(generation));
-                store
-                    .set(&change, format!("-{r}").as_bytes())
+                keys::write_generation_change(store, &scope, generation, &format!("-{r}"))
                     .map_err(|e| (Some(generation), e))
             })();
             if let Err((at, e)) = written {
