@@ -856,3 +856,113 @@ fn gelu_f32_matches_its_definition() {
         x += 0.0137;
     }
 }
+
+#[test]
+fn exp_f32_is_libm_exp_bitwise() {
+    // Around the cut, down to -inf, the ordinary range and the specials.
+    let mut xs: Vec<f32> = vec![
+        f32::NEG_INFINITY,
+        f32::MIN,
+        -1.0e9,
+        -1.0e30,
+        f32::NAN,
+        0.0,
+        -0.0,
+    ];
+    let mut x = -110.0f32;
+    while x < 90.0 {
+        xs.push(x);
+        x += 0.013;
+    }
+    let cut = EXP_CUT.to_bits();
+    for at in cut - 10_000..cut + 10_000 {
+        xs.push(-f32::from_bits(at));
+    }
+    for &x in &xs {
+        let (got, want) = (crate::ops::unary::exp_f32(x), x.exp());
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "exp({x:e}): {got:e} against {want:e}"
+        );
+    }
+    // Through the tensor op too.
+    let values: Vec<f64> = xs
+        .iter()
+        .filter(|x| !x.is_nan())
+        .map(|&x| x as f64)
+        .collect();
+    let n = values.len();
+    let got = f32_values(crate::ops::unary::exp(f32_tensor(&values, &[n])));
+    let want: Vec<f32> = values.iter().map(|&v| (v as f32).exp()).collect();
+    assert_bitwise("exp", &got, &want);
+}
+
+/// Where `exp_f32` stops calling `exp`, negated: the test sweeps 10,000 values each side.
+const EXP_CUT: f32 = 104.0;
+
+#[test]
+fn matmul_writes_every_output_element() {
+    // Outputs that gemm writes without a zero fill: 2-D, batched, broadcast, k = 0, and a
+    // transposed (strided) operand, against a direct loop.
+    use burn_backend::ops::FloatTensorOps;
+    let mut rng = Rng(0x5eed_1234);
+    for &(batch, m, k, n) in &[
+        (1, 7, 5, 3),
+        (3, 16, 33, 9),
+        (4, 1, 8, 1),
+        (2, 5, 0, 4),
+        (1, 64, 64, 64),
+    ] {
+        let a = rng.values(batch * m * k);
+        let b = rng.values(batch * k * n);
+        let want: Vec<f64> = (0..batch)
+            .flat_map(|bi| {
+                let (a, b) = (&a, &b);
+                (0..m).flat_map(move |i| {
+                    (0..n).map(move |j| {
+                        (0..k)
+                            .map(|l| {
+                                (a[bi * m * k + i * k + l] as f32 as f64)
+                                    * (b[bi * k * n + l * n + j] as f32 as f64)
+                            })
+                            .sum::<f64>()
+                    })
+                })
+            })
+            .collect();
+        let (lhs, rhs) = match batch {
+            1 => (f32_tensor(&a, &[m, k]), f32_tensor(&b, &[k, n])),
+            _ => (
+                f32_tensor(&a, &[batch, m, k]),
+                f32_tensor(&b, &[batch, k, n]),
+            ),
+        };
+        // Dirty the allocator with non-zero buffers of the output's size first.
+        for _ in 0..4 {
+            drop(core::hint::black_box(vec![f32::NAN; batch * m * n]));
+        }
+        let got = f32_values(crate::Flex::float_matmul(lhs, rhs));
+        assert_close(&format!("matmul {batch}x{m}x{k}x{n}"), &got, &want);
+        // The same product with the right operand stored transposed (a strided view).
+        let bt: Vec<f64> = (0..batch)
+            .flat_map(|bi| {
+                let b = &b;
+                (0..n).flat_map(move |j| (0..k).map(move |l| b[bi * k * n + l * n + j]))
+            })
+            .collect();
+        let rhs_t = match batch {
+            1 => crate::Flex::float_swap_dims(f32_tensor(&bt, &[n, k]), 0, 1),
+            _ => crate::Flex::float_swap_dims(f32_tensor(&bt, &[batch, n, k]), 1, 2),
+        };
+        let lhs = match batch {
+            1 => f32_tensor(&a, &[m, k]),
+            _ => f32_tensor(&a, &[batch, m, k]),
+        };
+        let got = f32_values(crate::Flex::float_matmul(lhs, rhs_t));
+        assert_close(
+            &format!("matmul {batch}x{m}x{k}x{n}, rhs strided"),
+            &got,
+            &want,
+        );
+    }
+}
