@@ -966,3 +966,14 @@ fn matmul_writes_every_output_element() {
         );
     }
 }
+
+#[test]
+fn pow2_f32_is_the_integer_path_bitwise() {
+    // Note [2^k without a float-to-int cast]: every k that exp_f32_arith can form.
+    for k in -126..=127 {
+        let want = f32::from_bits(((k + 127) << 23) as u32);
+        let got = crate::ops::activation::pow2_f32(k as f32);
+        assert_eq!(got.to_bits(), want.to_bits(), "2^{k}");
+        assert_eq!(got, 2f32.powi(k), "2^{k}");
+    }
+}
