@@ -10,6 +10,10 @@
 # thread (RAYON_NUM_THREADS=1; torch under phalanx launch gets OMP_NUM_THREADS=1).
 # phalanx's figure is its summary's samples/s (the training steps, data included; startup
 # excluded), PyTorch's the timed loop of its steps.
+# Each round also trains the whole model in one process, on each side (`--nproc-per-node 1`;
+# test_tp_pp.py --only whole): the compute that tp and pp divide. The last lines say each
+# side's speed-up over its own one process, which separates the parallelism from the
+# per-core compute (Burn's CPU kernels against PyTorch's).
 #
 #   [MODE=tp|pp] [ROUNDS=5] [STEPS=100] [HIDDEN=64] [SEQ=32] [BATCH=8] bash bench/compare_tp.sh
 #
@@ -33,7 +37,7 @@ esac
 cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bin=$here/target/release/phalanx
 cd "$here"
-phalanx_tps=() torch_tps=()
+phalanx_tps=() torch_tps=() phalanx_one=() torch_one=()
 for r in $(seq 1 "$ROUNDS"); do
   s=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node 2 "${flags[@]}" --model gpt \
         --hidden "$HIDDEN" --depth 2 --heads 4 --seq-len "$SEQ" --batch-size "$BATCH" --optimizer sgd --lr 0.1 \
@@ -44,12 +48,25 @@ for r in $(seq 1 "$ROUNDS"); do
         --nproc-per-node 2 python/tests/test_tp_pp.py --only "$torch_run" --backends gloo \
         --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o "time $torch_run gloo [0-9.]* s ([0-9]* tokens/s)" \
       | head -1 | grep -o '([0-9]*' | tr -d '(')
-  echo "round $r: phalanx $label $(printf %.0f "$p") tokens/s, PyTorch $peer over gloo $t tokens/s"
-  phalanx_tps+=("$p") torch_tps+=("$t")
+  s1=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node 1 --model gpt \
+        --hidden "$HIDDEN" --depth 2 --heads 4 --seq-len "$SEQ" --batch-size "$BATCH" --optimizer sgd --lr 0.1 \
+        --dropout 0 --max-steps "$STEPS" --json 2>/dev/null | sed 's/^\[rank [0-9]*\]: //' \
+      | grep '"event":"summary"' | head -1)
+  p1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["samples_per_s"] * int(sys.argv[2]))' "$s1" "$SEQ")
+  # One thread, as each rank has above (a launcher gives OMP_NUM_THREADS=1 only to several).
+  t1=$(OMP_NUM_THREADS=1 PHALANX_PYTHON=$VENV/bin/python PHALANX_TIMEOUT=60s "$bin" launch --standalone \
+        --nproc-per-node 1 python/tests/test_tp_pp.py --only whole --backends gloo \
+        --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o "time whole gloo [0-9.]* s ([0-9]* tokens/s)" \
+      | head -1 | grep -o '([0-9]*' | tr -d '(')
+  echo "round $r: phalanx $label $(printf %.0f "$p") tokens/s, PyTorch $peer over gloo $t tokens/s;" \
+    "one process: phalanx $(printf %.0f "$p1"), PyTorch $t1"
+  phalanx_tps+=("$p") torch_tps+=("$t") phalanx_one+=("$p1") torch_one+=("$t1")
 done
-python3 - "${phalanx_tps[*]}" "${torch_tps[*]}" "$label" <<'PY'
+python3 - "${phalanx_tps[*]}" "${torch_tps[*]}" "$label" "${phalanx_one[*]}" "${torch_one[*]}" <<'PY'
 import statistics as st, sys
-p = st.median(map(float, sys.argv[1].split()))
-t = st.median(map(float, sys.argv[2].split()))
+med = lambda i: st.median(map(float, sys.argv[i].split()))
+p, t, p1, t1 = med(1), med(2), med(4), med(5)
 print(f"median of {len(sys.argv[1].split())} rounds: phalanx {sys.argv[3]} {p:.0f} tokens/s, PyTorch over gloo {t:.0f} tokens/s: {p / t:.2f}x")
+print(f"one process, the whole model: phalanx {p1:.0f} tokens/s, PyTorch {t1:.0f}: {p1 / t1:.2f}x (per-core compute)")
+print(f"speed-up over its own one process: phalanx {p / p1:.2f}x, PyTorch {t / t1:.2f}x (the parallelism)")
 PY

@@ -16,8 +16,9 @@ with `--rounds N` the runs are repeated, phalanx and gloo interleaved, and each 
 median seconds of each (`time tp phalanx 0.41 gloo 0.55`). Prints `tp and pp over phalanx ok`.
 For benchmarks (bench/compare_tp.sh): `--steps N`, `--hidden D --seq-len S --batch B` (the
 model's width, the tokens of a sample, the samples of a batch), `--only tp` (or `pp gpipe`,
-`pp 1f1b`, comma-separated) and `--backends gloo` (the comparison needs both backends, and is
-skipped with one).
+`pp 1f1b`, comma-separated; `whole` trains the whole model on each rank alone, without
+communication, on any number of ranks) and `--backends gloo` (the comparison needs both
+backends, and is skipped with one).
 """
 
 import argparse
@@ -169,6 +170,24 @@ def train_pp(schedule, group, rank):
     return (torch.stack(losses) if losses else torch.zeros(0)), full, seconds
 
 
+def train_whole():
+    """The whole model on this rank alone, no communication: the compute that tp and pp
+    divide (bench/compare_tp.sh's one-process baseline)."""
+    torch.manual_seed(0)
+    model = Gpt()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    begin = time.perf_counter()
+    for x, y in batches():
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    seconds = time.perf_counter() - begin
+    return torch.stack(losses), {n: p.detach() for n, p in model.named_parameters()}, seconds
+
+
 def compare(what, a, b, rank):
     (la, pa, _), (lb, pb, _) = a, b
     same = torch.equal(la, lb) and pa.keys() == pb.keys() and all(
@@ -187,7 +206,8 @@ def main():
     backends = args.backends.split(",")
     dist.init_process_group("phalanx")
     rank, world = dist.get_rank(), dist.get_world_size()
-    assert world == 2, "run on 2 ranks"
+    only = args.only.split(",")
+    assert world == 2 or only == ["whole"], "run on 2 ranks (--only whole runs on any number)"
     meshes = {
         "phalanx": lambda: init_device_mesh("cpu", (world,), mesh_dim_names=("tp",)),
         "gloo": lambda: init_device_mesh("cpu", (world,), mesh_dim_names=("tp",),
@@ -199,8 +219,9 @@ def main():
         "tp": lambda b: train_tp(over[b]),
         "pp gpipe": lambda b: train_pp(ScheduleGPipe, groups[b], rank),
         "pp 1f1b": lambda b: train_pp(Schedule1F1B, groups[b], rank),
+        "whole": lambda b: train_whole(),
     }
-    runs = {w: runs[w] for w in args.only.split(",")}
+    runs = {w: runs[w] for w in only}
     seconds = {(w, b): [] for w in runs for b in over}
     for r in range(rounds):
         for what, run in runs.items():
