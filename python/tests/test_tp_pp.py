@@ -115,7 +115,19 @@ def tp_plan(depth):
 
 def train_tp(mesh):
     torch.manual_seed(0)
-    model = parallelize_module(Gpt(), mesh, tp_plan(2))
+    return train_model(parallelize_module(Gpt(), mesh, tp_plan(2)))
+
+
+def train_whole():
+    """The whole model on this rank alone, no communication: the compute that tp and pp
+    divide (bench/compare_tp.sh's one-process baseline)."""
+    torch.manual_seed(0)
+    return train_model(Gpt())
+
+
+def train_model(model):
+    """Trains `model` (whole, or its DTensor pieces) on every batch with SGD: the losses, the
+    whole parameters and the seconds the steps took."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     begin = time.perf_counter()
@@ -168,24 +180,6 @@ def train_pp(schedule, group, rank):
     seconds = time.perf_counter() - begin
     full = {n: p.detach().clone() for n, p in stage_module.named_parameters()}
     return (torch.stack(losses) if losses else torch.zeros(0)), full, seconds
-
-
-def train_whole():
-    """The whole model on this rank alone, no communication: the compute that tp and pp
-    divide (bench/compare_tp.sh's one-process baseline)."""
-    torch.manual_seed(0)
-    model = Gpt()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    begin = time.perf_counter()
-    for x, y in batches():
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.detach())
-    seconds = time.perf_counter() - begin
-    return torch.stack(losses), {n: p.detach() for n, p in model.named_parameters()}, seconds
 
 
 def compare(what, a, b, rank):
