@@ -263,7 +263,7 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
 
     let out_shape = Shape::from(vec![m, n]);
     let len = checked_size(m, n);
-    let mut out_data: Vec<T> = Vec::with_capacity(len);
+    let mut out_data: Vec<T> = gemm_output(len);
 
     let parallelism = get_parallelism(m, n, k);
 
@@ -370,7 +370,7 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     let len = batch_size
         .checked_mul(out_matrix_size)
         .expect("matmul: output size overflows usize");
-    let mut output: Vec<T> = Vec::with_capacity(len);
+    let mut output: Vec<T> = gemm_output(len);
 
     let lhs_data: &[T] = lhs.storage();
     let rhs_data: &[T] = rhs.storage();
@@ -456,14 +456,30 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
 }
 
 // Note [gemm writes its output whole]
-// `gemm::gemm` with `read_dst = false` computes `dst = beta * lhs * rhs` and never reads `dst`
-// (its alpha is set to zero, and every path, the microkernels, gemv, gevv and k = 0, then
-// stores without loading). So the output needs no zero fill. `FlexTensor::empty` is a
+// `gemm::gemm` with `read_dst = false` computes `dst = beta * lhs * rhs` and does not read
+// `dst`: it sets alpha to zero, and then its microkernels, gemv, gevv and the k = 0 case all
+// store without loading. So the output needs no zero fill. `FlexTensor::empty` is a
 // `vec![0u8; n]` that `Bytes::from_bytes_vec` copies again to raise its alignment: a memset
 // and a memmove of every matmul's output, 11% of a GPT training step on one thread. The
-// buffer is the `Vec`'s spare capacity until gemm has written it, so no `&mut [T]` is ever
-// formed over uninitialised memory (as in `batch_norm.rs`'s `write_planes`), and a `Vec<T>`
-// needs no more than `T`'s alignment.
+// buffer is the `Vec`'s spare capacity until gemm has written it, and a `Vec<T>` needs no more
+// than `T`'s alignment. Two places inside gemm still touch the unwritten output: its
+// column-major mixed-precision gemv forms a `&mut [T]` over it before writing, and the
+// `apple-amx` feature's kernel copies a partial tile of it into a scratch buffer before
+// overwriting it (a read whose values are never used). Under `apple-amx` the buffer is
+// zero-filled first, as before.
+
+/// A buffer of `len` elements for gemm to write (Note [gemm writes its output whole]): its
+/// length is 0 and its spare capacity `len`, unfilled (zeroed under `apple-amx`).
+fn gemm_output<T: GemmScalar>(len: usize) -> Vec<T> {
+    if cfg!(feature = "apple-amx") {
+        // `clear` keeps the zeros in the spare capacity.
+        let mut zeros = vec![T::zero(); len];
+        zeros.clear();
+        zeros
+    } else {
+        Vec::with_capacity(len)
+    }
+}
 
 /// A contiguous tensor of `values`.
 fn written_tensor<T: GemmScalar>(values: Vec<T>, shape: Shape) -> FlexTensor {

@@ -874,7 +874,7 @@ fn exp_f32_is_libm_exp_bitwise() {
         xs.push(x);
         x += 0.013;
     }
-    let cut = EXP_CUT.to_bits();
+    let cut = (-crate::ops::unary::EXP_F32_ZERO_BELOW).to_bits();
     for at in cut - 10_000..cut + 10_000 {
         xs.push(-f32::from_bits(at));
     }
@@ -894,75 +894,131 @@ fn exp_f32_is_libm_exp_bitwise() {
     let n = values.len();
     let got = f32_values(crate::ops::unary::exp(f32_tensor(&values, &[n])));
     let want: Vec<f32> = values.iter().map(|&v| (v as f32).exp()).collect();
-    assert_bitwise("exp", &got, &want);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want), "exp of a tensor against libm's");
 }
 
-/// Where `exp_f32` stops calling `exp`, negated: the test sweeps 10,000 values each side.
-const EXP_CUT: f32 = 104.0;
+/// `lhs` `[batch, m, k]` times `rhs` (`[batch, k, n]`, or `[k, n]` for every batch item when
+/// `shared`), by a direct loop over the f32 values.
+fn matmul_reference(
+    lhs: &[f64],
+    rhs: &[f64],
+    [batch, m, k, n]: [usize; 4],
+    shared: bool,
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(batch * m * n);
+    for bi in 0..batch {
+        let rb = if shared { 0 } else { bi * k * n };
+        for i in 0..m {
+            for j in 0..n {
+                let dot = (0..k)
+                    .map(|l| {
+                        (lhs[bi * m * k + i * k + l] as f32 as f64)
+                            * (rhs[rb + l * n + j] as f32 as f64)
+                    })
+                    .sum::<f64>();
+                out.push(dot);
+            }
+        }
+    }
+    out
+}
 
 #[test]
 fn matmul_writes_every_output_element() {
-    // Outputs that gemm writes without a zero fill: 2-D, batched, broadcast, k = 0, and a
-    // transposed (strided) operand, against a direct loop.
+    // Note [gemm writes its output whole]: outputs that gemm writes without a zero fill,
+    // against a direct loop, after dirtying the allocator with NaN-filled buffers of the
+    // output's size, on a pool of 4 threads (the large cases take the rayon branches). 2-D:
+    // general, m = 1 (gemv), k = 1 and 2 (gevv), large. Batched: general, m = n = 1, k = 0,
+    // large; broadcast: `[b, m, k] x [k, n]` and `[b, m, k] x [1, k, n]`. Each also with the
+    // right operand stored transposed (a strided view).
     use burn_backend::ops::FloatTensorOps;
     let mut rng = Rng(0x5eed_1234);
-    for &(batch, m, k, n) in &[
-        (1, 7, 5, 3),
-        (3, 16, 33, 9),
-        (4, 1, 8, 1),
-        (2, 5, 0, 4),
-        (1, 64, 64, 64),
-    ] {
-        let a = rng.values(batch * m * k);
-        let b = rng.values(batch * k * n);
-        let want: Vec<f64> = (0..batch)
-            .flat_map(|bi| {
-                let (a, b) = (&a, &b);
-                (0..m).flat_map(move |i| {
-                    (0..n).map(move |j| {
-                        (0..k)
-                            .map(|l| {
-                                (a[bi * m * k + i * k + l] as f32 as f64)
-                                    * (b[bi * k * n + l * n + j] as f32 as f64)
-                            })
-                            .sum::<f64>()
-                    })
+    // (batch, m, k, n, rhs): rhs 0 = per batch item, 2 = one `[k, n]`, 3 = one `[1, k, n]`.
+    let cases: &[(usize, usize, usize, usize, usize)] = &[
+        (1, 7, 5, 3, 0),
+        (1, 1, 9, 13, 0),
+        (1, 6, 1, 5, 0),
+        (1, 6, 2, 5, 0),
+        (1, 200, 200, 200, 0),
+        (3, 16, 33, 9, 0),
+        (4, 1, 8, 1, 0),
+        (2, 5, 0, 4, 0),
+        (8, 128, 64, 48, 0),
+        (3, 7, 5, 6, 2),
+        (3, 7, 5, 6, 3),
+    ];
+    on_threads(4, || {
+        for &(batch, m, k, n, rhs_kind) in cases {
+            let shared = rhs_kind != 0;
+            let a = rng.values(batch * m * k);
+            let b = rng.values(if shared { k * n } else { batch * k * n });
+            let want = matmul_reference(&a, &b, [batch, m, k, n], shared);
+            let lhs_shape: Vec<usize> = match batch {
+                1 => vec![m, k],
+                _ => vec![batch, m, k],
+            };
+            let (rhs_shape, rhs_t_shape): (Vec<usize>, Vec<usize>) = match (rhs_kind, batch) {
+                (2, _) | (0, 1) => (vec![k, n], vec![n, k]),
+                (3, _) => (vec![1, k, n], vec![1, n, k]),
+                _ => (vec![batch, k, n], vec![batch, n, k]),
+            };
+            let what = format!("matmul {lhs_shape:?} x {rhs_shape:?}");
+            for _ in 0..4 {
+                drop(core::hint::black_box(vec![f32::NAN; batch * m * n]));
+            }
+            let got = f32_values(crate::Flex::float_matmul(
+                f32_tensor(&a, &lhs_shape),
+                f32_tensor(&b, &rhs_shape),
+            ));
+            assert_close(&what, &got, &want);
+            // The right operand stored transposed: each `[k, n]` matrix as `[n, k]`.
+            let items = b.len() / (k * n).max(1);
+            let bt: Vec<f64> = (0..items)
+                .flat_map(|bi| {
+                    let b = &b;
+                    (0..n).flat_map(move |j| (0..k).map(move |l| b[bi * k * n + l * n + j]))
                 })
-            })
-            .collect();
-        let (lhs, rhs) = match batch {
-            1 => (f32_tensor(&a, &[m, k]), f32_tensor(&b, &[k, n])),
-            _ => (
-                f32_tensor(&a, &[batch, m, k]),
-                f32_tensor(&b, &[batch, k, n]),
-            ),
-        };
-        // Dirty the allocator with non-zero buffers of the output's size first.
-        for _ in 0..4 {
-            drop(core::hint::black_box(vec![f32::NAN; batch * m * n]));
+                .collect();
+            let dims = rhs_t_shape.len();
+            let rhs_t =
+                crate::Flex::float_swap_dims(f32_tensor(&bt, &rhs_t_shape), dims - 2, dims - 1);
+            for _ in 0..4 {
+                drop(core::hint::black_box(vec![f32::NAN; batch * m * n]));
+            }
+            let got = f32_values(crate::Flex::float_matmul(f32_tensor(&a, &lhs_shape), rhs_t));
+            assert_close(&format!("{what}, rhs strided"), &got, &want);
         }
-        let got = f32_values(crate::Flex::float_matmul(lhs, rhs));
-        assert_close(&format!("matmul {batch}x{m}x{k}x{n}"), &got, &want);
-        // The same product with the right operand stored transposed (a strided view).
-        let bt: Vec<f64> = (0..batch)
-            .flat_map(|bi| {
-                let b = &b;
-                (0..n).flat_map(move |j| (0..k).map(move |l| b[bi * k * n + l * n + j]))
-            })
+    });
+    // f16 takes the same gemm path (gemm computes in f32 and stores f16).
+    let (batch, m, k, n) = (2, 9, 7, 5);
+    let (a, b) = (rng.values(batch * m * k), rng.values(batch * k * n));
+    let half = |v: &[f64], shape: &[usize]| {
+        let data: Vec<burn_std::f16> = v.iter().map(|&x| burn_std::f16::from_f64(x)).collect();
+        FlexTensor::from_data(TensorData::new(data, shape.to_vec()))
+    };
+    let a16: Vec<f64> = a
+        .iter()
+        .map(|&x| burn_std::f16::from_f64(x).to_f64())
+        .collect();
+    let b16: Vec<f64> = b
+        .iter()
+        .map(|&x| burn_std::f16::from_f64(x).to_f64())
+        .collect();
+    let want = matmul_reference(&a16, &b16, [batch, m, k, n], false);
+    let got: Vec<f64> =
+        crate::Flex::float_matmul(half(&a, &[batch, m, k]), half(&b, &[batch, k, n]))
+            .into_data()
+            .try_to_vec::<burn_std::f16>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_f64())
             .collect();
-        let rhs_t = match batch {
-            1 => crate::Flex::float_swap_dims(f32_tensor(&bt, &[n, k]), 0, 1),
-            _ => crate::Flex::float_swap_dims(f32_tensor(&bt, &[batch, n, k]), 1, 2),
-        };
-        let lhs = match batch {
-            1 => f32_tensor(&a, &[m, k]),
-            _ => f32_tensor(&a, &[batch, m, k]),
-        };
-        let got = f32_values(crate::Flex::float_matmul(lhs, rhs_t));
-        assert_close(
-            &format!("matmul {batch}x{m}x{k}x{n}, rhs strided"),
-            &got,
-            &want,
+    assert_eq!(got.len(), want.len(), "f16 matmul: length");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 4e-3 * w.abs().max(1.0),
+            "f16 matmul[{i}]: got {g}, want {w}"
         );
     }
 }

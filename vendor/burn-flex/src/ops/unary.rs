@@ -168,7 +168,7 @@ pub fn exp(tensor: FlexTensor) -> FlexTensor {
 
 /// Below this, `exp` of an f32 is +0: e^-104 is less than half the smallest subnormal
 /// (2^-149 ≈ e^-103.28), so a correctly rounded `expf` returns 0 there.
-const EXP_F32_ZERO_BELOW: f32 = -104.0;
+pub(crate) const EXP_F32_ZERO_BELOW: f32 = -104.0;
 
 /// `x.exp()`, with the values below [`EXP_F32_ZERO_BELOW`] answered without calling it.
 ///
