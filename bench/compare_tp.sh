@@ -37,27 +37,31 @@ esac
 cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bin=$here/target/release/phalanx
 cd "$here"
+# phalanx's tokens/s on NPROC ranks with the extra flags given: its summary's samples/s × SEQ.
+phalanx_tokens() {
+  local nproc=$1 s
+  shift
+  s=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node "$nproc" "$@" --model gpt \
+        --hidden "$HIDDEN" --depth 2 --heads 4 --seq-len "$SEQ" --batch-size "$BATCH" --optimizer sgd --lr 0.1 \
+        --dropout 0 --max-steps "$STEPS" --json 2>/dev/null | sed 's/^\[rank [0-9]*\]: //' \
+      | grep '"event":"summary"' | head -1)
+  python3 -c 'import json,sys; print(json.loads(sys.argv[1])["samples_per_s"] * int(sys.argv[2]))' "$s" "$SEQ"
+}
+# PyTorch's tokens/s for test_tp_pp.py's run RUN on NPROC ranks over Gloo. One thread each: a
+# launcher gives OMP_NUM_THREADS=1 only to several processes, so it is set here for one too.
+torch_tokens() {
+  local nproc=$1 run=$2
+  OMP_NUM_THREADS=1 PHALANX_PYTHON=$VENV/bin/python PHALANX_TIMEOUT=60s "$bin" launch --standalone \
+        --nproc-per-node "$nproc" python/tests/test_tp_pp.py --only "$run" --backends gloo \
+        --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o "time $run gloo [0-9.]* s ([0-9]* tokens/s)" \
+      | head -1 | grep -o '([0-9]*' | tr -d '('
+}
 phalanx_tps=() torch_tps=() phalanx_one=() torch_one=()
 for r in $(seq 1 "$ROUNDS"); do
-  s=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node 2 "${flags[@]}" --model gpt \
-        --hidden "$HIDDEN" --depth 2 --heads 4 --seq-len "$SEQ" --batch-size "$BATCH" --optimizer sgd --lr 0.1 \
-        --dropout 0 --max-steps "$STEPS" --json 2>/dev/null | sed 's/^\[rank [0-9]*\]: //' \
-      | grep '"event":"summary"' | head -1)
-  p=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["samples_per_s"] * int(sys.argv[2]))' "$s" "$SEQ")
-  t=$(PHALANX_PYTHON=$VENV/bin/python PHALANX_TIMEOUT=60s "$bin" launch --standalone \
-        --nproc-per-node 2 python/tests/test_tp_pp.py --only "$torch_run" --backends gloo \
-        --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o "time $torch_run gloo [0-9.]* s ([0-9]* tokens/s)" \
-      | head -1 | grep -o '([0-9]*' | tr -d '(')
-  s1=$(RAYON_NUM_THREADS=1 "$bin" train --standalone --nproc-per-node 1 --model gpt \
-        --hidden "$HIDDEN" --depth 2 --heads 4 --seq-len "$SEQ" --batch-size "$BATCH" --optimizer sgd --lr 0.1 \
-        --dropout 0 --max-steps "$STEPS" --json 2>/dev/null | sed 's/^\[rank [0-9]*\]: //' \
-      | grep '"event":"summary"' | head -1)
-  p1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["samples_per_s"] * int(sys.argv[2]))' "$s1" "$SEQ")
-  # One thread, as each rank has above (a launcher gives OMP_NUM_THREADS=1 only to several).
-  t1=$(OMP_NUM_THREADS=1 PHALANX_PYTHON=$VENV/bin/python PHALANX_TIMEOUT=60s "$bin" launch --standalone \
-        --nproc-per-node 1 python/tests/test_tp_pp.py --only whole --backends gloo \
-        --steps "$STEPS" --hidden "$HIDDEN" --seq-len "$SEQ" --batch "$BATCH" 2>/dev/null | grep -o "time whole gloo [0-9.]* s ([0-9]* tokens/s)" \
-      | head -1 | grep -o '([0-9]*' | tr -d '(')
+  p=$(phalanx_tokens 2 "${flags[@]}")
+  t=$(torch_tokens 2 "$torch_run")
+  p1=$(phalanx_tokens 1)
+  t1=$(torch_tokens 1 whole)
   echo "round $r: phalanx $label $(printf %.0f "$p") tokens/s, PyTorch $peer over gloo $t tokens/s;" \
     "one process: phalanx $(printf %.0f "$p1"), PyTorch $t1"
   phalanx_tps+=("$p") torch_tps+=("$t") phalanx_one+=("$p1") torch_one+=("$t1")
