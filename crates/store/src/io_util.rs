@@ -14,13 +14,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Socket options for every store connection: `TCP_NODELAY` (requests are small and latency
 /// bound) and TCP keepalive, so that a peer whose host vanished without a FIN or RST (power
 /// loss, partition) is noticed in about 20 s instead of hanging a blocked `get` until its timeout.
-pub(crate) fn tune(stream: &TcpStream) -> io::Result<()> {
-    stream.set_nodelay(true)?;
+pub(crate) fn tune(socket: socket2::SockRef<'_>) -> io::Result<()> {
+    socket.set_tcp_nodelay(true)?;
     let keepalive = socket2::TcpKeepalive::new()
         .with_time(Duration::from_secs(10))
         .with_interval(Duration::from_secs(2))
         .with_retries(5);
-    socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
+    socket.set_tcp_keepalive(&keepalive)
 }
 
 /// Fills `buf` by `deadline`. The deadline bounds the whole read, not each `read` call, so a
@@ -170,7 +170,7 @@ pub(crate) fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
             }
         }
     };
-    tune(&stream).map_err(|source| Error::Io {
+    tune(socket2::SockRef::from(&stream)).map_err(|source| Error::Io {
         addr: addr.to_string(),
         op: "handshake",
         source,

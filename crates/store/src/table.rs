@@ -2,10 +2,11 @@
 //! same semantics by construction.
 //!
 //! Lock order: one mutex (`state`), held only for in-memory work, never across I/O.
-//! Each waiter sleeps on a condvar of its own, registered under the first key it still misses;
-//! a mutation wakes the waiters of that key only, so the counter churn of a rendezvous (`add`
-//! by every rank) wakes nobody, and the N arrivals that rank 0 waits for do not each wake the
-//! N ranks waiting for the table (one condvar for all cost N² wake-ups under the lock).
+//! Each waiter sleeps on its own (a thread on a condvar, a task of the server's event loop on a
+//! `Notify`), registered under the first key it still misses; a mutation wakes the waiters of
+//! that key only, so the counter churn of a rendezvous (`add` by every rank) wakes nobody, and
+//! the N arrivals that rank 0 waits for do not each wake the N ranks waiting for the table
+//! (one condvar for all cost N² wake-ups under the lock).
 //!
 //! Note [Waiting on the first missing key]
 //! A wait for many keys (rank 0 waits for every rank's) ends only once all are there, so it
@@ -16,8 +17,11 @@
 //! (deleted, a queue popped) is still seen: each look runs to the end and then from the start.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::wire::MAX_VALUE_LEN;
 use crate::{Error, Result};
@@ -34,10 +38,10 @@ pub(crate) enum WaitError {
 #[derive(Default)]
 struct State {
     map: HashMap<String, Vec<u8>>,
-    /// The sleeping waiters of each watched key: each one's own condvar, by its address (a
-    /// waiter leaves in O(1): 16,384 waiters of one key leaving one by one from a list cost
-    /// 134 million comparisons under the lock).
-    watched: HashMap<String, HashMap<usize, Arc<Condvar>>>,
+    /// The sleeping waiters of each watched key, by [`Waiter::id`] (a waiter leaves in O(1):
+    /// 16,384 waiters of one key leaving one by one from a list cost 134 million comparisons
+    /// under the lock).
+    watched: HashMap<String, HashMap<usize, Waiter>>,
     /// PyTorch's queues (`queue_push`/`queue_pop`), kept apart from the keys as PyTorch does.
     queues: HashMap<String, VecDeque<Vec<u8>>>,
 }
@@ -67,14 +71,14 @@ impl Table {
     /// and keeps the woken from queueing on a lock their waker still holds: 16,384 waiters of
     /// one key woken under it made a convoy that left the CPUs idle.
     fn release_and_notify(&self, st: MutexGuard<'_, State>, keys: &[&str]) {
-        let woken: Vec<Arc<Condvar>> = keys
+        let woken: Vec<Waiter> = keys
             .iter()
             .flat_map(|k| st.watched.get(*k).into_iter().flat_map(|w| w.values()))
             .cloned()
             .collect();
         drop(st);
         for waiter in woken {
-            waiter.notify_one();
+            waiter.wake();
         }
     }
 
@@ -82,7 +86,7 @@ impl Table {
     pub(crate) fn wake_all(&self) {
         let st = self.lock();
         for waiter in st.watched.values().flat_map(|w| w.values()) {
-            waiter.notify_one();
+            waiter.wake();
         }
     }
 
@@ -255,9 +259,61 @@ impl Table {
         )
     }
 
-    /// The one wait loop: sleeps on the condvar, watching `keys`, until `ready` holds for all
-    /// of them, the timeout passes or `cancel` fires; then `then` reads the state under the
-    /// same lock.
+    /// [`Table::wait_get`] for a task of the server's event loop: no thread sleeps, the task is
+    /// parked under the first key it misses until a set wakes it, the deadline passes, or
+    /// `gone` completes (its client hung up), which ends the wait as cancelled. A wait whose
+    /// task is dropped (the server stopping) leaves the table as it found it.
+    pub(crate) async fn wait_get_parked(
+        &self,
+        keys: &[&str],
+        timeout: Duration,
+        gone: impl Future<Output = ()>,
+    ) -> Result<Vec<Vec<u8>>, WaitError> {
+        let ready = |st: &State, k: &str| st.map.contains_key(k);
+        let me = Arc::new(Notify::new());
+        let mut watch = Parked {
+            table: self,
+            watch: Watch::new(keys, Waiter::Task(me.clone())),
+        };
+        // A timeout past what `Instant` holds is no timeout.
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(gone, sleep);
+        let mut expired = false;
+        loop {
+            {
+                let mut st = self.lock();
+                match watch.watch.first_missing(&st, &ready) {
+                    None => {
+                        watch.watch.leave(&mut st);
+                        return Ok(keys.iter().map(|k| st.map[*k].clone()).collect());
+                    }
+                    Some(_) if expired => {
+                        let key = watch.watch.culprit(&st, &ready);
+                        watch.watch.leave(&mut st);
+                        return Err(WaitError::Timeout(key));
+                    }
+                    Some(at) => watch.watch.register(&mut st, at),
+                }
+            }
+            // A wake-up between the lock's release and this await is kept by `Notify` as a
+            // permit, so none is lost.
+            tokio::select! {
+                () = me.notified() => {}
+                () = &mut sleep, if !expired => expired = true,
+                () = &mut gone => return Err(WaitError::Cancelled),
+            }
+        }
+    }
+
+    /// The one blocking wait loop: sleeps on a condvar, watching `keys`, until `ready` holds
+    /// for all of them, the timeout passes or `cancel` fires; then `then` reads the state under
+    /// the same lock.
     fn wait_until<T>(
         &self,
         keys: &[&str],
@@ -270,81 +326,148 @@ impl Table {
         let start = Instant::now();
         let mut st = self.lock();
         let me = Arc::new(Condvar::new());
-        // The one key this waiter is registered under: the first one missing (Note [Waiting
-        // on the first missing key]).
-        let mut registered: Option<usize> = None;
-        // Where the last look found a key missing: keys arrive roughly in order (rank 0 waits
-        // for every rank's), so each look goes on from there instead of from the first key.
-        let mut from = 0;
+        let mut watch = Watch::new(keys, Waiter::Thread(me.clone()));
         // When `cancel` last ran: it may make system calls, so it runs outside the lock and at
         // most every `check_every`, however often the table wakes this waiter.
         let mut checked: Option<Instant> = None;
         let result = loop {
-            // From `from` to the end, then (once those are all there) the start again: the
-            // wait ends only on a look that found every key.
-            let first_missing = |st: &State, from: usize| {
-                let tail = keys[from..].iter().position(|k| !ready(st, k));
-                tail.map(|i| from + i)
-                    .or_else(|| keys[..from].iter().position(|k| !ready(st, k)))
-            };
-            if let Some(at) = first_missing(&st, from) {
-                from = at;
-                let left = match timeout.checked_sub(start.elapsed()) {
-                    Some(d) if !d.is_zero() => d,
-                    // The first key still missing is named, as before the looks resumed:
-                    // usually the culprit (the lowest rank not yet arrived).
-                    _ => {
-                        break Err(WaitError::Timeout(
-                            first_missing(&st, 0)
-                                .map_or_else(|| keys[at].to_string(), |i| keys[i].to_string()),
-                        ))
-                    }
-                };
-                let due = match (checked, check_every) {
-                    (None, _) => true,
-                    (Some(t), Some(every)) => t.elapsed() >= every,
-                    (Some(_), None) => false,
-                };
-                if due {
-                    checked = Some(Instant::now());
-                    drop(st);
-                    let stop = cancel();
-                    st = self.lock();
-                    if stop {
-                        break Err(WaitError::Cancelled);
-                    }
-                    continue; // the table may have changed meanwhile
-                }
-                if registered != Some(at) {
-                    if let Some(was) = registered {
-                        unwatch(&mut st, keys[was], &me);
-                    }
-                    let waiters = st.watched.entry(keys[at].to_string()).or_default();
-                    waiters.insert(Arc::as_ptr(&me) as usize, me.clone());
-                    registered = Some(at);
-                }
-                let slice = check_every.map_or(left, |c| c.min(left));
-                st = me
-                    .wait_timeout(st, slice)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            } else {
+            let Some(at) = watch.first_missing(&st, ready) else {
                 break Ok(then(&st));
+            };
+            let left = match timeout.checked_sub(start.elapsed()) {
+                Some(d) if !d.is_zero() => d,
+                _ => break Err(WaitError::Timeout(watch.culprit(&st, ready))),
+            };
+            let due = match (checked, check_every) {
+                (None, _) => true,
+                (Some(t), Some(every)) => t.elapsed() >= every,
+                (Some(_), None) => false,
+            };
+            if due {
+                checked = Some(Instant::now());
+                drop(st);
+                let stop = cancel();
+                st = self.lock();
+                if stop {
+                    break Err(WaitError::Cancelled);
+                }
+                continue; // the table may have changed meanwhile
             }
+            watch.register(&mut st, at);
+            let slice = check_every.map_or(left, |c| c.min(left));
+            st = me
+                .wait_timeout(st, slice)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         };
-        if let Some(was) = registered {
-            unwatch(&mut st, keys[was], &me);
-        }
+        watch.leave(&mut st);
         result
     }
 }
 
-/// Takes waiter `me` off `key`'s list.
-fn unwatch(st: &mut State, key: &str, me: &Arc<Condvar>) {
-    if let Some(waiters) = st.watched.get_mut(key) {
-        waiters.remove(&(Arc::as_ptr(me) as usize));
-        if waiters.is_empty() {
-            st.watched.remove(key);
+/// A sleeping waiter: a thread on its condvar, or a task of the server's event loop.
+#[derive(Clone)]
+enum Waiter {
+    Thread(Arc<Condvar>),
+    Task(Arc<Notify>),
+}
+
+impl Waiter {
+    /// Its name in a key's waiter list: the address it sleeps on.
+    fn id(&self) -> usize {
+        match self {
+            Waiter::Thread(c) => Arc::as_ptr(c) as usize,
+            Waiter::Task(n) => Arc::as_ptr(n) as usize,
+        }
+    }
+
+    fn wake(&self) {
+        match self {
+            Waiter::Thread(c) => c.notify_one(),
+            Waiter::Task(n) => n.notify_one(),
+        }
+    }
+}
+
+/// One wait's place in the table: the key it is registered under, and where its last look
+/// stopped (Note [Waiting on the first missing key]).
+struct Watch<'k> {
+    keys: &'k [&'k str],
+    me: Waiter,
+    /// The index of the one key this waiter is registered under: the first one missing.
+    registered: Option<usize>,
+    /// Where the last look found a key missing: keys arrive roughly in order (rank 0 waits for
+    /// every rank's), so each look goes on from there instead of from the first key.
+    from: usize,
+}
+
+impl<'k> Watch<'k> {
+    fn new(keys: &'k [&'k str], me: Waiter) -> Self {
+        Watch {
+            keys,
+            me,
+            registered: None,
+            from: 0,
+        }
+    }
+
+    /// The first key not `ready`, from where the last look stopped to the end, then (once
+    /// those are all there) from the start: the wait ends only on a look that found every key.
+    fn first_missing(&mut self, st: &State, ready: &dyn Fn(&State, &str) -> bool) -> Option<usize> {
+        let keys = self.keys;
+        let from = self.from;
+        let at = keys[from..]
+            .iter()
+            .position(|k| !ready(st, k))
+            .map(|i| from + i)
+            .or_else(|| keys[..from].iter().position(|k| !ready(st, k)))?;
+        self.from = at;
+        Some(at)
+    }
+
+    /// The key a timeout names: the first one still missing, from the start (usually the
+    /// culprit, the lowest rank not yet arrived).
+    fn culprit(&self, st: &State, ready: &dyn Fn(&State, &str) -> bool) -> String {
+        let at = self.keys.iter().position(|k| !ready(st, k));
+        self.keys[at.unwrap_or(self.from)].to_string()
+    }
+
+    /// Registers under key `at`, leaving the key it was registered under.
+    fn register(&mut self, st: &mut State, at: usize) {
+        if self.registered == Some(at) {
+            return;
+        }
+        self.leave(st);
+        let waiters = st.watched.entry(self.keys[at].to_string()).or_default();
+        waiters.insert(self.me.id(), self.me.clone());
+        self.registered = Some(at);
+    }
+
+    /// Takes this waiter off the list of the key it is registered under.
+    fn leave(&mut self, st: &mut State) {
+        let Some(at) = self.registered.take() else {
+            return;
+        };
+        let key = self.keys[at];
+        if let Some(waiters) = st.watched.get_mut(key) {
+            waiters.remove(&self.me.id());
+            if waiters.is_empty() {
+                st.watched.remove(key);
+            }
+        }
+    }
+}
+
+/// A parked task's [`Watch`], which leaves the table when the task is dropped mid-wait.
+struct Parked<'t, 'k> {
+    table: &'t Table,
+    watch: Watch<'k>,
+}
+
+impl Drop for Parked<'_, '_> {
+    fn drop(&mut self) {
+        if self.watch.registered.is_some() {
+            self.watch.leave(&mut self.table.lock());
         }
     }
 }

@@ -167,7 +167,7 @@ impl TcpStore {
     /// Note [Two requests in one round trip]
     /// A rank's rendezvous is "write my key, then wait for rank 0's answer", twice (the peer
     /// table, the shared-memory vote). As two calls, each is a round trip: the rank sleeps
-    /// until the reply, the server's connection thread sleeps until the next request, and both
+    /// until the reply, the server parks the connection until the next request, and both
     /// wake again. Written together, the server finds the second request waiting when it has
     /// answered the first, and the rank reads both replies: half the sleeps and wake-ups per
     /// rank, which is what a rendezvous of thousands of ranks on a few cores spends its time

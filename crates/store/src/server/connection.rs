@@ -1,44 +1,49 @@
-//! One client connection: the handshake, then requests until the client leaves.
+//! One client connection, a task of the server's event loop (Note [One event loop for every
+//! connection]): the handshake, then requests until the client leaves. A PyTorch client is
+//! handed to a thread of its own (`torch.rs`).
 
-use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::config::TorchClients;
-use super::shared::Shared;
-use crate::io_util::{peek_peer, read_exact_by, read_frame, FrameRead, Peer};
-use crate::table::WaitError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Instant};
+
+use super::shared::{Admitted, Shared};
+use crate::io_util::FrameRead;
+use crate::table::{Table, WaitError};
 use crate::wire::{
     self, Rejection, Request, Response, ServerHandshake, CLIENT_HELLO_HEADER_LEN, CLIENT_PROOF_LEN,
 };
 
-/// How often a blocked `get`/`wait` checks that its client is still there and the server is
-/// not stopping (it also wakes on every change to a key it waits for).
-const LIVENESS_CHECK: Duration = Duration::from_millis(500);
 /// A client that stops reading replies for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serves one connection to completion. Every failure ends this connection only.
-pub(super) fn serve(shared: &Shared, mut stream: &TcpStream, peer: SocketAddr) {
-    let _ = crate::io_util::tune(stream);
+/// `admitted` is its place under the connection cap, given up when it ends.
+pub(super) async fn serve(
+    shared: &Arc<Shared>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    admitted: Admitted,
+) {
+    let _ = crate::io_util::tune(socket2::SockRef::from(&stream));
     // Note [Two protocols on one port]: a PyTorch client's first byte is VALIDATE (0), a
     // phalanx client's is the first byte of MAGIC ('P').
-    match first_byte(stream, shared.config.handshake_timeout) {
+    match first_byte(&stream, shared.config.handshake_timeout).await {
         None => return,
         Some(wire::torch::VALIDATE) => {
-            let local = stream.local_addr().ok();
-            match torch_refusal(shared.config.torch_clients, peer, local) {
-                None => super::torch::serve(shared, stream, peer),
-                Some(why) => refuse_torch(shared, stream, peer, &why),
-            }
+            super::torch::hand_over(shared, stream, peer, admitted);
             return;
         }
         Some(_) => {}
     }
-    if let Err(reason) = handshake(shared, stream) {
-        // Peers that connect and leave without a byte (port probes, our own shutdown wake-up)
-        // are not worth a warning; everything else is, with the peer named and never the token.
+    if let Err(reason) = handshake(shared, &mut stream).await {
+        // Peers that connect and leave without a byte (port probes) are not worth a warning;
+        // everything else is, with the peer named and never the token.
         match reason {
             HandshakeFailure::Silent(why) => {
                 tracing::debug!(peer = %peer, "store: connection closed: {why}")
@@ -50,10 +55,8 @@ pub(super) fn serve(shared: &Shared, mut stream: &TcpStream, peer: SocketAddr) {
         return;
     }
     tracing::debug!(peer = %peer, "store: client authenticated");
-    let _ = stream.set_read_timeout(None);
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     loop {
-        let body = match read_frame(stream) {
+        let body = match read_frame(&mut stream).await {
             Ok(FrameRead::Frame(body)) => body,
             Ok(FrameRead::Closed) => return,
             Ok(FrameRead::Malformed(e)) => {
@@ -61,9 +64,7 @@ pub(super) fn serve(shared: &Shared, mut stream: &TcpStream, peer: SocketAddr) {
                 return;
             }
             Err(e) => {
-                if !shared.stopping.load(Ordering::SeqCst) {
-                    tracing::debug!(peer = %peer, error = %e, "store: connection lost");
-                }
+                tracing::debug!(peer = %peer, error = %e, "store: connection lost");
                 return;
             }
         };
@@ -74,14 +75,15 @@ pub(super) fn serve(shared: &Shared, mut stream: &TcpStream, peer: SocketAddr) {
                 return;
             }
         };
-        let Some(reply) = execute(shared, &req, stream) else {
-            return; // the client left during a wait, or the server is stopping
+        let Some(reply) = execute(shared, &req, &stream).await else {
+            return; // the client left during a wait
         };
         let t = &shared.traffic;
         t.requests.fetch_add(1, Ordering::Relaxed);
         t.bytes_in.fetch_add(body.len() as u64, Ordering::Relaxed);
         t.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
-        if let Err(e) = stream.write_all(&reply) {
+        let sent = timeout(WRITE_TIMEOUT, stream.write_all(&reply)).await;
+        if let Err(e) = sent.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())) {
             tracing::debug!(peer = %peer, error = %e, op = req.op(), "store: cannot send reply");
             return;
         }
@@ -89,64 +91,46 @@ pub(super) fn serve(shared: &Shared, mut stream: &TcpStream, peer: SocketAddr) {
 }
 
 /// The connection's first byte, left unread; `None` when the peer leaves or stays silent for
-/// `timeout`.
-fn first_byte(stream: &TcpStream, timeout: Duration) -> Option<u8> {
-    stream.set_read_timeout(Some(timeout)).ok()?;
+/// `limit`.
+async fn first_byte(stream: &TcpStream, limit: Duration) -> Option<u8> {
     let mut b = [0u8; 1];
-    loop {
-        return match stream.peek(&mut b) {
-            Ok(1) => Some(b[0]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            _ => None,
-        };
+    match timeout(limit, stream.peek(&mut b)).await {
+        Ok(Ok(1)) => Some(b[0]),
+        _ => None,
     }
 }
 
-/// Why a PyTorch client from `peer` (connected to our address `local`) is not served under
-/// `policy`, `None` when it is. "This host" is loopback or the address it connected to (a
-/// worker of node 0 that dials node 0's own interface address).
-fn torch_refusal(
-    policy: TorchClients,
-    peer: SocketAddr,
-    local: Option<SocketAddr>,
-) -> Option<String> {
-    let open = "PyTorch's store protocol has no authentication";
-    let ip = peer.ip().to_canonical();
-    let same_host = ip.is_loopback() || local.is_some_and(|l| l.ip().to_canonical() == ip);
-    match policy {
-        TorchClients::Anyone => None,
-        TorchClients::Loopback if same_host => None,
-        TorchClients::Loopback => Some(format!(
-            "{open}, so this store serves it only to clients on its own host, and a PyTorch \
-             client connected from {peer}; to serve PyTorch workers on other hosts, pass \
-             --torch-store to `phalanx launch` (or set PET_TORCH_STORE=1) on a network you trust"
-        )),
-        TorchClients::Refuse => Some(format!("{open}; this store does not serve it")),
+/// Completes when the client hangs up (or its socket fails) while it waits for a reply. A
+/// client that sends more meanwhile is still there: this then never completes.
+async fn hung_up(stream: &TcpStream) {
+    let mut b = [0u8; 1];
+    if let Ok(1..) = stream.peek(&mut b).await {
+        std::future::pending::<()>().await;
     }
 }
 
-/// Refuses a PyTorch client, once it has proved to be one (VALIDATE and its magic, so a stray
-/// zero byte is not taken for one). PyTorch retries a refused connection until its own
-/// timeout: the first refusal is logged and left where the launcher looks
-/// (`keys::TORCH_REFUSED`), later ones only at debug level.
-fn refuse_torch(shared: &Shared, stream: &TcpStream, peer: SocketAddr, why: &str) {
-    let deadline = Instant::now() + shared.config.handshake_timeout;
-    let mut hello = [0u8; 5];
-    if read_exact_by(stream, &mut hello, deadline).is_err()
-        || !matches!(
-            wire::torch::decode_request(&hello),
-            Ok(Some((wire::torch::Request::Validate { magic }, 5))) if magic == wire::torch::VALIDATION_MAGIC
-        )
-    {
-        tracing::debug!(peer = %peer, "store: closed a connection that began with a zero byte");
-        return;
+/// Reads one frame. The body buffer grows only as bytes arrive, so a header that lies about a
+/// large length costs nothing until the bytes exist.
+async fn read_frame(stream: &mut TcpStream) -> io::Result<FrameRead> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match stream.read(&mut header[got..]).await? {
+            0 if got == 0 => return Ok(FrameRead::Closed),
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => got += n,
+        }
     }
-    let key = crate::keys::TORCH_REFUSED;
-    if shared.table.compare_set(key, b"", why.as_bytes()) == why.as_bytes() {
-        tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}");
-    } else {
-        tracing::debug!(peer = %peer, "store: refused a PyTorch TCPStore client again");
+    let len = match wire::frame_len(header) {
+        Ok(n) => n,
+        Err(e) => return Ok(FrameRead::Malformed(e)),
+    };
+    let mut body = Vec::with_capacity(len.min(64 * 1024));
+    let read = stream.take(len as u64).read_to_end(&mut body).await?;
+    if read < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
+    Ok(FrameRead::Frame(body))
 }
 
 enum HandshakeFailure {
@@ -154,42 +138,73 @@ enum HandshakeFailure {
     Refused(String),
 }
 
-fn handshake(shared: &Shared, mut stream: &TcpStream) -> Result<(), HandshakeFailure> {
-    let timeout = shared.config.handshake_timeout;
-    let deadline = Instant::now() + timeout;
+async fn handshake(shared: &Shared, stream: &mut TcpStream) -> Result<(), HandshakeFailure> {
+    let limit = shared.config.handshake_timeout;
+    // The deadline bounds the whole handshake, not each read, so a peer that drips one byte at
+    // a time (slowloris) still runs out of time.
+    let deadline = Instant::now() + limit;
     let io_fail = |e: io::Error, stage: &str| match e.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => HandshakeFailure::Refused(format!(
-            "did not finish the handshake ({stage}) within {timeout:?}"
+        io::ErrorKind::TimedOut => HandshakeFailure::Refused(format!(
+            "did not finish the handshake ({stage}) within {limit:?}"
         )),
         _ if stage == "hello" => HandshakeFailure::Silent(e.to_string()),
         _ => HandshakeFailure::Refused(format!("{e} during the handshake ({stage})")),
     };
-    let _ = stream.set_write_timeout(Some(timeout));
     let mut hs = ServerHandshake::new(&shared.auth, phalanx_core::job_proof::nonce());
 
     let mut header = [0u8; CLIENT_HELLO_HEADER_LEN];
-    read_exact_by(stream, &mut header, deadline).map_err(|e| io_fail(e, "hello"))?;
-    let rest_len = hs.on_hello_header(&header).map_err(|r| refuse(stream, r))?;
+    read_by(stream, &mut header, deadline)
+        .await
+        .map_err(|e| io_fail(e, "hello"))?;
+    let rest_len = match hs.on_hello_header(&header) {
+        Ok(n) => n,
+        Err(r) => return Err(refuse(stream, r, deadline).await),
+    };
     let mut rest = vec![0u8; rest_len]; // bounded: job id ≤ MAX_JOB_ID_LEN, checked above
-    read_exact_by(stream, &mut rest, deadline).map_err(|e| io_fail(e, "job id"))?;
-    let server_hello = hs.on_hello_rest(&rest).map_err(|r| refuse(stream, r))?;
-    stream
-        .write_all(&server_hello)
+    read_by(stream, &mut rest, deadline)
+        .await
+        .map_err(|e| io_fail(e, "job id"))?;
+    let server_hello = match hs.on_hello_rest(&rest) {
+        Ok(h) => h,
+        Err(r) => return Err(refuse(stream, r, deadline).await),
+    };
+    write_by(stream, &server_hello, deadline)
+        .await
         .map_err(|e| io_fail(e, "server hello"))?;
 
     let mut proof = [0u8; CLIENT_PROOF_LEN];
-    read_exact_by(stream, &mut proof, deadline).map_err(|e| io_fail(e, "proof"))?;
-    let verdict = hs.on_proof(&proof).map_err(|r| refuse(stream, r))?;
-    stream
-        .write_all(&verdict)
-        .map_err(|e| io_fail(e, "verdict"))?;
-    Ok(())
+    read_by(stream, &mut proof, deadline)
+        .await
+        .map_err(|e| io_fail(e, "proof"))?;
+    let verdict = match hs.on_proof(&proof) {
+        Ok(v) => v,
+        Err(r) => return Err(refuse(stream, r, deadline).await),
+    };
+    write_by(stream, &verdict, deadline)
+        .await
+        .map_err(|e| io_fail(e, "verdict"))
+}
+
+/// Fills `buf` by `deadline`.
+async fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    match timeout_at(deadline, stream.read_exact(buf)).await {
+        Ok(r) => r.map(drop),
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// Writes `buf` by `deadline`.
+async fn write_by(stream: &mut TcpStream, buf: &[u8], deadline: Instant) -> io::Result<()> {
+    match timeout_at(deadline, stream.write_all(buf)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
 }
 
 /// Sends the rejection's reply, if any, so the client can name the failure; then gives up.
-fn refuse(mut stream: &TcpStream, r: Rejection) -> HandshakeFailure {
+async fn refuse(stream: &mut TcpStream, r: Rejection, deadline: Instant) -> HandshakeFailure {
     if let Some(reply) = r.reply {
-        let _ = stream.write_all(&reply);
+        let _ = write_by(stream, &reply, deadline).await;
     }
     HandshakeFailure::Refused(r.reason)
 }
@@ -205,18 +220,9 @@ enum Reply {
     Error(String, String),
 }
 
-/// Runs one request against the table; `None` when a wait was cancelled.
-fn execute(shared: &Shared, req: &Request<'_>, stream: &TcpStream) -> Option<Vec<u8>> {
+/// Runs one request against the table; `None` when the client hung up during a wait.
+async fn execute(shared: &Shared, req: &Request<'_>, stream: &TcpStream) -> Option<Vec<u8>> {
     let table = &shared.table;
-    let mut cancel = || shared.stopping.load(Ordering::SeqCst) || peek_peer(stream) == Peer::Gone;
-    let mut wait = |keys: &[&str], timeout_ms: u64| {
-        table.wait_get(
-            keys,
-            Duration::from_millis(timeout_ms),
-            Some(LIVENESS_CHECK),
-            &mut cancel,
-        )
-    };
     let from_error = |e: crate::Error| match e {
         crate::Error::Value { key, reason } => Reply::Error(key, reason),
         other => Reply::Error(String::new(), other.to_string()),
@@ -226,39 +232,56 @@ fn execute(shared: &Shared, req: &Request<'_>, stream: &TcpStream) -> Option<Vec
             table.set(key, value);
             Reply::Unit
         }
-        Request::Get { key, timeout_ms } => match wait(&[key], *timeout_ms) {
-            Ok(mut v) => Reply::Value(v.pop().expect("one key")),
-            Err(WaitError::Timeout(k)) => Reply::Timeout(k),
-            Err(WaitError::Cancelled) => return None,
-        },
+        Request::Get { key, timeout_ms } => {
+            match parked(table, &[key], *timeout_ms, stream).await {
+                Ok(mut v) => Reply::Value(v.pop().expect("one key")),
+                Err(WaitError::Timeout(k)) => Reply::Timeout(k),
+                Err(WaitError::Cancelled) => return None,
+            }
+        }
         Request::Add { key, delta } => table.add(key, *delta).map_or_else(from_error, Reply::Int),
         Request::CompareSet {
             key,
             expected,
             desired,
         } => Reply::Value(table.compare_set(key, expected, desired)),
-        Request::Wait { keys, timeout_ms } => match wait(keys, *timeout_ms) {
-            Ok(_) => Reply::Unit,
-            Err(WaitError::Timeout(k)) => Reply::Timeout(k),
-            Err(WaitError::Cancelled) => return None,
-        },
+        Request::Wait { keys, timeout_ms } => {
+            match parked(table, keys, *timeout_ms, stream).await {
+                Ok(_) => Reply::Unit,
+                Err(WaitError::Timeout(k)) => Reply::Timeout(k),
+                Err(WaitError::Cancelled) => return None,
+            }
+        }
         Request::Check { keys } => Reply::Bool(table.check(keys)),
         Request::Delete { key } => Reply::Bool(table.delete(key)),
         Request::NumKeys => Reply::Int(table.num_keys()),
         Request::Append { key, value } => table
             .append(key, value)
             .map_or_else(from_error, |()| Reply::Unit),
-        Request::MultiGet { keys, timeout_ms } => match wait(keys, *timeout_ms) {
-            Ok(v) => Reply::Values(v),
-            Err(WaitError::Timeout(k)) => Reply::Timeout(k),
-            Err(WaitError::Cancelled) => return None,
-        },
+        Request::MultiGet { keys, timeout_ms } => {
+            match parked(table, keys, *timeout_ms, stream).await {
+                Ok(v) => Reply::Values(v),
+                Err(WaitError::Timeout(k)) => Reply::Timeout(k),
+                Err(WaitError::Cancelled) => return None,
+            }
+        }
         Request::MultiSet { pairs } => {
             table.multi_set(pairs);
             Reply::Unit
         }
     };
     Some(encode(&reply))
+}
+
+/// A blocking `get`/`wait` of the client on `stream`, parked in `table`.
+async fn parked(
+    table: &Table,
+    keys: &[&str],
+    timeout_ms: u64,
+    stream: &TcpStream,
+) -> Result<Vec<Vec<u8>>, WaitError> {
+    let limit = Duration::from_millis(timeout_ms);
+    table.wait_get_parked(keys, limit, hung_up(stream)).await
 }
 
 fn encode(reply: &Reply) -> Vec<u8> {

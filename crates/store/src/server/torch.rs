@@ -8,11 +8,14 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::shared::Shared;
-use crate::io_util::{peek_peer, Peer};
+use super::config::TorchClients;
+use super::shared::{Admitted, Shared};
+use crate::io_util::{peek_peer, read_exact_by, Peer};
 use crate::table::WaitError;
+use crate::wire;
 use crate::wire::torch::{self, Reply, Request};
 use crate::wire::MAX_FRAME_LEN;
 
@@ -23,6 +26,84 @@ const CANCEL_CHECK: Duration = Duration::from_millis(50);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Receive buffer capacity kept between queries.
 const KEEP_CAPACITY: usize = 1 << 20;
+
+/// Takes a PyTorch client off the event loop: its protocol's `wait` and `barrier` block a
+/// thread, and PyTorch clients are few (one per worker process at most), so each gets a thread
+/// of its own, with the blocking code below. `admitted` is its place under the connection cap,
+/// held until the thread ends.
+pub(super) fn hand_over(
+    shared: &Arc<Shared>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    admitted: Admitted,
+) {
+    let local = stream.local_addr().ok();
+    let refusal = torch_refusal(shared.config.torch_clients, peer, local);
+    let stream = match stream.into_std().and_then(|s| {
+        s.set_nonblocking(false)?;
+        Ok(s)
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(peer = %peer, error = %e, "store: cannot take a PyTorch client off the event loop");
+            return;
+        }
+    };
+    shared.spawn_thread(stream, peer, move |shared, stream| {
+        let _admitted = admitted;
+        match refusal {
+            None => serve(shared, stream, peer),
+            Some(why) => refuse_torch(shared, stream, peer, &why),
+        }
+    });
+}
+
+/// Why a PyTorch client from `peer` (connected to our address `local`) is not served under
+/// `policy`, `None` when it is. "This host" is loopback or the address it connected to (a
+/// worker of node 0 that dials node 0's own interface address).
+fn torch_refusal(
+    policy: TorchClients,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) -> Option<String> {
+    let open = "PyTorch's store protocol has no authentication";
+    let ip = peer.ip().to_canonical();
+    let same_host = ip.is_loopback() || local.is_some_and(|l| l.ip().to_canonical() == ip);
+    match policy {
+        TorchClients::Anyone => None,
+        TorchClients::Loopback if same_host => None,
+        TorchClients::Loopback => Some(format!(
+            "{open}, so this store serves it only to clients on its own host, and a PyTorch \
+             client connected from {peer}; to serve PyTorch workers on other hosts, pass \
+             --torch-store to `phalanx launch` (or set PET_TORCH_STORE=1) on a network you trust"
+        )),
+        TorchClients::Refuse => Some(format!("{open}; this store does not serve it")),
+    }
+}
+
+/// Refuses a PyTorch client, once it has proved to be one (VALIDATE and its magic, so a stray
+/// zero byte is not taken for one). PyTorch retries a refused connection until its own
+/// timeout: the first refusal is logged and left where the launcher looks
+/// (`keys::TORCH_REFUSED`), later ones only at debug level.
+fn refuse_torch(shared: &Shared, stream: &TcpStream, peer: SocketAddr, why: &str) {
+    let deadline = Instant::now() + shared.config.handshake_timeout;
+    let mut hello = [0u8; 5];
+    if read_exact_by(stream, &mut hello, deadline).is_err()
+        || !matches!(
+            wire::torch::decode_request(&hello),
+            Ok(Some((wire::torch::Request::Validate { magic }, 5))) if magic == wire::torch::VALIDATION_MAGIC
+        )
+    {
+        tracing::debug!(peer = %peer, "store: closed a connection that began with a zero byte");
+        return;
+    }
+    let key = crate::keys::TORCH_REFUSED;
+    if shared.table.compare_set(key, b"", why.as_bytes()) == why.as_bytes() {
+        tracing::warn!(peer = %peer, "store: refused a PyTorch TCPStore client: {why}");
+    } else {
+        tracing::debug!(peer = %peer, "store: refused a PyTorch TCPStore client again");
+    }
+}
 
 /// Serves one torch client to completion; every failure ends this connection only.
 pub(super) fn serve(shared: &Shared, stream: &TcpStream, peer: SocketAddr) {

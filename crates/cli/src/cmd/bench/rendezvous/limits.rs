@@ -1,16 +1,15 @@
 //! What the machine allows a bench of many ranks: the kernel's thread and map limits, and this
 //! process's descriptors.
 
-/// The kernel's limits that a bench of `ranks` threads, each with a store connection thread,
-/// runs into: a sentence naming the setting to raise, or `None`. Past them a thread fails to
+/// The kernel's limits that a bench of `ranks` threads runs into (the store serves their
+/// connections from a few threads: Note [One event loop for every connection] in phalanx-store): a sentence naming the setting to raise, or `None`. Past them a thread fails to
 /// start, and Rust's runtime aborts the process when a thread cannot map its signal stack ("failed
 /// to set up alternative stack guard page"), naming nothing.
-pub(super) fn kernel_room(ranks: usize, in_process: bool, limits: &KernelLimits) -> Option<String> {
-    // The store's thread per connection and the ranks' own, with room for the rest.
-    let threads = 2 * ranks + 256;
+pub(super) fn kernel_room(ranks: usize, limits: &KernelLimits) -> Option<String> {
+    // The ranks' threads, with room for the rest.
+    let threads = ranks + 256;
     // Per thread: its stack and guard page, its signal stack and guard page.
-    let in_one_process = if in_process { 2 * ranks } else { ranks };
-    let maps = 4 * in_one_process + 2_000;
+    let maps = 4 * ranks + 2_000;
     let short = |name: &str, now: usize, want: usize| {
         Some(format!(
             "--ranks {ranks} needs about {want} of {name}, which is {now} here: raise it \
@@ -97,17 +96,16 @@ mod tests {
 
     #[test]
     fn the_kernel_setting_a_large_bench_needs_is_named() {
-        // This machine's defaults: 16,384 ranks need 33,000 threads and 66,000 maps.
-        let e = kernel_room(16_384, false, &limits(32_768, 65_530)).unwrap();
-        assert!(e.contains("kernel.pid_max") && e.contains("32768"), "{e}");
-        let e = kernel_room(16_384, false, &limits(100_000, 65_530)).unwrap();
+        // This machine's defaults: 16,384 ranks need 16,700 threads and 67,500 maps.
+        let e = kernel_room(16_384, &limits(32_768, 65_530)).unwrap();
         assert!(
-            e.contains("vm.max_map_count") && e.contains("sysctl -w"),
+            e.contains("vm.max_map_count") && e.contains("65530") && e.contains("sysctl -w"),
             "{e}"
         );
-        assert_eq!(kernel_room(16_384, false, &limits(100_000, 1 << 20)), None);
-        // In one process, the maps of both kinds of threads add up.
-        assert!(kernel_room(8_192, true, &limits(100_000, 65_530)).is_some());
-        assert_eq!(kernel_room(4_096, true, &limits(32_768, 65_530)), None);
+        assert_eq!(kernel_room(16_384, &limits(32_768, 1 << 20)), None);
+        // 32,768 ranks need more threads than the default allows.
+        let e = kernel_room(32_768, &limits(32_768, 1 << 20)).unwrap();
+        assert!(e.contains("kernel.pid_max") && e.contains("32768"), "{e}");
+        assert_eq!(kernel_room(8_192, &limits(32_768, 65_530)), None);
     }
 }

@@ -15,30 +15,29 @@
 //! starts the clock and releases them (`go`). The clock stops at the moment the last rank had
 //! its answer (each rank notes it on the machine's monotonic clock, which every process
 //! shares), not when its thread was joined: 16,384 threads exiting (their stacks unmapped, a
-//! TLB shootdown each) took longer than the rendezvous itself. A child reads its orders from
-//! stdin, so it ends when the parent does.
+//! TLB shootdown each) took longer than the rendezvous itself; the threads exit only after the
+//! last answer, in every child (`leave`, Note [Ranks leave after the clock stops] in
+//! `ranks.rs`). A child reads its orders from stdin, so it ends when the parent does.
 
 use std::{
     io::{BufRead, Write},
     process::ExitCode,
     sync::Arc,
-    thread::JoinHandle,
     time::Duration,
 };
 
 mod limits;
 mod parts;
+mod ranks;
 mod timing;
 
 use anyhow::{bail, Context};
 use limits::{kernel_room, open_files_limit, KernelLimits};
 use parts::Parts;
-use phalanx_pg::bootstrap::{exchange, vote, Peer};
-use timing::{monotonic_ns, seconds, Gate};
+use ranks::Ranks;
+use timing::{monotonic_ns, seconds};
 
-use phalanx_store::{
-    Auth, EtcdOptions, EtcdStore, PrefixStore, ServerConfig, Store, StoreServer, TcpStore,
-};
+use phalanx_store::{Auth, EtcdOptions, EtcdStore, ServerConfig, Store, StoreServer, TcpStore};
 
 /// Flags of `phalanx bench rendezvous`.
 #[derive(clap::Args)]
@@ -107,67 +106,12 @@ impl Meeting {
         if let Meeting::NativeParts(_, parts) = self {
             return parts.repeat(it);
         }
-        let clients = self.clients();
-        let (start, handles) = spawn_ranks(&clients, 0, world, it, timeout)?;
-        start.all_there(handles.len());
+        let ranks = Ranks::spawn(&self.clients(), 0, world, it, timeout)?;
         let t0 = monotonic_ns();
-        start.open();
-        let last = join_ranks(handles)?;
+        let last = ranks.answered();
+        ranks.leave()?;
         Ok(seconds(last.saturating_sub(t0)))
     }
-}
-
-/// A rank's thread: it returns the moment it had its answer ([`monotonic_ns`]).
-type RankThread = JoinHandle<anyhow::Result<u64>>;
-
-/// Spawns the threads of ranks `first..first + clients.len()`, each waiting at the returned
-/// gate and returning when it had its answer ([`monotonic_ns`]).
-fn spawn_ranks(
-    clients: &[Arc<dyn Store>],
-    first: usize,
-    world: usize,
-    it: usize,
-    timeout: Duration,
-) -> anyhow::Result<(Arc<Gate>, Vec<RankThread>)> {
-    let start = Arc::new(Gate::default());
-    let handles = clients
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let r = first + i;
-            let store = PrefixStore::new(format!("iter{it}"), c.clone());
-            let start = start.clone();
-            std::thread::Builder::new()
-                .stack_size(256 * 1024)
-                .spawn(move || -> anyhow::Result<u64> {
-                    let me = Peer {
-                        addr: format!("127.0.0.1:{}", 1024 + r % 60_000).parse()?,
-                        host: format!("bench/host-{}/0", r / 8),
-                    };
-                    start.wait();
-                    let peers = exchange(&store, r, world, &me, timeout)?;
-                    anyhow::ensure!(peers.len() == world, "rank {r}: short peer table");
-                    // A process holds one table; N threads holding theirs through the vote
-                    // held N tables at once.
-                    drop(peers);
-                    vote(&store, "vote", r, world, true, timeout)?;
-                    Ok(monotonic_ns())
-                })
-                .with_context(|| {
-                    format!("spawning rank {r}'s thread (threads are limited by kernel.pid_max and kernel.threads-max)")
-                })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((start, handles))
-}
-
-/// Joins the rank threads; returns when the last one had its answer.
-fn join_ranks(handles: Vec<RankThread>) -> anyhow::Result<u64> {
-    let mut last = 0;
-    for h in handles {
-        last = last.max(h.join().expect("a rank thread panicked")?);
-    }
-    Ok(last)
 }
 
 /// A child's life (Note [Ranks in several processes]): connect, then `prep`/`go` per
@@ -200,16 +144,17 @@ fn run_part(args: &Args, addr: &str, timeout: Duration) -> anyhow::Result<ExitCo
         match line.split_once(' ') {
             Some(("prep", it)) => {
                 let it: usize = it.parse().context("prep")?;
-                let (start, handles) = spawn_ranks(&clients, first, args.ranks, it, timeout)?;
-                start.all_there(handles.len());
-                pending = Some((it, (start, handles)));
+                pending = Some((it, Ranks::spawn(&clients, first, args.ranks, it, timeout)?));
                 writeln!(out, "ready {it}")?;
             }
             Some(("go", _)) => {
-                let (it, (start, handles)) = pending.take().context("go before prep")?;
-                start.open();
-                let last = join_ranks(handles)?;
-                writeln!(out, "done {it} {last}")?;
+                let (it, ranks) = pending.as_ref().context("go before prep")?;
+                writeln!(out, "done {it} {}", ranks.answered())?;
+            }
+            Some(("leave", _)) => {
+                let (it, ranks) = pending.take().context("leave before go")?;
+                ranks.leave()?;
+                writeln!(out, "left {it}")?;
             }
             _ => bail!("unknown order {line:?}"),
         }
@@ -254,7 +199,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             // Each connection is a descriptor at each end, and a few more are this process's
             // own (Note [Ranks in several processes]).
             let spare = open_files_limit().saturating_sub(args.ranks + 64);
-            if let Some(why) = kernel_room(args.ranks, spare >= args.ranks, &KernelLimits::read()) {
+            if let Some(why) = kernel_room(args.ranks, &KernelLimits::read()) {
                 bail!("{why}");
             }
             if spare >= args.ranks {

@@ -56,6 +56,9 @@ impl Parts {
         let t0 = monotonic_ns();
         self.tell_all(&format!("go {it}"))?;
         let last = self.expect_all(&format!("done {it}"))?;
+        // Note [Ranks leave after the clock stops]: in every child at once.
+        self.tell_all(&format!("leave {it}"))?;
+        self.expect_all(&format!("left {it}"))?;
         Ok(seconds(last.saturating_sub(t0)))
     }
 
