@@ -12,7 +12,7 @@
 //! A wait for many keys (rank 0 waits for every rank's) ends only once all are there, so it
 //! need not wake until the first one it misses arrives: it is registered under that key alone,
 //! and on waking looks on from there and moves to the next one missing. Registered under every
-//! key, rank 0's connection thread woke for each of the 16,384 arrivals and took the table's
+//! key, rank 0's wait woke for each of the 16,384 arrivals and took the table's
 //! lock each time, against every other connection wanting it. A key that goes away again
 //! (deleted, a queue popped) is still seen: each look runs to the end and then from the start.
 

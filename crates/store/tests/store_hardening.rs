@@ -264,3 +264,37 @@ fn random_inputs_never_stop_the_server() {
         );
     });
 }
+
+/// A client that hangs up while its `get` is parked on the event loop (Note [One event loop
+/// for every connection]) ends that wait and its connection, and the key it waited for is
+/// served as usual afterwards: the parked wait left the table.
+#[test]
+fn a_client_that_hangs_up_mid_wait_leaves_the_server() {
+    with_deadline(30, || {
+        let (server, auth) = server();
+        let mut waiters: Vec<TcpStream> = (0..8)
+            .map(|_| {
+                let mut s = raw_authenticated(server.local_addr(), &auth);
+                let get = Request::Get {
+                    key: "late",
+                    timeout_ms: 600_000,
+                };
+                s.write_all(&wire::encode_request(&get).unwrap()).unwrap();
+                s
+            })
+            .collect();
+        assert!(eventually(5, || server.num_connections() == 8));
+        for s in waiters.drain(..) {
+            s.shutdown(std::net::Shutdown::Both).unwrap();
+        }
+        assert!(
+            eventually(5, || server.num_connections() == 0),
+            "{} connections left",
+            server.num_connections()
+        );
+        let store = TcpStore::connect(&server.local_addr().to_string(), &auth, T).unwrap();
+        store.set("late", b"now").unwrap();
+        assert_eq!(store.get("late").unwrap(), b"now");
+        still_serves(&server, &auth);
+    });
+}

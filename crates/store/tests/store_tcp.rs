@@ -424,3 +424,27 @@ semantics!(
     concurrent_adds_are_atomic,
     set_or_claim_then_get,
 );
+
+/// A server may be dropped inside async code (tokio refuses to wait for a runtime's threads
+/// there, so the server stops its event loop from a thread of its own).
+#[test]
+fn a_server_dropped_inside_async_code_stops() {
+    with_deadline(30, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let auth = Auth::random("async-drop");
+            let server = StoreServer::bind("127.0.0.1:0".parse().unwrap(), auth.clone()).unwrap();
+            let client = TcpStore::connect(
+                &server.local_addr().to_string(),
+                &auth,
+                Duration::from_secs(10),
+            )
+            .unwrap();
+            client.set("k", b"v").unwrap();
+            drop(server);
+            assert!(client.get("k").is_err(), "a stopped server must not answer");
+        });
+    });
+}

@@ -82,12 +82,26 @@ pub(super) async fn serve(
         t.requests.fetch_add(1, Ordering::Relaxed);
         t.bytes_in.fetch_add(body.len() as u64, Ordering::Relaxed);
         t.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
-        let sent = timeout(WRITE_TIMEOUT, stream.write_all(&reply)).await;
-        if let Err(e) = sent.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())) {
+        if let Err(e) = send(&mut stream, &reply).await {
             tracing::debug!(peer = %peer, error = %e, op = req.op(), "store: cannot send reply");
             return;
         }
     }
+}
+
+/// Writes `reply`, dropping a client that takes none of it for [`WRITE_TIMEOUT`]: the limit is
+/// on each write, so a large reply to a slow reader that keeps reading is not cut off.
+async fn send(stream: &mut TcpStream, reply: &[u8]) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < reply.len() {
+        match timeout(WRITE_TIMEOUT, stream.write(&reply[sent..])).await {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => sent += n,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+        }
+    }
+    Ok(())
 }
 
 /// The connection's first byte, left unread; `None` when the peer leaves or stays silent for

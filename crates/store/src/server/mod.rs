@@ -214,7 +214,19 @@ impl StoreServer {
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Every task is dropped at its next await, and a task runs microseconds between two:
         // the timeout is never reached, it only bounds a bug.
-        event_loop.shutdown_timeout(SHUTDOWN_LIMIT);
+        // From a thread of its own: tokio refuses to wait for a runtime's threads from inside
+        // async code (it panics), and a server may be dropped there.
+        let shut = std::thread::Builder::new()
+            .name("phalanx-store-stop".into())
+            .spawn(move || event_loop.shutdown_timeout(SHUTDOWN_LIMIT));
+        match shut {
+            Ok(t) => {
+                let _ = t.join();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "store: cannot start the thread that stops the event loop")
+            }
+        }
         let threads = {
             let mut conns = self.shared.conns();
             for s in conns.streams.values() {

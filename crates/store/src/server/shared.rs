@@ -78,6 +78,11 @@ impl Shared {
     ) {
         let (id, stream) = {
             let mut conns = self.conns();
+            // A task still running after the event loop's shutdown gave up on it (a bug) must
+            // not start a thread that shutdown no longer joins.
+            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
             // Reap finished threads so the list stays as long as the live connections.
             let (done, live): (Vec<_>, Vec<_>) = std::mem::take(&mut conns.threads)
                 .into_iter()

@@ -2,9 +2,10 @@
 //! process's descriptors.
 
 /// The kernel's limits that a bench of `ranks` threads runs into (the store serves their
-/// connections from a few threads: Note [One event loop for every connection] in phalanx-store): a sentence naming the setting to raise, or `None`. Past them a thread fails to
-/// start, and Rust's runtime aborts the process when a thread cannot map its signal stack ("failed
-/// to set up alternative stack guard page"), naming nothing.
+/// connections from a few threads: Note [One event loop for every connection] in
+/// phalanx-store): a sentence naming the setting to raise, or `None`. Past them a thread fails
+/// to start, and Rust's runtime aborts the process when a thread cannot map its signal stack
+/// ("failed to set up alternative stack guard page"), naming nothing.
 pub(super) fn kernel_room(ranks: usize, limits: &KernelLimits) -> Option<String> {
     // The ranks' threads, with room for the rest.
     let threads = ranks + 256;

@@ -144,15 +144,20 @@ fn run_part(args: &Args, addr: &str, timeout: Duration) -> anyhow::Result<ExitCo
         match line.split_once(' ') {
             Some(("prep", it)) => {
                 let it: usize = it.parse().context("prep")?;
-                pending = Some((it, Ranks::spawn(&clients, first, args.ranks, it, timeout)?));
+                let ranks = Ranks::spawn(&clients, first, args.ranks, it, timeout)?;
+                pending = Some((it, ranks, false));
                 writeln!(out, "ready {it}")?;
             }
             Some(("go", _)) => {
-                let (it, ranks) = pending.as_ref().context("go before prep")?;
+                let (it, ranks, went) = pending.as_mut().context("go before prep")?;
+                *went = true;
                 writeln!(out, "done {it} {}", ranks.answered())?;
             }
             Some(("leave", _)) => {
-                let (it, ranks) = pending.take().context("leave before go")?;
+                // Threads still at the start line would never come to leave.
+                let (it, ranks, true) = pending.take().context("leave before prep")? else {
+                    bail!("leave before go");
+                };
                 ranks.leave()?;
                 writeln!(out, "left {it}")?;
             }
