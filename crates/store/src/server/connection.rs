@@ -2,6 +2,7 @@
 //! connection]): the handshake, then requests until the client leaves. A PyTorch client is
 //! handed to a thread of its own (`torch.rs`).
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -199,20 +200,22 @@ async fn handshake(shared: &Shared, stream: &mut TcpStream) -> Result<(), Handsh
         .map_err(|e| io_fail(e, "verdict"))
 }
 
-/// Fills `buf` by `deadline`.
-async fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    match timeout_at(deadline, stream.read_exact(buf)).await {
+/// `io` if it finishes by `deadline`, else `TimedOut`.
+async fn by<T>(deadline: Instant, io: impl Future<Output = io::Result<T>>) -> io::Result<()> {
+    match timeout_at(deadline, io).await {
         Ok(r) => r.map(drop),
         Err(_) => Err(io::ErrorKind::TimedOut.into()),
     }
 }
 
+/// Fills `buf` by `deadline`.
+async fn read_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    by(deadline, stream.read_exact(buf)).await
+}
+
 /// Writes `buf` by `deadline`.
 async fn write_by(stream: &mut TcpStream, buf: &[u8], deadline: Instant) -> io::Result<()> {
-    match timeout_at(deadline, stream.write_all(buf)).await {
-        Ok(r) => r,
-        Err(_) => Err(io::ErrorKind::TimedOut.into()),
-    }
+    by(deadline, stream.write_all(buf)).await
 }
 
 /// Sends the rejection's reply, if any, so the client can name the failure; then gives up.
