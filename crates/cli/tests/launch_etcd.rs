@@ -585,12 +585,33 @@ fn a_lost_member_changes_nothing_and_a_lost_quorum_stops_the_job_with_a_whole_ch
             })
             .collect()
     };
-    let wait_for_step = |dir: &TempDir, step: u64| {
+    // Until both agents' job has checkpointed `step`; an agent that exits first, or the
+    // deadline, fails the test with what both agents printed and the members' logs.
+    let wait_for_step = |agents: Vec<Running>, dir: &TempDir, step: u64, cluster: &EtcdCluster| {
+        let mut agents = agents;
         let begin = Instant::now();
         while newest_step(dir.path()) < step {
-            assert!(begin.elapsed() < DEADLINE, "no checkpoint at step {step}");
+            if begin.elapsed() >= DEADLINE || agents.iter_mut().any(Running::exited) {
+                let outs: Vec<String> = agents
+                    .into_iter()
+                    .map(|a| {
+                        let f = a.kill();
+                        format!(
+                            "{:?}\nstdout:\n{}\nstderr:\n{}",
+                            f.status, f.stdout, f.stderr
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "no checkpoint at step {step} after {:?}\n{}\n{}",
+                    begin.elapsed(),
+                    outs.join("\n"),
+                    cluster.logs()
+                );
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
+        agents
     };
     let digests = |nodes: Vec<Finished>| -> Vec<String> {
         let mut out = Vec::new();
@@ -604,8 +625,7 @@ fn a_lost_member_changes_nothing_and_a_lost_quorum_stops_the_job_with_a_whole_ch
     // One member lost mid-run: the leader, the worst one to lose (the cluster answers
     // nothing until it has elected another).
     let one = TempDir::new("launch_etcd_member_lost");
-    let agents = job("member-lost", &one);
-    wait_for_step(&one, 20);
+    let agents = wait_for_step(job("member-lost", &one), &one, 20, &cluster);
     let leader = cluster.leader().expect("a leader");
     cluster.kill(leader);
     let got = digests(agents.into_iter().map(|a| a.wait(DEADLINE)).collect());
@@ -620,8 +640,7 @@ fn a_lost_member_changes_nothing_and_a_lost_quorum_stops_the_job_with_a_whole_ch
     cluster.restart(leader);
     cluster.wait_ready(Duration::from_secs(30));
     let two = TempDir::new("launch_etcd_quorum_lost");
-    let agents = job("quorum-lost", &two);
-    wait_for_step(&two, 20);
+    let agents = wait_for_step(job("quorum-lost", &two), &two, 20, &cluster);
     let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     for &i in &others {
         cluster.kill(i);

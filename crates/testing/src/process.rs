@@ -115,6 +115,24 @@ impl Running {
         self.child.id() as i32
     }
 
+    /// Whether the launcher has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Kills the launcher (when it still runs) and returns what it printed, for a failure's
+    /// message.
+    pub fn kill(mut self) -> Finished {
+        let _ = self.child.kill();
+        let status = self.child.wait().unwrap();
+        Finished {
+            status,
+            stdout: self.out.take().unwrap().join().unwrap_or_default(),
+            stderr: self.err.take().unwrap().join().unwrap_or_default(),
+            elapsed: self.started.elapsed(),
+        }
+    }
+
     /// Waits for the launcher to exit; past `deadline` it is killed and the test fails.
     pub fn wait(mut self, deadline: Duration) -> Finished {
         loop {
