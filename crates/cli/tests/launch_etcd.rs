@@ -302,8 +302,8 @@ fn node_drill(victim: Option<u32>) -> (Vec<(u64, f64, String)>, String, f64) {
     };
     let mut killed_index = None;
     if let Some(v) = victim {
-        // Training runs: two seconds of steps.
-        std::thread::sleep(Duration::from_secs(2));
+        // Training runs: the first of 8 epochs ended.
+        netns_util::wait_for_epoch(&nodes, begin);
         let i = nodes
             .iter()
             .position(|n| node_rank(n) == v)

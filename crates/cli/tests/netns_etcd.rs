@@ -29,12 +29,15 @@ struct Drill {
 }
 
 impl Drill {
+    /// [`start_with`](Self::start_with) `phalanx train`, returned once rank 0 has printed its
+    /// first epoch of 4 (after a fixed second instead, a loaded machine had not yet formed
+    /// the workers' process group when node 2 was cut off).
     fn start(test: &str) -> Option<Drill> {
         let train = |c: &mut Command| {
             c.arg("train")
                 .args(["--rdzv-backend", "etcd", "--rdzv-endpoint"]);
         };
-        Drill::start_with(test, &train, &|c| {
+        let drill = Drill::start_with(test, &train, &|c| {
             c.args([
                 "--dataset",
                 "mnist5k",
@@ -44,7 +47,9 @@ impl Drill {
                 "16",
             ])
             .args(["--hidden", "256", "--json"]);
-        })
+        })?;
+        netns_util::wait_for_epoch(&drill.nodes, drill.begin);
+        Some(drill)
     }
 
     /// Three hosts each running `head` (the subcommand up to `--rdzv-endpoint`), the etcd
@@ -76,8 +81,6 @@ impl Drill {
         for n in &nodes {
             netns_util::wait_for(n, "round 0: nodes [0, 1, 2]", begin);
         }
-        // Training runs: a second of steps.
-        std::thread::sleep(Duration::from_secs(1));
         Some(Drill {
             hosts,
             cluster,

@@ -21,6 +21,9 @@
 //!
 //! - A whole node is lost (agent and workers): the other agents see its heartbeat stop, and
 //!   under `--nnodes MIN:MAX` one of them writes `-s` for each of its ranks; the others go on.
+//!   A node lost before generation 0 formed (its workers never published their addresses)
+//!   costs the others their wait for it, `PHALANX_TIMEOUT`: then generation 0 has not formed
+//!   and the log has moved on, so they connect the generation without it.
 //! - A node arrives under `--nnodes MIN:MAX` (Note [Admission] in phalanx-launch): its ranks
 //!   get new slots, from the round's first world size up ([`FaultTolerance::slots`],
 //!   `PHALANX_FT_SLOTS`), and join as replacements do, with `+s`.
@@ -254,7 +257,10 @@ impl FaultTolerance {
     /// there is nothing left for it to do.
     pub fn join(&mut self) -> Result<Option<ProcessGroup>> {
         if !self.replacement {
-            return self.connect(0, (0..self.slots()).collect()).map(Some);
+            // Through `join_from`: a node lost before generation 0 formed (its workers never
+            // published their addresses) is a `-s` in the log by the time the others' wait
+            // gives up, and they go on in the generation without it instead of failing.
+            return self.join_from(0, None).map(Some);
         }
         let mine = self.change(&format!("+{}", self.slot()))?;
         // Connect only a generation that the running ranks form: they open it at a step

@@ -28,6 +28,10 @@ impl Node {
         }
     }
 
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
     pub fn stderr(&self) -> String {
         super::strip_ansi(&std::fs::read_to_string(&self.err).unwrap_or_default())
     }
@@ -36,8 +40,7 @@ impl Node {
     pub fn wait(mut self, begin: Instant) -> (Option<i32>, String, String) {
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
-                let out = std::fs::read_to_string(&self.out).unwrap_or_default();
-                return (s.code(), out, self.stderr());
+                return (s.code(), self.stdout(), self.stderr());
             }
             assert!(
                 begin.elapsed() < DEADLINE,
@@ -65,6 +68,27 @@ pub fn wait_for(node: &Node, text: &str, begin: Instant) {
             begin.elapsed() < DEADLINE,
             "no {text:?} from the agent:\n{}",
             node.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until one of `nodes` (a `phalanx train --json` job) has printed an epoch's end:
+/// its workers' process group formed and trains. A drill's loss comes after it, mid-run; a
+/// fixed sleep instead lets a loaded machine cut a node off before the group formed.
+pub fn wait_for_epoch(nodes: &[Node], begin: Instant) {
+    while !nodes
+        .iter()
+        .any(|n| n.stdout().contains("\"event\":\"epoch\""))
+    {
+        assert!(
+            begin.elapsed() < DEADLINE,
+            "no epoch ended:\n{}",
+            nodes
+                .iter()
+                .map(Node::stderr)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         std::thread::sleep(Duration::from_millis(20));
     }
