@@ -381,6 +381,83 @@ fn losing_any_node_node_0_included_costs_the_others_at_most_a_step() {
     }
 }
 
+/// A node lost before the workers' first process group formed: node 2's agent and worker are
+/// SIGKILLed as soon as the worker exists (it loads its data and builds its model before it
+/// publishes its address, so it never does). The others' first group waits for it until
+/// `PHALANX_TIMEOUT` (10 s here), then connects the generation without node 2 that the log
+/// moved on to, and they finish with equal replicas, without a restart. (Before, they failed
+/// after the timeout and their replacements, with no running rank to join, failed too.)
+#[test]
+fn a_node_lost_before_the_first_group_formed_costs_the_others_a_timeout_not_the_job() {
+    let Some(cluster) = EtcdCluster::start("launch_etcd_early_loss", 3, Duration::from_secs(30))
+    else {
+        return;
+    };
+    let eps = cluster.endpoints();
+    let logs = TempDir::new("launch_etcd_early_loss");
+    let begin = Instant::now();
+    let nodes: Vec<netns_util::Node> = (0..3)
+        .map(|i| {
+            let mut c = phalanx();
+            c.arg("train")
+                .args(["--rdzv-backend", "etcd", "--rdzv-endpoint", &eps])
+                .args(["--rdzv-id", "early-loss", "--nproc-per-node", "1"])
+                .args(["--nnodes", "2:3", "--rdzv-last-call", "3"])
+                .args(["--fault-tolerance", "--max-restarts", "1"])
+                .args([
+                    "--dataset",
+                    "mnist5k",
+                    "--epochs",
+                    "1",
+                    "--batch-size",
+                    "16",
+                ])
+                .args(["--hidden", "256", "--json"])
+                .env("PHALANX_TOKEN", TOKEN)
+                .env("PHALANX_TIMEOUT", "10s");
+            netns_util::Node::start(c, logs.path(), i)
+        })
+        .collect();
+    for n in &nodes {
+        netns_util::wait_for(n, "round 0: nodes [0, 1, 2]", begin);
+    }
+    let victim = nodes
+        .iter()
+        .position(|n| n.stderr().contains("this is node 2"))
+        .expect("node 2");
+    let agent = nodes[victim].child.id() as i32;
+    let worker = loop {
+        if let Some(&(pid, _)) = workers(agent).first() {
+            break pid;
+        }
+        assert!(begin.elapsed() < DEADLINE, "node 2 started no worker");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    for pid in [agent, worker] {
+        // SAFETY: plain signals to processes this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let (mut out, mut err) = (String::new(), String::new());
+    for (i, n) in nodes.into_iter().enumerate() {
+        if i == victim {
+            continue;
+        }
+        let (code, o, e) = n.wait(begin);
+        assert_eq!(code, Some(0), "node {i}:\n{e}");
+        out.push_str(&o);
+        err.push_str(&e);
+    }
+    let s = train_summaries(&out);
+    assert_eq!(s.len(), 2, "{s:?}\n{err}");
+    assert_eq!(s[0].2, s[1].2, "replicas differ\n{err}");
+    assert!(
+        err.contains("node 2 (") && err.contains("the round goes on without it"),
+        "{err}"
+    );
+    assert!(err.contains("generation 0 did not form"), "{err}");
+    assert!(!err.contains("starting attempt"), "no restart: {err}");
+}
+
 /// Without `--fault-tolerance`, `--max-restarts` starts the next round without a lost node 0:
 /// under etcd nobody hosts the store, and the next round's first agent in closes it (Note
 /// [Elastic rounds]). Three agents run `program`, whose workers append `<attempt> <rank>
