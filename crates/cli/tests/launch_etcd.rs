@@ -323,17 +323,7 @@ fn node_drill(victim: Option<u32>) -> (Vec<(u64, f64, String)>, String, f64) {
         }
         killed_index = Some(i);
     }
-    let mut out = String::new();
-    let mut err = String::new();
-    for (i, n) in nodes.into_iter().enumerate() {
-        if Some(i) == killed_index {
-            continue;
-        }
-        let (code, o, e) = n.wait(begin);
-        assert_eq!(code, Some(0), "node {i}:\n{e}");
-        out.push_str(&o);
-        err.push_str(&e);
-    }
+    let (out, err) = survivors(nodes, killed_index, begin);
     let cost = match victim {
         None => 0.0,
         Some(_) => {
@@ -342,6 +332,25 @@ fn node_drill(victim: Option<u32>) -> (Vec<(u64, f64, String)>, String, f64) {
         }
     };
     (train_summaries(&out), err, cost)
+}
+
+/// Waits for every node but `lost`; each must exit 0. Their stdout and stderr, joined.
+fn survivors(
+    nodes: Vec<netns_util::Node>,
+    lost: Option<usize>,
+    begin: Instant,
+) -> (String, String) {
+    let (mut out, mut err) = (String::new(), String::new());
+    for (i, n) in nodes.into_iter().enumerate() {
+        if Some(i) == lost {
+            continue;
+        }
+        let (code, o, e) = n.wait(begin);
+        assert_eq!(code, Some(0), "node {i}:\n{e}");
+        out.push_str(&o);
+        err.push_str(&e);
+    }
+    (out, err)
 }
 
 #[test]
@@ -437,16 +446,7 @@ fn a_node_lost_before_the_first_group_formed_costs_the_others_a_timeout_not_the_
         // SAFETY: plain signals to processes this test started.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    let (mut out, mut err) = (String::new(), String::new());
-    for (i, n) in nodes.into_iter().enumerate() {
-        if i == victim {
-            continue;
-        }
-        let (code, o, e) = n.wait(begin);
-        assert_eq!(code, Some(0), "node {i}:\n{e}");
-        out.push_str(&o);
-        err.push_str(&e);
-    }
+    let (out, err) = survivors(nodes, Some(victim), begin);
     let s = train_summaries(&out);
     assert_eq!(s.len(), 2, "{s:?}\n{err}");
     assert_eq!(s[0].2, s[1].2, "replicas differ\n{err}");

@@ -148,11 +148,11 @@ impl Running {
                 };
             }
             if self.started.elapsed() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                let stdout = self.out.take().unwrap().join().unwrap_or_default();
-                let stderr = self.err.take().unwrap().join().unwrap_or_default();
-                panic!("phalanx launch still running after {deadline:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+                let f = self.kill();
+                panic!(
+                    "phalanx launch still running after {deadline:?}\nstdout:\n{}\nstderr:\n{}",
+                    f.stdout, f.stderr
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
