@@ -1,7 +1,7 @@
 //! A burn-train Learner program on MNIST, in two files that differ in one line, the training
 //! strategy: `mnist_burn.rs` trains with Burn's single-device strategy, `mnist_learner.rs` with
 //! phalanx's `Distributed`, and runs on one process or on every process of a job
-//! (`tests/learner_launch.rs` checks that the strategy is the only difference).
+//! (`tests/learner/learner_launch.rs` checks that the strategy is the only difference).
 //!
 //! Written the way Burn's book writes one: a model (Conv2d, BatchNorm, Dropout, Linear) and a
 //! `Batcher` (in `mnist/mod.rs`), `SupervisedTraining` with loss and accuracy metrics and a

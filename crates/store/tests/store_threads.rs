@@ -1,8 +1,10 @@
 //! A `StoreServer` serves its clients from a thread per core at most (Note [One event loop for
 //! every connection]), and dropping it leaves no thread behind: authenticated clients, clients
 //! blocked in `get`, and connections stuck in the handshake all end.
-//! (Its own test binary, so no other test's server is running.)
+//! (Its own test binary, not a module of the crate's `store` binary: it counts this process's
+//! store threads, so no other test's server may be running.)
 
+#[path = "store/common/mod.rs"]
 mod common;
 
 use std::net::TcpStream;

@@ -54,6 +54,24 @@ pub fn clean_env(c: &mut Command) -> &mut Command {
     c
 }
 
+/// The name libtest gives the test function `name` of the module `module` (pass
+/// `module_path!()`): the module's path without the crate's name. A test that starts its own
+/// binary again to run one test of it (`--exact`) names that test through this, so that it is
+/// found whether its file is a test binary of its own or a module of one (a crate's
+/// integration tests are one binary: docs/architecture.md, "One test binary per crate").
+///
+/// ```
+/// use phalanx_testing::process::test_path;
+/// assert_eq!(test_path("learner::learner_zero", "worker"), "learner_zero::worker");
+/// assert_eq!(test_path("shm_process", "child_rank"), "child_rank");
+/// ```
+pub fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, inner)) => format!("{inner}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// A running launcher; killed (SIGKILL, its workers follow by PR_SET_PDEATHSIG) when dropped.
 pub struct Running {
     pub child: Child,

@@ -2,7 +2,7 @@
 //! the job holds it and losing any one host, node 0 included, leaves it whole.
 //!
 //! Every key lives under the job's prefix (`/phalanx/<job>/`). The operations keep the TCP
-//! store's semantics (the same tests run on both, `crates/store/tests/store_etcd.rs`):
+//! store's semantics (the same tests run on both, `crates/store/tests/store/store_etcd.rs`):
 //! - `get`, `wait` and `multi_get` block until their keys exist: a read, then a watch from the
 //!   revision after that read, so that no write between the two is missed;
 //! - `add`, `append` and `compare_set` are transactions on the key's `mod_revision`, retried

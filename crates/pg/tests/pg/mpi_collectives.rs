@@ -14,6 +14,7 @@ use std::{
 
 use half::bf16;
 use phalanx_core::ReduceOp;
+use phalanx_testing::process::test_path;
 
 const CHILD: &str = "MPI_COLLECTIVES_CHILD";
 const NP: usize = 3;
@@ -41,7 +42,11 @@ fn every_collective_on_mpi() {
     .args(["-x", &format!("{CHILD}=1")])
     .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     .arg(std::env::current_exe().unwrap())
-    .args(["--exact", "every_collective_on_mpi", "--nocapture"])
+    .args([
+        "--exact",
+        &test_path(module_path!(), "every_collective_on_mpi"),
+        "--nocapture",
+    ])
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());

@@ -1,7 +1,7 @@
 //! Sweeps world sizes × counts × ops × dtypes, checking every result bitwise against a
 //! sequential fold in the canonical order, and that direct exchange and ring agree.
 
-mod common;
+use crate::common;
 
 use common::{expected, input};
 

@@ -10,7 +10,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_train::ClassificationOutput;
-use phalanx_testing::process::{clean_env, run, Finished};
+use phalanx_testing::process::{clean_env, run, test_path, Finished};
 
 /// A batch of UCI digits: 64 features per row.
 #[derive(Clone, Debug)]
@@ -60,10 +60,12 @@ pub(crate) fn classification(output: Tensor<2>, y: Tensor<1, Int>) -> Classifica
     ClassificationOutput::new(loss, output, y)
 }
 
-/// Runs this test binary's `worker` test on 2 ranks under the real `phalanx launch`, with
-/// `role` set to `mode` and `env` in their environment, and waits for the launcher within
-/// `deadline`. `None` (the test skips) when `target/debug/phalanx` is not built.
+/// Runs the `worker` test of the module `module` (the caller's `module_path!()`) of this test
+/// binary on 2 ranks under the real `phalanx launch`, with `role` set to `mode` and `env` in
+/// their environment, and waits for the launcher within `deadline`. `None` (the test skips)
+/// when `target/debug/phalanx` is not built.
 pub(crate) fn launch_workers(
+    module: &str,
     role: &str,
     mode: &str,
     env: &[(&str, &std::path::Path)],
@@ -84,7 +86,8 @@ pub(crate) fn launch_workers(
         .envs(env.iter().copied())
         .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
         .arg(exe)
-        .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &test_path(module, "worker")])
+        .args(["--nocapture", "--test-threads", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     Some(run(cmd, deadline))

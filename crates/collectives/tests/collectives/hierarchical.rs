@@ -4,7 +4,7 @@
 //! uneven slices, and layouts whose hosts are not contiguous rank ranges.
 
 #[allow(dead_code)] // shared helpers; this file needs only some
-mod common;
+use crate::common;
 
 use common::input;
 use std::{sync::Mutex, time::Duration};

@@ -2,7 +2,7 @@
 //! truncated frames, slowloris, refused connections, 1,024 clients, shutdown with waiters.
 //! Every test checks that the server keeps serving well-behaved clients afterwards.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};

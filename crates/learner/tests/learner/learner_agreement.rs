@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
@@ -23,9 +24,8 @@ use burn_train::{
     ClassificationOutput, Interrupter, Learner, MetricEarlyStoppingStrategy, StoppingCondition,
     SupervisedTraining,
 };
-mod common;
 use common::{classification, classifier_steps, digits, stack, Batch, Digit};
-use phalanx_testing::process::{clean_env, rank_lines, run, TempDir};
+use phalanx_testing::process::{clean_env, rank_lines, run, test_path, TempDir};
 
 const ROLE: &str = "LEARNER_AGREEMENT_WORKER";
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -150,7 +150,7 @@ fn worker() {
 
 /// Launches 2 workers in `mode` and waits for the launcher, within the deadline.
 fn launch_raw(mode: &str) -> Option<phalanx_testing::process::Finished> {
-    common::launch_workers(ROLE, mode, &[], DEADLINE)
+    common::launch_workers(module_path!(), ROLE, mode, &[], DEADLINE)
 }
 
 /// Launches 2 workers in `mode`, which must succeed; each rank's line and the number of rank
@@ -241,7 +241,8 @@ fn an_incomplete_launcher_environment_names_the_missing_variable() {
     clean_env(&mut cmd)
         .env(ROLE, "env")
         .env("RANK", "1")
-        .args(["--exact", "worker", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &test_path(module_path!(), "worker")])
+        .args(["--nocapture", "--test-threads", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let f = run(cmd, DEADLINE);

@@ -12,7 +12,7 @@ use burn_train::logger::InMemoryMetricLogger;
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{ClassificationOutput, Learner, SupervisedTraining};
 
-mod common;
+use crate::common;
 use common::{classification, classifier_steps, digits, Batch, Stack};
 
 #[derive(Module, Debug)]

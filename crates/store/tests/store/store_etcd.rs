@@ -1,7 +1,7 @@
 //! The etcd store against a real cluster's failures: members that never answer, a member lost,
 //! the quorum lost, and a refused password. Each names etcd and its endpoints.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use phalanx_data::{csv, digits, mnist5k, mnist_idx, mnist_idx_test, Error};
 
-const DIGITS_GZ: &[u8] = include_bytes!("../../../data/digits.csv.gz");
+const DIGITS_GZ: &[u8] = include_bytes!("../../../../data/digits.csv.gz");
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -1,7 +1,7 @@
 //! Shared-memory collectives, ranks as threads: every result bitwise equal to the TCP ring's
 //! and to a sequential fold in the canonical order, for every world × count × op × dtype.
 
-mod common;
+use crate::common;
 
 use common::{expected, input};
 

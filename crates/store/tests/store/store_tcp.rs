@@ -2,7 +2,7 @@
 //! etcd store (a real 3-member etcd cluster) with the same test bodies, so they cannot drift
 //! apart.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::common;
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::module::{Module, ModuleVisitor, Param};
@@ -18,9 +19,8 @@ use burn::tensor::{Device, Tensor};
 use burn_train::logger::InMemoryMetricLogger;
 use burn_train::metric::{AccuracyMetric, LossMetric};
 use burn_train::{ClassificationOutput, Learner, SupervisedTraining};
-use phalanx_ddp::fsdp::Sharding;
-mod common;
 use common::{classification, classifier_steps, digits, Batch, Stack};
+use phalanx_ddp::fsdp::Sharding;
 use phalanx_testing::process::{rank_lines, Finished, TempDir};
 
 const ROLE: &str = "LEARNER_ZERO_WORKER";
@@ -118,12 +118,12 @@ fn worker() {
 }
 
 fn launch(mode: &str) -> Option<Finished> {
-    common::launch_workers(ROLE, mode, &[], DEADLINE)
+    common::launch_workers(module_path!(), ROLE, mode, &[], DEADLINE)
 }
 
 /// [`launch`] with the ranks sharing `dir` as their artifact directory.
 fn launch_in(mode: &str, dir: &TempDir) -> Option<Finished> {
-    common::launch_workers(ROLE, mode, &[(DIR, dir.path())], DEADLINE)
+    common::launch_workers(module_path!(), ROLE, mode, &[(DIR, dir.path())], DEADLINE)
 }
 
 /// Each rank's digest, and rank 0's validation accuracy per epoch.

@@ -2,7 +2,7 @@
 //! address named, a taken port, 1,024 concurrent clients, shutdown with waiters, clients that
 //! leave mid-wait, reconnecting.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};

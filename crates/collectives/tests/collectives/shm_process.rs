@@ -134,8 +134,16 @@ impl Drop for KillOnDrop {
 #[test]
 fn two_processes_agree_bitwise() {
     let job = format!("phalanx-test-shmproc-{}", std::process::id());
+    // `child_rank` as libtest names it: this file is a module of the crate's test binary
+    // (phalanx-testing's `test_path`, which this crate's tests cannot depend on: it depends on
+    // this crate).
+    let (_crate, module) = module_path!().split_once("::").unwrap_or(("", ""));
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_rank", "--test-threads=1"])
+        .args([
+            "--exact",
+            &format!("{module}::child_rank"),
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, &job)
         .spawn()
         .unwrap();

@@ -3,7 +3,7 @@
 //! protocols side by side, the loopback policy, and hostile bytes on the PyTorch path. The
 //! same queries from real PyTorch run in crates/cli/tests/torch_interop.rs.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

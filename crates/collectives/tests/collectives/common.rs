@@ -1,5 +1,5 @@
 //! Thread-level harness: `world` ranks as threads over a loopback TCP mesh.
-#![allow(unreachable_pub)] // shared by several test crates, where `pub` is the point
+#![allow(unreachable_pub)] // shared by the modules of the test binary, where `pub` is the point
 
 use std::{net::SocketAddr, time::Duration};
 
