@@ -21,9 +21,13 @@
 //!
 //! - A whole node is lost (agent and workers): the other agents see its heartbeat stop, and
 //!   under `--nnodes MIN:MAX` one of them writes `-s` for each of its ranks; the others go on.
-//!   A node lost before generation 0 formed (its workers never published their addresses)
-//!   costs the others their wait for it, `PHALANX_TIMEOUT`: then generation 0 has not formed
-//!   and the log has moved on, so they connect the generation without it.
+//!   A node lost while a generation forms (before generation 0 formed, its workers never
+//!   published their addresses) costs the others a moment: the waits of the bootstrap watch
+//!   the log ([`FaultTolerance::watch`], Note [Watched waits] in phalanx-store) and stop once
+//!   it removes a member, and they connect the generation without it. What is not watched:
+//!   the TCP mesh's connects and accepts, so a rank lost after it published its address and
+//!   before the mesh was up still costs its peers `PHALANX_TIMEOUT`; and whole blocks
+//!   (islands), whose waits are not watched.
 //! - A node arrives under `--nnodes MIN:MAX` (Note [Admission] in phalanx-launch): its ranks
 //!   get new slots, from the round's first world size up ([`FaultTolerance::slots`],
 //!   `PHALANX_FT_SLOTS`), and join as replacements do, with `+s`.
@@ -81,15 +85,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use phalanx_core::env;
-use phalanx_store::{keys, PrefixStore, Store};
+use phalanx_store::{keys, PrefixStore, Store, Watch};
 
-use crate::{init_with, Error, InitOptions, ProcessGroup, Result};
+use crate::init::init_watched;
+use crate::{Error, InitOptions, ProcessGroup, Result};
 
 /// How long the generation log stands still before a rank of a block regroups on it
 /// ([`FaultTolerance::regroup_whole`]).
 const SETTLE: Duration = Duration::from_millis(250);
 /// How often a waiting rank looks at the generation counter.
 const POLL: Duration = Duration::from_millis(5);
+/// How often a wait of a generation's bootstrap looks at the log ([`FaultTolerance::watch`]):
+/// one more store request per waiting rank each time, once the wait has lasted that long.
+const WATCH_SLICE: Duration = Duration::from_millis(500);
 /// How old a training rank's view of the counter may be ([`FaultTolerance::newest`]).
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(50);
 
@@ -258,8 +266,8 @@ impl FaultTolerance {
     pub fn join(&mut self) -> Result<Option<ProcessGroup>> {
         if !self.replacement {
             // Through `join_from`: a node lost before generation 0 formed (its workers never
-            // published their addresses) is a `-s` in the log by the time the others' wait
-            // gives up, and they go on in the generation without it instead of failing.
+            // published their addresses) is a `-s` in the log; the others' wait stops on it
+            // (`watch`), and they go on in the generation without it instead of failing.
             return self.join_from(0, None).map(Some);
         }
         let mine = self.change(&format!("+{}", self.slot()))?;
@@ -558,7 +566,7 @@ impl FaultTolerance {
                 rank: self.slot(),
                 source,
             })?;
-        let pg = init_with(opts)?;
+        let pg = init_watched(opts, self.watch(generation, &members))?;
         // The launcher names a dead rank; the survivors must not wait for its word.
         pg.set_peer_word_wait(Duration::ZERO);
         self.generation = generation;
@@ -589,27 +597,69 @@ impl FaultTolerance {
                 source,
             })?;
             let text = String::from_utf8_lossy(&raw);
-            if text == "end" {
-                return Ok(Fold::Ended(g));
-            }
-            let bad = || Error::Env {
-                name: key.clone(),
-                value: text.to_string(),
-                reason: "expected -SLOT, +SLOT or end (a membership change, Note [Generations])"
-                    .into(),
-            };
-            let slot: usize = text.get(1..).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-            match text.as_bytes().first() {
-                Some(b'-') => members.retain(|&m| m != slot),
-                Some(b'+') if !members.contains(&slot) => {
+            match Change::parse(&text) {
+                Some(Change::End) => return Ok(Fold::Ended(g)),
+                Some(Change::Leave(slot)) => members.retain(|&m| m != slot),
+                Some(Change::Join(slot)) if !members.contains(&slot) => {
                     members.push(slot);
                     members.sort_unstable();
                 }
-                Some(b'+') => {}
-                _ => return Err(bad()),
+                Some(Change::Join(_)) => {}
+                None => {
+                    return Err(Error::Env {
+                        name: key,
+                        value: text.to_string(),
+                        reason:
+                            "expected -SLOT, +SLOT or end (a membership change, Note [Generations])"
+                                .into(),
+                    })
+                }
             }
         }
         Ok(Fold::Members(members))
+    }
+
+    /// What watches the waits of generation `generation`'s bootstrap (Note [Watched waits] in
+    /// phalanx-store): a rank lost before it published its address would hold the others
+    /// there for `PHALANX_TIMEOUT`, while the launcher has already logged it gone. The wait
+    /// stops once a later change removes one of `members` or ends the run, or once a rank has
+    /// opened a later generation (it gave up on this one, which then cannot form: two ranks
+    /// that read the counter on either side of a `+s` meet in the later one); `join_from`
+    /// then connects the newest. A newer generation that only adds slots does not stop it by
+    /// itself: this one can still form, and some ranks may have finished its bootstrap.
+    /// In whole blocks (Note [Whole blocks]) the waits are not watched: which later
+    /// generation is theirs depends on the blocks, and they wait as before.
+    fn watch(&self, generation: u64, members: &[usize]) -> Option<(Duration, Watch)> {
+        if self.block > 1 {
+            return None;
+        }
+        let round = self.round.clone();
+        let members = members.to_vec();
+        let watch: Watch = Box::new(move || {
+            let newest = round.add(keys::GENERATION, 0).ok()?.max(0) as u64;
+            (generation + 1..=newest).find_map(|g| {
+                if round.check(&[&keys::generation_open(g)]).ok()? {
+                    return Some(format!(
+                        "generation {g} is open while generation {generation} formed"
+                    ));
+                }
+                // The counter moves before the change is written: one not yet there is read at
+                // the next slice (a `get` would wait for it).
+                let key = keys::generation_change(g);
+                if !round.check(&[&key]).ok()? {
+                    return None;
+                }
+                let raw = round.get(&key).ok()?;
+                match Change::parse(&String::from_utf8_lossy(&raw))? {
+                    Change::Leave(slot) if members.contains(&slot) => Some(format!(
+                        "slot {slot} left in generation {g} while generation {generation} formed"
+                    )),
+                    Change::End => Some(format!("the run ended in generation {g}")),
+                    _ => None,
+                }
+            })
+        });
+        Some((WATCH_SLICE, watch))
     }
 
     fn read_counter(&self) -> Result<u64> {
@@ -620,6 +670,31 @@ impl FaultTolerance {
                 rank: self.slot(),
                 source,
             })
+    }
+}
+
+/// One entry of the generation log (Note [Generations]).
+enum Change {
+    /// `-SLOT`: the launcher counted the slot dead or gone.
+    Leave(usize),
+    /// `+SLOT`: a replacement or an admitted node's rank added itself.
+    Join(usize),
+    /// `end`: the run is complete.
+    End,
+}
+
+impl Change {
+    /// The change `text` says, or `None` when it is none of the three.
+    fn parse(text: &str) -> Option<Change> {
+        if text == "end" {
+            return Some(Change::End);
+        }
+        let slot = text.get(1..)?.parse().ok()?;
+        match text.as_bytes().first()? {
+            b'-' => Some(Change::Leave(slot)),
+            b'+' => Some(Change::Join(slot)),
+            _ => None,
+        }
     }
 }
 
@@ -730,6 +805,43 @@ mod tests {
         assert!(
             matches!(joiner.fold(3).unwrap(), Fold::Members(m) if !joiner.whole_blocks(&m).contains(&3))
         );
+    }
+
+    #[test]
+    fn a_forming_generation_stops_waiting_when_a_member_leaves_or_the_run_ends() {
+        let store = Arc::new(HashStore::default());
+        let ft = member(&store, 0, 3, false);
+        let (_, moot) = ft.watch(0, &[0, 1, 2]).expect("watched");
+        assert_eq!(moot(), None);
+        // An admitted slot, or one that was not a member, leaves the generation able to form.
+        log(&store, &["+3", "-3"]);
+        assert_eq!(moot(), None);
+        // The counter moves before the change is written: nothing to say yet.
+        store.add(keys::GENERATION, 1).unwrap();
+        assert_eq!(moot(), None);
+        store.set(&keys::generation_change(3), b"-2").unwrap();
+        assert_eq!(
+            moot().as_deref(),
+            Some("slot 2 left in generation 3 while generation 0 formed")
+        );
+        // A later generation's own bootstrap is watched from its own members; a rank that
+        // opened a generation after it gave up on this one.
+        let (_, later) = ft.watch(3, &[0, 1]).expect("watched");
+        assert_eq!(later(), None);
+        log(&store, &["+2"]);
+        assert_eq!(later(), None);
+        store.set(&keys::generation_open(4), b"1").unwrap();
+        assert_eq!(
+            later().as_deref(),
+            Some("generation 4 is open while generation 3 formed")
+        );
+        store.delete_key(&keys::generation_open(4)).unwrap();
+        log(&store, &["end"]);
+        assert_eq!(later().as_deref(), Some("the run ended in generation 5"));
+        // Whole blocks are not watched.
+        let mut island = member(&store, 0, 4, false);
+        island.set_block(2);
+        assert!(island.watch(0, &[0, 1, 2, 3]).is_none());
     }
 
     #[test]

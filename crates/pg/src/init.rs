@@ -16,6 +16,7 @@ use phalanx_collectives::Options;
 use phalanx_core::{env, Launcher, Timeout};
 use phalanx_store::{
     Auth, EtcdOptions, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore,
+    Watch, WatchedStore,
 };
 use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
 
@@ -172,6 +173,18 @@ pub(crate) fn job_store(
 
 /// [`init_process_group`](crate::init_process_group) with explicit options.
 pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
+    init_watched(o, None)
+}
+
+/// [`init_with`], with the store's waits watched while the group forms when `watch` is given:
+/// when it gives a reason between slices of at most `slice`, a wait of the bootstrap (the
+/// address exchange, the shared-memory votes) fails at once naming it, instead of waiting out
+/// `PHALANX_TIMEOUT` for ranks that will not come (Note [Watched waits] in phalanx-store).
+/// The process group keeps the store unwatched.
+pub(crate) fn init_watched(
+    o: InitOptions,
+    watch: Option<(Duration, Watch)>,
+) -> Result<ProcessGroup> {
     let e = &o.env;
     let rank = e.rank;
     let store_err = |source| Error::Store { rank, source };
@@ -219,15 +232,29 @@ pub fn init_with(o: InitOptions) -> Result<ProcessGroup> {
         local_world_size: e.local_world_size,
         node_rank: e.group_rank,
     };
-    connect(
+    let Some((slice, watch)) = watch else {
+        return connect(
+            placement,
+            store,
+            server,
+            &o.auth,
+            o.timeout,
+            sel.ip,
+            o.collectives,
+        );
+    };
+    let watched = Arc::new(WatchedStore::new(store, slice, watch));
+    let pg = connect(
         placement,
-        store,
+        watched.clone(),
         server,
         &o.auth,
         o.timeout,
         sel.ip,
         o.collectives,
-    )
+    );
+    watched.disarm();
+    pg
 }
 
 /// What chose the interface, for the INFO line: `NCCL_SOCKET_IFNAME=eth1`, or `route to

@@ -16,6 +16,16 @@ pub enum Error {
         after: Duration,
     },
 
+    /// A blocking call of a [`crate::WatchedStore`] stopped waiting for `key` before its
+    /// timeout: the watch said the wait was moot (`reason`).
+    #[error("stopped waiting for store key {key:?}: {reason}")]
+    Abandoned {
+        /// The (first) key that was still missing.
+        key: String,
+        /// What the watch said.
+        reason: String,
+    },
+
     // === Connection set-up ===
     /// The store at `addr` could not be reached (retried with backoff until the timeout).
     #[error("cannot connect to the rendezvous store at {addr}: {source}")]

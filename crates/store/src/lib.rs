@@ -47,6 +47,7 @@ mod store;
 mod table;
 mod tcp_store;
 mod torch_store;
+mod watched_store;
 pub mod wire;
 
 pub use auth::{Auth, DEFAULT_JOB_ID};
@@ -58,3 +59,4 @@ pub use server::{ServerConfig, StoreServer, StoreStats, TorchClients};
 pub use store::{Claim, Store};
 pub use tcp_store::TcpStore;
 pub use torch_store::TorchStore;
+pub use watched_store::{Watch, WatchedStore};

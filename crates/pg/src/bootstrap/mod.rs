@@ -90,21 +90,21 @@ pub fn exchange(
     let table = match store.claim_then_get(&key, entry.as_bytes(), TABLE_KEY, timeout) {
         Ok(Claim::Held(table)) => table,
         Ok(Claim::Taken(got)) => return Err(claimed_twice(&got)),
-        Err(e) => {
-            // Tell which ranks rank 0 is still waiting for: usually the real culprit.
+        Err(e @ phalanx_store::Error::Timeout { .. }) => {
+            // Tell which ranks rank 0 is still waiting for: usually the real culprit. (Only
+            // after a timeout: it costs a request per rank, and every rank whose wait was
+            // abandoned (Note [Watched waits]) would send them at once.)
             let keys: Vec<String> = (0..world).map(peer_key).collect();
-            let missing = missing(store, &keys);
-            return Err(match (e, missing) {
-                (phalanx_store::Error::Timeout { .. }, Some(m)) if !m.is_empty() => {
-                    Error::RendezvousIncomplete {
-                        rank,
-                        missing: m,
-                        waited_s: timeout.as_secs_f64(),
-                    }
-                }
-                (e, _) => store_err(e),
+            return Err(match missing(store, &keys) {
+                Some(m) if !m.is_empty() => Error::RendezvousIncomplete {
+                    rank,
+                    missing: m,
+                    waited_s: timeout.as_secs_f64(),
+                },
+                _ => store_err(e),
             });
         }
+        Err(e) => return Err(store_err(e)),
     };
     let peers = PeerTable::decode(rank, table)?;
     if peers.world() != world {
