@@ -4,9 +4,10 @@
     cargo test --no-run --timings ...; python3 .ci/build_times.py target/cargo-timings/cargo-timing.html
 
 Each unit is one rustc (or build script) run: a crate's library, a test binary, a build
-script. The sum is CPU time, not wall time: on 2 cores up to two units run at once. The build is
-most of a cold CI run, and this says where it goes: dependencies, the workspace's libraries,
-or its test binaries.
+script, and its figure is the wall time it ran. Units run side by side (two at a time on 2
+cores), so a unit's time is longer than alone, and the sum is about the build's core-seconds
+when the cores are busy. The build is most of a cold CI run, and this says where it goes:
+dependencies, the workspace's libraries, or its test binaries.
 """
 import json
 import re
@@ -26,8 +27,8 @@ def main():
         rows = units(f.read())
     total = sum(s for s, _, _ in rows)
     tests = sum(s for s, _, t in rows if "(test)" in t or '"example"' in t)
-    print(f"build units: {len(rows)}, {total:.0f} s of CPU; test and example binaries (unit tests included) {tests:.0f} s;"
-          " the slowest:")
+    print(f"build units: {len(rows)}, {total:.0f} s summed; test and example binaries"
+          f" (unit tests included) {tests:.0f} s; the slowest:")
     for secs, name, target in sorted(rows, key=lambda r: -r[0])[:20]:
         print(f"  {secs:8.1f} s  {name} {target}")
 
