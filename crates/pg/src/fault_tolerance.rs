@@ -636,7 +636,7 @@ impl FaultTolerance {
         let round = self.round.clone();
         let members = members.to_vec();
         let watch: Watch = Box::new(move || {
-            let newest = round.add(keys::GENERATION, 0).ok()?.max(0) as u64;
+            let newest = keys::read_generation(&*round).ok()?;
             (generation + 1..=newest).find_map(|g| {
                 if round.check(&[&keys::generation_open(g)]).ok()? {
                     return Some(format!(
@@ -663,13 +663,10 @@ impl FaultTolerance {
     }
 
     fn read_counter(&self) -> Result<u64> {
-        self.round
-            .add(keys::GENERATION, 0)
-            .map(|g| g.max(0) as u64)
-            .map_err(|source| Error::Store {
-                rank: self.slot(),
-                source,
-            })
+        keys::read_generation(&*self.round).map_err(|source| Error::Store {
+            rank: self.slot(),
+            source,
+        })
     }
 }
 

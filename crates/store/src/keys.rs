@@ -64,6 +64,12 @@ pub fn append_generation_change(
     Ok(generation)
 }
 
+/// The round's newest generation, as [`GENERATION`] holds it (0 before any change), in a
+/// store scoped to the round.
+pub fn read_generation(store: &dyn crate::Store) -> crate::Result<u64> {
+    Ok(store.add(GENERATION, 0)?.max(0) as u64)
+}
+
 /// The first half of [`append_generation_change`]: takes the next generation. A writer that
 /// must retry after a failure retries the half that failed (a second bump would leave a
 /// generation without its change, which every reader waits for).

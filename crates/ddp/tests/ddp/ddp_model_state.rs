@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{self, device};
 use burn::module::{Module, Param, ParamId, RunningState};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
@@ -24,10 +25,6 @@ const CLASSES: usize = 3;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 type Params = Vec<Vec<f32>>;
-
-fn device() -> Device {
-    Device::flex().autodiff()
-}
 
 /// Runs `f` on another thread and fails the test if it has not finished within the deadline.
 fn with_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -77,17 +74,7 @@ impl Net {
 
 /// Deterministic batch `step` of rank `rank`, different on every rank.
 fn batch(step: usize, rank: usize, rows: usize) -> (Tensor<2>, Tensor<1, Int>) {
-    let d = device();
-    let x: Vec<f32> = (0..rows * IN)
-        .map(|i| (((step * 31 + rank * 101 + i * 7) % 23) as f32 / 5.0) - 2.0)
-        .collect();
-    let y: Vec<i64> = (0..rows)
-        .map(|r| ((step + rank * 2 + r * 5) % CLASSES) as i64)
-        .collect();
-    (
-        Tensor::from_data(TensorData::new(x, [rows, IN]), &d),
-        Tensor::from_data(TensorData::new(y, [rows]), &d),
-    )
+    common::batch(step, rank, rows, IN, CLASSES)
 }
 
 fn backward(net: &Net, step: usize, rank: usize) -> Gradients {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{batch, device, positional};
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
@@ -14,8 +15,8 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, ModuleOptimizer, SgdConfig};
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
-use phalanx_ddp::adapter::burn::{param_infos, params_to_flat, set_params_from_flat};
+use burn::tensor::{Device, Gradients, Tensor};
+use phalanx_ddp::adapter::burn::params_to_flat;
 use phalanx_ddp::fsdp::{FsdpOptions, FullyShardedDataParallel, Sharding};
 use phalanx_ddp::{DdpOptions, DistributedDataParallel};
 use phalanx_pg::ProcessGroup;
@@ -28,10 +29,6 @@ const DEADLINE: Duration = Duration::from_secs(300);
 const LR: f64 = 0.05;
 
 type Params = Vec<Vec<f32>>;
-
-fn device() -> Device {
-    Device::flex().autodiff()
-}
 
 #[derive(Module, Debug)]
 struct Net {
@@ -55,20 +52,7 @@ impl Net {
             unused: LinearConfig::new(HIDDEN, CLASSES).init(device),
             odd_only: LinearConfig::new(HIDDEN, CLASSES).init(device),
         };
-        let names = param_infos(&net);
-        let values: Params = params_to_flat(&net)
-            .unwrap()
-            .into_iter()
-            .zip(names)
-            .enumerate()
-            .map(|(k, (v, info))| match info.name.starts_with("bn") {
-                true => v,
-                false => (0..v.len())
-                    .map(|i| ((k * 131 + i * 37) % 61) as f32 / 100.0 - 0.3)
-                    .collect(),
-            })
-            .collect();
-        set_params_from_flat(net, &values).unwrap()
+        positional(net)
     }
 
     fn forward(&self, x: Tensor<2>, rank: usize) -> Tensor<2> {
@@ -83,18 +67,9 @@ impl Net {
 }
 
 fn backward(net: &Net, step: usize, rank: usize) -> Gradients {
-    let d = device();
-    let rows = 8;
-    let x: Vec<f32> = (0..rows * IN)
-        .map(|i| (((step * 31 + rank * 101 + i * 7) % 23) as f32 / 5.0) - 2.0)
-        .collect();
-    let y: Vec<i64> = (0..rows)
-        .map(|r| ((step + rank * 2 + r * 5) % CLASSES) as i64)
-        .collect();
-    let x = Tensor::from_data(TensorData::new(x, [rows, IN]), &d);
-    let y = Tensor::<1, Int>::from_data(TensorData::new(y, [rows]), &d);
+    let (x, y) = batch(step, rank, 8, IN, CLASSES);
     CrossEntropyLossConfig::new()
-        .init(&d)
+        .init(&device())
         .forward(net.forward(x, rank), y)
         .backward()
 }

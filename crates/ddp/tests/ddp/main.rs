@@ -2,6 +2,7 @@
 //! docs/testing.md, "One test binary per crate").
 
 mod adapter_burn;
+mod common;
 mod ddp_model_state;
 mod ddp_ranks;
 mod fsdp_blocks;
