@@ -24,10 +24,10 @@
 //!   A node lost while a generation forms (before generation 0 formed, its workers never
 //!   published their addresses) costs the others a moment: the waits of the bootstrap watch
 //!   the log ([`FaultTolerance::watch`], Note [Watched waits] in phalanx-store) and stop once
-//!   it removes a member, and they connect the generation without it. What is not watched:
-//!   the TCP mesh's connects and accepts, so a rank lost after it published its address and
-//!   before the mesh was up still costs its peers `PHALANX_TIMEOUT`; and whole blocks
-//!   (islands), whose waits are not watched.
+//!   it removes a member, and they connect the generation without it. The TCP mesh's
+//!   connects and accepts ask the same watch (Note [A watched mesh] in phalanx-transport), so
+//!   a rank lost after it published its address costs the same moment. Whole blocks
+//!   (islands) are not watched.
 //! - A node arrives under `--nnodes MIN:MAX` (Note [Admission] in phalanx-launch): its ranks
 //!   get new slots, from the round's first world size up ([`FaultTolerance::slots`],
 //!   `PHALANX_FT_SLOTS`), and join as replacements do, with `+s`.
@@ -620,7 +620,8 @@ impl FaultTolerance {
     }
 
     /// What watches the waits of generation `generation`'s bootstrap (Note [Watched waits] in
-    /// phalanx-store): a rank lost before it published its address would hold the others
+    /// phalanx-store) and its mesh's connections (Note [A watched mesh] in
+    /// phalanx-transport): a rank lost before it published its address would hold the others
     /// there for `PHALANX_TIMEOUT`, while the launcher has already logged it gone. The wait
     /// stops once a later change removes one of `members` or ends the run, or once a rank has
     /// opened a later generation (it gave up on this one, which then cannot form: two ranks

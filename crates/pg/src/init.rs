@@ -18,7 +18,7 @@ use phalanx_store::{
     Auth, EtcdOptions, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore,
     Watch, WatchedStore,
 };
-use phalanx_transport::{ifname, tcp, MeshConfig, TcpTransport};
+use phalanx_transport::{ifname, tcp, MeshConfig, SetupWatch, TcpTransport};
 
 use crate::{bootstrap, process_group::GroupSeed, DistEnv, Error, Placement, ProcessGroup, Result};
 
@@ -244,7 +244,8 @@ pub(crate) fn init_watched(
         );
     };
     let watched = Arc::new(WatchedStore::new(store, slice, watch));
-    let pg = connect(
+    let moot = || watched.moot();
+    let pg = connect_watched(
         placement,
         watched.clone(),
         server,
@@ -252,6 +253,7 @@ pub(crate) fn init_watched(
         o.timeout,
         sel.ip,
         o.collectives,
+        Some(SetupWatch { slice, moot: &moot }),
     );
     watched.disarm();
     pg
@@ -277,7 +279,23 @@ pub fn connect(
     auth: &Auth,
     timeout: Duration,
     ip: IpAddr,
+    opts: phalanx_collectives::Options,
+) -> Result<ProcessGroup> {
+    connect_watched(placement, store, server, auth, timeout, ip, opts, None)
+}
+
+/// [`connect`], with the mesh's connections watched as well as the store's waits (Note [A
+/// watched mesh] in phalanx-transport).
+#[allow(clippy::too_many_arguments)]
+fn connect_watched(
+    placement: Placement,
+    store: Arc<dyn Store>,
+    server: Option<StoreServer>,
+    auth: &Auth,
+    timeout: Duration,
+    ip: IpAddr,
     mut opts: phalanx_collectives::Options,
+    watch: Option<SetupWatch<'_>>,
 ) -> Result<ProcessGroup> {
     let rank = placement.rank;
     let setup = |source| Error::Setup { rank, source };
@@ -301,7 +319,7 @@ pub fn connect(
         token: auth.token.clone(),
         timeout,
     };
-    let transport = TcpTransport::connect(&cfg, listener, &addrs).map_err(setup)?;
+    let transport = TcpTransport::connect_watched(&cfg, listener, &addrs, watch).map_err(setup)?;
     let abort = transport.abort_handle();
     tracing::info!(rank, transport = "tcp", peers = placement.world_size - 1, listen = %me.addr, "phalanx: mesh connected");
     let one_host = peers.hosts() == 1;

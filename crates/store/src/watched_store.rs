@@ -70,6 +70,16 @@ impl<S: Store> WatchedStore<S> {
         self.armed.store(false, Ordering::Release);
     }
 
+    /// The watch's reason while armed, asked now: what a wait that is not the store's (the
+    /// mesh's connections, Note [A watched mesh] in phalanx-transport) asks between its own
+    /// slices.
+    pub fn moot(&self) -> Option<String> {
+        if !self.armed() {
+            return None;
+        }
+        (self.watch)()
+    }
+
     fn armed(&self) -> bool {
         self.armed.load(Ordering::Acquire)
     }

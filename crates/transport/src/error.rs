@@ -135,6 +135,17 @@ pub enum Error {
         /// The timeout.
         after: Duration,
     },
+    /// Mesh setup stopped waiting for peers its watch said will not come (a rank the launcher
+    /// logged gone while a fault-tolerant group formed: Note [Watched waits] in phalanx-store).
+    #[error("mesh setup stopped waiting for rank(s) {missing:?} after {after:?}: {reason}")]
+    MeshAbandoned {
+        /// Ranks not connected yet.
+        missing: Vec<usize>,
+        /// How long setup had waited.
+        after: Duration,
+        /// What the watch said.
+        reason: String,
+    },
     /// The interface variable that decided (`PHALANX_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME` or
     /// `NCCL_SOCKET_IFNAME`, Note [Borrowed variables] in phalanx-core) matched no interface.
     #[error(

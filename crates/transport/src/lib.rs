@@ -42,5 +42,5 @@ mod transport;
 
 pub use error::{Error, Result};
 pub use fingerprint::{CollectiveKind, Fingerprint};
-pub use tcp::{AbortHandle, MeshConfig, TcpTransport};
+pub use tcp::{AbortHandle, MeshConfig, SetupWatch, TcpTransport};
 pub use transport::{RecvReq, SendReq, Transport};

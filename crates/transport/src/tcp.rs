@@ -100,11 +100,83 @@ pub fn listen(ip: IpAddr) -> Result<TcpListener> {
     })
 }
 
+/// What mesh setup asks while it waits for its peers, at most every `slice` (Note [A watched
+/// mesh]): `Some(reason)` when the ranks it waits for will not come.
+#[derive(Clone, Copy)]
+pub struct SetupWatch<'a> {
+    /// How often the watch is asked.
+    pub slice: Duration,
+    /// The question.
+    pub moot: &'a (dyn Fn() -> Option<String> + Sync),
+}
+
+/// Note [A watched mesh]: a rank lost after it published its address (a fault-tolerant group
+/// forming while the launcher logs a node gone) leaves the others connecting to a port nobody
+/// listens on, or accepting a connection that never comes, each until `timeout`. With a
+/// [`SetupWatch`], the connecting side asks between its attempts (each bounded by
+/// `WATCHED_ATTEMPT`, so that a partitioned host, whose SYNs go unanswered, is asked about
+/// too) and the accepting side between its polls, at most once a slice, since the question
+/// costs store requests; setup then fails at once with [`Error::MeshAbandoned`], naming the
+/// ranks it waited for and the watch's reason. The bootstrap's store waits are watched by the
+/// same question (Note [Watched waits] in phalanx-store).
+const WATCHED_ATTEMPT: Duration = Duration::from_secs(2);
+
+/// When a [`SetupWatch`] is next due, shared by the threads of one setup.
+struct Due<'a> {
+    watch: Option<SetupWatch<'a>>,
+    start: Instant,
+    next: Mutex<Instant>,
+}
+
+impl<'a> Due<'a> {
+    fn new(watch: Option<SetupWatch<'a>>) -> Self {
+        let start = Instant::now();
+        let next = start + watch.map_or(Duration::ZERO, |w| w.slice);
+        Due {
+            watch,
+            start,
+            next: Mutex::new(next),
+        }
+    }
+
+    /// The watch's reason when one is due and it gives one; waiting for `missing`.
+    fn check(&self, missing: impl FnOnce() -> Vec<usize>) -> Result<()> {
+        let Some(w) = self.watch else { return Ok(()) };
+        {
+            let mut next = self.next.lock().unwrap();
+            let now = Instant::now();
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + w.slice;
+        }
+        match (w.moot)() {
+            Some(reason) => Err(Error::MeshAbandoned {
+                missing: missing(),
+                after: self.start.elapsed(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl TcpTransport {
     /// Builds the mesh: connects to lower ranks at `addrs[j]`, accepts higher ranks on
     /// `listener`. `addrs` holds every rank's listen address (ours included).
     pub fn connect(cfg: &MeshConfig, listener: TcpListener, addrs: &[SocketAddr]) -> Result<Self> {
+        Self::connect_watched(cfg, listener, addrs, None)
+    }
+
+    /// [`connect`](Self::connect), asking `watch` while it waits (Note [A watched mesh]).
+    pub fn connect_watched(
+        cfg: &MeshConfig,
+        listener: TcpListener,
+        addrs: &[SocketAddr],
+        watch: Option<SetupWatch<'_>>,
+    ) -> Result<Self> {
         let me = cfg.rank;
+        let due = Due::new(watch);
         let hello = Hello {
             job_id: cfg.job_id.clone(),
             rank: me as u32,
@@ -117,10 +189,10 @@ impl TcpTransport {
         // the timeout.
         let give_up = AtomicBool::new(false);
         let accepted = thread::scope(|s| -> Result<Vec<(usize, TcpStream)>> {
-            let acceptor = s.spawn(|| accept_higher(cfg, &listener, &hello, &give_up));
+            let acceptor = s.spawn(|| accept_higher(cfg, &listener, &hello, &give_up, &due));
             let lower = (|| -> Result<()> {
                 for (j, addr) in addrs.iter().enumerate().take(me) {
-                    let stream = connect_retry(*addr, j, cfg.timeout)?;
+                    let stream = connect_retry(*addr, j, cfg.timeout, &due, me)?;
                     let peer = run_handshake(&stream, cfg, &hello)?;
                     if peer != j {
                         return Err(Error::Handshake {
@@ -267,13 +339,26 @@ fn prepare(stream: TcpStream) -> Result<Conn> {
     Ok(Conn::new(stream))
 }
 
-fn connect_retry(addr: SocketAddr, peer: usize, timeout: Duration) -> Result<TcpStream> {
+/// Connects to lower rank `peer` (of `me`'s lower ranks, `peer` and those after it are not
+/// connected yet), retrying until `timeout` or the watch says it will not come.
+fn connect_retry(
+    addr: SocketAddr,
+    peer: usize,
+    timeout: Duration,
+    due: &Due<'_>,
+    me: usize,
+) -> Result<TcpStream> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(5);
+    let mut attempt = timeout.min(Duration::from_secs(10));
+    if due.watch.is_some() {
+        attempt = attempt.min(WATCHED_ATTEMPT);
+    }
     loop {
-        match TcpStream::connect_timeout(&addr, timeout.min(Duration::from_secs(10))) {
+        match TcpStream::connect_timeout(&addr, attempt) {
             Ok(s) => return Ok(s),
             Err(source) => {
+                due.check(|| (peer..me).collect())?;
                 if start.elapsed() + backoff > timeout {
                     return Err(Error::Connect {
                         peer,
@@ -297,6 +382,7 @@ fn accept_higher(
     listener: &TcpListener,
     hello: &Hello,
     give_up: &AtomicBool,
+    due: &Due<'_>,
 ) -> Result<Vec<(usize, TcpStream)>> {
     let expected = cfg.world_size - cfg.rank - 1;
     let mut got: Vec<(usize, TcpStream, String)> = Vec::new();
@@ -356,15 +442,18 @@ fn accept_higher(
         if give_up.load(Ordering::Relaxed) {
             return Ok(Vec::new());
         }
-        if start.elapsed() > cfg.timeout {
-            let missing = (cfg.rank + 1..cfg.world_size)
+        let missing = || {
+            (cfg.rank + 1..cfg.world_size)
                 .filter(|r| !got.iter().any(|(p, _, _)| p == r))
-                .collect();
+                .collect()
+        };
+        if start.elapsed() > cfg.timeout {
             return Err(Error::MeshTimeout {
-                missing,
+                missing: missing(),
                 after: cfg.timeout,
             });
         }
+        due.check(missing)?;
         thread::sleep(Duration::from_micros(200));
     }
     Ok(got.into_iter().map(|(p, s, _)| (p, s)).collect())
