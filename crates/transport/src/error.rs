@@ -136,10 +136,12 @@ pub enum Error {
         after: Duration,
     },
     /// Mesh setup stopped waiting for peers its watch said will not come (a rank the launcher
-    /// logged gone while a fault-tolerant group formed: Note [Watched waits] in phalanx-store).
+    /// logged gone while a fault-tolerant group formed: Note [A watched mesh]).
     #[error("mesh setup stopped waiting for rank(s) {missing:?} after {after:?}: {reason}")]
     MeshAbandoned {
-        /// Ranks not connected yet.
+        /// The ranks (of this group, not the launcher's slots, which the reason may name) that
+        /// the side that stopped still waited for: higher ranks not yet accepted, or lower ranks
+        /// not yet connected to.
         missing: Vec<usize>,
         /// How long setup had waited.
         after: Duration,

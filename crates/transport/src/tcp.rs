@@ -10,7 +10,7 @@ use std::{
     net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream},
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
     },
     thread,
     time::{Duration, Instant},
@@ -110,54 +110,84 @@ pub struct SetupWatch<'a> {
     pub moot: &'a (dyn Fn() -> Option<String> + Sync),
 }
 
-/// Note [A watched mesh]: a rank lost after it published its address (a fault-tolerant group
-/// forming while the launcher logs a node gone) leaves the others connecting to a port nobody
-/// listens on, or accepting a connection that never comes, each until `timeout`. With a
-/// [`SetupWatch`], the connecting side asks between its attempts (each bounded by
-/// `WATCHED_ATTEMPT`, so that a partitioned host, whose SYNs go unanswered, is asked about
-/// too) and the accepting side between its polls, at most once a slice, since the question
-/// costs store requests; setup then fails at once with [`Error::MeshAbandoned`], naming the
-/// ranks it waited for and the watch's reason. The bootstrap's store waits are watched by the
-/// same question (Note [Watched waits] in phalanx-store).
+// Note [A watched mesh]: a rank lost after it published its address (a fault-tolerant group
+// forming while the launcher logs a node gone) leaves the others connecting to a port nobody
+// listens on, or accepting a connection that never comes, each until `timeout`. With a
+// `SetupWatch`, the accepting side asks between its polls and the connecting side before each
+// peer and between its attempts (each bounded by `WATCHED_ATTEMPT` then, so that a partitioned
+// host, whose SYNs go unanswered, is asked about too). The question costs store requests, so
+// it is asked at most once a slice, by whichever side comes first, and its answer is kept: the
+// other side sees it at its next look without asking. Setup then fails with
+// `Error::MeshAbandoned`, naming the ranks it still waited for and the watch's reason; an error
+// the connecting side meets after the answer (a handshake with a rank that gave up too) is
+// reported as that answer, its cause. What the watch does not shorten: a handshake already
+// under way keeps its deadline of min(timeout, 10 s), and a watch that blocks (a slow store)
+// holds the side that asked it. The bootstrap's store waits are watched by the same question
+// (Note [Watched waits] in phalanx-store).
+
+/// A connect attempt's bound while setup is watched (Note [A watched mesh]).
 const WATCHED_ATTEMPT: Duration = Duration::from_secs(2);
 
-/// When a [`SetupWatch`] is next due, shared by the threads of one setup.
+/// When a [`SetupWatch`] is next due, and its answer once it gave one, shared by the threads of
+/// one setup (Note [A watched mesh]).
 struct Due<'a> {
     watch: Option<SetupWatch<'a>>,
     start: Instant,
     next: Mutex<Instant>,
+    answer: OnceLock<String>,
 }
 
 impl<'a> Due<'a> {
     fn new(watch: Option<SetupWatch<'a>>) -> Self {
+        // At least a millisecond: the accepting side polls every 200 µs.
+        let watch = watch.map(|w| SetupWatch {
+            slice: w.slice.max(Duration::from_millis(1)),
+            ..w
+        });
         let start = Instant::now();
         let next = start + watch.map_or(Duration::ZERO, |w| w.slice);
         Due {
             watch,
             start,
             next: Mutex::new(next),
+            answer: OnceLock::new(),
         }
     }
 
-    /// The watch's reason when one is due and it gives one; waiting for `missing`.
+    /// Fails with the watch's answer, waiting for `missing`: the answer kept, or the one it
+    /// gives now when a slice has passed since it was last asked.
     fn check(&self, missing: impl FnOnce() -> Vec<usize>) -> Result<()> {
         let Some(w) = self.watch else { return Ok(()) };
-        {
-            let mut next = self.next.lock().unwrap();
-            let now = Instant::now();
-            if now < *next {
-                return Ok(());
+        if self.answer.get().is_none() {
+            {
+                let mut next = self.next.lock().unwrap();
+                let now = Instant::now();
+                if now < *next {
+                    return Ok(());
+                }
+                *next = now + w.slice;
             }
-            *next = now + w.slice;
+            match (w.moot)() {
+                Some(reason) => {
+                    let _ = self.answer.set(reason);
+                }
+                None => return Ok(()),
+            }
         }
-        match (w.moot)() {
-            Some(reason) => Err(Error::MeshAbandoned {
-                missing: missing(),
-                after: self.start.elapsed(),
-                reason,
-            }),
+        match self.abandoned(missing) {
+            Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// [`Error::MeshAbandoned`] for `missing` once the watch has answered.
+    fn abandoned(&self, missing: impl FnOnce() -> Vec<usize>) -> Option<Error> {
+        let reason = self.answer.get()?;
+        Some(Error::MeshAbandoned {
+            missing: missing(),
+            after: self.start.elapsed(),
+            reason: reason.clone(),
+        })
     }
 }
 
@@ -192,6 +222,7 @@ impl TcpTransport {
             let acceptor = s.spawn(|| accept_higher(cfg, &listener, &hello, &give_up, &due));
             let lower = (|| -> Result<()> {
                 for (j, addr) in addrs.iter().enumerate().take(me) {
+                    due.check(|| (j..me).collect())?;
                     let stream = connect_retry(*addr, j, cfg.timeout, &due, me)?;
                     let peer = run_handshake(&stream, cfg, &hello)?;
                     if peer != j {
@@ -207,7 +238,12 @@ impl TcpTransport {
             if let Err(e) = lower {
                 give_up.store(true, Ordering::Relaxed);
                 let _ = acceptor.join();
-                return Err(e);
+                // After the watch's answer, the error is its consequence: report the cause.
+                let missing = || (0..me).filter(|&j| conns[j].is_none()).collect();
+                return Err(match e {
+                    e @ Error::MeshAbandoned { .. } => e,
+                    e => due.abandoned(missing).unwrap_or(e),
+                });
             }
             acceptor.join().expect("acceptor thread panicked")
         })?;
