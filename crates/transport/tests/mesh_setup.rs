@@ -4,10 +4,11 @@
 //!   handshake has a deadline of its own and runs beside the others, so the real peer's
 //!   connection is not queued behind them. Setup takes far less than one per-connection
 //!   deadline; handled one after another, they would hold it 1,000 deadlines.
-//! - A rank that published its address and died before connecting (Note [A watched mesh]): with
-//!   a watch, the others stop at its word, naming the rank, instead of at the timeout.
+//! - A rank that published its address and died before connecting, its port closed or its host
+//!   silent (Note [A watched mesh]): with a watch, the others stop at its word, naming the
+//!   rank, instead of at the timeout.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use phalanx_core::DType;
@@ -75,33 +76,38 @@ fn a_thousand_silent_connections_do_not_delay_mesh_setup() {
     drop(silent);
 }
 
-/// Ranks 0, 1 and 3 of 4 set up while rank 2, whose address they hold, is gone (its listener
-/// closed: its port refuses). Ranks 0 and 1 wait to accept it, rank 3 retries connecting to
-/// it; their watch says "gone" after 3 s (the three connect among themselves long before,
-/// even beside the other test's thousand strangers), and each stops within a few slices with
-/// rank 2 among those it waited for and the watch's reason, not after the 60 s timeout. (A
-/// refused port fails each attempt at once: the attempt's bound for a partitioned host, whose
-/// SYNs go unanswered, is not what this exercises.)
-#[test]
-fn a_watched_setup_stops_waiting_for_a_rank_its_watch_says_is_gone() {
+/// When the watch of ranks 0, 1 and 3 of 4 says rank 2 is gone.
+const GONE: Duration = Duration::from_secs(3);
+
+/// Ranks 0, 1 and 3 of 4 set up, with a watch that says "gone" after [`GONE`], while rank 2,
+/// whose address they hold, never joins: `rank2` is its listener, or `None` for a closed port.
+/// Ranks 0 and 1 wait to accept it, rank 3 connects to it. Each rank's outcome and when it
+/// ended, from the start.
+fn set_up_without_rank_2(rank2: Option<TcpListener>) -> Vec<(usize, Result<(), Error>, Duration)> {
     let mut listeners: Vec<_> = (0..4)
         .map(|_| Some(tcp::listen([127, 0, 0, 1].into()).unwrap()))
         .collect();
+    listeners[2] = rank2;
     let addrs: Vec<SocketAddr> = listeners
         .iter()
-        .map(|l| l.as_ref().unwrap().local_addr().unwrap())
+        .map(|l| match l {
+            Some(l) => l.local_addr().unwrap(),
+            // A port nobody listens on any more.
+            None => {
+                let closed = tcp::listen([127, 0, 0, 1].into()).unwrap();
+                closed.local_addr().unwrap()
+            }
+        })
         .collect();
-    drop(listeners[2].take());
     let start = Instant::now();
-    let gone = Duration::from_secs(3);
     let moot = move || {
-        (start.elapsed() >= gone).then(|| "slot 2 left in generation 1 (the launcher)".to_string())
+        (start.elapsed() >= GONE).then(|| "slot 2 left in generation 1 (the launcher)".to_string())
     };
     let cfg4 = |rank| MeshConfig {
         world_size: 4,
         ..cfg(rank)
     };
-    let ended = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let ranks: Vec<_> = [0, 1, 3]
             .into_iter()
             .map(|rank| {
@@ -121,7 +127,12 @@ fn a_watched_setup_stops_waiting_for_a_rank_its_watch_says_is_gone() {
             .into_iter()
             .map(|h| h.join().unwrap())
             .collect::<Vec<_>>()
-    });
+    })
+}
+
+/// Each rank stopped with rank 2 among those it waited for and the watch's reason, before
+/// `bound`.
+fn all_abandoned_rank_2(ended: Vec<(usize, Result<(), Error>, Duration)>, bound: Duration) {
     for (rank, got, after) in ended {
         match got {
             Err(Error::MeshAbandoned {
@@ -132,10 +143,42 @@ fn a_watched_setup_stops_waiting_for_a_rank_its_watch_says_is_gone() {
             }
             other => panic!("rank {rank}: expected MeshAbandoned, got {other:?}"),
         }
-        // The watch answers at 3 s; a slice is 0.2 s and a connect attempt at most 2 s.
         assert!(
-            after < Duration::from_secs(20),
-            "rank {rank} stopped after {after:?} (timeout {TIMEOUT:?})"
+            after < bound,
+            "rank {rank} stopped after {after:?}, the watch answered at {GONE:?} (timeout {TIMEOUT:?})"
         );
     }
+}
+
+/// Rank 2 gone, its port closed (it refuses): ranks 0 and 1 wait to accept it, rank 3 retries
+/// connecting to it. The three connect among themselves long before the watch answers, even
+/// beside the other tests' thousand strangers, and each stops within a few slices of the
+/// answer (a slice is 0.2 s), not after the 60 s timeout.
+#[test]
+fn a_watched_setup_stops_waiting_for_a_rank_its_watch_says_is_gone() {
+    all_abandoned_rank_2(set_up_without_rank_2(None), GONE + Duration::from_secs(15));
+}
+
+/// Rank 2's host does not answer, as across a cut link: its listener is open but its backlog
+/// is full, so the kernel drops rank 3's SYNs and each connect attempt lasts its whole bound.
+/// Watched, an attempt lasts at most 2 s (`WATCHED_ATTEMPT`) and rank 3 asks between them; an
+/// unwatched attempt's bound, min(timeout, 10 s), would hold it 10 s.
+#[test]
+fn a_watched_connect_to_a_host_that_does_not_answer_stops_within_an_attempt_of_the_answer() {
+    let rank2 = tcp::listen([127, 0, 0, 1].into()).unwrap();
+    let addr = rank2.local_addr().unwrap();
+    let mut backlog = Vec::new();
+    while let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+        backlog.push(s);
+        assert!(
+            backlog.len() < 100_000,
+            "the backlog of {addr} never filled"
+        );
+    }
+    // 2 s of the answer's attempt, plus slack; an unwatched attempt would end at 10 s.
+    all_abandoned_rank_2(
+        set_up_without_rank_2(Some(rank2)),
+        GONE + Duration::from_secs(4),
+    );
+    drop(backlog);
 }
