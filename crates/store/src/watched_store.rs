@@ -70,9 +70,9 @@ impl<S: Store> WatchedStore<S> {
         self.armed.store(false, Ordering::Release);
     }
 
-    /// The watch's reason while armed, asked now: what a wait that is not the store's (the
-    /// mesh's connections, Note [A watched mesh] in phalanx-transport) asks between its own
-    /// slices.
+    /// The watch's reason while armed, asked now: what this store's waits ask between slices,
+    /// and what a wait that is not the store's (the mesh's connections, Note [A watched mesh]
+    /// in phalanx-transport) asks between its own.
     pub fn moot(&self) -> Option<String> {
         if !self.armed() {
             return None;
@@ -102,11 +102,9 @@ impl<S: Store> WatchedStore<S> {
             let armed = self.armed();
             let slice = if armed { left.min(self.slice) } else { left };
             match call(slice) {
+                // Disarmed meanwhile: no reason, and the next call waits out the rest.
                 Err(Error::Timeout { key, .. }) if slice < left => {
-                    if !self.armed() {
-                        continue;
-                    }
-                    if let Some(reason) = (self.watch)() {
+                    if let Some(reason) = self.moot() {
                         return Err(Error::Abandoned { key, reason });
                     }
                 }
@@ -137,10 +135,8 @@ impl<S: Store> WatchedStore<S> {
         let slice = t.min(self.slice);
         match first(slice) {
             Err(Error::Timeout { key, .. }) if slice < t => {
-                if self.armed() {
-                    if let Some(reason) = (self.watch)() {
-                        return Err(Error::Abandoned { key, reason });
-                    }
+                if let Some(reason) = self.moot() {
+                    return Err(Error::Abandoned { key, reason });
                 }
                 held(self.get_timeout(then, t.saturating_sub(start.elapsed()))?)
             }
