@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a node that arrives mid-run costs the running one, under `--nnodes 1:2`: admitted into the
-running round (`--fault-tolerance`, Note [Admission]) next to the next round (without it:
+running round (`--fault-tolerance`, Note [Node admission]) next to the next round (without it:
 everyone stops, and the new round resumes from the newest checkpoint, as torchrun's elastic
 agent does), interleaved in one run.
 

@@ -19,7 +19,7 @@
 
 Run it with ``phalanx launch --fault-tolerance --max-restarts 3 --nproc-per-node 3 train.py``.
 When a rank dies the others' averaging fails at once; they re-form the group without it
-(phalanx's generations: Note [Generations] in crates/pg/src/fault_tolerance.rs), agree on who
+(phalanx's generations: Note [FT generations] in crates/pg/src/fault_tolerance.rs), agree on who
 holds the newest step, and redo the step that failed over the ranks alive. The launcher starts
 a replacement (same ``RANK``, ``PHALANX_FT_REPLACEMENT=1``); once its model and optimizer are
 built, ``Manager(...)`` adds it to the next generation, the running ranks connect it at their

@@ -1,4 +1,4 @@
-//! `FaultTolerance`: phalanx's generations (`phalanx_pg::FaultTolerance`, Note [Generations])
+//! `FaultTolerance`: phalanx's generations (`phalanx_pg::FaultTolerance`, Note [FT generations])
 //! for Python, the native side of `phalanx_torch.ft.Manager`. Each method that connects a
 //! generation gives a new `Group` (this crate's `group.rs`), the process group of that
 //! generation's members; every wait runs with the GIL released.

@@ -13,7 +13,7 @@ use phalanx_pg::ProcessGroup;
 use crate::Result;
 
 /// Where the run stands between two steps: what a checkpoint records and what a rank that
-/// joins a running job (Note [Regroup] in `trainer/regroup/replicas.rs`) takes from a peer.
+/// joins a running job (Note [A regroup] in `trainer/regroup/replicas.rs`) takes from a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Position {
     /// The epoch in progress (0-based).
@@ -36,7 +36,7 @@ impl Position {
 }
 
 /// What a rank that hands its training state to the others (rank 0 resuming from disk, the
-/// source of a regroup: Note [Regroup]) broadcasts ahead of it: where the run stands, if
+/// source of a regroup: Note [A regroup]) broadcasts ahead of it: where the run stands, if
 /// anywhere, and how many bytes of optimizer state follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Handover {

@@ -529,7 +529,7 @@ fn restart_without_node_0(test: &str, program: &[&str], python: Option<&Path>) -
         "the next round of two",
     );
     let regrouped = killed.elapsed();
-    // Node 0's own keys were attached to its agent's lease (Note [Leases] in phalanx-store):
+    // Node 0's own keys were attached to its agent's lease (Note [etcd leases] in phalanx-store):
     // etcd deletes them once the keep-alives stop, with nobody freeing them.
     let store = cluster.store("restart");
     while store.check(&["rdzv/etcd/master/0"]).unwrap() {

@@ -1,4 +1,4 @@
-//! `--fault-tolerance` across hosts (Note [Generations], Note [Regroup]): `phalanx train` on
+//! `--fault-tolerance` across hosts (Note [FT generations], Note [A regroup]): `phalanx train` on
 //! three network-namespace hosts, one rank each; host 1's worker is SIGKILLed mid-run. The
 //! workers on hosts 0 and 2 see the TCP connections close and go on together; host 1's agent
 //! starts a replacement, which joins them over the network, and the job ends on all three hosts
@@ -7,7 +7,7 @@
 //! A second test loses a whole host (agent and worker SIGKILLed) of an elastic `--nnodes 2:3`
 //! job: the others name it by its silent heartbeat and train on in process, without a restart.
 //! A third starts that job on two hosts, adds the third mid-run (admitted into the running
-//! round: Note [Admission]), then loses host 1: one round from start to end, no restart. A
+//! round: Note [Node admission]), then loses host 1: one round from start to end, no restart. A
 //! fourth loses a host that holds a whole model replica of `--tp 2` (Note [Replicas that leave
 //! and join] in phalanx-train): the other host's replica trains on alone.
 //!

@@ -1,8 +1,8 @@
-//! `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg, Note [Regroup] in
+//! `phalanx launch --fault-tolerance` (Note [FT generations] in phalanx-pg, Note [A regroup] in
 //! phalanx-train): a SIGKILLed rank is replaced alone; the others go on from their in-memory
 //! state without it until the replacement joins them and takes that state; no restart. Under
 //! `--nnodes MIN:MAX` a node that arrives joins the running round the same way (Note
-//! [Admission] in phalanx-launch).
+//! [Node admission] in phalanx-launch).
 
 mod launch_util;
 

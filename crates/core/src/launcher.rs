@@ -16,7 +16,7 @@
 //! ```
 
 /// Exit code of a worker under `phalanx launch --fault-tolerance` whose process group failed
-/// and whom no replacement generation joined (Note [Generations] in phalanx-pg): replacing
+/// and whom no replacement generation joined (Note [FT generations] in phalanx-pg): replacing
 /// it would not help (a whole node is gone, or the restart budget is spent), so its agent
 /// ends the round instead, as without fault tolerance.
 pub const EXIT_NO_REGROUP: u8 = 76;

@@ -96,7 +96,7 @@ pub enum Error {
         mine: String,
     },
     /// Node 0 refused to admit this node into the running round, or could not (Note
-    /// [Admission]).
+    /// [Node admission]).
     #[error("node {node_rank} was not admitted into running round {round}: {reason}")]
     NotAdmitted {
         /// This node.

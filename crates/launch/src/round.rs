@@ -286,7 +286,7 @@ impl<'j> Round<'j> {
     }
 
     /// `--fault-tolerance`: replaces local worker `lr`, which failed, with a new one in a new
-    /// generation of the round's process group (Note [Generations] in phalanx-pg), while
+    /// generation of the round's process group (Note [FT generations] in phalanx-pg), while
     /// `--max-restarts` allows; `false` when it is not replaced and the round ends as usual.
     fn replace(&mut self, lr: u32) -> anyhow::Result<bool> {
         let (job, round, start) = (self.job, self.number, self.start);
@@ -307,7 +307,7 @@ impl<'j> Round<'j> {
         if runs_python(job.program) && !job.takes_part(round) {
             return Ok(false);
         }
-        // Note [Generations]: the others go on without this rank in a new generation; the
+        // Note [FT generations]: the others go on without this rank in a new generation; the
         // replacement adds itself to a later one once it is ready.
         let generation = record_change(&*job.store, round, &format!("-{}", failed.rank))?;
         job.restarts_used.set(used + 1);

@@ -1,4 +1,4 @@
-//! [`Backend`]: what runs a process group's collectives (Note [Backends] in `exec.rs`).
+//! [`Backend`]: what runs a process group's collectives (Note [One backend] in `exec.rs`).
 //!
 //! The name is c10d's: `c10d::Backend` is the class that `ProcessGroupGloo`, `ProcessGroupNCCL`
 //! and `ProcessGroupMPI` derive from, and a `ProcessGroup` hands each collective to its backend.
@@ -20,7 +20,7 @@ pub(crate) type Ran = phalanx_transport::Result<Algorithm>;
 /// backend offers the collective at all. `seq` is the group's collective sequence number;
 /// point-to-point operations have none here, a backend that needs one numbers each pair's
 /// messages itself. Generic methods make the trait not object-safe, on purpose: `Exec`
-/// dispatches over the enum of backends (Note [Backends]).
+/// dispatches over the enum of backends (Note [One backend]).
 pub(crate) trait Backend {
     /// The backend's name, as `--backend` spells it (`native`, `mpi`, `nccl`).
     fn name(&self) -> &'static str;

@@ -69,7 +69,7 @@ pub enum Error {
         cause: String,
     },
     /// Fault tolerance: this rank's group failed and no replacement generation began within
-    /// `PHALANX_TIMEOUT` (Note [Generations]).
+    /// `PHALANX_TIMEOUT` (Note [FT generations]).
     #[error("rank {rank}: the process group failed and no replacement joined within {waited_s:.1} s (generation {generation}; a whole node lost, or no restart left): {cause}")]
     Regroup {
         /// This rank.

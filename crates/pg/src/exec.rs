@@ -1,7 +1,7 @@
 //! [`Exec`]: a group's backend and its collective sequence number, and the dispatch of each
 //! collective to the backend.
 //!
-//! Note [Backends]: a process group has one backend for its lifetime, an implementation of the
+//! Note [One backend]: a process group has one backend for its lifetime, an implementation of the
 //! crate-private trait [`Backend`] (c10d's word: `ProcessGroupGloo`, `ProcessGroupNCCL` and
 //! `ProcessGroupMPI` are `c10d::Backend`s). `Native` (`native.rs`) runs phalanx's own
 //! algorithms (`phalanx-collectives`, chosen by `phalanx_collectives::select`) over the TCP
@@ -30,7 +30,7 @@ use crate::{
     P2POp,
 };
 
-/// The backend of a group (Note [Backends]): one variant per implementation of [`Backend`].
+/// The backend of a group (Note [One backend]): one variant per implementation of [`Backend`].
 // One per group, created once and never moved out of its `Exec`: the size of the largest
 // variant costs nothing, and boxing it would cost an indirection on every collective.
 #[allow(clippy::large_enum_variant)]
@@ -46,7 +46,7 @@ pub(crate) enum AnyBackend {
 }
 
 /// `dispatch!(backend, b => expr)`: `expr` with `b` bound to the backend inside `backend` (an
-/// `&AnyBackend` or `&mut AnyBackend`): the one `match` over the backends (Note [Backends]).
+/// `&AnyBackend` or `&mut AnyBackend`): the one `match` over the backends (Note [One backend]).
 macro_rules! dispatch {
     ($backend:expr, $b:ident => $call:expr) => {
         match $backend {

@@ -1,7 +1,7 @@
 //! [`FaultTolerance`]: a rank's way through the changes of its job's membership without leaving
 //! the process (`phalanx launch --fault-tolerance`).
 //!
-//! Note [Generations]: under `--fault-tolerance` a round's process group lives in
+//! Note [FT generations]: under `--fault-tolerance` a round's process group lives in
 //! *generations*, each a set of *slots* (the ranks the round started with, `RANK` of the first
 //! workers). Generation 0 holds every slot (keys under the round's prefix). The store counter
 //! [`keys::GENERATION`] names the newest generation, and [`keys::generation_change`] of `g`
@@ -28,7 +28,7 @@
 //!   connects and accepts ask the same watch (Note [A watched mesh] in phalanx-transport), so
 //!   a rank lost after it published its address costs the same moment. Whole blocks
 //!   (islands) are not watched.
-//! - A node arrives under `--nnodes MIN:MAX` (Note [Admission] in phalanx-launch): its ranks
+//! - A node arrives under `--nnodes MIN:MAX` (Note [Node admission] in phalanx-launch): its ranks
 //!   get new slots, from the round's first world size up ([`FaultTolerance::slots`],
 //!   `PHALANX_FT_SLOTS`), and join as replacements do, with `+s`.
 //!
@@ -101,7 +101,7 @@ const WATCH_SLICE: Duration = Duration::from_millis(500);
 /// How old a training rank's view of the counter may be ([`FaultTolerance::newest`]).
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(50);
 
-/// A rank's place in the generations of its round (Note [Generations]).
+/// A rank's place in the generations of its round (Note [FT generations]).
 pub struct FaultTolerance {
     /// The options of generation 0, from the environment: its rank is this process's slot.
     base: InitOptions,
@@ -272,7 +272,7 @@ impl FaultTolerance {
         }
         let mine = self.change(&format!("+{}", self.slot()))?;
         // Connect only a generation that the running ranks form: they open it at a step
-        // boundary, or they finished and will not (Note [Generations]).
+        // boundary, or they finished and will not (Note [FT generations]).
         let start = Instant::now();
         loop {
             let newest = self.read_counter()?;
@@ -605,15 +605,13 @@ impl FaultTolerance {
                     members.sort_unstable();
                 }
                 Some(Change::Join(_)) => {}
-                None => {
-                    return Err(Error::Env {
-                        name: key,
-                        value: text.to_string(),
-                        reason:
-                            "expected -SLOT, +SLOT or end (a membership change, Note [Generations])"
-                                .into(),
-                    })
-                }
+                None => return Err(Error::Env {
+                    name: key,
+                    value: text.to_string(),
+                    reason:
+                        "expected -SLOT, +SLOT or end (a membership change, Note [FT generations])"
+                            .into(),
+                }),
             }
         }
         Ok(Fold::Members(members))
@@ -671,7 +669,7 @@ impl FaultTolerance {
     }
 }
 
-/// One entry of the generation log (Note [Generations]).
+/// One entry of the generation log (Note [FT generations]).
 enum Change {
     /// `-SLOT`: the launcher counted the slot dead or gone.
     Leave(usize),

@@ -97,7 +97,7 @@ impl ProcessGroup {
         ProcessGroup::with_backend(placement, backend, abort, shm_abort, store, server, opts)
     }
 
-    /// A group over any backend (Note [Backends] in exec.rs).
+    /// A group over any backend (Note [One backend] in exec.rs).
     pub(crate) fn with_backend(
         placement: Placement,
         backend: AnyBackend,

@@ -49,7 +49,7 @@ pub(crate) struct Shared {
     pub(crate) backend: &'static str,
     /// How long a failure waits for a peer that closed its connection to publish why (its
     /// word names the root cause); zero under fault tolerance, where the launcher names the
-    /// dead rank and every millisecond is the survivors' (Note [Generations]).
+    /// dead rank and every millisecond is the survivors' (Note [FT generations]).
     pub(crate) peer_word_wait: Mutex<Duration>,
     /// Which subgroup this is, for errors (`subgroup of job ranks [0, 2]`); unset for the
     /// world.

@@ -40,7 +40,7 @@ pub fn status(rank: impl std::fmt::Display) -> String {
 
 /// The round's newest process-group generation under `--fault-tolerance` (a counter, `add`):
 /// whoever changes the membership bumps it and then writes [`generation_change`] (Note
-/// [Generations] in phalanx-pg).
+/// [FT generations] in phalanx-pg).
 pub const GENERATION: &str = "ft/generation";
 
 /// How generation `generation` differs from the one before: `-<slot>` (that rank died),
@@ -53,7 +53,7 @@ pub fn generation_change(generation: u64) -> String {
 /// Appends a membership change to the generation log of the round `round` addresses (a store
 /// scoped to the round, or the launcher's with [`in_round`] keys through `scope`): bumps
 /// [`GENERATION`] first, then writes `what` as that generation's change, so every reader folds
-/// the same log (Note [Generations] in phalanx-pg). Returns the new generation.
+/// the same log (Note [FT generations] in phalanx-pg). Returns the new generation.
 pub fn append_generation_change(
     store: &dyn crate::Store,
     scope: &dyn Fn(&str) -> String,
@@ -90,7 +90,7 @@ pub fn write_generation_change(
     store.set(&scope(&generation_change(generation)), what.as_bytes())
 }
 
-/// Set by every rank that connects generation `generation` (Note [Generations] in phalanx-pg):
+/// Set by every rank that connects generation `generation` (Note [FT generations] in phalanx-pg):
 /// a replacement waits for it before it connects, so that it never waits in a generation that
 /// nobody else will form (the run may end first).
 pub fn generation_open(generation: u64) -> String {
@@ -100,7 +100,7 @@ pub fn generation_open(generation: u64) -> String {
 /// Set (under the round's prefix) by a worker that re-forms its process group itself: a Python
 /// program through `phalanx_torch.ft.Manager`. The launcher cannot tell a Python program that
 /// does from one that does not, so it replaces a dead Python worker alone only once this key
-/// is there, and restarts the group otherwise (Note [Generations] in phalanx-pg).
+/// is there, and restarts the group otherwise (Note [FT generations] in phalanx-pg).
 pub const FT_TAKES_PART: &str = "ft/takes_part";
 
 /// The key prefix of generation `generation` inside a round: generation 0 is the round's own

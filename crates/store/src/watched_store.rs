@@ -1,6 +1,6 @@
 //! `WatchedStore`: a view of another store whose blocking calls also stop when a watch says
 //! that what they wait for will not come (a process group forming under fault tolerance, whose
-//! membership moved on: Note [Generations] in phalanx-pg).
+//! membership moved on: Note [FT generations] in phalanx-pg).
 //!
 //! Note [Watched waits]: a blocking call (`get`, `wait`, the waiting half of `set_then_get`
 //! and `claim_then_get`, `multi_get`) waits in slices of at most `slice`. Between slices the

@@ -88,7 +88,7 @@ pub trait Reporter {
         tracing::warn!("skipping a damaged checkpoint: {}", damaged.error);
     }
     /// Fault tolerance: after a rank died, this rank's group was re-formed with a replacement
-    /// and the first step after it completed (Note [Regroup]).
+    /// and the first step after it completed (Note [A regroup]).
     fn regrouped(&mut self, r: &Regrouped) {
         tracing::warn!(
             "generation {}: regrouped, continuing at step {} from rank {}'s state, {:.2} s after the failure",
@@ -107,7 +107,7 @@ pub trait Reporter {
     }
 }
 
-/// What a regroup under fault tolerance did (Note [Regroup] in `trainer/regroup/replicas.rs`),
+/// What a regroup under fault tolerance did (Note [A regroup] in `trainer/regroup/replicas.rs`),
 /// for the report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Regrouped {

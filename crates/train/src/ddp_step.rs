@@ -22,7 +22,7 @@ pub fn train_step<M: Classifier>(
 
 /// [`train_step`] without the fusion: every bucket is averaged before the optimizer touches
 /// any parameter, so a step whose collectives fail leaves the model and the optimizer state
-/// as they were (what fault tolerance needs, Note [Regroup]). Bitwise the same result.
+/// as they were (what fault tolerance needs, Note [A regroup]). Bitwise the same result.
 pub fn train_step_unfused<M: Classifier>(
     ddp: &mut DistributedDataParallel<M>,
     optimizer: &mut Optim,

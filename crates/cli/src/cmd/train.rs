@@ -314,7 +314,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         )
     })?;
     // `phalanx launch --fault-tolerance`: the group of this worker's generation, re-formed by
-    // the trainer when a rank dies (Note [Generations]).
+    // the trainer when a rank dies (Note [FT generations]).
     let ft = phalanx_pg::FaultTolerance::from_env()?;
     if ft.is_some() && args.backend != BackendType::Native {
         bail!(
@@ -516,7 +516,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 e,
                 phalanx_train::Error::Pg(phalanx_pg::Error::Regroup { .. })
             ) {
-                // Its agent must not replace it: nothing would join (Note [Generations]).
+                // Its agent must not replace it: nothing would join (Note [FT generations]).
                 eprintln!("{msg}");
                 return Ok(ExitCode::from(phalanx_core::EXIT_NO_REGROUP));
             }

@@ -1,10 +1,10 @@
 //! Admitting a node into a running round (`--fault-tolerance` with `--nnodes MIN:MAX`).
 //!
-//! Note [Admission]
+//! Note [Node admission]
 //! Without fault tolerance a node that arrives while a round runs joins the next round, and
 //! every running agent ends its round to meet it there: all workers restart from the newest
 //! checkpoint (Note [Elastic rounds] in `elastic/mod.rs`). Under `--fault-tolerance` the running
-//! workers can take new ranks in process (Note [Generations] in phalanx-pg), so the arriving
+//! workers can take new ranks in process (Note [FT generations] in phalanx-pg), so the arriving
 //! node is admitted into the running round instead, and nobody restarts. Keys, in round `r`
 //! (`agent/<r>/…`):
 //!
@@ -247,7 +247,7 @@ fn read_admission(store: &dyn Store, round: u32, k: u64) -> Result<(u32, u32, St
     })
 }
 
-/// The nodes a round has had, in slot order (Note [Admission]), and how far this agent has
+/// The nodes a round has had, in slot order (Note [Node admission]), and how far this agent has
 /// read (or, on the leader, answered) the round's arrivals.
 pub(crate) struct Nodes {
     round: u32,
@@ -304,7 +304,7 @@ impl Nodes {
     }
 
     /// The round's leader (node 0, or under etcd the lowest node left: Note [No node is
-    /// special]), at every monitor tick: answers the arrivals waiting (Note [Admission]).
+    /// special]), at every monitor tick: answers the arrivals waiting (Note [Node admission]).
     pub(crate) fn admit_arrivals(
         &mut self,
         store: &dyn Store,

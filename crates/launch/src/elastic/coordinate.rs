@@ -11,7 +11,7 @@
 //! stopped, its host off the network) even when its workers were idle and no collective would
 //! have failed: the round ends naming the node and when it was last heard of. Counters, not
 //! timestamps, so skewed clocks between hosts do not matter. Under etcd each agent's counter
-//! is attached to its lease (Note [Leases] in phalanx-store), as its node rank and master
+//! is attached to its lease (Note [etcd leases] in phalanx-store), as its node rank and master
 //! address are: when the agent's keep-alives stop, etcd deletes them, and a counter found back
 //! at 0 names the node at once.
 //!
@@ -117,7 +117,7 @@ pub(crate) struct Coordinator {
     /// Since when the store has not answered this agent's polls, while it has not.
     unanswered: Cell<Option<Instant>>,
     /// Where this agent's heartbeat is written: a handle whose keys expire with the agent
-    /// under etcd (Note [Leases] in phalanx-store), else `ctl`.
+    /// under etcd (Note [etcd leases] in phalanx-store), else `ctl`.
     beat: Arc<dyn Store>,
     /// The monitor's reads (failures, heartbeats, links, waiting nodes): a handle bounded by
     /// about one poll under etcd (Note [The monitor does not wait out an election]), else
@@ -241,7 +241,7 @@ impl Coordinator {
     }
 
     /// Starts this node's heartbeat for round `round` (nothing with one node, unless
-    /// `always`: a node may be admitted into the round, Note [Admission]).
+    /// `always`: a node may be admitted into the round, Note [Node admission]).
     pub(crate) fn heartbeat(&self, round: u32, always: bool) -> Heartbeat {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = (always || self.has_peers()).then(|| {
@@ -303,7 +303,7 @@ impl Coordinator {
         for (&g, count) in others.iter().zip(counts) {
             let (last, moved) = &mut b.seen[g as usize];
             // A counter only grows: one back at 0 was deleted, its agent's lease expired
-            // (Note [Leases] in phalanx-store), and reading it wrote it again.
+            // (Note [etcd leases] in phalanx-store), and reading it wrote it again.
             if count == 0 && *last > 0 {
                 return Some(RootCause {
                     group_rank: g,
@@ -521,7 +521,7 @@ impl Coordinator {
         self.departures.claim(&*self.ctl, self.node_rank, round)
     }
 
-    /// `--fault-tolerance`: node `g` was admitted into round `round` (Note [Admission]): its
+    /// `--fault-tolerance`: node `g` was admitted into round `round` (Note [Node admission]): its
     /// heartbeat is watched from now on, and it counts in the exit barrier.
     pub(crate) fn add_member(&self, round: u32, g: u32) {
         self.members.borrow_mut().push(g);

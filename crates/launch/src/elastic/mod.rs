@@ -12,7 +12,7 @@
 //! - `agent/elastic/round`: the newest round any agent has joined;
 //! - `agent/<r>/members`: round `r`'s outcome, `members 0:2 2:1` (node rank : workers), written
 //!   by the round's closer, with ` admits` at the end under `--fault-tolerance` (the round
-//!   admits arriving nodes: Note [Admission]);
+//!   admits arriving nodes: Note [Node admission]);
 //! - `agent/<r>/closer`: the node rank that closes round `r` where the store has no host (etcd).
 //!
 //! An agent joins the newest round unless that round is closed already, in which case it joins
@@ -33,7 +33,7 @@
 //!   whoever is left (Note [No node is special] in `policy.rs`).
 //!
 //! Under `--fault-tolerance` an agent that finds the newest round closed asks to be admitted
-//! into it instead (Note [Admission] in `admission.rs`): nobody restarts.
+//! into it instead (Note [Node admission] in `admission.rs`): nobody restarts.
 
 pub(crate) mod admission;
 pub(crate) mod coordinate;
@@ -72,7 +72,7 @@ pub(crate) struct Membership {
     /// The node ranks in the round, ascending (admitted into a running round: the nodes
     /// alive in it).
     pub(crate) members: Vec<u32>,
-    /// Admitted into a running round (Note [Admission]): its place there.
+    /// Admitted into a running round (Note [Node admission]): its place there.
     pub(crate) admitted: Option<Admitted>,
 }
 
@@ -232,7 +232,7 @@ fn parse_closer(k: &str, got: &[u8]) -> Result<u32, Error> {
 struct Closed {
     /// (node rank, workers), ascending.
     members: Vec<(u32, u32)>,
-    /// It admits arriving nodes (`--fault-tolerance`: Note [Admission]).
+    /// It admits arriving nodes (`--fault-tolerance`: Note [Node admission]).
     admits: bool,
 }
 

@@ -1,5 +1,5 @@
 //! The elastic policy of a running round: what it admits, what it goes on without, and the
-//! node rank a lost node frees (Note [Admission] in `admission.rs`, Note [Generations] in
+//! node rank a lost node frees (Note [Node admission] in `admission.rs`, Note [FT generations] in
 //! phalanx-pg). A `Round` (`round.rs`) watches the workers and the other nodes; what to do
 //! about a node that comes or goes is decided here.
 
@@ -23,7 +23,7 @@ pub(crate) struct Rules {
     pub(crate) last_call: Duration,
     pub(crate) timeout: Duration,
     /// A running round admits arriving nodes and goes on without lost ones (Note
-    /// [Admission]): `--fault-tolerance` with `--nnodes MIN:MAX`, for a program that is not
+    /// [Node admission]): `--fault-tolerance` with `--nnodes MIN:MAX`, for a program that is not
     /// Python. Whether a Python program re-forms its group (phalanx_torch.ft) is known only
     /// once its workers run, after the rendezvous decided; its nodes meet at the next round.
     pub(crate) fault_tolerance: bool,
@@ -39,7 +39,7 @@ pub(crate) struct Rules {
 
 impl Rules {
     /// At every monitor tick of a round that admits nodes: the leader (node 0 while it lives)
-    /// answers the arrivals, the others take in whom it admitted (Note [Admission]).
+    /// answers the arrivals, the others take in whom it admitted (Note [Node admission]).
     pub(crate) fn admissions(
         &self,
         coord: &Coordinator,
@@ -69,7 +69,7 @@ impl Rules {
 
     /// Node `g` of round `round` was lost (its heartbeat stopped, or its link broke). Returns
     /// whether the round goes on without it (see [`Rules::goes_on_without`]); if so, its ranks
-    /// leave the process group (Note [Generations] in phalanx-pg: one agent records their
+    /// leave the process group (Note [FT generations] in phalanx-pg: one agent records their
     /// deaths, the others' workers re-form the group without them and re-shard the data) and
     /// this agent stops watching it. Either way the leader frees its node rank where ranks
     /// are taken on arrival, so that the node restarted (or another) can take it (Note [c10d
@@ -105,7 +105,7 @@ impl Rules {
     /// a node like the others: when it is lost the round goes on without it, and what it did
     /// falls to the lowest node rank left, the round's leader ([`Coordinator::leader`]):
     /// - answering nodes that ask into the running round (it first takes in what the lost
-    ///   leader admitted and answered, Note [Admission]);
+    ///   leader admitted and answered, Note [Node admission]);
     /// - freeing a lost node's rank for the node that comes back (Note [c10d node ranks]);
     /// - waiting last at the exit barrier.
     ///
@@ -115,7 +115,7 @@ impl Rules {
     /// lowest node (`warn_other_programs`).
     ///
     /// The workers' side needs nothing: their store is etcd too, and the ranks that remain
-    /// re-form their group without the lost node's (Note [Generations] in phalanx-pg), rank 0
+    /// re-form their group without the lost node's (Note [FT generations] in phalanx-pg), rank 0
     /// included.
     fn goes_on_without(&self, coord: &Coordinator, store: &dyn Store, round: u32, g: u32) -> bool {
         let store_survives = self.store_host != Some(g);
@@ -167,7 +167,7 @@ fn leave_behind(
 /// change is a counter bump and then a key for the generation it gave, so a bump that landed
 /// and a key that did not is retried as the key alone (bumping again would leave a generation
 /// without its change, which the workers would wait for). A bump whose answer was lost may
-/// still count once more; etcd's receipts (Note [Receipts] in phalanx-store) make that rare.
+/// still count once more; etcd's receipts (Note [etcd receipts] in phalanx-store) make that rare.
 pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store, round: u32) {
     let scope = |k: &str| keys::in_round(round, k);
     for (g, ranks, mut bumped) in coord.claim_departures(round) {
@@ -192,7 +192,7 @@ pub(crate) fn record_departures(coord: &Coordinator, store: &dyn Store, round: u
     }
 }
 
-/// Appends a membership change to round `round`'s generation log (Note [Generations]): bumps
+/// Appends a membership change to round `round`'s generation log (Note [FT generations]): bumps
 /// the counter, then writes what changed; returns the new generation.
 pub(crate) fn record_change(store: &dyn Store, round: u32, what: &str) -> Result<u64, Error> {
     keys::append_generation_change(store, &|k| keys::in_round(round, k), what).map_err(|e| {

@@ -48,7 +48,7 @@ pub(crate) struct Met {
     /// How the workers reach the job's store when it lives in etcd.
     pub(crate) etcd: Option<EtcdOptions>,
     /// A control handle whose writes expire when this agent is gone (etcd's leases: Note
-    /// [Leases] in phalanx-store), for its heartbeat; `None` where nothing expires.
+    /// [etcd leases] in phalanx-store), for its heartbeat; `None` where nothing expires.
     pub(crate) beat: Option<Arc<dyn Store>>,
     /// A control handle bounded by about one poll, for the monitor's reads where the store
     /// may stop answering for an election (Note [The monitor does not wait out an election]

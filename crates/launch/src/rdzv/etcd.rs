@@ -46,7 +46,7 @@ fn master_key(node: u32) -> String {
     format!("rdzv/etcd/master/{node}")
 }
 const AGENTS: &str = "rdzv/etcd/agents";
-/// The lease of each agent's own keys (Note [Leases] in phalanx-store): as long as a node's
+/// The lease of each agent's own keys (Note [etcd leases] in phalanx-store): as long as a node's
 /// heartbeat may stop before it is called lost.
 const LEASE_TTL: Duration = Duration::from_secs(5);
 /// How long etcd may not answer before the job's store counts as lost, unless `--rdzv-conf
@@ -262,7 +262,7 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>, grace: Duration) -> Result<EtcdMe
             ),
         });
     }
-    // This agent's own keys expire with it (Note [Leases] in phalanx-store): a node killed
+    // This agent's own keys expire with it (Note [etcd leases] in phalanx-store): a node killed
     // frees its rank, its master address and its heartbeat by itself.
     let lease = store.grant_lease(LEASE_TTL).map_err(unreachable)?;
     let own = store.with_lease(&lease);

@@ -20,7 +20,7 @@ use crate::{
 pub(crate) struct MpiComm {
     rank: usize,
     world_size: usize,
-    /// The library's `MPI_IN_PLACE` (Note [MPI_IN_PLACE]); `None`: reduce from a copy.
+    /// The library's `MPI_IN_PLACE` (Note [MPI_IN_PLACE value]); `None`: reduce from a copy.
     in_place: Option<usize>,
     /// Send buffer when in place is unknown.
     scratch: Vec<u8>,
@@ -345,7 +345,7 @@ impl Backend for MpiComm {
     }
 }
 
-// Note [MPI_IN_PLACE]: the MPI standard defines MPI_IN_PLACE as a macro, which bindgen cannot
+// Note [MPI_IN_PLACE value]: the MPI standard defines MPI_IN_PLACE as a macro, which bindgen cannot
 // export, and mpi-sys does not wrap it. Its value is part of each implementation's ABI:
 // `(void *) 1` in Open MPI's mpi.h, `(void *) -1` in MPICH's (also Intel MPI and MVAPICH).
 // Any other library reduces from a copy of the buffer instead (one memcpy per call).

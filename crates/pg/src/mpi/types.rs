@@ -1,5 +1,5 @@
 //! How phalanx's types, ops and lengths map onto MPI's: datatypes, built-in ops, and the
-//! `int` counts one MPI call takes (Note [MPI_IN_PLACE] is in `comm.rs`).
+//! `int` counts one MPI call takes (Note [MPI_IN_PLACE value] is in `comm.rs`).
 
 use std::os::raw::c_int;
 

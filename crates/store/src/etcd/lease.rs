@@ -1,7 +1,7 @@
 //! [`EtcdLease`]: a lease that this process keeps alive, so that the keys written through it
 //! ([`EtcdStore::with_lease`](super::EtcdStore::with_lease)) go when the process does.
 //!
-//! Note [Leases]
+//! Note [etcd leases]
 //! etcd deletes every key attached to a lease once the lease goes `ttl` without a keep-alive.
 //! A process that holds one sends a keep-alive every third of its `ttl`, from the store's own
 //! runtime thread, so a busy caller does not starve it. When the process is killed, or its
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use etcd_client::Client;
 
-/// A lease kept alive until dropped (Note [Leases]).
+/// A lease kept alive until dropped (Note [etcd leases]).
 #[derive(Debug)]
 pub struct EtcdLease {
     id: i64,

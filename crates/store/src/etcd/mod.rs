@@ -49,7 +49,7 @@ const MAX_TXN_OPS: usize = 128;
 pub struct EtcdStore {
     inner: Arc<Inner>,
     timeout: Arc<Mutex<Duration>>,
-    /// The lease the keys written through this handle are attached to (Note [Leases]).
+    /// The lease the keys written through this handle are attached to (Note [etcd leases]).
     lease: Option<i64>,
 }
 
@@ -58,7 +58,7 @@ struct Inner {
     client: Client,
     prefix: String,
     endpoints: String,
-    /// Tells this client's receipts from others' (Note [Receipts]).
+    /// Tells this client's receipts from others' (Note [etcd receipts]).
     nonce: String,
     receipts: AtomicU64,
     /// Requests sent (watches included), for `phalanx bench rendezvous`.
@@ -166,7 +166,7 @@ impl EtcdStore {
 
     /// Grants a lease of `ttl` (whole seconds, at least 2: etcd refuses shorter ones than
     /// about one and a half election timeouts) and keeps it alive until it is dropped (Note
-    /// [Leases]).
+    /// [etcd leases]).
     pub fn grant_lease(&self, ttl: Duration) -> Result<EtcdLease> {
         let secs = ttl.as_secs().max(2);
         let mut client = self.inner.client.clone();
@@ -188,7 +188,7 @@ impl EtcdStore {
     }
 
     /// Another handle whose writes attach their keys to `lease`: they are deleted when it
-    /// expires (Note [Leases]). Its reads and its timeout are this handle's.
+    /// expires (Note [etcd leases]). Its reads and its timeout are this handle's.
     pub fn with_lease(&self, lease: &EtcdLease) -> EtcdStore {
         EtcdStore {
             lease: Some(lease.id()),
@@ -343,7 +343,7 @@ impl EtcdStore {
     /// Writes `new(current)` over `key` if nobody wrote it since it was read; retried until
     /// it lands. Returns what was written.
     ///
-    /// Note [Receipts]: a transaction whose answer was lost (the leader changed under it, the
+    /// Note [etcd receipts]: a transaction whose answer was lost (the leader changed under it, the
     /// connection broke) may or may not have landed, and sending an `add` again could count
     /// twice. So the transaction also writes a receipt key of its own, outside the job's keys;
     /// when unsure, the receipt says whether it landed. A receipt is removed in the background

@@ -224,7 +224,7 @@ fn a_tls_cluster_takes_a_client_certificate_and_names_a_wrong_one() {
     })
 }
 
-/// Note [Leases]: keys written through a leased handle live while the lease is kept alive,
+/// Note [etcd leases]: keys written through a leased handle live while the lease is kept alive,
 /// past its time to live and through the loss of etcd's leader, and go once the keep-alives
 /// stop, as when the process holding it is killed; keys written without it stay.
 #[test]
@@ -268,7 +268,7 @@ fn leased_keys_live_while_kept_alive_and_expire_after_the_keepalives_stop() {
     })
 }
 
-/// Note [Leases]: a member that goes silent (SIGSTOPped: its connections stay open, nothing
+/// Note [etcd leases]: a member that goes silent (SIGSTOPped: its connections stay open, nothing
 /// is refused, nothing is answered, as behind a partition) does not expire a lease kept
 /// through the others. The followers are silenced in turn, twice, so the one carrying the
 /// keep-alive stream is too, most likely; the stream opened next must not wait on a silent

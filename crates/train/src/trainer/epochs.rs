@@ -91,7 +91,7 @@ pub(super) struct Context<'a> {
     pub(super) test_set: Dataset,
     /// Whether the step updates each bucket as it arrives (not under fault tolerance).
     pub(super) fused: bool,
-    /// This process's rank in the round's first group (Note [Generations]: its slot), for
+    /// This process's rank in the round's first group (Note [FT generations]: its slot), for
     /// reports, and that group's size: the schedule's horizon.
     pub(super) slot: usize,
     pub(super) slots: usize,

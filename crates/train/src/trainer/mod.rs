@@ -51,12 +51,12 @@ fn ran(summary: Option<Summary>) -> Summary {
     summary.expect("only a fault-tolerant joiner can find the run over")
 }
 
-/// [`train`] under `phalanx launch --fault-tolerance` (Note [Generations] in phalanx-pg): when
+/// [`train`] under `phalanx launch --fault-tolerance` (Note [FT generations] in phalanx-pg): when
 /// a rank dies, the others re-form their group without it and go on from their in-memory state;
 /// its replacement loads the data and builds the model first, then joins them at a step
-/// boundary and takes their state (Note [Regroup] in `trainer/regroup/replicas.rs`). At every change of the
-/// group the rest of the epoch is re-sharded over the ranks alive (as a resume at another
-/// world size is), so no sample of the epoch is skipped.
+/// boundary and takes their state (Note [A regroup] in `trainer/regroup/replicas.rs`). At every
+/// change of the group the rest of the epoch is re-sharded over the ranks alive (as a resume at
+/// another world size is), so no sample of the epoch is skipped.
 ///
 /// `None`: this process was a joiner (a replacement, or a rank of a node admitted into the
 /// running round) and the run finished before it could join; it has nothing to do.
@@ -243,7 +243,7 @@ fn train_group<M: Classifier>(
         facts: snapshot::run_facts(cfg, full),
         train_set: Arc::new(train_set),
         test_set,
-        // Under fault tolerance a failed step must leave the model as it was (Note [Regroup]).
+        // Under fault tolerance a failed step must leave the model as it was (Note [A regroup]).
         fused: ft.is_none(),
         slot,
         slots,
@@ -302,7 +302,7 @@ fn train_group<M: Classifier>(
         (None, None) => unreachable!("a run has a group or a way to one"),
     };
     // A run's ranks agree on the model and its layout (a fault-tolerant joiner's group is
-    // checked by its peers' state instead, Note [Regroup]).
+    // checked by its peers' state instead, Note [A regroup]).
     if ft.is_none() {
         crate::model_parallel::check_same_layout(&pg, cfg)?;
     }
@@ -477,7 +477,7 @@ fn train_group<M: Classifier>(
         })();
         match (attempt, ft.as_mut()) {
             (Ok(Outcome::Done(summary)), ft) => {
-                // A rank still joining has nothing left to do (Note [Generations]).
+                // A rank still joining has nothing left to do (Note [FT generations]).
                 if let Some(ft) = ft {
                     ft.finish(&pg)?;
                 }

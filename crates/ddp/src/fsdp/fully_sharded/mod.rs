@@ -656,7 +656,7 @@ impl<M: Module> FullyShardedDataParallel<M> {
 
     /// [`sync_and_step`](Self::sync_and_step) with every bucket averaged before any element is
     /// stepped, so that a step whose collectives fail leaves the shard as it was (what fault
-    /// tolerance needs, Note [Regroup] in phalanx-train). Bitwise the same result.
+    /// tolerance needs, Note [A regroup] in phalanx-train). Bitwise the same result.
     pub fn sync_and_step_unfused(
         &mut self,
         grads: Gradients,

@@ -3,7 +3,7 @@
 //!
 //! Note [Regroup state]
 //! A run is a sequence of attempts, one per generation of its process group (Note
-//! [Generations] in phalanx-pg); without fault tolerance there is one. Between two attempts a
+//! [FT generations] in phalanx-pg); without fault tolerance there is one. Between two attempts a
 //! rank holds one of three things, and [`Held`] is the one place that knows which:
 //! - the whole model ([`Holding::Whole`]): before the first attempt (built, or resumed from
 //!   disk), a replacement's freshly built one, or what DDP's replicas hold after an attempt;
@@ -17,7 +17,7 @@
 //! gives back what its engine holds at the end ([`Held::end_attempt`]). When the group changes
 //! (a rank failed, or a replacement is connected: [`Held::group_changed`]), the next attempt
 //! first makes every rank's state the newest one any rank holds ([`Held::resync`]: the
-//! replicas' Note [Regroup] or the shards' Note [Regroup of shards]), so the attempt starts
+//! replicas' Note [A regroup] or the shards' Note [Regroup of shards]), so the attempt starts
 //! from one state on every rank. A cut model's ranks also keep what they held before their
 //! last step's update, and resync on a new mesh ([`Held::resync_pieces`], Note [Replicas that
 //! leave and join]).

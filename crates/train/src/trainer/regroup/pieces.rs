@@ -23,7 +23,7 @@
 //! tolerance costs here). [`resync`] takes the newest step that every piece reached on some rank: a
 //! rank one step past it goes back to what it held before, a rank at it keeps what it holds,
 //! and every other (a replacement, a replica that left) takes its piece from the lowest
-//! data-parallel peer that holds that step, as DDP's replicas do (Note [Regroup]). The run
+//! data-parallel peer that holds that step, as DDP's replicas do (Note [A regroup]). The run
 //! then goes on from one step on every rank with the data order of an uninterrupted run. A
 //! rank that took its piece takes its source's count of the epoch's loss too: the replica it
 //! rejoins measured the steps it missed. Ranks at one step can still stand on either side of

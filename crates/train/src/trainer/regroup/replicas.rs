@@ -1,7 +1,7 @@
 //! Taking the training state from a healthy peer after the process group was re-formed
-//! (`phalanx launch --fault-tolerance`; Note [Generations] in `phalanx-pg`).
+//! (`phalanx launch --fault-tolerance`; Note [FT generations] in `phalanx-pg`).
 //!
-//! Note [Regroup]: every rank of the new generation calls [`resync`] at once. Each says which
+//! Note [A regroup]: every rank of the new generation calls [`resync`] at once. Each says which
 //! step its state belongs to (a replacement: none); the rank with the newest state (the
 //! lowest such rank on a tie) sends its position, optimizer state and every tensor of the
 //! model (parameters, buffers, int and bool tensors), and the others take them. When every
@@ -20,7 +20,7 @@ use phalanx_pg::ProcessGroup;
 use crate::{Classifier, Error, Optim, Result};
 
 /// Makes every rank's model, optimizer and position equal to the newest ones held by any rank
-/// (Note [Regroup]); `held` is this rank's position, `None` for a replacement. With
+/// (Note [A regroup]); `held` is this rank's position, `None` for a replacement. With
 /// `keep_own`, a rank that holds the newest step keeps its own state: islands under `--outer`
 /// differ between syncs, and each whole island goes on with its own (Note [Islands that leave
 /// and join] in phalanx-ddp). Returns the model, the position and the source rank. A

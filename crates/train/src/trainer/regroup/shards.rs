@@ -5,7 +5,7 @@
 //! Under `hybrid` each element of the training state lives on one rank of every shard group
 //! (Note [Shard layout] in phalanx-ddp): a rank that dies takes its pieces with it, and its
 //! replicas in the other groups still hold them (torchft's HSDP case). When the group is
-//! re-formed (without the dead rank, or with its replacement: Note [Generations]), every rank
+//! re-formed (without the dead rank, or with its replacement: Note [FT generations]), every rank
 //! of the new group says which step its state belongs to and which elements of each parameter
 //! it holds; a rank one step behind that holds that step's averaged gradients (its commit
 //! vote failed where another's completed: Note [Commit vote] in phalanx-ddp) takes the step
