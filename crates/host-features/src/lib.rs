@@ -10,9 +10,16 @@
 //! CPU-seconds on 2 cores. This crate's dependencies turn those features on in every build of
 //! the workspace (it is a dependency of `phalanx-testing`, which every test build and the cuda
 //! lint's `--all-targets` compile), so the lint, run in the main target folder, reuses the main
-//! build's host crates: 153 of its 284 host units instead of 97 of 271 (`cargo --unit-graph`,
+//! build's host crates: 151 of its 284 host units instead of 97 of 271 (`cargo --unit-graph`,
 //! compared unit by unit with their dependencies). What stays the lint's own is the `cuda`
 //! tree's own crates and the build scripts of crates whose features `cuda` changes.
+//!
+//! It is not a workspace member (the root Cargo.toml excludes it): `cargo test --workspace`
+//! would build a member as a root, and cargo applies a root proc macro's dependency features to
+//! the linked crates as well, so the test programs would have had features a user's build of
+//! `phalanx-cli` lacks (`serde/rc`, rustix's `net`, ...). Reached only as a dependency, its
+//! features stay on the host side (resolver 2): the linked crates' features are what they were
+//! without it (`cargo tree -e normal,dev,no-proc-macro -f '{p} [{f}]'`, compared).
 //!
 //! The list is the difference of the two unit graphs; a dependency update that changes it
 //! costs CI time, not correctness. Turning a host feature on changes no program phalanx
