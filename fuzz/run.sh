@@ -26,11 +26,39 @@ if [ "$build_only" = 1 ]; then
   exit 0
 fi
 targets=$(cargo +nightly fuzz list)
-for t in $targets; do
+# One libFuzzer process per core at a time: each is single-threaded, so one at a time left a
+# core idle (CI's fuzz phase ran at 50 % busy); two side by side on 2 cores each still gets a
+# core for its $secs seconds. Each target's output goes to a file of its own, read in order.
+jobs=$(nproc 2>/dev/null || echo 1)
+outs=$(mktemp -d)
+trap 'rm -rf "$outs"' EXIT
+fuzz_one() { # target: run it; its output in $outs/target, its status in $outs/target.rc
   # -malloc_limit_mb: any single allocation over 64 MiB is a finding (lengths must be bounded
   # before allocating); -rss_limit_mb bounds the whole process.
-  out=$(cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -rss_limit_mb=1024 \
-        -malloc_limit_mb=64 -print_final_stats=1 2>&1) || { echo "$out" | tail -40; echo "fuzz: $t FAILED"; exit 1; }
-  runs=$(echo "$out" | sed -n 's/^stat::number_of_executed_units: *//p')
+  local rc=0
+  cargo +nightly fuzz run -O "$1" -- -max_total_time="$secs" -rss_limit_mb=1024 \
+    -malloc_limit_mb=64 -print_final_stats=1 >"$outs/$1" 2>&1 || rc=$?
+  echo "$rc" >"$outs/$1.rc"
+}
+running=0
+for t in $targets; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait
+failed=0
+for t in $targets; do
+  if [ "$(cat "$outs/$t.rc" 2>/dev/null || echo 1)" != 0 ]; then
+    tail -40 "$outs/$t"
+    echo "fuzz: $t FAILED"
+    failed=1
+    continue
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$outs/$t")
   echo "fuzz: $t: ${runs:-?} inputs in ${secs} s, no crash"
 done
+exit "$failed"
