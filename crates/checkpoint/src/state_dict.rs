@@ -81,7 +81,7 @@ pub struct Resumed {
 
 /// Saves `module`, `optim`'s state and `at` as checkpoint `step-<at.global_step>` in `dir`,
 /// crash-safe (Note [Checkpoint commit]), and keeps the newest
-/// [`DEFAULT_KEEP`](super::DEFAULT_KEEP). Returns the commit record's path. Under DDP, call it
+/// [`DEFAULT_KEEP`]. Returns the commit record's path. Under DDP, call it
 /// on one rank (the replicas are equal).
 pub fn save<M: Module>(
     dir: &Path,

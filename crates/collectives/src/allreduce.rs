@@ -47,9 +47,9 @@ pub fn allreduce<T: Element>(
 }
 
 /// [`allreduce`] for a job spread over several hosts whose ranks share memory with their
-/// host's other ranks (`g`, ordered as [`Hierarchy::host_of`]): above `direct_max_bytes` and
-/// with `opts.hierarchy` set, the two-level algorithm with shared memory inside the host;
-/// otherwise exactly [`allreduce`] over `t`.
+/// host's other ranks (`g`, ordered as [`Hierarchy::host_of`](crate::Hierarchy::host_of)): above
+/// `direct_max_bytes` and with `opts.hierarchy` set, the two-level algorithm with shared memory
+/// inside the host; otherwise exactly [`allreduce`] over `t`.
 #[cfg(target_os = "linux")]
 pub fn allreduce_hierarchical_shm<T: Element>(
     t: &mut dyn Transport,

@@ -1,7 +1,7 @@
 //! Shared vocabulary of phalanx: element types, reduce operations, the one registry of
 //! environment variables, and the timeout model used by the store, rendezvous and collectives;
-//! and the leaves every crate needs once: the crash-safe file write ([`file`]), hex ([`hex`]) and
-//! the host name ([`host`]).
+//! and the leaves every crate needs once: the crash-safe file write ([`mod@file`]), hex ([`hex`])
+//! and the host name ([`host`]).
 //!
 //! ```
 //! use phalanx_core::{DType, ReduceOp, Element};

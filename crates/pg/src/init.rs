@@ -270,8 +270,8 @@ fn ifname_origin(setting: Option<&env::SocketIfname>) -> String {
 
 /// Connects the mesh through an existing store: every rank publishes its listen address and
 /// host, learns everyone else's from one table (Note [Leader gather] in `bootstrap/mod.rs`) and
-/// connects to the lower ranks. Used by [`init_process_group`] and by the thread-level test
-/// harness.
+/// connects to the lower ranks. Used by [`init_process_group`](crate::init_process_group) and by
+/// the thread-level test harness.
 pub fn connect(
     placement: Placement,
     store: Arc<dyn Store>,

@@ -1,7 +1,7 @@
 //! Where a rank sits in its job: the numbers every backend needs (the native transport, MPI,
 //! NCCL) before a group exists.
 
-/// Where this rank sits, for [`ProcessGroup::new`].
+/// Where this rank sits, for [`ProcessGroup::new`](crate::ProcessGroup::new).
 #[derive(Debug, Clone, Copy)]
 pub struct Placement {
     /// Global rank.

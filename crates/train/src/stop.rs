@@ -18,7 +18,7 @@
 //!
 //! How often: the allreduce costs about 50 µs on one host (measured, docs/clusters.md), 5% of
 //! a 1 ms step of a small model and nothing next to a large one's. So the same allreduce also
-//! carries each rank's proposal of the interval to the next check ([`StopCheck`]): as many steps
+//! carries each rank's proposal of the interval to the next check (`StopCheck`): as many steps
 //! as keep the check under 1% of the training time, at most as many as fit in 250 ms (the
 //! longest a stop waits for its check), at least 1. The smallest proposal wins (the rank that
 //! arrived last measured the collective, the others also their wait for it), so every rank

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 /// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). Node 0 hosts the rendezvous store. Every
 /// output line is prefixed `[rank N]: `; when a worker fails the others are stopped and the
 /// root cause is printed first. Every flag can also be set as PET_<FLAG>.
+// This doc comment is the subcommand's --help text, printed as written: `<FLAG>` is no HTML.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]
 pub(crate) struct Args {

@@ -28,6 +28,8 @@ pub(crate) struct Args {
     launch: phalanx_launch::LaunchArgs,
     /// digits (the default) | mnist5k | synthetic[:N[:SEED]] | csv:PATH (label last) |
     /// mnist-idx:DIR; for --model gpt a text corpus: shakespeare (the default) | text:PATH.
+    // This doc comment is the flag's --help text, printed as written, brackets included.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long)]
     dataset: Option<String>,
     /// Share of the dataset held out for the test accuracy (deterministic split by --seed).

@@ -81,7 +81,7 @@ pub fn allgather_shm<T: Element>(
 
 /// all_to_all of equal blocks through shared memory: per step every rank writes chunk `k` of
 /// each of its blocks for the other `n - 1` ranks into its own buffer (the block for `p` at
-/// slot [`slot_of`]`(self, p)`: no slot for itself, so each step moves `n/(n-1)` times more),
+/// slot `slot_of(self, p)`: no slot for itself, so each step moves `n/(n-1)` times more),
 /// and reads chunk `k` of its own block from every peer's buffer.
 pub fn all_to_all_shm<T: Element>(
     g: &mut ShmGroup,

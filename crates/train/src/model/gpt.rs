@@ -612,7 +612,7 @@ impl Classifier for Gpt {
         true
     }
 
-    /// As many windows as hold [`EVAL_POSITIONS`] positions (Note [Evaluation chunks]).
+    /// As many windows as hold `EVAL_POSITIONS` positions (Note [Evaluation chunks]).
     fn eval_rows(&self) -> usize {
         (EVAL_POSITIONS / self.seq_len.max(1)).clamp(1, crate::model::classifier::EVAL_ROWS)
     }

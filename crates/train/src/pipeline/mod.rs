@@ -8,15 +8,15 @@
 //! memory), the data-parallel groups next, and the pipeline's stages the farthest apart: a
 //! stage boundary carries one activation per microbatch, the least traffic of the three, so it
 //! is the one to cross hosts. Every rank builds the whole model from the seed and keeps its
-//! stage's blocks ([`Classifier::pipeline_stage`]): the embeddings on the first stage, the
-//! final norm and the head on the last, the blocks cut where the largest stage's parameters are
-//! fewest (or where `--pp-split` says). A step splits the rank's batch (the same on every stage
-//! of a pipeline: the data is sharded over `"dp"` only) into `--microbatches` equal parts, runs
-//! the schedule's program, and hands the engine (DDP or FSDP on `"dp"`) the stage's gradients
-//! summed over the microbatches, each microbatch's loss weighted by its share of the batch, so
-//! that they are the whole batch's mean loss's gradients. The last stage's loss goes to every
-//! stage of its pipeline; evaluation runs the stages forward only; the digest is the whole
-//! model's, gathered over `"tp"` then `"pp"`, equal on every rank.
+//! stage's blocks ([`Classifier::pipeline_stage`](crate::Classifier::pipeline_stage)): the
+//! embeddings on the first stage, the final norm and the head on the last, the blocks cut where the
+//! largest stage's parameters are fewest (or where `--pp-split` says). A step splits the rank's
+//! batch (the same on every stage of a pipeline: the data is sharded over `"dp"` only) into
+//! `--microbatches` equal parts, runs the schedule's program, and hands the engine (DDP or FSDP on
+//! `"dp"`) the stage's gradients summed over the microbatches, each microbatch's loss weighted by
+//! its share of the batch, so that they are the whole batch's mean loss's gradients. The last
+//! stage's loss goes to every stage of its pipeline; evaluation runs the stages forward only; the
+//! digest is the whole model's, gathered over `"tp"` then `"pp"`, equal on every rank.
 //!
 //! The parameters a pipeline ends with are the run on one rank's within float rounding (the
 //! sums of the microbatches' gradients are taken in another order), not bitwise; dropout draws

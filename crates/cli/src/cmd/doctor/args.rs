@@ -11,6 +11,8 @@ use crate::cmd::sizes;
 /// shared memory, clock skew against rank 0, then a real process group and one allreduce.
 /// Node 0 prints the report ending with the slowest link; every node exits non-zero when a
 /// check fails. Every launch flag can also be set as PET_<FLAG>.
+// This doc comment is the subcommand's --help text, printed as written: `<FLAG>` is no HTML.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(clap::Args)]
 #[command(after_help = EXAMPLES)]
 pub(crate) struct Args {

@@ -360,8 +360,8 @@ impl<M: Module> FullyShardedDataParallel<M> {
     }
 
     /// Trainable parameter `p`'s position among the model's float tensors (canonical order,
-    /// buffers and frozen parameters included). Its pieces' [`ParamId`] is that plus one: the
-    /// stable id (Note [Stable parameter ids] in phalanx-train).
+    /// buffers and frozen parameters included). Its pieces' [`ParamId`](burn::module::ParamId) is
+    /// that plus one: the stable id (Note [Stable parameter ids] in phalanx-train).
     pub fn float_position(&self, p: usize) -> usize {
         self.trainable[p]
     }
