@@ -7,7 +7,7 @@
 //! (`proc-macro2/span-locations`, syn's `fold`, derive_more's `eq`, …), and a host crate with
 //! other features is another unit: CI's `cargo clippy --features …,cuda` compiled again most
 //! of the host crates the main build had compiled minutes before, about 790 of its 1,650
-//! CPU-seconds on 2 cores. This crate's dependencies turn those features on in every build of
+//! CPU-seconds on 2 cores. This crate's dependencies turn those features on in every test build of
 //! the workspace (it is a dependency of `phalanx-testing`, which every test build and the cuda
 //! lint's `--all-targets` compile), so the lint, run in the main target folder, reuses the main
 //! build's host crates: 151 of its 284 host units instead of 97 of 271 (`cargo --unit-graph`,
