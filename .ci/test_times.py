@@ -51,7 +51,7 @@ def main():
     print(f"test binaries: {len(times)}, {total:.0f} s in their harnesses; the slowest:")
     for name, secs, passed in sorted(times, key=lambda x: -x[1])[:25]:
         print(f"  {secs:8.1f} s  {passed:4d} tests  {name}")
-    if len(sys.argv) > 2:
+    if len(sys.argv) > 2 and sys.argv[2]:
         try:
             with open(sys.argv[2], errors="replace") as f:
                 cpu = cpu_times(f)
@@ -59,8 +59,9 @@ def main():
             return
         wall = sum(w for _, w, _ in cpu)
         used = sum(c for _, _, c in cpu)
-        print(f"the same binaries with their processes: {wall:.0f} s, {used:.0f} CPU-s"
-              f" ({used / max(wall, 1e-9):.2f} cores busy on average); the slowest:")
+        print(f"the test binaries (doctests aside) with their processes: {wall:.0f} s,"
+              f" {used:.0f} CPU-s ({used / max(wall, 1e-9):.2f} cores busy on average);"
+              " the slowest:")
         for name, w, c in sorted(cpu, key=lambda x: -x[1])[:25]:
             print(f"  {w:8.1f} s  {c:8.1f} CPU-s  {c / max(w, 1e-9):5.2f} cores  {name}")
 
