@@ -15,8 +15,8 @@ use std::{
 use phalanx_collectives::Options;
 use phalanx_core::{env, Launcher, Timeout};
 use phalanx_store::{
-    Auth, EtcdOptions, EtcdStore, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore,
-    Watch, WatchedStore,
+    Auth, EtcdOptions, HashStore, PrefixStore, Store, StoreServer, TcpStore, TorchStore, Watch,
+    WatchedStore,
 };
 use phalanx_transport::{ifname, tcp, MeshConfig, SetupWatch, TcpTransport};
 
@@ -160,9 +160,20 @@ pub(crate) fn job_store(
     o: &InitOptions,
 ) -> std::result::Result<Arc<dyn Store>, phalanx_store::Error> {
     if let Some(etcd) = &o.etcd {
-        let store = EtcdStore::connect(etcd)?;
-        store.set_timeout(o.timeout);
-        return Ok(Arc::new(store));
+        #[cfg(feature = "etcd")]
+        {
+            let store = phalanx_store::EtcdStore::connect(etcd)?;
+            store.set_timeout(o.timeout);
+            return Ok(Arc::new(store));
+        }
+        // Note [A build without the etcd client] in phalanx-store: only the fuzz targets'.
+        #[cfg(not(feature = "etcd"))]
+        return Err(phalanx_store::Error::Etcd {
+            endpoints: etcd.endpoints_text(),
+            op: "connect",
+            reason: "this build of phalanx-pg has no etcd client (its `etcd` feature is off)"
+                .into(),
+        });
     }
     let addr = format!("{}:{}", o.env.master_addr, o.env.master_port);
     Ok(match o.torch_store {

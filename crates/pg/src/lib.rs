@@ -10,7 +10,9 @@
 //! shared memory (the default), or, with the `mpi` cargo feature, the MPI library's
 //! (`init_mpi`, or [`init_backend`]`(BackendType::Mpi)` under `mpirun`; `docs/mpi.md`), or,
 //! with the `nccl` cargo feature, NCCL's on this rank's GPU (`init_nccl`, or
-//! [`init_backend`]`(BackendType::Nccl)`; `docs/gpu.md`). The object collectives
+//! [`init_backend`]`(BackendType::Nccl)`; `docs/gpu.md`). The job's store can be an etcd
+//! cluster's (`--rdzv-backend etcd`) through the `etcd` cargo feature, on by default (Note [A
+//! build without the etcd client] in phalanx-store). The object collectives
 //! ([`all_gather_object`], …) are free functions over a group, as in torch.distributed.
 //!
 //! ```

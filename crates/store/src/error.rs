@@ -86,7 +86,6 @@ pub enum Error {
         /// Why the operation was refused.
         reason: String,
     },
-    /// An argument breaks a protocol limit or the API contract (too long a key, mismatched lists).
     /// The etcd cluster at `endpoints` failed `op` (no member answered, no leader, a refused
     /// password or certificate, …).
     #[error("etcd at {endpoints}: {op} failed: {reason}")]

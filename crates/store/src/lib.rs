@@ -52,7 +52,9 @@ pub mod wire;
 
 pub use auth::{Auth, DEFAULT_JOB_ID};
 pub use error::{Error, Result};
-pub use etcd::{EtcdLease, EtcdOptions, EtcdStore};
+pub use etcd::EtcdOptions;
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdLease, EtcdStore};
 pub use hash_store::HashStore;
 pub use prefix_store::PrefixStore;
 pub use server::{ServerConfig, StoreServer, StoreStats, TorchClients};
