@@ -12,7 +12,7 @@ default); it runs cargo in that file's folder.
 """
 import os, re, subprocess, sys
 
-# Every feature a CI build turns on (.ci/run: the main build and the cuda lint).
+# Every feature a CI build turns on (.ci/run: the main build, and the cuda lint with CI_CUDA=1).
 FEATURES = "phalanx-pg/mpi,phalanx-pg/nccl,phalanx-cli/mpi,phalanx-cli/nccl,phalanx-cli/cuda"
 
 

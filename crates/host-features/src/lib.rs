@@ -9,9 +9,11 @@
 //! of the host crates the main build had compiled minutes before, about 790 of its 1,650
 //! CPU-seconds on 2 cores. This crate's dependencies turn those features on in every test build of
 //! the workspace (it is a dependency of `phalanx-testing`, which every test build and the cuda
-//! lint's `--all-targets` compile), so the lint, run in the main target folder, reuses the main
+//! lint's test-mode check compile), so the lint (`CI_CUDA=1 .ci/run`, off by default: Note
+//! [cuda in the tests' idle time] there), run in the main target folder, reuses the main
 //! build's host crates: 151 of its 284 host units instead of 97 of 271 (`cargo --unit-graph`,
-//! compared unit by unit with their dependencies). What stays the lint's own is the `cuda`
+//! compared unit by unit with their dependencies, for the lint's earlier command, which also
+//! took every target of phalanx-pg). What stays the lint's own is the `cuda`
 //! tree's own crates and the build scripts of crates whose features `cuda` changes.
 //!
 //! It is not a workspace member (the root Cargo.toml excludes it): `cargo test --workspace`
