@@ -6,6 +6,8 @@ torchrun).
                            # whole parameters and optimizer state to DIR/reference.pt
     test_dcp.py load DIR   # a fresh model (other initial values) loads DIR: its gathered
                            # parameters and optimizer state equal the reference bitwise
+    test_dcp.py save,load DIR  # both, in turn, in the same processes (the load builds its
+                               # model afresh): one start of torch instead of two
 
 DCP plans and commits through the default group's collectives (gather and broadcast of
 objects, all-gather, reduce-scatter), all of them phalanx's here. Prints `dcp save ok` or
@@ -62,8 +64,19 @@ def same(a, b, path=""):
 
 
 def main():
-    mode, path = sys.argv[1], sys.argv[2]
+    modes, path = sys.argv[1].split(","), sys.argv[2]
+    unknown = [m for m in modes if m not in ("save", "load")]
+    if unknown:
+        raise SystemExit(f"usage: test_dcp.py save|load|save,load DIR; unknown mode(s) {unknown}")
     dist.init_process_group("phalanx")
+    for mode in modes:
+        run(mode, path)
+        # The load reads what every rank's save wrote.
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def run(mode, path):
     rank, world = dist.get_rank(), dist.get_world_size()
     if mode == "save":
         model, opt = sharded_model(0)
@@ -89,8 +102,6 @@ def main():
         same(whole(model, opt), reference)
         print(f"rank {rank}: dcp load ok ({world} ranks, parameters and Adam state equal)",
               flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
