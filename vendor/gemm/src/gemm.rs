@@ -55,6 +55,61 @@ unsafe fn gemm_dispatch<T: 'static>(
         );
     }
 
+    // phalanx: complex types only with the `complex` feature (vendor/gemm/PHALANX.md).
+    #[cfg(feature = "complex")]
+    if TypeId::of::<T>() == TypeId::of::<c64>() {
+        return gemm_c64::gemm::f64::get_gemm_fn()(
+            m,
+            n,
+            k,
+            dst as *mut c64,
+            dst_cs,
+            dst_rs,
+            read_dst,
+            lhs as *mut c64,
+            lhs_cs,
+            lhs_rs,
+            rhs as *mut c64,
+            rhs_cs,
+            rhs_rs,
+            *(&alpha as *const T as *const c64),
+            *(&beta as *const T as *const c64),
+            conj_dst,
+            conj_lhs,
+            conj_rhs,
+            parallelism,
+        );
+    }
+
+    #[cfg(feature = "complex")]
+    if TypeId::of::<T>() == TypeId::of::<c32>() {
+        return gemm_c32::gemm::f32::get_gemm_fn()(
+            m,
+            n,
+            k,
+            dst as *mut c32,
+            dst_cs,
+            dst_rs,
+            read_dst,
+            lhs as *mut c32,
+            lhs_cs,
+            lhs_rs,
+            rhs as *mut c32,
+            rhs_cs,
+            rhs_rs,
+            *(&alpha as *const T as *const c32),
+            *(&beta as *const T as *const c32),
+            conj_dst,
+            conj_lhs,
+            conj_rhs,
+            parallelism,
+        );
+    }
+
+    // Only the complex kernels conjugate.
+    #[cfg(not(feature = "complex"))]
+    let _ = (conj_dst, conj_lhs, conj_rhs);
+
     if TypeId::of::<T>() == TypeId::of::<f64>() {
         gemm_f64::gemm::f64::get_gemm_fn()(
             m,
@@ -99,50 +154,6 @@ unsafe fn gemm_dispatch<T: 'static>(
             false,
             parallelism,
         )
-    } else if TypeId::of::<T>() == TypeId::of::<c64>() {
-        gemm_c64::gemm::f64::get_gemm_fn()(
-            m,
-            n,
-            k,
-            dst as *mut c64,
-            dst_cs,
-            dst_rs,
-            read_dst,
-            lhs as *mut c64,
-            lhs_cs,
-            lhs_rs,
-            rhs as *mut c64,
-            rhs_cs,
-            rhs_rs,
-            *(&alpha as *const T as *const c64),
-            *(&beta as *const T as *const c64),
-            conj_dst,
-            conj_lhs,
-            conj_rhs,
-            parallelism,
-        )
-    } else if TypeId::of::<T>() == TypeId::of::<c32>() {
-        gemm_c32::gemm::f32::get_gemm_fn()(
-            m,
-            n,
-            k,
-            dst as *mut c32,
-            dst_cs,
-            dst_rs,
-            read_dst,
-            lhs as *mut c32,
-            lhs_cs,
-            lhs_rs,
-            rhs as *mut c32,
-            rhs_cs,
-            rhs_rs,
-            *(&alpha as *const T as *const c32),
-            *(&beta as *const T as *const c32),
-            conj_dst,
-            conj_lhs,
-            conj_rhs,
-            parallelism,
-        )
     } else {
         panic!();
     }
@@ -152,7 +163,8 @@ unsafe fn gemm_dispatch<T: 'static>(
 ///
 /// # Panics
 ///
-/// Panics if `T` is not `f32`, `f64`, `gemm::f16`, `gemm::c32`, or `gemm::c64`.
+/// Panics if `T` is not `f32`, `f64`, `gemm::f16`, `gemm::c32`, or `gemm::c64`, or is one of
+/// the last two without the `complex` feature (phalanx: vendor/gemm/PHALANX.md).
 pub unsafe fn gemm<T: 'static>(
     m: usize,
     n: usize,
@@ -291,7 +303,7 @@ pub unsafe fn gemm_fallback<T>(
 }
 
 #[inline(never)]
-#[cfg(test)]
+#[cfg(all(test, feature = "complex"))] // phalanx: only the complex tests use it
 pub(crate) unsafe fn gemm_cplx_fallback<T>(
     m: usize,
     n: usize,

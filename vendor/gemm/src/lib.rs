@@ -366,6 +366,41 @@ mod tests {
         }
     }
 
+    // phalanx (vendor/gemm/PHALANX.md): without `complex`, a complex gemm panics as a gemm of
+    // any other type that no kernel multiplies does.
+    #[cfg(not(feature = "complex"))]
+    #[test]
+    #[should_panic]
+    fn phalanx_complex_without_the_feature_panics() {
+        let (zero, one) = (c32::new(0.0, 0.0), c32::new(1.0, 0.0));
+        let a = [one];
+        let mut d = [zero];
+        unsafe {
+            gemm(
+                1,
+                1,
+                1,
+                d.as_mut_ptr(),
+                1,
+                1,
+                false,
+                a.as_ptr(),
+                1,
+                1,
+                a.as_ptr(),
+                1,
+                1,
+                zero,
+                one,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            )
+        };
+    }
+
+    #[cfg(feature = "complex")] // phalanx: vendor/gemm/PHALANX.md
     #[test]
     fn test_gemm_cplx32() {
         let mut mnks = vec![];
@@ -488,6 +523,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "complex")] // phalanx: vendor/gemm/PHALANX.md
     #[test]
     fn test_gemm_cplx64() {
         let mut mnks = vec![];
