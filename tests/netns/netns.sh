@@ -132,10 +132,13 @@ gc() {
   for d in "$RUN"/*/; do
     [ -d "$d" ] || continue
     id=$(basename "$d")
-    o=$(cat "$d/owner" 2>/dev/null || echo 0)
-    # Owner still running: its setup, leave it. (An owner file not yet written: just claimed.)
-    if [ -f "$d/owner" ] && [ "$o" != 0 ] && kill -0 "$o" 2>/dev/null; then continue; fi
-    if [ ! -f "$d/owner" ]; then continue; fi
+    # The owner file is read once: an id with no owner file yet, or an empty one, was just
+    # claimed by a run that is still writing it (read twice, a file written in between made a
+    # claimed id look abandoned, and another run's setup was removed). Owner still running:
+    # its setup, leave it.
+    o=$(cat "$d/owner" 2>/dev/null) || continue
+    [ -n "$o" ] || continue
+    if kill -0 "$o" 2>/dev/null; then continue; fi
     down
     echo "gc: removed id $id (owner $o gone)"
   done

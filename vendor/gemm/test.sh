@@ -22,6 +22,8 @@ assert_approx_eq = "1.1.0"
 
 [workspace]
 TOML
+# The versions the crate was published with.
+cp "$here/Cargo.lock" "$scratch/Cargo.lock"
 target=${CARGO_TARGET_DIR:-$root/target/gemm-test}
 CARGO_TARGET_DIR=$target cargo test --release --manifest-path "$scratch/Cargo.toml" --lib "$@"
 CARGO_TARGET_DIR=$target cargo test --release --manifest-path "$scratch/Cargo.toml" --lib \
