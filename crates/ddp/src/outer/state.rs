@@ -83,7 +83,7 @@ impl OuterState {
 impl OuterSnapshot {
     /// The outer state of one island, put together from its ranks' snapshots (`chunks`, in
     /// island-rank order), and cut for rank `j` of islands of `n`, island `island` (Note [A
-    /// resume at another layout]). A sync under way cannot be cut so: said, with what to do.
+    /// resume at another layout]), a sync under way included.
     ///
     /// Note [A resume at another layout]
     /// Every rank of an island holds chunk `j` of each fragment's global parameters and outer
@@ -94,8 +94,13 @@ impl OuterSnapshot {
     /// island from island 0's, so the run goes on as if the other islands had done what
     /// island 0 did since the last sync. It is therefore not the uninterrupted run bitwise (a
     /// resume at the same layout is). A streaming sync under way holds each rank's chunk of
-    /// a pseudo-gradient already sent across islands, whose mean the old layout's ranks were
-    /// to receive: it is not cut again, and such a checkpoint resumes at its own layout only.
+    /// the pseudo-gradient its island sent across islands, whose mean was still to come. In
+    /// keeping with the rest, every island of the new layout sends island 0's again: its
+    /// chunks, laid end to end, are cut as the global parameters are, and the sync ends at
+    /// the step it was due with island 0's pseudo-gradient as the mean. Dropping it instead
+    /// would lose nothing of the model (the island's progress stays in its parameters, and
+    /// the fragment's next sync would carry it), but would move the schedule: that fragment
+    /// would skip an outer step the uninterrupted run takes.
     pub fn reshaped(
         chunks: &[OuterSnapshot],
         island: usize,
@@ -126,25 +131,48 @@ impl OuterSnapshot {
                     first.syncs
                 ));
             }
-            if let Some((f, _)) = &c.pending {
+            let (fragment, sent) = match (&c.pending, &first.pending) {
+                (None, None) => continue,
+                (Some((f, sent)), Some((f0, _))) if f == f0 => (*f, sent),
+                (mine, theirs) => {
+                    let said = |p: &Option<(usize, Vec<f32>)>| match p {
+                        Some((f, _)) => format!("the sync of fragment {f} under way"),
+                        None => "no sync under way".into(),
+                    };
+                    return reason(format!(
+                        "island rank {i}'s outer state has {}, island rank 0's {}: the \
+                         files are not of one checkpoint",
+                        said(mine),
+                        said(theirs)
+                    ));
+                }
+            };
+            let chunk = c.global.get(fragment).map_or(0, Vec::len);
+            if fragment >= c.global.len() || sent.len() != chunk {
                 return reason(format!(
-                    "the sync of fragment {f} was under way at inner step {} (streaming \
-                     DiLoCo overlaps it with the inner steps), and its pseudo-gradient is \
-                     already cut for islands of {}: resume this checkpoint with --island-size \
-                     {} on the world that wrote it, or an earlier one at another layout",
-                    c.steps,
-                    chunks.len(),
-                    chunks.len()
+                    "island rank {i}'s pseudo-gradient under way holds {} values of fragment \
+                     {fragment}, where its chunk of the model's {} fragments holds {chunk}",
+                    sent.len(),
+                    c.global.len()
                 ));
             }
         }
-        let whole = |of: &dyn Fn(&OuterSnapshot) -> &Vec<Vec<f32>>, f: usize| -> Vec<f32> {
-            let v: Vec<f32> = chunks
-                .iter()
-                .flat_map(|c| of(c)[f].iter().copied())
-                .collect();
+        let cut = |of: &dyn Fn(&OuterSnapshot) -> &[f32]| -> Vec<f32> {
+            let v: Vec<f32> = chunks.iter().flat_map(|c| of(c).iter().copied()).collect();
             v[chunk_of(0..v.len(), (n, j))].to_vec()
         };
+        let whole = |of: &dyn Fn(&OuterSnapshot) -> &Vec<Vec<f32>>, f: usize| -> Vec<f32> {
+            cut(&|c| &of(c)[f])
+        };
+        // Checked above: every chunk holds the same fragment's sync under way, or none does.
+        let pending = first.pending.as_ref().map(|(f, _)| {
+            let sent = cut(&|c| {
+                c.pending
+                    .as_ref()
+                    .map_or(&[][..], |(_, sent)| sent.as_slice())
+            });
+            (*f, sent)
+        });
         let fragments = first.global.len();
         Ok(OuterSnapshot {
             steps: first.steps,
@@ -155,7 +183,7 @@ impl OuterSnapshot {
             island_size: n,
             global: (0..fragments).map(|f| whole(&|c| &c.global, f)).collect(),
             momentum: (0..fragments).map(|f| whole(&|c| &c.momentum, f)).collect(),
-            pending: None,
+            pending,
         })
     }
 }
@@ -208,8 +236,28 @@ mod tests {
         assert_eq!((one.steps, one.synced_at, one.syncs), (40, 40, 2));
     }
 
+    /// Note [A resume at another layout]: island 0's pseudo-gradient under way (fragment 1
+    /// of 3 + 2 values, chunked for islands of 2) is cut again with the rest.
     #[test]
-    fn a_sync_under_way_or_chunks_out_of_order_are_named() {
+    fn a_sync_under_way_is_cut_again_with_the_rest() {
+        let mut two = [
+            snapshot(0, 2, vec![vec![0., 1., 2.], vec![5., 6.]]),
+            snapshot(1, 2, vec![vec![3., 4.], vec![7., 8.]]),
+        ];
+        two[0].pending = Some((1, vec![0.5, 0.25]));
+        two[1].pending = Some((1, vec![0.125, 1.0]));
+        let cut: Vec<OuterSnapshot> = (0..3)
+            .map(|j| OuterSnapshot::reshaped(&two, 2, (3, j)).unwrap())
+            .collect();
+        assert_eq!(cut[0].pending, Some((1, vec![0.5, 0.25])));
+        assert_eq!(cut[1].pending, Some((1, vec![0.125, 1.0])));
+        assert_eq!(cut[2].pending, Some((1, vec![])));
+        let one = OuterSnapshot::reshaped(&two, 0, (1, 0)).unwrap();
+        assert_eq!(one.pending, Some((1, vec![0.5, 0.25, 0.125, 1.0])));
+    }
+
+    #[test]
+    fn syncs_under_way_that_differ_or_chunks_out_of_order_are_named() {
         let mut two = [
             snapshot(0, 2, vec![vec![0., 1.]]),
             snapshot(1, 2, vec![vec![2., 3.]]),
@@ -219,7 +267,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("fragment 0 was under way") && e.contains("--island-size 2"),
+            e.contains("island rank 1's outer state has the sync of fragment 0 under way")
+                && e.contains("island rank 0's no sync under way"),
+            "{e}"
+        );
+        two[0].pending = Some((0, vec![0.5]));
+        let e = OuterSnapshot::reshaped(&two, 0, (1, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("island rank 0's pseudo-gradient under way holds 1 values of fragment 0")
+                && e.contains("holds 2"),
             "{e}"
         );
         two.swap(0, 1);

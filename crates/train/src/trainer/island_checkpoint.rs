@@ -214,9 +214,15 @@ pub(super) fn load<M: Classifier>(
     let outer = OuterSnapshot::reshaped(&chunks, island, (size, island_rank))
         .map_err(|e| first.bad(format!("a resume at another layout: {e}")))?;
     let (model, optim) = first.model_into(model)?;
+    let under_way = match &outer.pending {
+        Some((f, _)) => format!(
+            ", and the sync of fragment {f} that was under way with island 0's pseudo-gradient"
+        ),
+        None => String::new(),
+    };
     let from = format!(
         "{} islands of {old_size} ranks (world {old_world}) -> {} of {size} (world {world}), \
-         every island from island 0's model, inner optimizer and outer state",
+         every island from island 0's model, inner optimizer and outer state{under_way}",
         old_world as usize / old_size.max(1),
         world / size
     );
