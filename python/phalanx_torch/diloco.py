@@ -32,7 +32,9 @@ inner optimizer's state stays with its island. ``outer_dtype=torch.bfloat16`` ha
 between islands. At construction every island takes island 0's parameters.
 
 ``fault_tolerance=True``, under ``phalanx launch --fault-tolerance``, makes every rank an
-island of its own that may leave and join (Note [Islands that come and go]): the outer sync
+island of its own that may leave and join (Note [Islands that come and go]), with fragments
+(each synced at its own step: ``fragment_sync_delay`` must be 0) and ``outer_dtype`` as
+above: the outer sync
 averages the pseudo-gradients over the islands alive through a ``phalanx_torch.ft.Manager``
 (``diloco.manager``: its ``slot`` decides the data shard, ``finished`` says a replacement found
 the run over, ``finish()`` ends it); an island lost costs the others the sync it broke, redone
@@ -74,26 +76,31 @@ __all__ = ["DiLoCo"]
 # run their outer sync over the device mesh's groups. Under ``fault_tolerance`` every rank is
 # an island of its own, and the sync runs through ``phalanx_torch.ft``'s Manager, whose group
 # is re-formed at each membership change (Note [Averaging outside torch's ProcessGroup] in
-# ft.py). The sync is then a data-parallel step of the outer optimizer: each parameter takes
-# the global value, its gradient is the pseudo-gradient (global minus local), and the
-# Manager's OptimizerWrapper averages the gradients over the islands alive and steps. So:
+# ft.py). The sync of a fragment is then a data-parallel step of the outer optimizer on its
+# parameters: each takes the global value, its gradient is the pseudo-gradient (global minus
+# local), and the Manager averages those gradients over the islands alive (in
+# ``outer_dtype``) before the outer optimizer steps them. So:
 # - an island lost mid-sync fails the averaging on every other: they re-form without it and
 #   redo the sync from the local parameters they kept, the mean now over the islands left;
 #   lost between two syncs, it is noticed at the next one, which the others redo alike;
 # - a rank whose averaging completed just before the loss is one sync ahead, and hands the
-#   others its state (the Manager's rule: the newest step wins), which is the new global
-#   parameters, since a rank's parameters are the global ones right after a sync;
+#   others its state (the Manager's rule: the newest step wins): its model, whose synced
+#   fragment holds the new global parameters, and as extra state every fragment's global
+#   parameters. A rank behind thus takes the source's progress on the other fragments too
+#   (it was to redo a sync the source finished); ranks in step keep their own;
 # - a replacement joins at a sync: at its boundary (the others connect it after their outer
 #   step), or in the middle of one, when the others re-form after a loss and find it ready;
 #   it then takes part in that sync at once, with no progress of its own. Either way it takes
-#   the model (the global parameters), the outer optimizer's state, and as extra state the
-#   inner step count and the source island's inner optimizer state (an island starts as a
-#   copy of a live one); a survivor that was behind keeps its own inner optimizer state. The
+#   the source's model (the global parameters of the whole model, or of the fragment just
+#   synced and the source's own progress on the others), the outer optimizer's state, and as
+#   extra state the global parameters, the inner step count and the source island's inner
+#   optimizer state (an island starts as a copy of a live one); a survivor that was behind
+#   keeps its own inner optimizer state. The
 #   sync a replacement joins in the middle of averages over it too, its pseudo-gradient zero,
 #   so that sync's step is the islands' progress over one more island.
 # Islands of several ranks would need their inner DDP group to change members too; and a
-# fragment's sync overlapped with the inner steps would have to be redone from inner steps
-# gone by: both are refused with fault_tolerance.
+# fragment's sync overlapped with the inner steps (``fragment_sync_delay``) would have to be
+# redone from inner steps gone by: both are refused with fault_tolerance.
 
 
 class DiLoCo:
@@ -134,7 +141,7 @@ class DiLoCo:
         self.manager = None
         if fault_tolerance:
             self._start_fault_tolerant(model, inner_optimizer, island_size, outer_dtype,
-                                       fragments)
+                                       fragment_sync_delay, fragment_update_alpha)
             return
         world = dist.get_world_size()
         size = island_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -159,46 +166,47 @@ class DiLoCo:
         self._apart = [False] * len(self.fragments)
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
 
-    def _start_fault_tolerant(self, model, inner_optimizer, island_size, outer_dtype,
-                              fragments):
+    def _start_fault_tolerant(self, model, inner_optimizer, island_size, outer_dtype, delay,
+                              alpha):
         """Islands of one rank each through a Manager (Note [Islands that come and go]): the
         first ranks start from rank 0's parameters, a replacement from a live island's."""
         if island_size not in (None, 1):
             raise ValueError(f"island_size={island_size} with fault_tolerance: every rank is an "
                              "island of its own (an island's inner group cannot change members)")
-        if outer_dtype != torch.float32:
-            raise ValueError(f"outer_dtype={outer_dtype} with fault_tolerance: the Manager "
-                             "averages in the parameters' dtype; use torch.float32")
-        if fragments not in (None, 1):
-            raise ValueError(f"fragments={fragments!r} with fault_tolerance: the whole model "
-                             "syncs at once (a fragment's overlapped sync could not be redone "
-                             "after a loss)")
-        self.fragments = [self.params]
-        self.delay, self.alpha, self.outer_dtype = 0, 0.0, outer_dtype
+        if delay:
+            raise ValueError(f"fragment_sync_delay={delay} with fault_tolerance: a fragment's "
+                             "sync overlapped with the inner steps could not be redone after a "
+                             "loss (its pseudo-gradient is gone by then); use 0, each fragment "
+                             "syncing at its own step")
+        self.delay, self.alpha, self.outer_dtype = 0, alpha, outer_dtype
         self._inner = inner_optimizer
         self.island_group = self.across_group = None
-        # Whether this rank is inside a sync whose outer step it has not taken, as a peer
-        # that hands its state over says (a replacement joining then takes part in it).
-        self._in_sync = self._joins_in_sync = False
+        self._global = [_flat(f) for f in self.fragments]
+        self._apart = [False] * len(self.fragments)
+        # The fragment whose sync this rank is inside, its outer step not taken yet, as a
+        # peer that hands its state over says (a replacement joining then takes part in it).
+        self._in_sync = self._joins_in_sync = None
         self.manager = ft.Manager(model, self.outer_optimizer, state_dict=self._state,
                                   load_state_dict=self._load_state)
-        self._outer_step = ft.OptimizerWrapper(self.manager, self.outer_optimizer)
         self._outer_hook = self.outer_optimizer.register_step_post_hook(self._outer_stepped)
         self.islands = self.manager.world_size
-        self._global = [_flat(self.params)]
-        self._apart = [False]
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
-        if self._joins_in_sync:
+        if self._joins_in_sync is not None:
             # The others re-formed with this replacement in the middle of a sync: it takes
             # part at once, with no progress of its own (its parameters are the global ones).
-            self._joins_in_sync = False
-            self._sync_alive()
+            k, self._joins_in_sync = self._joins_in_sync, None
+            self._sync_alive(k, self.alpha)
 
     def _state(self):
-        return {"steps": self.steps, "inner": self._inner.state_dict(), "in_sync": self._in_sync}
+        return {"steps": self.steps, "inner": self._inner.state_dict(), "in_sync": self._in_sync,
+                "global": self._global, "apart": self._apart}
 
     def _load_state(self, state):
         self.steps = state["steps"]
+        # Every island holds the same global parameters; a peer ahead by one sync holds the
+        # newer ones of the fragment it synced.
+        self._global = [g.clone() for g in state["global"]]
+        self._apart = list(state["apart"])
         if self.manager is None:
             # Joining (or starting): the island starts as a copy of the source's. A rank that
             # was behind keeps its own inner state.
@@ -206,42 +214,57 @@ class DiLoCo:
             self._joins_in_sync = state["in_sync"]
 
     def _outer_stepped(self, _optimizer, _args, _kwargs):
-        self._in_sync = False
+        self._in_sync = None
 
     @torch.no_grad()
-    def _sync_alive(self):
-        """The outer sync over the islands alive (Note [Islands that come and go]): redone
-        from this island's kept parameters while the group fails and re-forms, unless a peer
-        that finished it hands its state over."""
+    def _sync_alive(self, k, alpha):
+        """Fragment ``k``'s outer sync over the islands alive (Note [Islands that come and
+        go]): redone from this island's kept parameters while the group fails and re-forms,
+        unless a peer that finished it hands its state over; then its parameters become
+        ``global + alpha (local - global)``."""
         before = self.manager.step
-        local = [p.detach().clone() for p in self.params]
+        params = self.fragments[k]
+        local = [p.detach().clone() for p in params]
         while True:
-            self._in_sync = True
+            self._in_sync = k
+            for p in self.params:
+                p.grad = None
             at = 0
-            for p, mine in zip(self.params, local):
+            for p, mine in zip(params, local):
                 size = p.numel()
-                g = self._global[0][at:at + size].view_as(p)
+                g = self._global[k][at:at + size].view_as(p)
                 p.copy_(g)
                 p.grad = (g - mine.float()).to(p.dtype)
                 at += size
-            if self._outer_step.step() or self.manager.step > before:
+            if self.manager.allreduce_gradients(params, self.outer_dtype):
+                # Only this fragment's parameters have gradients: the outer optimizer steps
+                # them alone.
+                self.outer_optimizer.step()
+                self._global[k] = _flat(params)
+                if alpha:
+                    for p, mine in zip(params, local):
+                        p.lerp_(mine, alpha)
+                self._apart[k] = bool(alpha)
+                self.manager.step_done()
                 break
-        self._in_sync = False
+            if self.manager.step > before:
+                # A peer had finished it: its parameters, global ones and outer state came
+                # with its handover.
+                break
+        self._in_sync = None
         for p in self.params:
             p.grad = None
-        self._global = [_flat(self.params)]
-        self._apart = [False]
         self.islands = self.manager.world_size
         self.syncs = self.manager.step
 
     def _after_step(self, _optimizer, _args, _kwargs):
         self.steps += 1
-        if self.manager is not None:
-            self._apart = [True]
-            if self.steps % self.sync_every == 0:
-                self._sync_alive()
-            return
         self._apart = [True] * len(self.fragments)
+        if self.manager is not None:
+            if self.steps % self.cadence == 0:
+                self._sync_alive((self.steps // self.cadence - 1) % len(self.fragments),
+                                 self.alpha)
+            return
         ahead = self.steps + self.delay
         if ahead % self.cadence == 0:
             self._begin((ahead // self.cadence - 1) % len(self.fragments), self.delay > 0)
@@ -255,8 +278,9 @@ class DiLoCo:
         progress (one that is not would only take a momentum step). A collective of the
         world (of the islands alive, under fault_tolerance)."""
         if self.manager is not None:
-            if self._apart[0]:
-                self._sync_alive()
+            for k in range(len(self.fragments)):
+                if self._apart[k]:
+                    self._sync_alive(k, 0.0)
             return
         if self._pending is not None:
             self._complete(self.alpha)

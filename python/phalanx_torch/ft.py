@@ -50,7 +50,9 @@ this rank. After any membership change the ranks allgather the step each holds (
 holds none) and the lowest rank holding the newest step sends its state to everyone when they
 differ: a rank that finished the failed step (its averaging completed before the death was
 noticed) is ahead of one whose averaging failed, and wins; when all hold the same step nobody
-sends anything.
+sends anything. The ranks that already hold the newest step keep their own state (equal to
+the source's for replicas; an island of ``phalanx_torch.diloco`` keeps its own progress on the
+fragments not synced in that step).
 """
 
 import hashlib
@@ -166,21 +168,27 @@ class Manager:
 
     # -- a step ------------------------------------------------------------------------------
 
-    def allreduce_gradients(self):
+    def allreduce_gradients(self, params=None, dtype=None):
         """Averages every parameter's gradient over the ranks alive (a missing gradient
         counts as zeros). True when it did; False when the group failed meanwhile: it was
         re-formed, the gradients are stale, and the step must be redone (``step`` may have
-        moved on: a peer had finished it)."""
-        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
+        moved on: a peer had finished it).
+
+        ``params``: only these parameters (default: every one the optimizer steps); every
+        rank must name the same. ``dtype``: the gradients travel and are summed in it
+        (``torch.bfloat16`` halves the bytes), each then set back in its own."""
+        if params is None:
+            params = [p for g in self.optimizer.param_groups for p in g["params"]
+                      if p.requires_grad]
         by_dtype = {}
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            by_dtype.setdefault(p.dtype, []).append(p)
+            by_dtype.setdefault(dtype or p.dtype, []).append(p)
         failed_at = time.monotonic()
         try:
-            for ps in by_dtype.values():
-                flat = torch.cat([p.grad.reshape(-1) for p in ps])
+            for sent, ps in by_dtype.items():
+                flat = torch.cat([p.grad.reshape(-1).to(sent) for p in ps])
                 self._allreduce_sum(flat)
                 flat.div_(self.world_size)
                 at = 0
@@ -263,7 +271,9 @@ class Manager:
                                "holds the training state (every one is a replacement)")
         source = steps.index(newest)  # the lowest rank holding it
         if everyone_sends or any(s != newest for s in steps):
-            self._handover(source)
+            # A rank that holds the newest step already keeps its own state (the first
+            # group aside, where rank 0's state wins as in DDP).
+            self._handover(source, keep=not everyone_sends and steps[self._group.rank] == newest)
         self.recoveries.append({
             "kind": kind, "generation": self.generation, "members": self.members,
             "seconds": time.monotonic() - since, "source": self.members[source],
@@ -274,10 +284,13 @@ class Manager:
                  f"{self.members}) in step at step {self.step} after "
                  f"{time.monotonic() - since:.3f} s, state from slot {self.members[source]}")
 
-    def _handover(self, source):
+    def _handover(self, source, keep=False):
         """The source rank's step, model and optimizer state (and the caller's extra state) to
         every member, over the transport. This rank's own state is replaced only once it all
-        arrived, so a failure meanwhile leaves it as it was."""
+        arrived, so a failure meanwhile leaves it as it was; with ``keep`` (it holds the
+        newest step too) it is not replaced. Replicas in step are equal, so keeping changes
+        nothing for them; islands of ``phalanx_torch.diloco`` between two syncs of one
+        fragment are not, and each keeps its own progress on the others."""
         sending = self._group.rank == source
         blob = torch.empty(0, dtype=torch.uint8)
         if sending:
@@ -294,7 +307,7 @@ class Manager:
         if not sending:
             blob = torch.empty(int(size), dtype=torch.uint8)
         self._group.broadcast(blob.data_ptr(), blob.numel(), source)
-        if sending:
+        if sending or keep:
             return
         state = torch.load(io.BytesIO(blob.numpy().tobytes()), weights_only=True)
         self.model.load_state_dict(state["model"])

@@ -6,9 +6,11 @@ SIGKILLed between two syncs in its first life (``--kill-at K``: before inner ste
 The other islands notice it at their next sync, re-form without it and redo that sync over the
 islands left (Note [Islands that come and go] in phalanx_torch/diloco.py); the replacement
 joins at a later sync with the global parameters, the outer optimizer's state and the inner
-step count from a peer; after the last sync every island holds the same parameters. What
-fault tolerance cannot do (islands of several ranks, fragments, bfloat16 between islands) is
-refused with a ValueError naming it.
+step count from a peer; after the last sync every island holds the same parameters. With
+``--fragments F`` the model syncs in F fragments, one every ``--sync-every / F`` inner steps
+(Streaming DiLoCo without overlap), and with ``--bf16`` the pseudo-gradients travel in
+bfloat16. What fault tolerance cannot do (islands of several ranks, a fragment's sync
+overlapped with the inner steps) is refused with a ValueError naming it.
 
 Every rank prints one ``result`` line (slot, syncs, islands at the end, test accuracy, a digest
 of its parameters), its recoveries (kind, generation, members, seconds), and, on the
@@ -36,6 +38,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=150, help="inner steps")
 ap.add_argument("--sync-every", type=int, default=5)
 ap.add_argument("--kill-at", type=int, default=0)
+ap.add_argument("--fragments", type=int, default=None)
+ap.add_argument("--bf16", action="store_true", help="bfloat16 between islands")
 ap.add_argument("--join-in-sync", action="store_true",
                 help="the survivors hold their next sync until the replacement asked to join "
                      "(generation 2 recorded: its death, then its join), so that it joins in "
@@ -51,14 +55,18 @@ inner = torch.optim.AdamW(model.parameters(), lr=3e-3)
 outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
 # What fault tolerance cannot do is refused before anything is sent.
 for bad, words in [(dict(island_size=2), "island_size=2 with fault_tolerance"),
-                   (dict(fragments=2), "fragments=2 with fault_tolerance"),
-                   (dict(outer_dtype=torch.bfloat16), "with fault_tolerance: the Manager")]:
+                   (dict(fragments=2, fragment_sync_delay=1),
+                    "fragment_sync_delay=1 with fault_tolerance")]:
     try:
         DiLoCo(model, inner, outer, sync_every=10, fault_tolerance=True, **bad)
         raise AssertionError(f"{bad} accepted")
     except ValueError as e:
         assert words in str(e), e
-diloco = DiLoCo(model, inner, outer, sync_every=a.sync_every, fault_tolerance=True)
+diloco = DiLoCo(model, inner, outer, sync_every=a.sync_every, fault_tolerance=True,
+                fragments=a.fragments,
+                outer_dtype=torch.bfloat16 if a.bf16 else torch.float32)
+# One fragment's sync every `cadence` inner steps.
+cadence = a.sync_every // (a.fragments or 1)
 manager = diloco.manager
 if manager.finished:
     sys.exit(0)
@@ -73,7 +81,7 @@ while diloco.steps < a.steps:
     if a.kill_at and step > a.kill_at and manager.world_size < slots:
         time.sleep(0.1)
     if (a.join_in_sync and first_life and killed_at is None and step > a.kill_at
-            and (step + 1) % a.sync_every == 0):
+            and (step + 1) % cadence == 0):
         while manager.newest_generation() < 2:
             time.sleep(0.05)
     at = (step * 32) % (TRAIN.stop - 32)

@@ -400,7 +400,8 @@ fn a_ddp_loop_through_phalanx_torch_ft_survives_a_sigkilled_rank() {
 /// islands of one rank, rank 1 SIGKILLed between two outer syncs; the others redo the next
 /// sync without it, within a second of the kill, the replacement joins at a later sync with
 /// a peer's global parameters and outer state, and every island ends on the same parameters;
-/// again with the replacement ready before that next sync, which it then takes part in.
+/// again with the replacement ready before that next sync, which it then takes part in, the
+/// model synced in two fragments in bfloat16.
 #[test]
 fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
     let _busy = one_at_a_time();
@@ -434,11 +435,18 @@ fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
     // Undisturbed, the same run ends at 0.82 here; chance is 0.1.
     assert!(ends[0].1 > 0.7, "the islands did not learn: {ends:?}");
     // The replacement ready before the others' next sync (they hold it until its join is
-    // recorded): they re-form with it, and it takes part in that very sync.
+    // recorded): they re-form with it, and it takes part in that very sync. The model syncs
+    // in 2 fragments, one every 5 steps, in bfloat16: 20 syncs and, at the end, fragment 0's
+    // (moved since step 95).
     let run = [
         "test_diloco_ft.py",
         "--steps",
         "100",
+        "--sync-every",
+        "10",
+        "--fragments",
+        "2",
+        "--bf16",
         "--kill-at",
         "42",
         "--join-in-sync",
@@ -453,7 +461,7 @@ fn diloco_islands_through_phalanx_torch_ft_survive_a_sigkilled_island() {
                 .contains("[rank 1]: recovery joined generation 2 members [0, 1, 2] at sync 8"),
         "{dump}"
     );
-    island_ends(&f, "syncs 20 islands 3 ");
+    island_ends(&f, "syncs 21 islands 3 ");
 }
 
 /// The `result` lines of test_diloco_ft.py, one per island: (slot, accuracy, "syncs S islands
