@@ -338,14 +338,18 @@ impl FaultTolerance {
     }
 
     /// The newest generation, read from the store at most every 50 ms (a training
-    /// rank calls it every step); the ranks must agree on one value (allreduce MAX) before
-    /// they [`advance`](Self::advance).
+    /// rank calls it every step), without waiting or writing, so possibly a moment behind
+    /// (Note [A poll reads serializably] in phalanx-store); the ranks must agree on one value
+    /// (allreduce MAX) before they [`advance`](Self::advance).
     pub fn newest(&self) -> Result<u64> {
         let (g, at) = self.seen.get();
         if at.is_some_and(|at| at.elapsed() < POLL_EVERY) {
             return Ok(g);
         }
-        let mut g = self.read_counter()?;
+        let mut g = keys::peek_generation(&*self.round).map_err(|source| Error::Store {
+            rank: self.slot(),
+            source,
+        })?;
         if self.block > 1 {
             g = self
                 .newest_whole(g, self.generation, true)?

@@ -2,7 +2,8 @@
 //!
 //! Note [Hang diagnosis]: every rank remembers the sequence number of the last collective it
 //! completed — one relaxed atomic store per collective, nothing on the wire. When a collective
-//! fails, the rank publishes `status/<rank>` to the (per-round) store: on a timeout
+//! fails, the rank publishes `status/<rank>` to the (per-round) store (`Shared::publish`,
+//! Note [A failure's word is bounded]): on a timeout
 //! `waiting in <fingerprint> for rank(s) [..]; last completed #N`, otherwise
 //! `failed in <collective>; last completed #N`. The launcher reads these keys for every rank,
 //! adds what it sees of its own workers (stopped, in disk wait, last output line), and names
@@ -10,8 +11,6 @@
 //! nothing, and is found by elimination.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use phalanx_store::Store;
 
 /// The last completed collective of this rank.
 #[derive(Debug, Default)]
@@ -47,28 +46,11 @@ impl Progress {
             _ => format!("failed in {op}; {last}"),
         }
     }
-
-    /// Publishes this rank's status under `status/<rank>` (best effort: the store may be
-    /// gone too, and the failure itself is reported anyway).
-    pub(crate) fn publish(
-        &self,
-        store: &dyn Store,
-        rank: usize,
-        e: &phalanx_transport::Error,
-        op: &str,
-    ) {
-        let text = self.status(e, op);
-        if let Err(err) = store.set(&phalanx_store::keys::status(rank), text.as_bytes()) {
-            tracing::debug!(rank, "phalanx: could not publish status/{rank}: {err}");
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use phalanx_store::HashStore;
 
     use super::*;
 
@@ -87,11 +69,9 @@ mod tests {
         );
         p.complete(6);
         assert_eq!(p.last_completed(), Some(6));
-        let store = HashStore::new();
-        p.publish(&store, 2, &timeout, "x");
         assert_eq!(
-            store.get("status/2").unwrap(),
-            b"waiting in allreduce #7 sum f32 count=16 for rank(s) [1, 3]; last completed #6"
+            p.status(&timeout, "x"),
+            "waiting in allreduce #7 sum f32 count=16 for rank(s) [1, 3]; last completed #6"
         );
         let aborted = phalanx_transport::Error::Aborted {
             reason: "rank 1: boom".into(),

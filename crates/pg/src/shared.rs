@@ -18,6 +18,10 @@ use crate::{
     Error, Result,
 };
 
+/// How long a failing rank waits for each of its failure's words to be written (Note [A
+/// failure's word is bounded]).
+const PUBLISH_WAIT: Duration = Duration::from_millis(250);
+
 /// Which sequence an operation belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stream {
@@ -135,7 +139,10 @@ impl Shared {
                     // Ranks in the message are this subgroup's; the label maps them.
                     op = format!("{op} in the {label}");
                 }
-                self.progress.publish(&*self.store, self.rank, &e, &op);
+                self.publish(
+                    phalanx_store::keys::status(self.rank),
+                    self.progress.status(&e, &op),
+                );
                 self.fail(&cause, origin);
                 // After the peers were told: they stop at once and write theirs too.
                 flight_recorder::dump_on_failure();
@@ -191,18 +198,50 @@ impl Shared {
         }
     }
 
+    /// Writes `text` under `key` for the other ranks and the launcher, waiting at most
+    /// [`PUBLISH_WAIT`] for the store (Note [A failure's word is bounded]); best effort, since
+    /// the store may be gone too and the failure itself is reported anyway.
+    ///
+    /// Note [A failure's word is bounded]
+    /// A rank whose collective failed writes what it knows (its status, and its error when it
+    /// is the origin), then aborts its links and regroups. Through etcd while the cluster
+    /// elects a leader (its leader's member went with the host that failed), each write
+    /// waited out the election, and every survivor with it: in the node drills with etcd's
+    /// leader on the lost host, the survivors' groups failed 2.06 s after the kill, inside the
+    /// write of their status, and the leader elsewhere, 0.02 s. So each write runs on a
+    /// thread of its own and is waited for at most `PUBLISH_WAIT`. A store that answers takes
+    /// it in about a millisecond, well inside the wait; one that does not lands it later or
+    /// never, and the failure goes on meanwhile, its own report unchanged.
+    fn publish(&self, key: String, text: String) {
+        let store = self.store.clone();
+        let (done, wait) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("phalanx-publish".into())
+            .spawn(move || {
+                if let Err(err) = store.set(&key, text.as_bytes()) {
+                    tracing::debug!("phalanx: could not publish {key}: {err}");
+                }
+                let _ = done.send(());
+            });
+        if spawned.is_ok() {
+            let _ = wait.recv_timeout(PUBLISH_WAIT);
+        }
+    }
+
     /// What rank `peer` published as its failure (`error/<peer>`), waiting up to `wait` for it.
+    /// Without a wait, one look that holds nobody up, even while etcd elects a leader (Note [A
+    /// poll reads serializably] in phalanx-store).
     fn published(&self, peer: usize, wait: Duration) -> Option<String> {
         let key = phalanx_store::keys::error(peer);
-        let there = if wait.is_zero() {
-            self.store.check(&[&key]).unwrap_or(false)
-        } else {
-            self.store.wait_timeout(&[&key], wait).is_ok()
+        let value = match wait.is_zero() {
+            true => self.store.peek(&key).ok().flatten(),
+            false => self
+                .store
+                .wait_timeout(&[&key], wait)
+                .ok()
+                .and_then(|()| self.store.get(&key).ok()),
         };
-        there
-            .then(|| self.store.get(&key).ok())
-            .flatten()
-            .map(|r| String::from_utf8_lossy(&r).into_owned())
+        value.map(|r| String::from_utf8_lossy(&r).into_owned())
     }
 
     /// Marks the group failed, publishes the reason when this rank is the origin, and aborts
@@ -221,9 +260,7 @@ impl Shared {
             } else {
                 format!("rank {}: {cause}", self.rank)
             };
-            let _ = self
-                .store
-                .set(&phalanx_store::keys::error(self.rank), text.as_bytes());
+            self.publish(phalanx_store::keys::error(self.rank), text);
         }
         tracing::error!(rank = self.rank, "process group failed: {cause}");
         // The exec lock may be held by a blocked collective on another thread: the abort

@@ -70,6 +70,13 @@ pub fn read_generation(store: &dyn crate::Store) -> crate::Result<u64> {
     Ok(store.add(GENERATION, 0)?.max(0) as u64)
 }
 
+/// [`read_generation`] for a poll: without waiting or writing, possibly a moment behind
+/// ([`Store::peek`](crate::Store::peek)).
+pub fn peek_generation(store: &dyn crate::Store) -> crate::Result<u64> {
+    let value = store.peek(GENERATION)?;
+    Ok(crate::table::added(GENERATION, value.as_deref(), 0)?.max(0) as u64)
+}
+
 /// The first half of [`append_generation_change`]: takes the next generation. A writer that
 /// must retry after a failure retries the half that failed (a second bump would leave a
 /// generation without its change, which every reader waits for).

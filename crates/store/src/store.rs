@@ -23,6 +23,18 @@ pub trait Store: Send + Sync {
     }
     /// Adds `delta` to the int64 held as decimal ASCII in `key` (missing = 0); returns the new value.
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
+    /// The value of `key` now, `None` when it is missing, without waiting and without
+    /// writing: for a poll that runs every step, or a look that must not hold anyone up. A
+    /// store with replicas may answer from the replica its client talks to, a moment behind
+    /// the newest write (etcd: a serializable read, answered even while the cluster elects a
+    /// leader: Note [A poll reads serializably] in `etcd/client.rs`). By default a `check`,
+    /// then a `get`.
+    fn peek(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        match self.check(&[key])? {
+            true => self.get(key).map(Some),
+            false => Ok(None),
+        }
+    }
     /// Sets `key` to `value`, then waits up to `timeout` for `then` and returns its value: one
     /// round trip where the store's protocol allows (Note [Two requests in one round trip] in
     /// `tcp_store.rs`), a set and a get elsewhere.
@@ -106,6 +118,7 @@ macro_rules! forward_store {
                 (**self).claim_then_get(key, value, then, timeout)
             }
             fn add(&self, key: &str, delta: i64) -> Result<i64> { (**self).add(key, delta) }
+            fn peek(&self, key: &str) -> Result<Option<Vec<u8>>> { (**self).peek(key) }
             fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
                 (**self).compare_set(key, expected, desired)
             }

@@ -182,6 +182,9 @@ impl<S: Store> Store for WatchedStore<S> {
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
         self.inner.add(key, delta)
     }
+    fn peek(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.peek(key)
+    }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
         self.inner.compare_set(key, expected, desired)
     }

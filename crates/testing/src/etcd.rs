@@ -340,8 +340,8 @@ impl EtcdCluster {
     /// Waits until a write through the cluster succeeds; panics with the members' logs after
     /// `deadline`.
     pub fn wait_ready(&self, deadline: Duration) {
-        if let Some(ns) = self.members[0].netns.clone() {
-            return self.wait_ready_in(&ns, deadline);
+        if self.members[0].netns.is_some() {
+            return self.wait_ready_in(deadline);
         }
         let end = Instant::now() + deadline;
         let mut o = self.options("ready");
@@ -364,15 +364,13 @@ impl EtcdCluster {
         }
     }
 
-    /// [`wait_ready`](Self::wait_ready) from inside host `ns`, with `etcdctl`.
-    fn wait_ready_in(&self, ns: &str, deadline: Duration) {
+    /// [`wait_ready`](Self::wait_ready) from inside the first member's host, with `etcdctl`.
+    fn wait_ready_in(&self, deadline: Duration) {
         let end = Instant::now() + deadline;
         loop {
-            let out = Command::new("ip")
-                .args(["netns", "exec", ns, "etcdctl", "--dial-timeout", "1s"])
-                .args(["--command-timeout", "2s", "--endpoints", &self.endpoints()])
-                .args(["put", "/ready", "1"])
-                .env("ETCDCTL_API", "3")
+            let out = self
+                .etcdctl(0)
+                .args(["--endpoints", &self.endpoints(), "put", "/ready", "1"])
                 .output();
             match out {
                 Ok(o) if o.status.success() => return,
@@ -390,7 +388,62 @@ impl EtcdCluster {
     /// The member that leads the cluster now, as `etcdctl endpoint status` tells it; `None`
     /// while none does (an election) or for a TLS cluster, whose status this does not ask.
     pub fn leader(&self) -> Option<usize> {
-        if self.tls.is_some() {
+        (0..self.members.len())
+            .position(|i| self.status(i).is_some_and(|(me, leader)| me == leader))
+    }
+
+    /// Moves etcd's leadership to member `to` (`etcdctl move-leader`, which asks the leader
+    /// to hand over) and waits until `to` leads, at most `deadline`; panics with the members'
+    /// logs past it. A drill that must lose (or keep) the leader with a host places it so,
+    /// instead of taking whichever member won the first election.
+    pub fn move_leader(&self, to: usize, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        let (id, _) = self
+            .status(to)
+            .unwrap_or_else(|| panic!("member {to} gives no status\n{}", self.logs()));
+        let mut said = String::new();
+        while self.leader() != Some(to) {
+            if Instant::now() >= end {
+                panic!(
+                    "etcd's leadership did not move to member {to} within {deadline:?}: \
+                     {said}\n{}",
+                    self.logs()
+                );
+            }
+            // Sent through every endpoint: etcdctl finds the leader among them.
+            let out = self
+                .etcdctl(to)
+                .args(["--endpoints", &self.endpoints(), "move-leader"])
+                .arg(format!("{id:x}"))
+                .output();
+            said = match out {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                Err(e) => format!("etcdctl (apt-get install etcd-client): {e}"),
+            };
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `etcdctl`, from inside member `i`'s host when it has one, with short timeouts.
+    fn etcdctl(&self, i: usize) -> Command {
+        let mut cmd = match &self.members[i].netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "etcdctl"]);
+                c
+            }
+            None => Command::new("etcdctl"),
+        };
+        cmd.args(["--dial-timeout", "1s", "--command-timeout", "2s"])
+            .env("ETCDCTL_API", "3");
+        cmd
+    }
+
+    /// Member `i`'s own id and the id of the leader it knows, from `etcdctl endpoint status`;
+    /// `None` for a member not running, one that does not answer, or a TLS cluster.
+    fn status(&self, i: usize) -> Option<(u64, u64)> {
+        let m = &self.members[i];
+        if self.tls.is_some() || m.child.is_none() {
             return None;
         }
         let field = |text: &str, name: &str| -> Option<u64> {
@@ -398,29 +451,14 @@ impl EtcdCluster {
             let digits: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
             digits.parse().ok()
         };
-        self.members.iter().position(|m| {
-            if m.child.is_none() {
-                return false;
-            }
-            let mut cmd = match &m.netns {
-                Some(ns) => {
-                    let mut c = Command::new("ip");
-                    c.args(["netns", "exec", ns, "etcdctl"]);
-                    c
-                }
-                None => Command::new("etcdctl"),
-            };
-            let endpoint = format!("{}:{}", m.ip, m.client_port);
-            let out = cmd
-                .args(["--dial-timeout", "1s", "--command-timeout", "2s"])
-                .args(["--endpoints", &endpoint, "endpoint", "status", "-w", "json"])
-                .env("ETCDCTL_API", "3")
-                .output();
-            let Ok(out) = out else { return false };
-            let text = String::from_utf8_lossy(&out.stdout);
-            let (me, leader) = (field(&text, "member_id"), field(&text, "leader"));
-            me.is_some() && me == leader
-        })
+        let endpoint = format!("{}:{}", m.ip, m.client_port);
+        let out = self
+            .etcdctl(i)
+            .args(["--endpoints", &endpoint, "endpoint", "status", "-w", "json"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Some((field(&text, "member_id")?, field(&text, "leader")?))
     }
 
     /// SIGKILLs member `i`.

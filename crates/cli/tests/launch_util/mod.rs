@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use phalanx_testing::process::*;
 
@@ -135,4 +135,41 @@ pub fn link_notice_and_next_step(err: &str) -> (f64, f64) {
         .unwrap_or_else(|| panic!("no regroup:\n{err}"));
     let step = number_after(&err[at..], "completed ").unwrap_or_else(|| panic!("{err}"));
     (noticed, step)
+}
+
+/// A node drill's bound on the seconds from the kill to the survivors' next step, and how the
+/// drill stood with etcd's leader, in words. The closing note's bound is 1 s (release); a
+/// loaded CI machine gets slack. etcd's leader lost costs an election first: its followers
+/// campaign 1 to 2 s (the election timeout, randomized up to twice it) after the leader's
+/// last heartbeat, a split vote draws again, and the departure's record and the regroup's
+/// writes go through the new leader (1.7 to 3.5 s measured in a debug build, idle machine).
+pub fn next_step_bound(with_leader: bool) -> (f64, &'static str) {
+    match with_leader {
+        true => (6.0, "with etcd's leader"),
+        false => (3.0, "etcd's leader elsewhere"),
+    }
+}
+
+/// Seconds from `killed` to a survivor's failure seen (the wall clock of its "re-forming it"
+/// warning) and to its first step after the regroup (that, plus the regroup's own "completed
+/// X s after the change"), from the survivors' stderr (`err`). Measured from the kill, not
+/// from the failure seen, since a survivor may see it late (a step blocked on the store).
+pub fn failure_seen_and_next_step_after(err: &str, killed: SystemTime) -> (f64, f64) {
+    let of_day = |t: SystemTime| {
+        let s = t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        s % 86_400.0
+    };
+    // `2026-12-07T05:45:13.831373Z  WARN fault tolerance: … re-forming it`, in UTC.
+    let seen = err
+        .lines()
+        .find(|l| l.contains("re-forming it"))
+        .and_then(|l| l.split(['T', 'Z']).nth(1))
+        .and_then(|hms| {
+            let mut parts = hms.split(':').map(|p| p.parse::<f64>().ok());
+            Some(parts.next()?? * 3600.0 + parts.next()?? * 60.0 + parts.next()??)
+        })
+        .unwrap_or_else(|| panic!("no timed failure on a survivor:\n{err}"));
+    let (_, step) = link_notice_and_next_step(err);
+    let seen = (seen - of_day(killed)).rem_euclid(86_400.0);
+    (seen, seen + step)
 }

@@ -40,6 +40,11 @@ use crate::{Error, Result, Store};
 /// How many operations etcd takes in one transaction (its `--max-txn-ops` default).
 const MAX_TXN_OPS: usize = 128;
 
+/// The bound on one attempt of a poll's read (Note [A poll reads serializably]): a member
+/// answers a serializable read from its own copy at once, so a longer wait means the request
+/// went to a member that is gone or cut off.
+const POLL_ATTEMPT: Duration = Duration::from_millis(100);
+
 /// A [`Store`] whose keys live in etcd, under one job's prefix.
 #[derive(Clone)]
 pub struct EtcdStore {
@@ -52,6 +57,10 @@ pub struct EtcdStore {
 struct Inner {
     runtime: tokio::runtime::Runtime,
     client: Client,
+    /// The client of polls (Note [A poll reads serializably]), without `require_leader`,
+    /// connected at the first poll: the endpoints and options it connects with.
+    poll: std::sync::OnceLock<Client>,
+    connect: (Vec<String>, ConnectOptions),
     prefix: String,
     endpoints: String,
     /// Tells this client's receipts from others' (Note [etcd receipts]).
@@ -139,6 +148,8 @@ impl EtcdStore {
             inner: Arc::new(Inner {
                 runtime,
                 client,
+                poll: std::sync::OnceLock::new(),
+                connect: (urls, options),
                 prefix: o.prefix.clone(),
                 endpoints,
                 nonce: crate::Auth::random("").token_hex()[..16].to_string(),
@@ -148,6 +159,27 @@ impl EtcdStore {
             timeout: Arc::new(Mutex::new(phalanx_core::DEFAULT_TIMEOUT)),
             lease: None,
         })
+    }
+
+    /// The client of polls (Note [A poll reads serializably]), connected on first use with
+    /// the store's endpoints and options, except that it does not ask for a leader.
+    fn poll_client(&self) -> Result<&Client> {
+        if let Some(c) = self.inner.poll.get() {
+            return Ok(c);
+        }
+        let (urls, options) = &self.inner.connect;
+        let options = options.clone().with_require_leader(false);
+        let timeout = self.timeout();
+        let client = self
+            .inner
+            .runtime
+            .block_on(async {
+                tokio::time::timeout(timeout, Client::connect(urls, Some(options))).await
+            })
+            .map_err(|_| self.fail("peek", format!("no member answered within {timeout:.0?}")))?
+            .map_err(|e| self.fail("peek", e.to_string()))?;
+        // Two threads that raced keep the first client; the other one is dropped.
+        Ok(self.inner.poll.get_or_init(|| client))
     }
 
     /// Another handle on the same connection whose calls wait at most `timeout` (a clone
@@ -269,17 +301,33 @@ impl EtcdStore {
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let timeout = self.timeout();
         // A member cut off by a partition refuses nothing: a request sent its way just gets no
         // answer. Bounding each attempt lets the next one go to another member (the channel
         // picks the least loaded of two, and the hung request loads that one), where one
         // attempt would wait out the whole timeout.
-        let attempt = (timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(2));
+        let attempt =
+            (self.timeout() / 4).clamp(Duration::from_millis(250), Duration::from_secs(2));
+        self.request_on(&self.inner.client, again_if_unsure, attempt, f)
+    }
+
+    /// [`request`](Self::request) through `client`, each attempt bounded by `attempt`.
+    fn request_on<T, F, Fut>(
+        &self,
+        client: &Client,
+        again_if_unsure: bool,
+        attempt: Duration,
+        f: F,
+    ) -> Result<T, Failure>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let timeout = self.timeout();
         let last = Mutex::new(None::<String>);
         let attempts = async {
             loop {
                 self.inner.requests.fetch_add(1, Ordering::Relaxed);
-                let answer = tokio::time::timeout(attempt, f(self.inner.client.kv_client())).await;
+                let answer = tokio::time::timeout(attempt, f(client.kv_client())).await;
                 let answer = answer.unwrap_or_else(|_| {
                     Err(etcd_client::Error::IoError(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
@@ -764,6 +812,43 @@ impl Store for EtcdStore {
             Ok(sum.to_string().into_bytes())
         })?;
         Ok(sum)
+    }
+    /// Note [A poll reads serializably]
+    /// A fault-tolerant job's workers poll the generation counter every step (at most every
+    /// 50 ms each, Note [FT generations] in phalanx-pg). As `add(key, 0)` that was a
+    /// transaction through the leader, two keys written, each poll: 20 writes a second per
+    /// worker, and, while the cluster elected a leader (its leader's member lost), a wait of
+    /// a second or two inside a training step, although nothing of the job had failed
+    /// (measured: the epoch holding a leader's SIGKILL took 1.25 s against 0.23 s). Likewise
+    /// the one look a survivor takes at a dead peer's published error, to name it, held the
+    /// regroup up for the whole election. A serializable read is answered by the member the
+    /// client talks to, from its own copy, leader or not, and writes nothing. It may be a
+    /// moment behind the newest write, which both tolerate: the ranks agree on the newest
+    /// generation they saw (an allreduce MAX), a generation seen late is taken at the next
+    /// step, an error seen late only words the failure less well, and everything that
+    /// changes the job (the generation's log, its bootstrap) is read linearizably. A member
+    /// cut off by a partition still answers from its stale copy: that rank trains on until
+    /// its next collective fails, and its regroup, which reads and writes through the
+    /// quorum, is fenced as before.
+    ///
+    /// The read goes through a client of its own, which does not ask for a leader
+    /// (`require_leader`, which every other request asks for, makes a member without one
+    /// refuse everything, a serializable read included).
+    fn peek(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let full = self.key(key);
+        let client = self.poll_client()?;
+        // A poll's attempt is bounded tighter: one sent to the member that just went (its
+        // host lost with it, seen in the node drills: 2 s, the default bound, inside a
+        // training step) is sent again elsewhere after POLL_ATTEMPT.
+        self.request_on(client, true, POLL_ATTEMPT, |mut kv| {
+            let full = full.clone();
+            async move {
+                let options = GetOptions::new().with_serializable();
+                let r = kv.get(full, Some(options)).await?;
+                Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+            }
+        })
+        .map_err(|e| self.failure("peek", e))
     }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
         let full = self.key(key);

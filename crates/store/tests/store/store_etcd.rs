@@ -1,5 +1,6 @@
 //! The etcd store against a real cluster's failures: members that never answer, a member lost,
-//! the quorum lost, and a refused password. Each names etcd and its endpoints.
+//! the quorum lost (a poll's read still answered), and a refused password. Each names etcd and
+//! its endpoints.
 
 use crate::common;
 
@@ -62,6 +63,10 @@ fn a_member_lost_changes_nothing_and_a_lost_quorum_is_said_at_once() {
         assert!(matches!(e, Error::Etcd { op: "add", .. }), "{e:?}");
         assert!(text.contains(&cluster.endpoints()), "{text}");
         assert!(took <= Duration::from_secs(7), "{took:?}");
+        // A poll still reads, from the member left (Note [A poll reads serializably]),
+        // without a leader.
+        assert_eq!(store.peek("n").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(store.peek("never").unwrap(), None);
         // The quorum back: the keys written before are all there.
         cluster.restart(1);
         store.set_timeout(Duration::from_secs(20));

@@ -277,6 +277,9 @@ fn prefix_store_namespaces<H: Harness>() {
     p.set("addr", b"x").unwrap();
     assert_eq!(base.get("round1/addr").unwrap(), b"x");
     assert_eq!(p.add("count", 2).unwrap(), 2);
+    assert_eq!(p.peek("count").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(base.peek("round1/count").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(p.peek("absent").unwrap(), None);
     assert!(p.check(&["addr", "count"]).unwrap());
     assert!(!base.check(&["addr"]).unwrap());
     p.multi_set(&["m"], &[b"v"]).unwrap();
