@@ -181,8 +181,11 @@ fn host_drill(test: &str, g: u32, with_leader: bool) {
     );
     eprintln!(
         "node {g}'s host lost ({leader}): its agent's link noticed closed after {noticed:.2} \
-         s; a survivor's group failed {seen:.2} s and its next step came {next:.2} s after the \
-         kill; accuracy {:.3}",
+         s; {} and its next step came {next:.2} s after the kill; accuracy {:.3}",
+        seen.map_or(
+            "a survivor met the new generation at a step boundary".into(),
+            |s| { format!("a survivor's group failed {s:.2} s") }
+        ),
         s[0].1
     );
 }

@@ -153,12 +153,15 @@ pub fn next_step_bound(with_leader: bool) -> (f64, &'static str) {
 /// Seconds from `killed` to a survivor's failure seen (the wall clock of its "re-forming it"
 /// warning) and to its first step after the regroup (that, plus the regroup's own "completed
 /// X s after the change"), from the survivors' stderr (`err`). Measured from the kill, not
-/// from the failure seen, since a survivor may see it late (a step blocked on the store).
-pub fn failure_seen_and_next_step_after(err: &str, killed: SystemTime) -> (f64, f64) {
+/// from the failure seen, since a survivor may see it late (a step blocked on the store). A
+/// survivor that met the new generation at a step boundary instead, with no collective
+/// failed, logs no warning: then `None` and the agent's notice plus the regroup's time.
+pub fn failure_seen_and_next_step_after(err: &str, killed: SystemTime) -> (Option<f64>, f64) {
     let of_day = |t: SystemTime| {
         let s = t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
         s % 86_400.0
     };
+    let (noticed, step) = link_notice_and_next_step(err);
     // `2026-12-07T05:45:13.831373Z  WARN fault tolerance: … re-forming it`, in UTC.
     let seen = err
         .lines()
@@ -168,8 +171,6 @@ pub fn failure_seen_and_next_step_after(err: &str, killed: SystemTime) -> (f64, 
             let mut parts = hms.split(':').map(|p| p.parse::<f64>().ok());
             Some(parts.next()?? * 3600.0 + parts.next()?? * 60.0 + parts.next()??)
         })
-        .unwrap_or_else(|| panic!("no timed failure on a survivor:\n{err}"));
-    let (_, step) = link_notice_and_next_step(err);
-    let seen = (seen - of_day(killed)).rem_euclid(86_400.0);
-    (seen, seen + step)
+        .map(|seen| (seen - of_day(killed)).rem_euclid(86_400.0));
+    (seen, seen.map_or(noticed, |s| s) + step)
 }
