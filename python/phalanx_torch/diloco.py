@@ -183,19 +183,26 @@ class DiLoCo:
         self.island_group = self.across_group = None
         self._global = [_flat(f) for f in self.fragments]
         self._apart = [False] * len(self.fragments)
-        # The fragment whose sync this rank is inside, its outer step not taken yet, as a
-        # peer that hands its state over says (a replacement joining then takes part in it).
+        # The fragment whose sync this rank is inside and that sync's alpha, its outer step
+        # not taken yet, as a peer that hands its state over says (a replacement joining then
+        # takes part in it).
         self._in_sync = self._joins_in_sync = None
         self.manager = ft.Manager(model, self.outer_optimizer, state_dict=self._state,
                                   load_state_dict=self._load_state)
+        if self.manager._ft is None:
+            # Without phalanx launch --fault-tolerance the Manager broadcast rank 0's model
+            # to every rank (as DDP does) and handed nothing over: the global parameters are
+            # that model.
+            self._global = [_flat(f) for f in self.fragments]
         self._outer_hook = self.outer_optimizer.register_step_post_hook(self._outer_stepped)
         self.islands = self.manager.world_size
         self._hook = inner_optimizer.register_step_post_hook(self._after_step)
         if self._joins_in_sync is not None:
             # The others re-formed with this replacement in the middle of a sync: it takes
-            # part at once, with no progress of its own (its parameters are the global ones).
-            k, self._joins_in_sync = self._joins_in_sync, None
-            self._sync_alive(k, self.alpha)
+            # part at once, with no progress of its own (its parameters are the global ones),
+            # and so keeps none of it, whatever the sync's alpha.
+            (k, alpha), self._joins_in_sync = self._joins_in_sync, None
+            self._sync_alive(k, alpha, joining=True)
 
     def _state(self):
         return {"steps": self.steps, "inner": self._inner.state_dict(), "in_sync": self._in_sync,
@@ -217,16 +224,17 @@ class DiLoCo:
         self._in_sync = None
 
     @torch.no_grad()
-    def _sync_alive(self, k, alpha):
+    def _sync_alive(self, k, alpha, joining=False):
         """Fragment ``k``'s outer sync over the islands alive (Note [Islands that come and
         go]): redone from this island's kept parameters while the group fails and re-forms,
         unless a peer that finished it hands its state over; then its parameters become
-        ``global + alpha (local - global)``."""
+        ``global + alpha (local - global)`` (a replacement ``joining`` in the middle of it has
+        no progress to keep: it takes the global ones, and counts as apart as the others do)."""
         before = self.manager.step
         params = self.fragments[k]
         local = [p.detach().clone() for p in params]
         while True:
-            self._in_sync = k
+            self._in_sync = (k, alpha)
             for p in self.params:
                 p.grad = None
             at = 0
@@ -241,7 +249,7 @@ class DiLoCo:
                 # them alone.
                 self.outer_optimizer.step()
                 self._global[k] = _flat(params)
-                if alpha:
+                if alpha and not joining:
                     for p, mine in zip(params, local):
                         p.lerp_(mine, alpha)
                 self._apart[k] = bool(alpha)

@@ -179,7 +179,8 @@ impl Shared {
             T::PeerAborted { reason, .. } => (reason.clone(), false),
             T::Aborted { reason } => (reason.clone(), false),
             // Its process is gone: whatever it published before exiting is in the store
-            // already, so one look, not a wait that would hold every survivor up.
+            // already (unless its write was still under way: Note [A failure's word is
+            // bounded]), so one look, not a wait that would hold every survivor up.
             T::PeerExited { peer, pid, during } => (
                 self.published(*peer, Duration::ZERO).unwrap_or_else(|| {
                     format!("rank {peer} (process {pid}) exited during {during}")
@@ -198,9 +199,10 @@ impl Shared {
         }
     }
 
-    /// Writes `text` under `key` for the other ranks and the launcher, waiting at most
-    /// [`PUBLISH_WAIT`] for the store (Note [A failure's word is bounded]); best effort, since
-    /// the store may be gone too and the failure itself is reported anyway.
+    /// Writes `text` under `key` for the other ranks and the launcher; in a fault-tolerant
+    /// generation waiting at most [`PUBLISH_WAIT`] for the store (Note [A failure's word is
+    /// bounded]). Best effort, since the store may be gone too and the failure itself is
+    /// reported anyway.
     ///
     /// Note [A failure's word is bounded]
     /// A rank whose collective failed writes what it knows (its status, and its error when it
@@ -211,20 +213,34 @@ impl Shared {
     /// write of their status, and the leader elsewhere, 0.02 s. So each write runs on a
     /// thread of its own and is waited for at most `PUBLISH_WAIT`. A store that answers takes
     /// it in about a millisecond, well inside the wait; one that does not lands it later or
-    /// never, and the failure goes on meanwhile, its own report unchanged.
+    /// never, and the failure goes on meanwhile, its own report unchanged. Only in a
+    /// fault-tolerant generation (whose ranks do not wait for a dead peer's word either,
+    /// `peer_word_wait` zero): elsewhere the process usually exits after the failure, and a
+    /// write still under way would be lost with it, and a store served by Python (`PyStore`)
+    /// needs the interpreter's lock, which the thread that aborts a group holds.
     fn publish(&self, key: String, text: String) {
-        let store = self.store.clone();
+        let write = |store: &dyn Store, key: &str, text: &str| {
+            if let Err(err) = store.set(key, text.as_bytes()) {
+                tracing::debug!("phalanx: could not publish {key}: {err}");
+            }
+        };
+        if !self.peer_word_wait.lock().unwrap().is_zero() {
+            return write(&*self.store, &key, &text);
+        }
+        let (store, k, t) = (self.store.clone(), key.clone(), text.clone());
         let (done, wait) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("phalanx-publish".into())
             .spawn(move || {
-                if let Err(err) = store.set(&key, text.as_bytes()) {
-                    tracing::debug!("phalanx: could not publish {key}: {err}");
-                }
+                write(&*store, &k, &t);
                 let _ = done.send(());
             });
-        if spawned.is_ok() {
-            let _ = wait.recv_timeout(PUBLISH_WAIT);
+        match spawned {
+            Ok(_) => {
+                let _ = wait.recv_timeout(PUBLISH_WAIT);
+            }
+            // No thread to spare: written here, as outside fault tolerance.
+            Err(_) => write(&*self.store, &key, &text),
         }
     }
 
