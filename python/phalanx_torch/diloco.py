@@ -189,7 +189,7 @@ class DiLoCo:
         self._in_sync = self._joins_in_sync = None
         self.manager = ft.Manager(model, self.outer_optimizer, state_dict=self._state,
                                   load_state_dict=self._load_state)
-        if self.manager._ft is None:
+        if not self.manager.fault_tolerant:
             # Without phalanx launch --fault-tolerance the Manager broadcast rank 0's model
             # to every rank (as DDP does) and handed nothing over: the global parameters are
             # that model.

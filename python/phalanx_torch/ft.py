@@ -98,7 +98,8 @@ class Manager:
 
     Attributes: ``step`` (steps completed), ``slot`` (the rank this process started with:
     its data shard), ``rank``/``world_size`` (in the current generation), ``generation``,
-    ``members`` (the slots alive), ``finished`` (a replacement that found the run over), and
+    ``members`` (the slots alive), ``fault_tolerant`` (under ``--fault-tolerance``),
+    ``finished`` (a replacement that found the run over), and
     ``recoveries``: one dict per membership change (``kind``, ``generation``, ``members``,
     ``seconds`` from the failure or the boundary to the group formed and in step,
     ``source``).
@@ -152,6 +153,12 @@ class Manager:
     @property
     def generation(self):
         return self._ft.generation if self._ft is not None else 0
+
+    @property
+    def fault_tolerant(self):
+        """Whether the job runs under ``phalanx launch --fault-tolerance`` (else the Manager
+        averages over torch's default group, and a failure raises)."""
+        return self._ft is not None
 
     def newest_generation(self):
         """The newest generation the launcher or a joiner recorded, which this rank connects
