@@ -31,6 +31,16 @@ const STREAMING: [&str; 8] = [
     "2",
 ];
 
+/// DiLoCo at H 20 with FSDP inside its islands.
+const DILOCO_FSDP: [&str; 6] = [
+    "--outer",
+    "diloco",
+    "--sync-every",
+    "20",
+    "--sharding",
+    "full",
+];
+
 /// Rank 0's `--json` summary.
 fn summary(stdout: &str) -> serde_json::Value {
     stdout
@@ -91,17 +101,7 @@ fn the_cnn_in_two_islands_ends_equal_everywhere_and_within_a_point_of_ddp() {
         ),
         (&STREAMING[..], 68),
         // FSDP inside the islands: each rank's shard takes its pieces of the global parameters.
-        (
-            &[
-                "--outer",
-                "diloco",
-                "--sync-every",
-                "20",
-                "--sharding",
-                "full",
-            ][..],
-            16,
-        ),
+        (&DILOCO_FSDP[..], 16),
     ] {
         let args: Vec<&str> = common
             .iter()
@@ -190,11 +190,10 @@ fn flags_that_cannot_work_are_named() {
                 "--sync-every",
                 "20",
                 "--sharding",
-                "full",
-                "--checkpoint-dir",
-                "/nonexistent/phalanx-outer",
+                "hybrid",
+                "--fault-tolerance",
             ][..],
-            &["--sharding full and --checkpoint-dir", "--sharding none"][..],
+            &["--sharding hybrid and --fault-tolerance", "--sharding none"][..],
         ),
         (
             &[
@@ -477,11 +476,9 @@ fn a_run_in_islands_resumes_bitwise_from_its_checkpoint() {
     // under streaming DiLoCo at H 20 in 4 fragments with a delay of 2, the sync of step 250
     // is under way at step 249. Resumed there, each island goes on from its own model,
     // optimizer and chunk of the outer state, and the run ends bitwise where the
-    // uninterrupted one ends.
-    for outer in [
-        &["--outer", "diloco", "--sync-every", "20"][..],
-        &STREAMING[..],
-    ] {
+    // uninterrupted one ends. DiLoCo runs FSDP inside its islands: each island's pieces are
+    // gathered into its ranks' files, and cut again at the resume.
+    for outer in [&DILOCO_FSDP[..], &STREAMING[..]] {
         let whole = TempDir::new("outer-ckpt");
         let args = |dir: &TempDir| -> Vec<String> {
             [

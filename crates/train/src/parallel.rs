@@ -3,6 +3,8 @@
 //! it holds, the optimizer's state in and out of checkpoints (whole, or this rank's pieces:
 //! Note [Shard layout] in phalanx-ddp).
 
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use phalanx_ddp::adapter::burn::{params_to_flat, without_drawing};
@@ -234,6 +236,80 @@ pub(crate) fn shard<M: Classifier, E: DataParallel<M>>(
             tensors: layout,
         },
     )))
+}
+
+/// The whole optimizer state, keyed by stable ids as a checkpoint keeps it: this rank's own
+/// where the engine keeps the parameters whole, joined from its group's pieces where it
+/// shards them (one all-gather over the engine's group: a collective then; under `hybrid`
+/// the first shard group's pieces, which its replicas hold too). `None` before the
+/// optimizer's first step.
+pub(crate) fn whole_optim_state<M: Classifier, E: DataParallel<M>>(
+    engine: &E,
+    optim: &Optim,
+) -> Result<Option<Vec<u8>>> {
+    let bytes = optim.state_bytes().map_err(optim_err)?;
+    let Some(view) = engine.shard_view() else {
+        return Ok(bytes);
+    };
+    let states = match &bytes {
+        Some(b) => state::decode(b).map_err(optim_err)?,
+        None => Default::default(),
+    };
+    // This rank's pieces' states, each with its parameter and range, laid end to end after a
+    // header that lists them: (parameter, start, end, encoded length).
+    let mut header: Vec<(usize, usize, usize, usize)> = Vec::new();
+    let mut body = Vec::new();
+    let pieces = match view.saves_pieces {
+        true => view.pieces,
+        false => &[],
+    };
+    for (p, range) in pieces.iter().filter(|(_, r)| !r.is_empty()) {
+        let id = view.float_positions[*p] as u64 + 1;
+        if let Some(st) = states.get(&id) {
+            let encoded = state::encode([st]).map_err(optim_err)?;
+            header.push((*p, range.start, range.end, encoded.len()));
+            body.extend(encoded);
+        }
+    }
+    let mut mine = serde_json::to_vec(&header).expect("ranges serialise");
+    mine.push(b'\n');
+    mine.extend(body);
+    let every = phalanx_pg::all_gather_object(engine.process_group(), &mine)?;
+    let mut by_param: BTreeMap<usize, Vec<(Range<usize>, state::ParamState)>> = BTreeMap::new();
+    for (rank, blob) in every.iter().enumerate() {
+        let bad = |what: String| optim_err(format!("rank {rank}'s pieces: {what}"));
+        let split = blob
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| bad("no header".into()))?;
+        let header: Vec<(usize, usize, usize, usize)> =
+            serde_json::from_slice(&blob[..split]).map_err(|e| bad(e.to_string()))?;
+        let mut at = split + 1;
+        for (p, start, end, len) in header {
+            let encoded = blob
+                .get(at..at + len)
+                .ok_or_else(|| bad("the states are short".into()))?;
+            at += len;
+            let st = state::decode(encoded)
+                .map_err(bad)?
+                .into_values()
+                .next()
+                .ok_or_else(|| bad(format!("no state for parameter {p}")))?;
+            by_param.entry(p).or_default().push((start..end, st));
+        }
+    }
+    if by_param.is_empty() {
+        return Ok(None);
+    }
+    let infos = engine.param_infos();
+    let whole = by_param
+        .iter()
+        .map(|(&p, pieces)| {
+            state::ParamState::join(&infos[p].shape, pieces)
+                .map_err(|e| optim_err(format!("parameter {}: {e}", infos[p].name)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    state::encode(&whole).map(Some).map_err(optim_err)
 }
 
 fn optim_err(e: String) -> Error {

@@ -215,13 +215,13 @@ impl Context<'_> {
     }
 
     /// Writes the run's checkpoint at `at`, if it has a `--checkpoint-dir` (a collective). In
-    /// islands (`outer`), every rank's island file first, then rank 0's checkpoint, whose
-    /// record commits them all (Note [Island checkpoints]).
+    /// islands (`outer`), every rank's island file first, then island 0's checkpoint, whose
+    /// record (rank 0's) commits them all (Note [Island checkpoints]).
     #[allow(clippy::too_many_arguments)]
     fn save<M: Classifier, E: DataParallel<M>>(
         &self,
         (pg, whole): (&ProcessGroup, &ProcessGroup),
-        par: &E,
+        par: &mut E,
         optim: &Optim,
         at: Position,
         outer: Option<&DiLoCo>,
@@ -236,9 +236,15 @@ impl Context<'_> {
         let snapshot = outer.snapshot();
         let flags = island_checkpoint::outer_flags(outer.options());
         let at_rank = (at.global_step, whole.rank(), whole.world_size());
-        island_checkpoint::save(dir, at_rank, &flags, par.module(), optim, &snapshot)?;
+        let island = island_checkpoint::IslandState::of(par, optim)?;
+        island_checkpoint::save(dir, at_rank, &flags, &island, &snapshot)?;
         whole.barrier()?;
-        snapshot::save(whole, mp, self.cfg, par, optim, &self.facts, at, reporter)
+        // The engine's group is the island: island 0's rank 0 writes the whole model, or
+        // island 0's ranks their shards.
+        match outer.island_index().0 {
+            0 => snapshot::save(pg, mp, self.cfg, par, optim, &self.facts, at, reporter),
+            _ => Ok(()),
+        }
     }
 
     /// Ends the run at `at`, the step every rank agreed to stop after (Note [Stop agreement]):
@@ -248,7 +254,7 @@ impl Context<'_> {
     fn stop_at<M: Classifier, E: DataParallel<M>>(
         &self,
         (pg, world): (&ProcessGroup, &ProcessGroup),
-        par: &E,
+        par: &mut E,
         optim: &Optim,
         at: Position,
         signal: i32,

@@ -1,19 +1,23 @@
 //! Checkpoints of a run in islands (`phalanx train --outer … --checkpoint-dir`).
 //!
 //! Note [Island checkpoints]
-//! A checkpoint of a run in islands is the usual one, written by rank 0 and committed by its
-//! record (island 0's model and inner optimizer, and the position: a resume without `--outer`,
-//! `phalanx checkpoint consolidate` and every other reader take it as any checkpoint), plus one
-//! file per rank next to it, `step-N.island-rank-R.safetensors`, which every rank writes before
-//! rank 0 commits: its island's model (the inner engine keeps an island's ranks equal) and
-//! inner optimizer state, and its chunk of the outer state (Note [Outer sync] in phalanx-ddp:
-//! each fragment's global parameters and momentum, where the schedule stands, and the
-//! pseudo-gradient of a sync under way). `--resume` with the same `--outer` flags and world
-//! reads them back, and the run goes on bitwise as if never stopped; at another layout every
-//! rank reads island 0's files instead (Note [A resume at another layout] in phalanx-ddp). A rank file is written
-//! whole to a temporary name and renamed, and is only read once its checkpoint's record
-//! exists; it is pruned with the checkpoint. Every rank of an island keeps the same island
-//! state: `N` copies, so that a rank reads only its own file (no shared filesystem needed).
+//! A checkpoint of a run in islands is the usual one, committed by rank 0's record (island
+//! 0's model and inner optimizer, and the position: a resume without `--outer`, `phalanx
+//! checkpoint consolidate` and every other reader take it as any checkpoint; under a
+//! `--sharding` mode inside the islands it is island 0's sharded checkpoint, Note [Sharded
+//! checkpoints]), plus one file per rank next to it, `step-N.island-rank-R.safetensors`,
+//! which every rank writes before rank 0 commits: its island's model and inner optimizer
+//! state, whole ([`IslandState`]: the inner engine keeps an island's ranks equal, and a
+//! sharding engine's pieces are gathered over the island first), and its chunk of the outer
+//! state (Note [Outer sync] in phalanx-ddp: each fragment's global parameters and momentum,
+//! where the schedule stands, and the pseudo-gradient of a sync under way). `--resume` with
+//! the same `--outer` flags and world reads them back, the engine cuts the model and the
+//! optimizer's state again as it cuts any whole checkpoint's, and the run goes on bitwise
+//! as if never stopped; at another layout every rank reads island 0's files instead (Note
+//! [A resume at another layout] in phalanx-ddp). A rank file is written whole to a
+//! temporary name and renamed, and is only read once its checkpoint's record exists; it is
+//! pruned with the checkpoint. Every rank of an island keeps the same island state: `N`
+//! copies, so that a rank reads only its own file (no shared filesystem needed).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,7 +26,9 @@ use phalanx_ddp::adapter::burn as adapter;
 use phalanx_ddp::outer::{OuterOptions, OuterSnapshot};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 
-use crate::{Classifier, Error, Optim, Result};
+use phalanx_ddp::DataParallel;
+
+use crate::{parallel, Classifier, Error, Optim, Result};
 
 const FORMAT: &str = "phalanx-island-1";
 
@@ -42,23 +48,49 @@ pub(super) fn outer_flags(o: &OuterOptions) -> String {
     )
 }
 
-/// Writes rank `rank`'s file (of `world`) of the checkpoint at `step`: `model` (its
-/// island's), the inner optimizer's state and `outer`, with `flags` ([`outer_flags`]); then
-/// drops this rank's files of checkpoints older than the kept ones (no collective).
-pub(super) fn save<M: Classifier>(
+/// An island's model and inner optimizer state, whole, as every rank's file keeps them.
+pub(super) struct IslandState {
+    /// Every float tensor, whole, in canonical order.
+    floats: Vec<Vec<f32>>,
+    /// The int and bool tensors' bytes.
+    discrete: Vec<Vec<u8>>,
+    /// The inner optimizer's state, keyed by stable ids (`None` before its first step).
+    optim: Option<Vec<u8>>,
+}
+
+impl IslandState {
+    /// What `engine` and `optim` hold, whole: where the engine shards the model over the
+    /// island, its parameters and the optimizer's state are gathered from the island's
+    /// pieces (a collective of the island then), so that a resume at any layout and under
+    /// any `--sharding` cuts them again as a whole checkpoint is cut.
+    pub(super) fn of<M: Classifier, E: DataParallel<M>>(
+        engine: &mut E,
+        optim: &Optim,
+    ) -> Result<Self> {
+        Ok(IslandState {
+            floats: engine.full_params()?,
+            discrete: adapter::discrete_to_bytes(engine.module()),
+            optim: parallel::whole_optim_state(engine, optim)?,
+        })
+    }
+}
+
+/// Writes rank `rank`'s file (of `world`) of the checkpoint at `step`: its island's state
+/// and its chunk of the outer state, with `flags` ([`outer_flags`]); then drops this rank's
+/// files of checkpoints older than the kept ones (no collective).
+pub(super) fn save(
     dir: &Path,
     (step, rank, world): (u64, usize, usize),
     flags: &str,
-    model: &M,
-    optim: &Optim,
+    island: &IslandState,
     outer: &OuterSnapshot,
 ) -> Result<()> {
     let bad = |what: String| Error::Config(format!("writing the island checkpoint: {what}"));
-    let floats = adapter::params_to_flat(model)?;
-    let discrete = adapter::discrete_to_bytes(model);
-    let optim = optim
-        .state_bytes()
-        .map_err(|e| bad(format!("the optimizer state: {e}")))?;
+    let IslandState {
+        floats,
+        discrete,
+        optim,
+    } = island;
     let mut f32s: Vec<(String, &[f32])> = Vec::new();
     for (i, v) in floats.iter().enumerate() {
         f32s.push((format!("model.{i}"), v));
@@ -72,7 +104,7 @@ pub(super) fn save<M: Classifier>(
     }
     let discrete_bytes = discrete.concat();
     let mut bytes: Vec<(String, &[u8])> = vec![("discrete".into(), &discrete_bytes)];
-    if let Some(state) = &optim {
+    if let Some(state) = optim {
         bytes.push(("optim".into(), state));
     }
     let mut views = Vec::new();

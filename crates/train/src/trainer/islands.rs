@@ -37,21 +37,13 @@ pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
              piece of its piece); use --tp 1 --pp 1",
         );
     }
-    // A sharding engine inside the islands: its shards take their pieces of the global
-    // parameters at each sync. Its regroup and its checkpoints keep the pieces, not the
-    // island files of Note [Island checkpoints].
-    if cfg.sharding != Sharding::None && (tolerant || cfg.checkpoint_dir.is_some()) {
+    // A sharding engine inside the islands under fault tolerance: its regroup keeps the
+    // pieces of one group, not the islands' own states (Note [Islands that leave and join]).
+    if cfg.sharding != Sharding::None && tolerant {
         return refuse(
-            format!(
-                "--sharding {} and {}",
-                cfg.sharding,
-                match tolerant {
-                    true => "--fault-tolerance",
-                    false => "--checkpoint-dir",
-                }
-            ),
-            "islands that shard their model do not yet keep their pieces through a regroup or \
-             in a checkpoint; use --sharding none inside the islands for those",
+            format!("--sharding {} and --fault-tolerance", cfg.sharding),
+            "islands that shard their model do not yet keep their pieces through a regroup; \
+             use --sharding none inside the islands for that",
         );
     }
     Ok(())
