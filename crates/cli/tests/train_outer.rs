@@ -188,18 +188,6 @@ fn flags_that_cannot_work_are_named() {
                 "--outer",
                 "diloco",
                 "--sync-every",
-                "20",
-                "--sharding",
-                "hybrid",
-                "--fault-tolerance",
-            ][..],
-            &["--sharding hybrid and --fault-tolerance", "--sharding none"][..],
-        ),
-        (
-            &[
-                "--outer",
-                "diloco",
-                "--sync-every",
                 "5",
                 "--outer-dtype",
                 "int4",
@@ -448,6 +436,14 @@ fn an_island_killed_mid_run_is_replaced_and_every_island_ends_equal() {
             "--fragment-delay",
             "2",
         ],
+        &[3],
+        want[0].1,
+    );
+    // FSDP inside the islands: island 1 loses one rank and half its pieces with it, and takes
+    // island 0's state, joined from island 0's pieces (Note [Islands of shards that leave and
+    // join] in phalanx-train).
+    drill(
+        &["--outer", "diloco", "--sharding", "full"],
         &[3],
         want[0].1,
     );

@@ -17,13 +17,12 @@
 //! syncs, over the whole group, since nothing else crosses islands.
 
 use phalanx_checkpoint::position::Position;
-use phalanx_ddp::fsdp::Sharding;
 use phalanx_pg::ProcessGroup;
 
 use crate::{Error, Result, TrainConfig};
 
-/// Whether `cfg`'s other flags can run in islands (`tolerant`: under `--fault-tolerance`).
-pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
+/// Whether `cfg`'s other flags can run in islands.
+pub(super) fn check(cfg: &TrainConfig) -> Result<()> {
     let Some(outer) = &cfg.outer else {
         return Ok(());
     };
@@ -35,15 +34,6 @@ pub(super) fn check(cfg: &TrainConfig, tolerant: bool) -> Result<()> {
             crate::model_parallel::flags(cfg),
             "islands that cut their model are not built yet (each rank's outer chunk would be a \
              piece of its piece); use --tp 1 --pp 1",
-        );
-    }
-    // A sharding engine inside the islands under fault tolerance: its regroup keeps the
-    // pieces of one group, not the islands' own states (Note [Islands that leave and join]).
-    if cfg.sharding != Sharding::None && tolerant {
-        return refuse(
-            format!("--sharding {} and --fault-tolerance", cfg.sharding),
-            "islands that shard their model do not yet keep their pieces through a regroup; \
-             use --sharding none inside the islands for that",
         );
     }
     Ok(())

@@ -73,7 +73,10 @@ fn train_in(
     cfg: &TrainConfig,
     reporter: &mut dyn Reporter,
 ) -> Result<Option<Summary>> {
-    let recoverable = matches!(cfg.sharding, Sharding::None | Sharding::Hybrid);
+    // In islands, the other islands hold copies of an island's state (Note [Islands of
+    // shards that leave and join]).
+    let recoverable =
+        matches!(cfg.sharding, Sharding::None | Sharding::Hybrid) || cfg.outer.is_some();
     if matches!(group, Group::Tolerant(_)) && !recoverable {
         return Err(Error::Config(format!(
             "--fault-tolerance with --sharding {}: a rank that dies takes its shard of the \
@@ -92,7 +95,7 @@ fn train_in(
     if cfg.sequence_parallel {
         crate::tensor_parallel::check_sequence_parallel(cfg.tp, cfg.seq_len)?;
     }
-    islands::check(cfg, matches!(group, Group::Tolerant(_)))?;
+    islands::check(cfg)?;
     if (cfg.tp > 1 || cfg.pp.stages > 1)
         && matches!(group, Group::Tolerant(_))
         && cfg.sharding != Sharding::None
@@ -401,7 +404,10 @@ fn train_group<M: Classifier>(
                 (Some(_), Some(mp)) => {
                     held.resync_pieces((&pg, &mp.dp), piece, &mut optim, &mut totals.epoch_loss)?
                 }
-                _ => held.resync(&pg, &mut optim, sharded, intact)?,
+                _ => {
+                    let island = outer.as_ref().map(|o| o.island().as_ref());
+                    held.resync((&pg, island), &mut optim, sharded, intact)?
+                }
             };
             let fresh = !intact || held_before != Some(held.position());
             // The engine's group: the world's, the "dp" group of a model-parallel run, or this
@@ -419,7 +425,8 @@ fn train_group<M: Classifier>(
             let wrapped = held.lend(ft.is_some() && !sharded);
             // Under fault tolerance the group may have shrunk: shard groups of the run's size
             // where that divides the ranks alive, else one group of them all.
-            let shard_group_size = match ft.is_some() && sharded {
+            // Islands regroup whole, so theirs keep their size.
+            let shard_group_size = match ft.is_some() && sharded && outer.is_none() {
                 true => Some(match pg.world_size().is_multiple_of(group_size) {
                     true => group_size,
                     false => pg.world_size(),

@@ -21,6 +21,21 @@
 //! from one state on every rank. A cut model's ranks also keep what they held before their
 //! last step's update, and resync on a new mesh ([`Held::resync_pieces`], Note [Replicas that
 //! leave and join]).
+//!
+//! Note [Islands of shards that leave and join]
+//! Under `--outer` with a sharding mode inside the islands, a rank holds pieces of its own
+//! island's model, and the islands differ between syncs: a regroup over the whole group
+//! (Note [Regroup of shards]) would mix them. It runs in two stages instead. An island whose
+//! ranks all hold one step (whole in its state: Note [Islands that leave and join] in
+//! phalanx-ddp) first joins its pieces over its own ranks, which makes the island's model and
+//! optimizer state whole on each of them; an island that lost a rank holds pieces no peer
+//! island can complete (every island cut its own), so its ranks count as replacements, as a
+//! DDP island with a replacement in it does. Then the replicas' regroup (Note [A regroup])
+//! runs over the whole group with every whole island keeping its own, and the others take
+//! the state of the lowest rank at the newest step. The whole optimizer state is cut again
+//! for the island's new shards, as a resumed checkpoint's is. `full`, `grad` and
+//! `optimizer`, refused under fault tolerance without islands (no rank holds a copy of a
+//! dead rank's pieces), are recoverable here: the other islands are the copies.
 
 mod pieces;
 mod plan;
@@ -35,7 +50,7 @@ use phalanx_ddp::fsdp::LocalShard;
 use phalanx_ddp::Local;
 use phalanx_pg::ProcessGroup;
 
-use crate::{Classifier, Optim, Result};
+use crate::{Classifier, Error, Optim, Result};
 use phalanx_checkpoint::position::Position;
 
 /// What a rank holds of its model between attempts (Note [Regroup state]).
@@ -107,11 +122,13 @@ impl<M: Classifier> Held<M> {
     }
 
     /// After a change of the group: makes this rank's model, position and optimizer state the
-    /// newest any rank of `pg` holds, whole (`sharded`: from the pieces the ranks hold). A
-    /// collective of the new group; nothing to do before the first change.
+    /// newest any rank of `pg` holds, whole (`sharded`: from the pieces the ranks hold; in
+    /// islands, `island`: Note [Islands of shards that leave and join]). With `keep_own`, a
+    /// rank whose island is whole in its state keeps it. A collective of the new group;
+    /// nothing to do before the first change.
     pub(super) fn resync(
         &mut self,
-        pg: &ProcessGroup,
+        (pg, island): (&ProcessGroup, Option<&ProcessGroup>),
         optim: &mut Optim,
         sharded: bool,
         keep_own: bool,
@@ -119,8 +136,8 @@ impl<M: Classifier> Held<M> {
         if self.changed.is_none() {
             return Ok(None);
         }
-        let synced = match (sharded, &mut self.holding) {
-            (true, holding) => {
+        let synced = match (sharded, island, &mut self.holding) {
+            (true, None, holding) => {
                 // A replacement's template is its freshly built model; a survivor's, its own
                 // module.
                 let (template, mine) = match holding {
@@ -135,10 +152,45 @@ impl<M: Classifier> Held<M> {
                 self.optim_state = state;
                 (model, at, from)
             }
-            (false, Holding::Whole(model)) => {
+            (true, Some(island), holding) => {
+                // An island whole in its state joins its pieces first; any other holds
+                // nothing a peer island lacks.
+                let (model, held) = match (keep_own, holding) {
+                    (true, Holding::Shard(local)) => {
+                        let template = local.module.clone();
+                        let (model, at, _, state) = shards::resync_sharded(
+                            island,
+                            &template,
+                            Some(local),
+                            optim,
+                            self.position,
+                        )?;
+                        *optim = Optim::new(*optim.options());
+                        if let Some(state) = state {
+                            optim.load_state(state).map_err(|e| {
+                                Error::Config(format!("the island's optimizer state: {e}"))
+                            })?;
+                        }
+                        (model, Some(at))
+                    }
+                    (false, Holding::Shard(local)) => (shards::whole_template(local), None),
+                    (_, Holding::Whole(built)) => (built.clone(), None),
+                    (_, Holding::Lent) => {
+                        unreachable!("an attempt under fault tolerance gives back")
+                    }
+                };
+                let synced = replicas::resync(pg, &model, optim, held, keep_own)?;
+                // The whole state is cut again for the island's shards.
+                self.optim_state = optim.state_bytes().map_err(|e| {
+                    Error::Config(format!("fault tolerance: the optimizer's state: {e}"))
+                })?;
+                *optim = Optim::new(*optim.options());
+                synced
+            }
+            (false, _, Holding::Whole(model)) => {
                 replicas::resync(pg, model, optim, self.position, keep_own)?
             }
-            (false, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
+            (false, _, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
         };
         Ok(Some(self.resynced(synced)))
     }

@@ -266,6 +266,20 @@ pub(crate) fn resync_sharded<M: Classifier>(
     Ok((model, position, source, optim_state))
 }
 
+/// A whole model of `local`'s structure, for a rank that takes a peer's state: its module
+/// with every trainable tensor at its whole shape (zeros: under `full` the module holds them
+/// empty between steps).
+pub(crate) fn whole_template<M: Classifier>(local: &LocalShard<M>) -> M {
+    let zeros: Vec<Vec<f32>> = local.infos.iter().map(|i| vec![0.0; i.numel()]).collect();
+    let values = local
+        .infos
+        .iter()
+        .zip(&zeros)
+        .map(|(i, z)| (i.name.clone(), (z.as_slice(), i.shape.as_slice())))
+        .collect();
+    adapter::set_floats_shaped(local.module.clone(), values)
+}
+
 /// Every rank's provided elements of parameters `params`, by one all-gather: rank by rank,
 /// then parameter by parameter, range by range.
 fn gather_provided(
