@@ -572,7 +572,7 @@ impl FaultTolerance {
             })?;
         let pg = init_watched(opts, self.watch(generation, &members))?;
         // The launcher names a dead rank; the survivors must not wait for its word.
-        pg.set_peer_word_wait(Duration::ZERO);
+        pg.set_fault_tolerant();
         self.generation = generation;
         self.members = members;
         self.seen.set((generation, Some(Instant::now())));

@@ -112,7 +112,7 @@ impl ProcessGroup {
             shared: Arc::new(Shared {
                 backend: exec.name(),
                 label: std::sync::OnceLock::new(),
-                peer_word_wait: Mutex::new(std::time::Duration::from_millis(500)),
+                fault_tolerant: std::sync::atomic::AtomicBool::new(false),
                 rank: placement.rank,
                 world_size: placement.world_size,
                 local_rank: placement.local_rank,
@@ -703,11 +703,17 @@ impl ProcessGroup {
         self.shared.failed.lock().unwrap().clone()
     }
 
-    /// How long a failure waits for a peer whose connection closed to publish why, before it
-    /// names that peer itself (default 500 ms: a crashing rank's own words are the better root
-    /// cause). Fault tolerance sets zero.
-    pub(crate) fn set_peer_word_wait(&self, wait: std::time::Duration) {
-        *self.shared.peer_word_wait.lock().unwrap() = wait;
+    /// Makes this group a fault-tolerant generation (its subgroups are too): its failures
+    /// wait neither for a dead peer's word nor long for the store (Note [FT generations]).
+    pub(crate) fn set_fault_tolerant(&self) {
+        self.shared
+            .fault_tolerant
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this group is a fault-tolerant generation or a subgroup of one.
+    pub(crate) fn is_fault_tolerant(&self) -> bool {
+        self.shared.is_fault_tolerant()
     }
 
     /// Declares this rank failed: publishes `reason` to the store (where the launcher and

@@ -22,6 +22,10 @@ use crate::{
 /// failure's word is bounded]).
 const PUBLISH_WAIT: Duration = Duration::from_millis(250);
 
+/// How long a failure outside fault tolerance waits for a peer whose connection closed to
+/// publish why.
+const PEER_WORD_WAIT: Duration = Duration::from_millis(500);
+
 /// Which sequence an operation belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stream {
@@ -51,10 +55,11 @@ pub(crate) struct Shared {
     pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
     /// The backend's name (`native`, `mpi`, `nccl`), fixed for the group's lifetime.
     pub(crate) backend: &'static str,
-    /// How long a failure waits for a peer that closed its connection to publish why (its
-    /// word names the root cause); zero under fault tolerance, where the launcher names the
-    /// dead rank and every millisecond is the survivors' (Note [FT generations]).
-    pub(crate) peer_word_wait: Mutex<Duration>,
+    /// Whether this group is a fault-tolerant generation, or a subgroup of one (Note [FT
+    /// generations]): its failures neither wait for a dead peer's word (the launcher names
+    /// the dead rank, and every millisecond is the survivors') nor for the store longer than
+    /// [`PUBLISH_WAIT`] (Note [A failure's word is bounded]).
+    pub(crate) fault_tolerant: std::sync::atomic::AtomicBool,
     /// Which subgroup this is, for errors (`subgroup of job ranks [0, 2]`); unset for the
     /// world.
     pub(crate) label: std::sync::OnceLock<String>,
@@ -189,7 +194,7 @@ impl Shared {
             ),
             // A dead peer may have published why; give it a moment to land.
             T::PeerClosed { peer, during } => (
-                self.published(*peer, *self.peer_word_wait.lock().unwrap())
+                self.published(*peer, self.peer_word_wait())
                     .unwrap_or_else(|| {
                         format!("rank {peer} exited or lost its connection during {during}")
                     }),
@@ -214,8 +219,8 @@ impl Shared {
     /// thread of its own and is waited for at most `PUBLISH_WAIT`. A store that answers takes
     /// it in about a millisecond, well inside the wait; one that does not lands it later or
     /// never, and the failure goes on meanwhile, its own report unchanged. Only in a
-    /// fault-tolerant generation (whose ranks do not wait for a dead peer's word either,
-    /// `peer_word_wait` zero): elsewhere the process usually exits after the failure, and a
+    /// fault-tolerant generation or a subgroup of one (whose ranks do not wait for a dead
+    /// peer's word either): elsewhere the process usually exits after the failure, and a
     /// write still under way would be lost with it, and a store served by Python (`PyStore`)
     /// needs the interpreter's lock, which the thread that aborts a group holds.
     fn publish(&self, key: String, text: String) {
@@ -224,7 +229,7 @@ impl Shared {
                 tracing::debug!("phalanx: could not publish {key}: {err}");
             }
         };
-        if !self.peer_word_wait.lock().unwrap().is_zero() {
+        if !self.is_fault_tolerant() {
             return write(&*self.store, &key, &text);
         }
         let (store, k, t) = (self.store.clone(), key.clone(), text.clone());
@@ -241,6 +246,22 @@ impl Shared {
             }
             // No thread to spare: written here, as outside fault tolerance.
             Err(_) => write(&*self.store, &key, &text),
+        }
+    }
+
+    /// Whether this group is a fault-tolerant generation or a subgroup of one.
+    pub(crate) fn is_fault_tolerant(&self) -> bool {
+        self.fault_tolerant
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long a failure waits for a peer that closed its connection to publish why, before
+    /// it names that peer itself: a crashing rank's own words are the better root cause,
+    /// except under fault tolerance, where nothing waits for them.
+    fn peer_word_wait(&self) -> Duration {
+        match self.is_fault_tolerant() {
+            true => Duration::ZERO,
+            false => PEER_WORD_WAIT,
         }
     }
 

@@ -183,5 +183,9 @@ fn join(pg: &ProcessGroup, prefix: &str, ranks: &[usize]) -> Result<Option<Proce
         seed.opts.clone(),
     )?;
     sub.set_job_ranks(ranks.iter().map(|&r| pg.job_rank(r)).collect());
+    // A subgroup of a fault-tolerant generation fails as its parent does.
+    if pg.is_fault_tolerant() {
+        sub.set_fault_tolerant();
+    }
     Ok(Some(sub))
 }

@@ -27,7 +27,7 @@ pub trait Store: Send + Sync {
     /// writing: for a poll that runs every step, or a look that must not hold anyone up. A
     /// store with replicas may answer from the replica its client talks to, a moment behind
     /// the newest write (etcd: a serializable read, answered even while the cluster elects a
-    /// leader: Note [A poll reads serializably] in `etcd/client.rs`). By default a `check`,
+    /// leader: Note [A poll reads serializably] in `etcd/poll.rs`). By default a `check`,
     /// then a `get`.
     fn peek(&self, key: &str) -> Result<Option<Vec<u8>>> {
         match self.check(&[key])? {

@@ -35,15 +35,11 @@ use etcd_client::{
 
 use super::lease::{self, EtcdLease};
 use super::options::EtcdOptions;
+use super::poll::{PollClient, POLL_ATTEMPT};
 use crate::{Error, Result, Store};
 
 /// How many operations etcd takes in one transaction (its `--max-txn-ops` default).
 const MAX_TXN_OPS: usize = 128;
-
-/// The bound on one attempt of a poll's read (Note [A poll reads serializably]): a member
-/// answers a serializable read from its own copy at once, so a longer wait means the request
-/// went to a member that is gone or cut off.
-const POLL_ATTEMPT: Duration = Duration::from_millis(100);
 
 /// A [`Store`] whose keys live in etcd, under one job's prefix.
 #[derive(Clone)]
@@ -57,10 +53,8 @@ pub struct EtcdStore {
 struct Inner {
     runtime: tokio::runtime::Runtime,
     client: Client,
-    /// The client of polls (Note [A poll reads serializably]), without `require_leader`,
-    /// connected at the first poll: the endpoints and options it connects with.
-    poll: std::sync::OnceLock<Client>,
-    connect: (Vec<String>, ConnectOptions),
+    /// The client of polls (Note [A poll reads serializably]).
+    poll: PollClient,
     prefix: String,
     endpoints: String,
     /// Tells this client's receipts from others' (Note [etcd receipts]).
@@ -115,7 +109,7 @@ impl EtcdStore {
             })
             .collect();
         let deadline = Instant::now() + o.connect_timeout;
-        let client = loop {
+        let (client, poll) = loop {
             let attempt = runtime.block_on(async {
                 let mut client = tokio::time::timeout(
                     o.connect_timeout,
@@ -129,10 +123,13 @@ impl EtcdStore {
                     .await
                     .map_err(|_| "no answer".to_string())?
                     .map_err(|e| e.to_string())?;
-                Ok::<_, String>(client)
+                let poll = PollClient::connect(&urls, options.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((client, poll))
             });
             match attempt {
-                Ok(client) => break client,
+                Ok(connected) => break connected,
                 // A wrong password or certificate will not get better by waiting.
                 Err(e) if is_refusal(&e) => return Err(fail("connect", refusal_hint(e))),
                 Err(e) if Instant::now() >= deadline => {
@@ -148,8 +145,7 @@ impl EtcdStore {
             inner: Arc::new(Inner {
                 runtime,
                 client,
-                poll: std::sync::OnceLock::new(),
-                connect: (urls, options),
+                poll,
                 prefix: o.prefix.clone(),
                 endpoints,
                 nonce: crate::Auth::random("").token_hex()[..16].to_string(),
@@ -159,27 +155,6 @@ impl EtcdStore {
             timeout: Arc::new(Mutex::new(phalanx_core::DEFAULT_TIMEOUT)),
             lease: None,
         })
-    }
-
-    /// The client of polls (Note [A poll reads serializably]), connected on first use with
-    /// the store's endpoints and options, except that it does not ask for a leader.
-    fn poll_client(&self) -> Result<&Client> {
-        if let Some(c) = self.inner.poll.get() {
-            return Ok(c);
-        }
-        let (urls, options) = &self.inner.connect;
-        let options = options.clone().with_require_leader(false);
-        let timeout = self.timeout();
-        let client = self
-            .inner
-            .runtime
-            .block_on(async {
-                tokio::time::timeout(timeout, Client::connect(urls, Some(options))).await
-            })
-            .map_err(|_| self.fail("peek", format!("no member answered within {timeout:.0?}")))?
-            .map_err(|e| self.fail("peek", e.to_string()))?;
-        // Two threads that raced keep the first client; the other one is dropped.
-        Ok(self.inner.poll.get_or_init(|| client))
     }
 
     /// Another handle on the same connection whose calls wait at most `timeout` (a clone
@@ -813,40 +788,14 @@ impl Store for EtcdStore {
         })?;
         Ok(sum)
     }
-    /// Note [A poll reads serializably]
-    /// A fault-tolerant job's workers poll the generation counter every step (at most every
-    /// 50 ms each, Note [FT generations] in phalanx-pg). As `add(key, 0)` that was a
-    /// transaction through the leader, two keys written, each poll: 20 writes a second per
-    /// worker, and, while the cluster elected a leader (its leader's member lost), a wait of
-    /// a second or two inside a training step, although nothing of the job had failed
-    /// (measured: the epoch holding a leader's SIGKILL took 1.25 s against 0.23 s). Likewise
-    /// the one look a survivor takes at a dead peer's published error, to name it, held the
-    /// regroup up for the whole election. A serializable read is answered by the member the
-    /// client talks to, from its own copy, leader or not, and writes nothing. It may be a
-    /// moment behind the newest write, which both tolerate: the ranks agree on the newest
-    /// generation they saw (an allreduce MAX), a generation seen late is taken at the next
-    /// step, an error seen late only words the failure less well, and everything that
-    /// changes the job (the generation's log, its bootstrap) is read linearizably. A member
-    /// cut off by a partition still answers from its stale copy: that rank trains on until
-    /// its next collective fails, and its regroup, which reads and writes through the
-    /// quorum, is fenced as before.
-    ///
-    /// The read goes through a client of its own, which does not ask for a leader
-    /// (`require_leader`, which every other request asks for, makes a member without one
-    /// refuse everything, a serializable read included).
+    /// A serializable read through a client that does not ask for a leader (Note [A poll
+    /// reads serializably] in `etcd/poll.rs`).
     fn peek(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let full = self.key(key);
-        let client = self.poll_client()?;
-        // A poll's attempt is bounded tighter: one sent to the member that just went (its
-        // host lost with it, seen in the node drills: 2 s, the default bound, inside a
-        // training step) is sent again elsewhere after POLL_ATTEMPT.
-        self.request_on(client, true, POLL_ATTEMPT, |mut kv| {
-            let full = full.clone();
-            async move {
-                let options = GetOptions::new().with_serializable();
-                let r = kv.get(full, Some(options)).await?;
-                Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
-            }
+        // A poll's attempt is bounded tighter (POLL_ATTEMPT): one sent to a member that is
+        // gone is sent again elsewhere.
+        self.request_on(self.inner.poll.client(), true, POLL_ATTEMPT, |kv| {
+            PollClient::read(kv, full.clone())
         })
         .map_err(|e| self.failure("peek", e))
     }

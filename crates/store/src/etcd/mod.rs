@@ -1,6 +1,6 @@
 //! The job's store in etcd: [`EtcdOptions`] (where the cluster is and how to reach it, read
 //! from `PHALANX_ETCD_*`), compiled in every build, and the client, `EtcdStore` with its
-//! `EtcdLease` (`client.rs`, `lease.rs`), behind the crate's `etcd` feature (on by default).
+//! `EtcdLease` and the client of its polls (`client.rs`, `lease.rs`, `poll.rs`), behind the crate's `etcd` feature (on by default).
 //!
 //! Note [A build without the etcd client]: the client brings gRPC with it (tonic, hyper, h2,
 //! tower, rustls, ring), which the fuzz targets' decoders never reach: in their sanitized
@@ -15,6 +15,8 @@ mod client;
 #[cfg(feature = "etcd")]
 mod lease;
 mod options;
+#[cfg(feature = "etcd")]
+mod poll;
 
 #[cfg(feature = "etcd")]
 pub use client::EtcdStore;
