@@ -138,6 +138,7 @@ fn flags_that_cannot_work_are_named() {
         assert_ne!(f.code(), Some(0), "phalanx train {args:?} succeeded");
         f.stderr
     };
+    let one_island_of_shards = [&DILOCO_FSDP[..], &["--fault-tolerance"]].concat();
     for (args, words) in [
         (
             &["--outer", "diloco", "--sync-every", "0"][..],
@@ -183,6 +184,12 @@ fn flags_that_cannot_work_are_named() {
             &["--fragments", "applies to --outer streaming-diloco"][..],
         ),
         (&["--fragment-alpha", "0.5"][..], &["needs --outer"][..]),
+        // Under fault tolerance the islands are each other's copies of their shards: one
+        // island alone has none.
+        (
+            &one_island_of_shards[..],
+            &["--sharding full", "one island of", "--island-size below"][..],
+        ),
         (
             &[
                 "--outer",

@@ -247,37 +247,48 @@ pub(crate) fn whole_optim_state<M: Classifier, E: DataParallel<M>>(
     engine: &E,
     optim: &Optim,
 ) -> Result<Option<Vec<u8>>> {
-    let bytes = optim.state_bytes().map_err(optim_err)?;
     let Some(view) = engine.shard_view() else {
-        return Ok(bytes);
-    };
-    let states = match &bytes {
-        Some(b) => state::decode(b).map_err(optim_err)?,
-        None => Default::default(),
+        return optim.state_bytes().map_err(optim_err);
     };
     // This rank's pieces' states, each with its parameter and range, laid end to end after a
-    // header that lists them: (parameter, start, end, encoded length).
-    let mut header: Vec<(usize, usize, usize, usize)> = Vec::new();
-    let mut body = Vec::new();
-    let pieces = match view.saves_pieces {
-        true => view.pieces,
-        false => &[],
-    };
-    for (p, range) in pieces.iter().filter(|(_, r)| !r.is_empty()) {
-        let id = view.float_positions[*p] as u64 + 1;
-        if let Some(st) = states.get(&id) {
-            let encoded = state::encode([st]).map_err(optim_err)?;
-            header.push((*p, range.start, range.end, encoded.len()));
-            body.extend(encoded);
+    // header that lists them: (parameter, start, end, encoded length). A rank that cannot
+    // read its own sends why (`!` and the words) instead, so that no rank waits for it.
+    let mine = (|| -> std::result::Result<Vec<u8>, String> {
+        let states = match optim.state_bytes()? {
+            Some(b) => state::decode(&b)?,
+            None => Default::default(),
+        };
+        let mut header: Vec<(usize, usize, usize, usize)> = Vec::new();
+        let mut body = Vec::new();
+        let pieces = match view.saves_pieces {
+            true => view.pieces,
+            false => &[],
+        };
+        for (p, range) in pieces.iter().filter(|(_, r)| !r.is_empty()) {
+            let id = view.float_positions[*p] as u64 + 1;
+            if let Some(st) = states.get(&id) {
+                let encoded = state::encode([st])?;
+                header.push((*p, range.start, range.end, encoded.len()));
+                body.extend(encoded);
+            }
         }
-    }
-    let mut mine = serde_json::to_vec(&header).expect("ranges serialise");
-    mine.push(b'\n');
-    mine.extend(body);
-    let every = phalanx_pg::all_gather_object(engine.process_group(), &mine)?;
+        let mut blob = serde_json::to_vec(&header).expect("ranges serialise");
+        blob.push(b'\n');
+        blob.extend(body);
+        Ok(blob)
+    })();
+    let sent = match &mine {
+        Ok(blob) => blob.clone(),
+        Err(e) => [b"!".as_slice(), e.as_bytes()].concat(),
+    };
+    let every = phalanx_pg::all_gather_object(engine.process_group(), &sent)?;
+    mine.map_err(optim_err)?;
     let mut by_param: BTreeMap<usize, Vec<(Range<usize>, state::ParamState)>> = BTreeMap::new();
     for (rank, blob) in every.iter().enumerate() {
         let bad = |what: String| optim_err(format!("rank {rank}'s pieces: {what}"));
+        if let Some(why) = blob.strip_prefix(b"!") {
+            return Err(bad(String::from_utf8_lossy(why).into_owned()));
+        }
         let split = blob
             .iter()
             .position(|&b| b == b'\n')

@@ -123,9 +123,13 @@ impl EtcdStore {
                     .await
                     .map_err(|_| "no answer".to_string())?
                     .map_err(|e| e.to_string())?;
-                let poll = PollClient::connect(&urls, options.clone())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let poll = tokio::time::timeout(
+                    o.connect_timeout,
+                    PollClient::connect(&urls, options.clone()),
+                )
+                .await
+                .map_err(|_| "no answer".to_string())?
+                .map_err(|e| e.to_string())?;
                 Ok::<_, String>((client, poll))
             });
             match attempt {

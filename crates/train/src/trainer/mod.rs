@@ -269,7 +269,19 @@ fn train_group<M: Classifier>(
             .with_island_size(Some(o.island_size.unwrap_or(local)))
     });
     if let (Some(options), Some(ft)) = (&outer_options, ft.as_mut()) {
-        ft.set_block(options.island_size.unwrap_or(1));
+        let size = options.island_size.unwrap_or(1);
+        // The islands are each other's copies (Note [Islands of shards that leave and join]):
+        // one island alone has none of a dead rank's pieces.
+        if !matches!(cfg.sharding, Sharding::None | Sharding::Hybrid) && slots <= size {
+            return Err(Error::Config(format!(
+                "--fault-tolerance with --outer and --sharding {}: the other islands hold the \
+                 copies of an island's shards, and this run is one island of {size} rank(s) \
+                 (world {slots}), so a rank that dies takes its shard with it; use \
+                 --island-size below {slots}, or --sharding hybrid",
+                cfg.sharding
+            )));
+        }
+        ft.set_block(size);
     }
     // Note [Replicas that leave and join]: a cut model's replicas live and die whole, and each
     // generation cuts its pieces anew from the model built again.
@@ -506,6 +518,16 @@ fn train_group<M: Classifier>(
             (Err(e), Some(ft)) if pg.failure().is_some() || broke_a_group(&e) => {
                 if pg.failure().is_none() {
                     pg.abort(&e.to_string());
+                }
+                // An attempt that failed before its engine gave the model back (a sharding
+                // engine takes it whole, and under a second death a heal or the engine's own
+                // setup can fail) left this rank without its state: it takes a peer's, as a
+                // replacement does, into the model built again.
+                if held.is_lent() {
+                    let Some(build) = build else {
+                        return Err(e);
+                    };
+                    held.lost(build()?);
                 }
                 // A cut model's groups are the mesh's, not the world's: each is broken too, so
                 // that no peer waits in one for this rank (Note [Replicas that leave and

@@ -27,15 +27,22 @@
 //! island's model, and the islands differ between syncs: a regroup over the whole group
 //! (Note [Regroup of shards]) would mix them. It runs in two stages instead. An island whose
 //! ranks all hold one step (whole in its state: Note [Islands that leave and join] in
-//! phalanx-ddp) first joins its pieces over its own ranks, which makes the island's model and
-//! optimizer state whole on each of them; an island that lost a rank holds pieces no peer
-//! island can complete (every island cut its own), so its ranks count as replacements, as a
-//! DDP island with a replacement in it does. Then the replicas' regroup (Note [A regroup])
-//! runs over the whole group with every whole island keeping its own, and the others take
-//! the state of the lowest rank at the newest step. The whole optimizer state is cut again
-//! for the island's new shards, as a resumed checkpoint's is. `full`, `grad` and
-//! `optimizer`, refused under fault tolerance without islands (no rank holds a copy of a
-//! dead rank's pieces), are recoverable here: the other islands are the copies.
+//! phalanx-ddp), and all hold it alike, first joins its pieces over its own ranks, which makes
+//! the island's model and optimizer state whole on each of them; the rank keeps that whole
+//! state, so that a regroup failing later finds it whole and does not join twice (a pending
+//! step would be taken twice). An island that lost a rank holds pieces no peer island can
+//! complete (every island cut its own), and one whose ranks hold different things (some
+//! joined, some not, when a regroup failed between them) cannot join them either: their ranks
+//! count as replacements, as a DDP island with a replacement in it does. The ranks agree on
+//! what they hold with one all-gather of the island first, so that all of them or none enter
+//! the join. Then the replicas' regroup (Note [A regroup]) runs over the whole group, on an
+//! optimizer of its own, with every whole island keeping its own, and the others take the
+//! state of the lowest rank at the newest step. The whole optimizer state is cut again for
+//! the island's new shards, as a resumed checkpoint's is. A rank whose attempt failed while
+//! its sharding engine held the model (no copy is kept) takes a peer's state as a replacement
+//! does ([`Held::lost`]). `full`, `grad` and `optimizer`, refused under fault tolerance
+//! without islands (no rank holds a copy of a dead rank's pieces), are recoverable here with
+//! two islands or more: the other islands are the copies.
 
 mod pieces;
 mod plan;
@@ -152,36 +159,19 @@ impl<M: Classifier> Held<M> {
                 self.optim_state = state;
                 (model, at, from)
             }
-            (true, Some(island), holding) => {
-                // An island whole in its state joins its pieces first; any other holds
-                // nothing a peer island lacks.
-                let (model, held) = match (keep_own, holding) {
-                    (true, Holding::Shard(local)) => {
-                        let template = local.module.clone();
-                        let (model, at, _, state) = shards::resync_sharded(
-                            island,
-                            &template,
-                            Some(local),
-                            optim,
-                            self.position,
-                        )?;
-                        *optim = Optim::new(*optim.options());
-                        if let Some(state) = state {
-                            optim.load_state(state).map_err(|e| {
-                                Error::Config(format!("the island's optimizer state: {e}"))
-                            })?;
-                        }
-                        (model, Some(at))
-                    }
-                    (false, Holding::Shard(local)) => (shards::whole_template(local), None),
-                    (_, Holding::Whole(built)) => (built.clone(), None),
-                    (_, Holding::Lent) => {
-                        unreachable!("an attempt under fault tolerance gives back")
-                    }
-                };
-                let synced = replicas::resync(pg, &model, optim, held, keep_own)?;
+            (true, Some(island), _) => {
+                let (model, held) = self.whole_island(island, optim, keep_own)?;
+                // The islands' regroup works on whole states, with an optimizer of its own: a
+                // failure in it leaves this rank's state as the island's join left it.
+                let mut whole = Optim::new(*optim.options());
+                if let Some(state) = self.optim_state.clone().filter(|_| held.is_some()) {
+                    whole
+                        .load_state(state)
+                        .map_err(|e| Error::Config(format!("the island's optimizer state: {e}")))?;
+                }
+                let synced = replicas::resync(pg, &model, &mut whole, held, keep_own)?;
                 // The whole state is cut again for the island's shards.
-                self.optim_state = optim.state_bytes().map_err(|e| {
+                self.optim_state = whole.state_bytes().map_err(|e| {
                     Error::Config(format!("fault tolerance: the optimizer's state: {e}"))
                 })?;
                 *optim = Optim::new(*optim.options());
@@ -193,6 +183,47 @@ impl<M: Classifier> Held<M> {
             (false, _, _) => unreachable!("fault tolerance keeps the whole model under DDP"),
         };
         Ok(Some(self.resynced(synced)))
+    }
+
+    /// In islands of shards (Note [Islands of shards that leave and join]): the whole model
+    /// this rank takes into the islands' regroup, and the step it holds for it (`None`:
+    /// nothing a peer island lacks). An island whole in its state (`keep_own`) whose ranks all
+    /// hold their pieces joins them once, and keeps the result (a regroup that fails after
+    /// the join finds it whole the next time); one whose ranks all hold it whole already keeps
+    /// that; any other, its ranks holding different things, counts as replacements, as an
+    /// island that lost a rank does. A collective of `island`.
+    fn whole_island(
+        &mut self,
+        island: &ProcessGroup,
+        optim: &mut Optim,
+        keep_own: bool,
+    ) -> Result<(M, Option<Position>)> {
+        // What each rank holds: its pieces (2), its island's whole state (1), or no step (0).
+        let mine = match (&self.holding, self.position) {
+            (_, None) => 0,
+            (Holding::Shard(_), Some(_)) => 2,
+            (Holding::Whole(_), Some(_)) => 1,
+            (Holding::Lent, _) => unreachable!("an attempt under fault tolerance gives back"),
+        };
+        let mut all = vec![0i64; island.world_size()];
+        island.allgather(&[mine], &mut all)?;
+        let alike = keep_own && all.iter().all(|&k| k == mine);
+        match (alike, &mut self.holding) {
+            (true, Holding::Shard(local)) => {
+                let template = local.module.clone();
+                let (model, at, _, state) =
+                    shards::resync_sharded(island, &template, Some(local), optim, self.position)?;
+                *optim = Optim::new(*optim.options());
+                self.holding = Holding::Whole(model.clone());
+                self.position = Some(at);
+                self.optim_state = state;
+                Ok((model, Some(at)))
+            }
+            (true, Holding::Whole(model)) => Ok((model.clone(), self.position)),
+            (_, Holding::Shard(local)) => Ok((shards::whole_template(local), None)),
+            (_, Holding::Whole(model)) => Ok((model.clone(), None)),
+            (_, Holding::Lent) => unreachable!("an attempt under fault tolerance gives back"),
+        }
     }
 
     /// Holds `model` at `position` after a resync from `rank` of the new group, and says where
@@ -254,6 +285,20 @@ impl<M: Classifier> Held<M> {
     /// The step this rank's state belongs to; `None` for a replacement.
     pub(super) fn held_position(&self) -> Option<Position> {
         self.position
+    }
+
+    /// Whether an attempt holds the model: one that failed before its engine gave the model
+    /// back left this rank with none.
+    pub(super) fn is_lent(&self) -> bool {
+        matches!(self.holding, Holding::Lent)
+    }
+
+    /// An attempt failed before its engine gave the model back (a sharding engine takes it
+    /// whole, with no copy kept): this rank holds nothing of its state any more, and takes a
+    /// peer's as a replacement does, into `template` (the model built again).
+    pub(super) fn lost(&mut self, template: M) {
+        self.holding = Holding::Whole(template);
+        self.forget();
     }
 
     /// This rank gave up its state (left alone in its island under `--outer`): like a
