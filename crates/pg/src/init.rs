@@ -154,6 +154,10 @@ fn prefer_hierarchical() -> Result<bool> {
     }
 }
 
+/// The bound on each attempt of a worker's requests to etcd.
+#[cfg(feature = "etcd")]
+const WORKER_ATTEMPT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A client of the job's store: etcd's under `--rdzv-backend etcd`, else the store at
 /// `MASTER_ADDR:MASTER_PORT` (PyTorch's under torchrun, Note [torchrun's store]).
 pub(crate) fn job_store(
@@ -164,7 +168,10 @@ pub(crate) fn job_store(
         {
             let store = phalanx_store::EtcdStore::connect(etcd)?;
             store.set_timeout(o.timeout);
-            return Ok(Arc::new(store));
+            // A worker's requests are small (addresses, counters, the generation log), and a
+            // regroup waits on them: an attempt a member will never answer is sent again
+            // soon (Note [An attempt's bound] in phalanx-store).
+            return Ok(Arc::new(store.with_attempt_bound(WORKER_ATTEMPT)));
         }
         // Note [A build without the etcd client] in phalanx-store: only the fuzz targets'.
         #[cfg(not(feature = "etcd"))]

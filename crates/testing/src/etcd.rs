@@ -252,6 +252,7 @@ impl EtcdCluster {
     }
 
     fn spawn(&mut self, i: usize, state: &str) {
+        let election_ms = election_ms();
         let initial = self.initial_cluster();
         let token = self
             .dir
@@ -297,10 +298,12 @@ impl EtcdCluster {
             // etcd's own election timing (100 ms heartbeats, 1 s election timeout), as a
             // user's cluster has it: a leader lost leaves the cluster unanswering for a second
             // or two (Note [An election is not a lost store] in phalanx-launch).
+            // `PHALANX_TEST_ETCD_ELECTION_MS` reruns the drills with a cluster tuned for a
+            // fast network instead (heartbeats a tenth of it).
             "--heartbeat-interval",
-            "100",
+            &(election_ms / 10).to_string(),
             "--election-timeout",
-            "1000",
+            &election_ms.to_string(),
             // Values as large as the TCP store's tests write (3 MiB); etcd advises at most 10.
             "--max-request-bytes",
             "10485760",
@@ -510,6 +513,25 @@ impl Drop for EtcdCluster {
 /// Spawns `cmd` from a thread that lives as long as the process, with `PR_SET_PDEATHSIG`: the
 /// kernel sends the signal when the *thread* that forked the child exits, so forking from a
 /// test's own thread would kill the member when that test ends.
+/// etcd's election timeout for the clusters the tests start, in milliseconds: etcd's default
+/// of 1,000, or `PHALANX_TEST_ETCD_ELECTION_MS` (at least 50, which etcd's heartbeats of a
+/// tenth of it allow).
+fn election_ms() -> u64 {
+    match std::env::var("PHALANX_TEST_ETCD_ELECTION_MS") {
+        Err(_) => 1000,
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|&ms: &u64| ms >= 50)
+            .unwrap_or_else(|| {
+                panic!(
+                "PHALANX_TEST_ETCD_ELECTION_MS={v:?}: expected a whole number of milliseconds, \
+                 at least 50"
+            )
+            }),
+    }
+}
+
 fn spawn_tied(cmd: Command) -> Child {
     type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();

@@ -55,6 +55,9 @@ const LEASE_TTL: Duration = Duration::from_secs(5);
 /// `elastic/coordinate.rs`).
 const STORE_GRACE: Duration = Duration::from_secs(5);
 const OUT: &str = "rdzv/etcd/out";
+/// The bound on each attempt of the control handle's requests (Note [An attempt's bound] in
+/// phalanx-store): a member with a leader answers them in milliseconds.
+const CONTROL_ATTEMPT: Duration = Duration::from_millis(500);
 /// The bound on each of the monitor's reads: about one poll, so that a read waiting for a
 /// new leader does not hold back a closed link's news (Note [The monitor does not wait out
 /// an election] in `elastic/coordinate.rs`).
@@ -236,7 +239,12 @@ fn meet(options: EtcdOptions, a: &Arrival<'_>, grace: Duration) -> Result<EtcdMe
     // root cause, the exit barrier): they wait out an election rather than fail in it. The
     // monitor reads through a handle bounded by one poll instead (`Met::watch`), and the
     // heartbeat through one bounded by the control timeout, so neither stalls for it.
-    let ctl = store.with_timeout(control_timeout.max(grace));
+    // Its requests are small, and a survivor waits on them: each attempt is bounded tighter
+    // than the timeout's share, so that one a member will never answer (forwarded to a
+    // leader that died) is sent again at once (Note [An attempt's bound] in phalanx-store).
+    let ctl = store
+        .with_timeout(control_timeout.max(grace))
+        .with_attempt_bound(CONTROL_ATTEMPT);
     let job = options
         .prefix
         .trim_matches('/')

@@ -277,8 +277,21 @@ fn prefix_store_namespaces<H: Harness>() {
     p.set("addr", b"x").unwrap();
     assert_eq!(base.get("round1/addr").unwrap(), b"x");
     assert_eq!(p.add("count", 2).unwrap(), 2);
-    assert_eq!(p.peek("count").unwrap(), Some(b"2".to_vec()));
-    assert_eq!(base.peek("round1/count").unwrap(), Some(b"2".to_vec()));
+    // A peek may be a moment behind the newest write (etcd's serializable read, from a member
+    // that has not applied it yet: Note [A poll reads serializably]), never wrong.
+    let seen = |s: &dyn Store, key: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match s.peek(key).unwrap() {
+                None if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                v => return v,
+            }
+        }
+    };
+    assert_eq!(seen(&p, "count"), Some(b"2".to_vec()));
+    assert_eq!(seen(&*base, "round1/count"), Some(b"2".to_vec()));
     assert_eq!(p.peek("absent").unwrap(), None);
     assert!(p.check(&["addr", "count"]).unwrap());
     assert!(!base.check(&["addr"]).unwrap());
