@@ -6,7 +6,7 @@
 # seconds in. Prints, per repetition, the median epoch and the three slowest, each with when it
 # ended relative to the kill: an epoch that holds an election's wait stands out.
 #
-# Measured (Note [A poll reads serializably] in crates/store/src/etcd/client.rs): the epoch
+# Measured (Note [A poll reads serializably] in crates/store/src/etcd/poll.rs): the epoch
 # holding the kill took 1.25 s and 1.61 s against medians of 0.23 s and 0.17 s while the
 # workers' generation poll went through etcd's leader; 0.42, 0.41 and 0.43 s (medians 0.18,
 # 0.15 and 0.11 s) once it did not.
