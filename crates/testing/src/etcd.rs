@@ -510,9 +510,6 @@ impl Drop for EtcdCluster {
     }
 }
 
-/// Spawns `cmd` from a thread that lives as long as the process, with `PR_SET_PDEATHSIG`: the
-/// kernel sends the signal when the *thread* that forked the child exits, so forking from a
-/// test's own thread would kill the member when that test ends.
 /// etcd's election timeout for the clusters the tests start, in milliseconds: etcd's default
 /// of 1,000, or `PHALANX_TEST_ETCD_ELECTION_MS` (at least 50, which etcd's heartbeats of a
 /// tenth of it allow).
@@ -532,6 +529,9 @@ fn election_ms() -> u64 {
     }
 }
 
+/// Spawns `cmd` from a thread that lives as long as the process, with `PR_SET_PDEATHSIG`: the
+/// kernel sends the signal when the *thread* that forked the child exits, so forking from a
+/// test's own thread would kill the member when that test ends.
 fn spawn_tied(cmd: Command) -> Child {
     type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();

@@ -306,22 +306,26 @@ impl EtcdStore {
         // survivors' agents claimed the departure only when such an attempt ran out, 1.25 s
         // after they sent it (their control handle's 5 s timeout over 4), whatever the
         // election's length. A handle whose requests are small and whose callers wait on
-        // them (`with_attempt_bound`: the agents' control handle) bounds its attempts
-        // tighter. A request cut short is sent again, as any attempt that got no answer is:
-        // the idempotent ones as they are, a read-modify-write after reading its receipt
-        // (Note [etcd receipts]).
-        let attempt =
-            (self.timeout() / 4).clamp(Duration::from_millis(250), Duration::from_secs(2));
-        let attempt = self.attempt.map_or(attempt, |bound| attempt.min(bound));
-        self.request_on(&self.inner.client, again_if_unsure, attempt, f)
+        // them (`with_attempt_bound`: the agents' control handle, the workers' store) bounds
+        // its attempts tighter. A request cut short is sent again, as any attempt that got no
+        // answer is: the idempotent ones as they are, a read-modify-write after reading its
+        // receipt (Note [etcd receipts]); and each attempt cut short doubles the next one's
+        // bound, up to the timeout's share, so that a member slower than the bound (a slow
+        // disk, a loaded host, a far link) is still waited for rather than sent the same
+        // request again and again.
+        let share = (self.timeout() / 4).clamp(Duration::from_millis(250), Duration::from_secs(2));
+        let first = self.attempt.map_or(share, |bound| share.min(bound));
+        self.request_on(&self.inner.client, again_if_unsure, (first, share), f)
     }
 
-    /// [`request`](Self::request) through `client`, each attempt bounded by `attempt`.
+    /// [`request`](Self::request) through `client`, each attempt bounded by the first of
+    /// `bounds`, doubled after each attempt cut short up to the second (Note [An attempt's
+    /// bound]).
     fn request_on<T, F, Fut>(
         &self,
         client: &Client,
         again_if_unsure: bool,
-        attempt: Duration,
+        (first, most): (Duration, Duration),
         f: F,
     ) -> Result<T, Failure>
     where
@@ -331,15 +335,20 @@ impl EtcdStore {
         let timeout = self.timeout();
         let last = Mutex::new(None::<String>);
         let attempts = async {
+            let mut bound = first;
             loop {
                 self.inner.requests.fetch_add(1, Ordering::Relaxed);
-                let answer = tokio::time::timeout(attempt, f(client.kv_client())).await;
-                let answer = answer.unwrap_or_else(|_| {
-                    Err(etcd_client::Error::IoError(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer from the member within {attempt:?}"),
-                    )))
-                });
+                let answer = match tokio::time::timeout(bound, f(client.kv_client())).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        let cut = bound;
+                        bound = (bound * 2).min(most.max(first));
+                        Err(etcd_client::Error::IoError(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no answer from the member within {cut:?}"),
+                        )))
+                    }
+                };
                 match answer {
                     Err(e) if not_carried_out(&e) || (again_if_unsure && unsure(&e)) => {
                         *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
@@ -394,10 +403,13 @@ impl EtcdStore {
     /// it lands. Returns what was written.
     ///
     /// Note [etcd receipts]: a transaction whose answer was lost (the leader changed under it, the
-    /// connection broke) may or may not have landed, and sending an `add` again could count
-    /// twice. So the transaction also writes a receipt key of its own, outside the job's keys;
-    /// when unsure, the receipt says whether it landed. A receipt is removed in the background
-    /// once its transaction is known to have landed, and any left with the job's keys.
+    /// connection broke, an attempt cut short: Note [An attempt's bound]) may or may not have
+    /// landed, and sending an `add` again could count twice. So each call writes a receipt key
+    /// of its own, outside the job's keys, holding what it wrote, and every attempt of the call
+    /// is guarded by the receipt's absence: at most one attempt lands, even one that lands
+    /// after the call looked for it and sent another; when unsure, or when an attempt finds the
+    /// receipt there, the receipt says what landed. A receipt is removed in the background
+    /// once the call returns, and any left with the job's keys.
     fn read_modify_write(
         &self,
         op: &'static str,
@@ -406,6 +418,14 @@ impl EtcdStore {
     ) -> Result<Vec<u8>> {
         let full = self.key(key);
         let mut current = self.read(op, key)?;
+        // One receipt for the whole call: every attempt is guarded by its absence, so that at
+        // most one of them lands, and it holds what that one wrote.
+        let receipt = format!(
+            "{}{}/{}",
+            self.receipts_prefix(),
+            self.inner.nonce,
+            self.inner.receipts.fetch_add(1, Ordering::Relaxed)
+        );
         for attempt in 0u32.. {
             let (value, guard) = match &current {
                 Read::Present(v, rev) => (
@@ -417,63 +437,71 @@ impl EtcdStore {
                     Compare::version(full.clone(), CompareOp::Equal, 0),
                 ),
             };
-            let receipt = format!(
-                "{}{}/{}",
-                self.receipts_prefix(),
-                self.inner.nonce,
-                self.inner.receipts.fetch_add(1, Ordering::Relaxed)
-            );
             // On a conflict the transaction answers with the key as it is now, so that the
-            // next attempt needs no read of its own.
+            // next attempt needs no read of its own, and with the receipt, present when an
+            // earlier attempt that went unanswered landed after all.
             let txn = Txn::new()
-                .when([guard])
+                .when([
+                    guard,
+                    Compare::version(receipt.clone(), CompareOp::Equal, 0),
+                ])
                 .and_then([
                     TxnOp::put(full.clone(), value.clone(), self.put_options()),
-                    TxnOp::put(receipt.clone(), Vec::new(), None),
+                    TxnOp::put(receipt.clone(), value.clone(), None),
                 ])
-                .or_else([TxnOp::get(full.clone(), None)]);
+                .or_else([
+                    TxnOp::get(full.clone(), None),
+                    TxnOp::get(receipt.clone(), None),
+                ]);
             let answer = self.request(false, |mut kv| {
                 let txn = txn.clone();
                 async move {
                     let r = kv.txn(txn).await?;
-                    let now = r.op_responses().into_iter().find_map(|op| match op {
-                        TxnOpResponse::Get(g) => Some(match g.kvs().first() {
-                            Some(kv) => Read::Present(kv.value().to_vec(), kv.mod_revision()),
-                            None => Read::Missing(g.header().map_or(0, |h| h.revision())),
-                        }),
+                    let mut gets = r.op_responses().into_iter().filter_map(|op| match op {
+                        TxnOpResponse::Get(g) => Some(g),
                         _ => None,
                     });
-                    Ok((r.succeeded(), now))
+                    let now = gets.next().map(|g| match g.kvs().first() {
+                        Some(kv) => Read::Present(kv.value().to_vec(), kv.mod_revision()),
+                        None => Read::Missing(g.header().map_or(0, |h| h.revision())),
+                    });
+                    let earlier = gets
+                        .next()
+                        .and_then(|g| g.kvs().first().map(|kv| kv.value().to_vec()));
+                    Ok((r.succeeded(), now, earlier))
                 }
             });
-            let landed = match answer {
-                Ok((true, _)) => true,
-                Ok((false, now)) => {
+            let written = match answer {
+                Ok((true, _, _)) => Some(value),
+                Ok((false, _, Some(earlier))) => Some(earlier),
+                Ok((false, now, None)) => {
                     current = match now {
                         Some(now) => now,
                         None => self.read(op, key)?,
                     };
-                    false
+                    None
                 }
                 Err(Failure::Unsure(_)) => {
-                    let landed = self.call(op, |mut kv| {
+                    let earlier = self.call(op, |mut kv| {
                         let receipt = receipt.clone();
-                        async move { Ok(kv.get(receipt, None).await?.count() > 0) }
+                        async move {
+                            let r = kv.get(receipt, None).await?;
+                            Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+                        }
                     })?;
-                    if !landed {
+                    if earlier.is_none() {
                         current = self.read(op, key)?;
                     }
-                    landed
+                    earlier
                 }
                 Err(e) => return Err(self.failure(op, e)),
             };
-            if landed {
-                // Read only when unsure, and this one was not: removed in the background.
+            if let Some(written) = written {
                 let mut kv = self.inner.client.kv_client();
                 self.inner.runtime.spawn(async move {
                     let _ = kv.delete(receipt, None).await;
                 });
-                return Ok(value);
+                return Ok(written);
             }
             // Many clients on one key (every rank bumping a counter): spread the retries,
             // or each round of them lets one through and the rest collide again.
@@ -812,12 +840,13 @@ impl Store for EtcdStore {
             .expect("one key"))
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
-        let mut sum = 0;
-        self.read_modify_write("add", key, |current| {
-            sum = crate::table::added(key, current, delta)?;
-            Ok(sum.to_string().into_bytes())
+        // What landed may be an earlier attempt's sum (Note [etcd receipts]).
+        let written = self.read_modify_write("add", key, |current| {
+            Ok(crate::table::added(key, current, delta)?
+                .to_string()
+                .into_bytes())
         })?;
-        Ok(sum)
+        crate::table::added(key, Some(&written), 0)
     }
     /// A serializable read through a client that does not ask for a leader (Note [A poll
     /// reads serializably] in `etcd/poll.rs`).
@@ -825,9 +854,12 @@ impl Store for EtcdStore {
         let full = self.key(key);
         // A poll's attempt is bounded tighter (POLL_ATTEMPT): one sent to a member that is
         // gone is sent again elsewhere.
-        self.request_on(self.inner.poll.client(), true, POLL_ATTEMPT, |kv| {
-            PollClient::read(kv, full.clone())
-        })
+        self.request_on(
+            self.inner.poll.client(),
+            true,
+            (POLL_ATTEMPT, POLL_ATTEMPT),
+            |kv| PollClient::read(kv, full.clone()),
+        )
         .map_err(|e| self.failure("peek", e))
     }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {

@@ -165,9 +165,19 @@ impl<M: Classifier> WithEngine<M> for Attempt<'_, '_> {
         let mut outer = self.outer;
         if let Some(outer) = outer.as_deref_mut() {
             let (state, fresh) = self.outer_start;
-            outer.heal(&mut engine, state, fresh, self.at.global_step)?;
             // A sync its group failed in runs in this one.
-            outer.settle(&mut engine)?;
+            let healed = outer
+                .heal(&mut engine, state, fresh, self.at.global_step)
+                .and_then(|()| outer.settle(&mut engine).map(drop));
+            // A heal or a sync that fails (a second death) leaves the engine as it was: the
+            // rank keeps what it holds, as after a failed step, and regroups again.
+            if let Err(e) = healed {
+                let kept = match self.keep {
+                    true => Some(engine.into_local()?),
+                    false => None,
+                };
+                return Ok((at, Err(crate::Error::from(e)), kept, None));
+            }
         }
         let mut previous = None;
         let result = self.ctx.epochs(

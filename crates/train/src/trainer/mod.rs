@@ -277,7 +277,7 @@ fn train_group<M: Classifier>(
                 "--fault-tolerance with --outer and --sharding {}: the other islands hold the \
                  copies of an island's shards, and this run is one island of {size} rank(s) \
                  (world {slots}), so a rank that dies takes its shard with it; use \
-                 --island-size below {slots}, or --sharding hybrid",
+                 --island-size below {slots}",
                 cfg.sharding
             )));
         }
@@ -519,16 +519,6 @@ fn train_group<M: Classifier>(
                 if pg.failure().is_none() {
                     pg.abort(&e.to_string());
                 }
-                // An attempt that failed before its engine gave the model back (a sharding
-                // engine takes it whole, and under a second death a heal or the engine's own
-                // setup can fail) left this rank without its state: it takes a peer's, as a
-                // replacement does, into the model built again.
-                if held.is_lent() {
-                    let Some(build) = build else {
-                        return Err(e);
-                    };
-                    held.lost(build()?);
-                }
                 // A cut model's groups are the mesh's, not the world's: each is broken too, so
                 // that no peer waits in one for this rank (Note [Replicas that leave and
                 // join]).
@@ -542,6 +532,17 @@ fn train_group<M: Classifier>(
                     if let Some(state) = o.into_state() {
                         outer_state = Some(state);
                     }
+                }
+                // An attempt that failed before its engine gave the model back (a sharding
+                // engine takes it whole, and its own setup, a collective, can fail under a
+                // second death) left this rank without its state: it takes a peer's, as a
+                // replacement does, into the model built again (after the aborts above, so
+                // that no peer waits on this rank meanwhile).
+                if held.is_lent() {
+                    let Some(build) = build else {
+                        return Err(e);
+                    };
+                    held.lost(build()?);
                 }
                 let failed_at = Instant::now();
                 tracing::warn!(

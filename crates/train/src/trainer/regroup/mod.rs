@@ -23,26 +23,25 @@
 //! leave and join]).
 //!
 //! Note [Islands of shards that leave and join]
-//! Under `--outer` with a sharding mode inside the islands, a rank holds pieces of its own
-//! island's model, and the islands differ between syncs: a regroup over the whole group
-//! (Note [Regroup of shards]) would mix them. It runs in two stages instead. An island whose
-//! ranks all hold one step (whole in its state: Note [Islands that leave and join] in
-//! phalanx-ddp), and all hold it alike, first joins its pieces over its own ranks, which makes
-//! the island's model and optimizer state whole on each of them; the rank keeps that whole
-//! state, so that a regroup failing later finds it whole and does not join twice (a pending
-//! step would be taken twice). An island that lost a rank holds pieces no peer island can
-//! complete (every island cut its own), and one whose ranks hold different things (some
-//! joined, some not, when a regroup failed between them) cannot join them either: their ranks
-//! count as replacements, as a DDP island with a replacement in it does. The ranks agree on
-//! what they hold with one all-gather of the island first, so that all of them or none enter
-//! the join. Then the replicas' regroup (Note [A regroup]) runs over the whole group, on an
-//! optimizer of its own, with every whole island keeping its own, and the others take the
-//! state of the lowest rank at the newest step. The whole optimizer state is cut again for
-//! the island's new shards, as a resumed checkpoint's is. A rank whose attempt failed while
-//! its sharding engine held the model (no copy is kept) takes a peer's state as a replacement
-//! does ([`Held::lost`]). `full`, `grad` and `optimizer`, refused under fault tolerance
-//! without islands (no rank holds a copy of a dead rank's pieces), are recoverable here with
-//! two islands or more: the other islands are the copies.
+//! Under `--outer` with a sharding mode inside the islands, a rank holds pieces of its own island's
+//! model, and the islands differ between syncs: a regroup over the whole group (Note [Regroup of
+//! shards]) would mix them. It runs in two stages instead. An island whose ranks all hold one step
+//! (whole in its state: Note [Islands that leave and join] in phalanx-ddp), and all hold it alike,
+//! first joins its pieces over its own ranks, which makes the island's model and optimizer state
+//! whole on each of them; the rank keeps that whole state, so that a regroup failing later finds it
+//! whole and does not join again. An island that lost a rank holds pieces no peer island can
+//! complete (every island cut its own), and one whose ranks hold different things (some joined,
+//! some not, when a regroup failed between them) cannot join them either: their ranks count as
+//! replacements, as a DDP island with a replacement in it does. The ranks agree on what they hold
+//! with one all-gather of the island first, so that all of them or none enter the join. Then the
+//! replicas' regroup (Note [A regroup]) runs over the whole group, on an optimizer of its own, with
+//! every whole island keeping its own, and the others take the state of the lowest rank at the
+//! newest step. The whole optimizer state is cut again for the island's new shards, as a resumed
+//! checkpoint's is. A heal that fails leaves the engine as it was, and the rank keeps its pieces; a
+//! rank whose sharding engine could not be set up (a collective), which holds the model with no
+//! copy kept, takes a peer's state as a replacement does ([`Held::lost`]). `full`, `grad` and
+//! `optimizer`, refused under fault tolerance without islands (no rank holds a copy of a dead
+//! rank's pieces), are recoverable here with two islands or more: the other islands are the copies.
 
 mod pieces;
 mod plan;
