@@ -178,6 +178,13 @@ pub fn threads_per_rank() -> usize {
     (cores / local_ranks).max(1)
 }
 
+/// Whether every rank of this host has a core of its own: a rank that waits with nothing else
+/// to do may then spin on its core rather than sleep (a pipeline stage does).
+pub fn ranks_have_cores() -> bool {
+    let (local_ranks, cores) = host();
+    local_ranks <= cores
+}
+
 /// Whether a pool of `threads` spins on this host, under `PHALANX_POOL_SPIN` and the
 /// launcher's `LOCAL_WORLD_SIZE`.
 fn spins_here(threads: usize) -> bool {

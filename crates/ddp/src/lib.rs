@@ -54,7 +54,7 @@ mod step_core;
 mod step_header;
 mod verify;
 
-pub use compute_pool::{on_compute_pool, threads_per_rank};
+pub use compute_pool::{on_compute_pool, ranks_have_cores, threads_per_rank};
 pub use data_parallel::{DataParallel, HeldFloats, Local, ShardView, StepKind};
 pub use ddp::DistributedDataParallel;
 pub use error::{Error, Result};

@@ -225,10 +225,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => mine,
     };
     let digest: f64 = whole.iter().flatten().map(|&v| f64::from(v)).sum();
-    let bubble = stage.as_ref().map_or(String::new(), |s| {
-        let (measured, theory) = s.bubble();
-        format!("; bubble {measured:.2} (1F1B's theory {theory:.2})")
-    });
+    let bubble = match &stage {
+        Some(s) => {
+            let b = s.bubble()?;
+            format!("; bubble {:.2} (1F1B's theory {:.2})", b.measured, b.theory)
+        }
+        None => String::new(),
+    };
     println!(
         "rank {} (stage {} of {stages}): held {held} of {} tensors; parameters sum \
          {digest:.6}{bubble}",

@@ -86,6 +86,10 @@ pub(crate) trait Backend {
     /// `rank` is this rank, for a backend that reports the failure itself.
     fn abort(&mut self, rank: usize, cause: &str);
 
+    /// How long a wait spins before it sleeps ([`crate::ProcessGroup::set_wait_spin`]); a
+    /// backend whose waits are not its own ignores it.
+    fn set_wait_spin(&mut self, _spin: std::time::Duration) {}
+
     // === What not every backend offers: `ProcessGroup` refuses these before they get here
     // (`check::Caller::native`, `check::Caller::batch`), so the defaults never run. ===
 

@@ -228,6 +228,11 @@ impl Exec {
         dispatch!(&mut self.backend, b => b.abort(rank, cause))
     }
 
+    /// How long the backend's waits spin before they sleep.
+    pub(crate) fn set_wait_spin(&mut self, spin: std::time::Duration) {
+        dispatch!(&mut self.backend, b => b.set_wait_spin(spin))
+    }
+
     /// NCCL's allreduce of GPU memory in place (`Avg` divides on the device, `ncclAvg`).
     ///
     /// # Safety

@@ -163,6 +163,12 @@ impl Backend for Native {
         coll::recv(self.transport.as_mut(), seq, buf, peer, tag).map(|()| Algorithm::Direct)
     }
 
+    fn set_wait_spin(&mut self, spin: std::time::Duration) {
+        // The point-to-point messages go over TCP; the shared-memory collectives keep their
+        // own adaptive budget (Note [Spin then sleep] in phalanx-transport).
+        self.transport.set_wait_spin(spin)
+    }
+
     fn abort(&mut self, _rank: usize, cause: &str) {
         if let Some(g) = self.shm.as_mut() {
             g.abort(cause);

@@ -681,20 +681,39 @@ impl ProcessGroup {
     /// assert_eq!(got, vec![1.0, 0.0]);
     /// ```
     pub fn batch_isend_irecv<T: Element>(&self, mut ops: Vec<P2POp<T>>) -> Work<Vec<P2POp<T>>> {
-        let c = self.caller();
-        for op in &ops {
-            if let Err(e) = c.peer(op.peer(), "batch_isend_irecv") {
-                return Work::ready(Err(e));
-            }
-        }
-        if let Err(e) = c.batch() {
-            return Work::ready(Err(e));
-        }
-        let n = ops.iter().map(|op| op.buf().len()).sum();
-        self.enqueue_p2p("batch_isend_irecv", Shape::of::<T>(n, n), move |t| {
+        let shape = match self.batch_shape(&ops) {
+            Ok(shape) => shape,
+            Err(e) => return Work::ready(Err(e)),
+        };
+        self.enqueue_p2p("batch_isend_irecv", shape, move |t| {
             let algo = t.send_recv_batch(&mut ops)?;
             Ok((ops, algo))
         })
+    }
+
+    /// [`batch_isend_irecv`](Self::batch_isend_irecv) run on the calling thread and waited
+    /// for: a caller that would wait at once saves the hand-off to the group's worker thread
+    /// and back, two wake-ups (a pipeline stage's exchanges, where each is ~50 µs of a 3 ms
+    /// microbatch). Runs after the group's asynchronous operations already issued.
+    pub fn batch_send_recv<T: Element>(&self, mut ops: Vec<P2POp<T>>) -> Result<Vec<P2POp<T>>> {
+        let shape = self.batch_shape(&ops)?;
+        self.pending.wait_idle();
+        self.shared.run_p2p("batch_isend_irecv", shape, |t| {
+            let algo = t.send_recv_batch(&mut ops)?;
+            Ok(((), algo))
+        })?;
+        Ok(ops)
+    }
+
+    /// A batch's operations checked, and the shape the flight recorder gives it.
+    fn batch_shape<T: Element>(&self, ops: &[P2POp<T>]) -> Result<Shape> {
+        let c = self.caller();
+        for op in ops {
+            c.peer(op.peer(), "batch_isend_irecv")?;
+        }
+        c.batch()?;
+        let n = ops.iter().map(|op| op.buf().len()).sum();
+        Ok(Shape::of::<T>(n, n))
     }
 
     /// Why this group failed (its first failure's root cause, here or on another rank), or
@@ -714,6 +733,26 @@ impl ProcessGroup {
     /// Whether this group is a fault-tolerant generation or a subgroup of one.
     pub(crate) fn is_fault_tolerant(&self) -> bool {
         self.shared.is_fault_tolerant()
+    }
+
+    /// How long this group's waits on the network spin before they sleep (50 µs by default,
+    /// so that a rank whose work overlaps a collective never burns the core its compute
+    /// needs). A caller that only ever waits on this group with nothing else to do, on a core
+    /// of its own, may spin up to a whole compute: a pipeline stage does (Note [Spin then
+    /// poll] in phalanx-transport). Applies to the operations issued after it.
+    ///
+    /// ```
+    /// let ok = phalanx_testing::spawn_ranks(2, |pg| {
+    ///     pg.set_wait_spin(std::time::Duration::from_millis(2));
+    ///     let mut x = [pg.rank() as f32];
+    ///     pg.allreduce(&mut x, phalanx_core::ReduceOp::Sum).is_ok()
+    /// });
+    /// assert_eq!(ok, vec![true, true]);
+    /// ```
+    pub fn set_wait_spin(&self, spin: std::time::Duration) {
+        // Behind the operations already issued, as they hold the backend until done.
+        self.pending.wait_idle();
+        self.shared.exec.lock().unwrap().set_wait_spin(spin);
     }
 
     /// Declares this rank failed: publishes `reason` to the store (where the launcher and

@@ -89,6 +89,8 @@ pub struct TcpTransport {
     world_size: usize,
     conns: Vec<Option<Conn>>,
     timeout: Duration,
+    /// How long a wait spins before it sleeps (Note [Spin then poll]).
+    spin: Duration,
     abort: AbortHandle,
 }
 
@@ -261,6 +263,7 @@ impl TcpTransport {
             world_size: cfg.world_size,
             conns,
             timeout: cfg.timeout,
+            spin: tcp_exchange::SPIN,
             abort,
         })
     }
@@ -294,7 +297,7 @@ impl TcpTransport {
             during,
             sends,
             recvs,
-            self.timeout,
+            (self.timeout, self.spin),
             &move || abort.reason(),
         );
         match res {
@@ -347,6 +350,10 @@ impl Transport for TcpTransport {
             sends.iter().map(|(fp, s)| (*fp, s)),
             recvs.iter_mut().map(|(fp, r)| (*fp, r)),
         )
+    }
+
+    fn set_wait_spin(&mut self, spin: Duration) {
+        self.spin = spin;
     }
 
     fn abort(&mut self, reason: &str) {

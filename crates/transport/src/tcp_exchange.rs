@@ -4,7 +4,11 @@
 //! Note [Spin then poll]: waking a sleeping process costs ~40-50 µs on the machines we target,
 //! more than a whole 4 KiB exchange. The engine therefore retries non-blocking reads and
 //! writes for a short spin window before it sleeps in `poll(2)`; the window is short enough
-//! that a rank never burns a core its peer needs for compute for long.
+//! that a rank never burns a core its peer needs for compute for long. A group whose caller
+//! waits with nothing else to do, on a core of its own, may spin longer
+//! ([`crate::Transport::set_wait_spin`]): a pipeline stage waits a whole microbatch's compute
+//! for its peer's message, and on a virtual machine a sleeping thread took ~1 ms to wake
+//! (docs/train.md), a third of a microbatch's forward and backward there.
 //!
 //! Note [Early frames]: collectives (one group-wide sequence) and point-to-point messages (a
 //! sequence per pair of ranks) share each connection, and a peer may be one step ahead in the
@@ -29,8 +33,9 @@ use crate::{
     CollectiveKind, Error, Fingerprint, RecvReq, Result, SendReq,
 };
 
-/// How long to spin on non-blocking calls before sleeping in poll.
-const SPIN: Duration = Duration::from_micros(50);
+/// How long to spin on non-blocking calls before sleeping in poll, unless the transport was
+/// told otherwise (Note [Spin then poll]).
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
 /// Longest single poll sleep, so that an abort from another thread is noticed promptly.
 const POLL_SLICE_MS: i32 = 100;
 
@@ -100,7 +105,7 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     during: &Fingerprint,
     sends: impl Iterator<Item = (Fingerprint, &'s SendReq<'a>)>,
     recvs: impl Iterator<Item = (Fingerprint, &'r mut RecvReq<'b>)>,
-    timeout: Duration,
+    (timeout, spin): (Duration, Duration),
     aborted: &dyn Fn() -> Option<String>,
 ) -> Result<()> {
     let mut ss: Vec<SendState<'_>> = sends
@@ -218,7 +223,7 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             continue;
         }
         let idle = *idle_since.get_or_insert_with(Instant::now);
-        if idle.elapsed() < SPIN {
+        if idle.elapsed() < spin {
             std::hint::spin_loop();
             continue;
         }

@@ -615,8 +615,10 @@ impl Console {
                 samples_per_s: s.samples_per_s,
                 comm_fraction: s.comm_fraction,
                 param_digest: &s.param_digest,
-                pipeline_bubble: s.pipeline_bubble.map(|b| b.0),
-                pipeline_bubble_theory: s.pipeline_bubble.map(|b| b.1),
+                pipeline_bubble: s.pipeline_bubble.map(|b| b.measured),
+                pipeline_bubble_theory: s.pipeline_bubble.map(|b| b.theory),
+                pipeline_imbalance: s.pipeline_bubble.map(|b| b.imbalance),
+                pipeline_idle: s.pipeline_bubble.map(|b| b.idle),
                 outer_syncs: s.outer.map(|o| o.syncs),
                 outer_bytes_across: s.outer.map(|o| o.bytes_across),
             });
@@ -928,12 +930,19 @@ struct SummaryLine<'a> {
     samples_per_s: f64,
     comm_fraction: f64,
     param_digest: &'a str,
-    /// Under `--pp`: the share of its steps rank 0 did not compute, measured.
+    /// Under `--pp`: the share of its steps the busiest stage did not compute, measured (Note
+    /// [The measured bubble] in phalanx-train).
     #[serde(skip_serializing_if = "Option::is_none")]
     pipeline_bubble: Option<f64>,
     /// Under `--pp`: the schedule's bubble in theory, `(p − 1) / (v·m + p − 1)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pipeline_bubble_theory: Option<f64>,
+    /// Under `--pp`: how much less the lightest stage computed than the busiest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline_imbalance: Option<f64>,
+    /// Under `--pp`: the share of its steps this rank did not compute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline_idle: Option<f64>,
     /// Under `--outer`: the outer syncs run.
     #[serde(skip_serializing_if = "Option::is_none")]
     outer_syncs: Option<u64>,

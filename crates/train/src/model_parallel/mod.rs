@@ -305,8 +305,8 @@ impl ModelParallel {
     }
 
     /// The pipeline's measured bubble and its theory, under `--pp`.
-    pub(crate) fn bubble(&self) -> Option<(f64, f64)> {
-        self.pp.as_ref().map(PipelineStage::bubble)
+    pub(crate) fn bubble(&self) -> Result<Option<crate::pipeline::Bubble>> {
+        self.pp.as_ref().map(PipelineStage::bubble).transpose()
     }
 }
 

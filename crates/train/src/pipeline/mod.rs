@@ -30,4 +30,4 @@ mod stage;
 
 pub use options::PipelineOptions;
 pub use schedule::{Action, Instr, Message, PipelineSchedule, Schedule};
-pub use stage::{PipelineStage, WholeOf};
+pub use stage::{Bubble, PipelineStage, WholeOf, STAGE_WAIT_SPIN};

@@ -1,7 +1,41 @@
 //! [`PipelineStage`]: one rank's stage of a pipeline, and the step, the evaluation and the
 //! whole model's gathering it runs with the other stages.
+//!
+//! Note [A stage's waits spin]
+//! A stage waits for its peer's message for up to a whole microbatch's compute, with nothing
+//! else to do. Measured on this project's 2-core virtual machine (`--pp 2 --microbatches 8`,
+//! the default GPT), a wait that slept in `poll(2)` woke about 1 ms after its message came, a
+//! third of a microbatch's forward and backward: the step ran at 222 samples/s with 0.26 and
+//! 0.28 of each rank idle. So where every rank of the host has a core of its own, the pipeline's
+//! group spins up to [`STAGE_WAIT_SPIN`] before it sleeps
+//! ([`ProcessGroup::set_wait_spin`]); the core it spins on is the rank's own, idle otherwise.
+//! Where ranks outnumber cores (`--tp 2 --pp 2` on 2 cores) the peer may need that core, and
+//! the group keeps the transport's short spin.
+//!
+//! Note [The loss rides with the gradients]
+//! Every stage reports the batch's loss, which only the last stage computes. It used to be
+//! broadcast from the last stage at the end of each step: a collective that kept the last
+//! stage waiting for the first stage's last backward, and every stage waiting for a wake-up,
+//! 1–2 ms of a 30 ms step. Instead every gradient message carries one more value: the loss
+//! its sender knew when it sent it (the last stage's running sum; another stage's, the value
+//! of the gradient it last took). A rank's last backward is of the last microbatch on its
+//! first chunk, and its gradient comes down the chain of the last microbatch's backwards,
+//! which starts on the last stage after its last forward: so the value it brings is the whole
+//! batch's loss, on every rank, with no message of its own. A rank that holds the last stage
+//! keeps its own sum.
+//!
+//! Note [The measured bubble]
+//! The schedule's theory, `(p − 1)/(v·m + p − 1)`, is the share of a step a stage waits when
+//! every stage computes the same. Real stages differ (the last computes the head and the
+//! loss): a lighter stage also waits for the heavier, every microbatch, which is imbalance
+//! and not the schedule's. So the bubble reported is the busiest stage's (the one that
+//! computed most over the run) idle share in its median step: the time the step loses to the
+//! fill and the drain. The median, of the last 1,024 steps, so that the first step's warm-up
+//! and a neighbour's burst on a shared machine do not count as the schedule's; each rank's
+//! own idle share over the whole run, every step counted, and the imbalance (how much less
+//! the lightest stage computed than the busiest) are reported beside it.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -22,6 +56,24 @@ use crate::{Classifier, Error, Result};
 /// Rows of the test set one evaluation message carries.
 const STAGE_EVAL_ROWS: usize = 256;
 
+/// How long a stage's wait spins before it sleeps, where every rank has a core (Note [A
+/// stage's waits spin]): longer than a microbatch's compute at the shapes this project runs,
+/// so that a wait that does sleep has waited long enough for a wake-up not to matter.
+pub const STAGE_WAIT_SPIN: Duration = Duration::from_millis(20);
+
+/// A pipeline's bubble over a run (Note [The measured bubble]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bubble {
+    /// The share of its steps the busiest stage did not compute.
+    pub measured: f64,
+    /// The schedule's in theory: `(p − 1)/(v·m + p − 1)`.
+    pub theory: f64,
+    /// How much less the lightest stage computed than the busiest: `1 − lightest/busiest`.
+    pub imbalance: f64,
+    /// The share of its steps this rank did not compute.
+    pub idle: f64,
+}
+
 /// One rank's stage of a pipeline (Note [Pipeline run]): its group, its schedule, the width
 /// of the activations it sends, and the time it computed and waited. PyTorch's
 /// `PipelineStage` with its schedule (`ScheduleGPipe`, `Schedule1F1B`,
@@ -36,8 +88,8 @@ pub struct PipelineStage {
     options: PipelineOptions,
     /// An activation row's shape: `[seq, width]`.
     row: [usize; 2],
-    /// Seconds computing and seconds in the step, summed over the run: the measured bubble.
-    busy: Cell<(f64, f64)>,
+    /// What this rank computed and waited: the measured bubble.
+    busy: RefCell<Busy>,
     /// The schedule of a full batch and this rank's program of it, lowered once (a short
     /// last batch lowers its own).
     full: (Schedule, Vec<Instr>),
@@ -98,11 +150,14 @@ impl PipelineStage {
         let model = model
             .pipeline_stage(&chunks, rank == 0, last)
             .map_err(Error::Config)?;
+        if phalanx_ddp::ranks_have_cores() {
+            pp.set_wait_spin(STAGE_WAIT_SPIN);
+        }
         let stage = PipelineStage {
             pp,
             options: options.clone(),
             row,
-            busy: Cell::new((0.0, 0.0)),
+            busy: RefCell::new(Busy::default()),
             full: (schedule, schedule.program(rank)),
         };
         Ok((stage, model))
@@ -142,11 +197,24 @@ impl PipelineStage {
         self.pp.world_size()
     }
 
-    /// The measured bubble so far (the share of its steps this rank did not compute) and the
-    /// schedule's in theory.
-    pub fn bubble(&self) -> (f64, f64) {
-        let (busy, wall) = self.busy.get();
-        (1.0 - busy / wall.max(1e-12), self.full.0.bubble())
+    /// The bubble measured over the steps so far, next to the schedule's in theory (Note [The
+    /// measured bubble]). A collective of the pipeline.
+    pub fn bubble(&self) -> Result<Bubble> {
+        let busy = self.busy.borrow();
+        let mine = [busy.computing, busy.wall, busy.median_idle()];
+        let mut all = vec![0f64; 3 * self.pp.world_size()];
+        self.pp.allgather(&mine, &mut all)?;
+        let busiest = all
+            .chunks(3)
+            .max_by(|a, b| a[0].total_cmp(&b[0]))
+            .unwrap_or(&mine);
+        let lightest = all.chunks(3).map(|s| s[0]).fold(f64::INFINITY, f64::min);
+        Ok(Bubble {
+            measured: busiest[2],
+            theory: self.full.0.bubble(),
+            imbalance: 1.0 - lightest / busiest[0].max(1e-12),
+            idle: 1.0 - busy.computing / busy.wall.max(1e-12),
+        })
     }
 
     /// One step's forward and backward of `features`/`labels` through the pipeline, with the
@@ -177,6 +245,7 @@ impl PipelineStage {
         let bounds = |mb: usize| (mb * rows / m)..((mb + 1) * rows / m);
         let rank = self.pp.rank();
         let last = schedule.stages() - 1;
+        let holds_last = schedule.rank_of(last) == rank;
         let device = model.device();
         let mut run = Running::default();
         let mut computing = Duration::ZERO;
@@ -251,18 +320,28 @@ impl PipelineStage {
                                         .outputs
                                         .remove(&(chunk, mb))
                                         .expect("a forward kept its output");
-                                    let grad =
-                                        self.activation(run.take(&msg)?, span.len(), &device);
+                                    let mut grad = run.take(&msg)?;
+                                    // Note [The loss rides with the gradients]
+                                    let known =
+                                        grad.pop().ok_or_else(|| missing_grad(stage, mb))?;
+                                    if !holds_last {
+                                        run.loss = f64::from(known);
+                                    }
+                                    let grad = self.activation(grad, span.len(), &device);
                                     // The output's gradient is `grad`: backward of <out, grad>.
                                     (out * grad).sum().backward()
                                 }
                             };
                             let produced = match run.inputs.remove(&(chunk, mb)) {
-                                Some(input) => Some(values(
-                                    input
-                                        .grad_remove(&mut grads)
-                                        .ok_or_else(|| missing_grad(stage, mb))?,
-                                )?),
+                                Some(input) => {
+                                    let mut grad = values(
+                                        input
+                                            .grad_remove(&mut grads)
+                                            .ok_or_else(|| missing_grad(stage, mb))?,
+                                    )?;
+                                    grad.push(run.loss as f32);
+                                    Some(grad)
+                                }
                                 None => None,
                             };
                             run.accumulate(model, grads);
@@ -276,19 +355,15 @@ impl PipelineStage {
                 }
             }
         }
-        let mut loss = [run.loss as f32];
-        self.pp.broadcast(&mut loss, schedule.rank_of(last))?;
         let grads = run.acc.ok_or_else(|| {
             Error::Config(format!(
                 "--pp: stage {rank} ran no backward in its schedule"
             ))
         })?;
-        let (busy, wall) = self.busy.get();
-        self.busy.set((
-            busy + computing.as_secs_f64(),
-            wall + start.elapsed().as_secs_f64(),
-        ));
-        Ok((grads, loss[0]))
+        self.busy
+            .borrow_mut()
+            .add(computing.as_secs_f64(), start.elapsed().as_secs_f64());
+        Ok((grads, run.loss as f32))
     }
 
     /// The model's [`Score`] on `x`/`y` through the pipeline (forward only), the same on every
@@ -428,13 +503,15 @@ impl PipelineStage {
             });
         }
         for msg in recvs {
+            // A gradient carries the loss its sender knew (Note [The loss rides with the
+            // gradients]).
             ops.push(P2POp::Recv {
-                buf: vec![0f32; rows(msg) * width],
+                buf: vec![0f32; rows(msg) * width + usize::from(msg.grad)],
                 peer: schedule.rank_of(msg.from),
                 tag: schedule.tag(msg),
             });
         }
-        let done = self.pp.batch_isend_irecv(ops).wait()?;
+        let done = self.pp.batch_send_recv(ops)?;
         for (msg, op) in recvs.iter().zip(done.into_iter().skip(sends.len())) {
             run.arrived.insert(*msg, op.into_buf());
         }
@@ -453,6 +530,43 @@ impl PipelineStage {
     }
 }
 
+/// The steps this rank's last [`BUSY_STEPS`] idle shares are kept of.
+const BUSY_STEPS: usize = 1024;
+
+/// What a rank computed and waited in its steps (Note [The measured bubble]).
+#[derive(Debug, Default)]
+struct Busy {
+    /// Seconds computing, summed over the run.
+    computing: f64,
+    /// Seconds in the steps, summed over the run.
+    wall: f64,
+    /// The idle share of each of the last [`BUSY_STEPS`] steps, the oldest overwritten.
+    idle: Vec<f64>,
+    /// Steps so far.
+    steps: usize,
+}
+
+impl Busy {
+    fn add(&mut self, computing: f64, wall: f64) {
+        self.computing += computing;
+        self.wall += wall;
+        let idle = 1.0 - computing / wall.max(1e-12);
+        match self.idle.len() < BUSY_STEPS {
+            true => self.idle.push(idle),
+            false => self.idle[self.steps % BUSY_STEPS] = idle,
+        }
+        self.steps += 1;
+    }
+
+    /// The idle share of the median step of the last [`BUSY_STEPS`] (of the run so far, if
+    /// none ran: 0).
+    fn median_idle(&self) -> f64 {
+        let mut idle = self.idle.clone();
+        idle.sort_by(f64::total_cmp);
+        idle.get(idle.len() / 2).copied().unwrap_or(0.0)
+    }
+}
+
 /// What a step holds while its program runs.
 #[derive(Default)]
 struct Running {
@@ -466,7 +580,8 @@ struct Running {
     outputs: HashMap<(usize, usize), Tensor<3>>,
     /// The last stage's losses, by microbatch, weighted by its share of the batch.
     losses: HashMap<usize, Tensor<1>>,
-    /// The batch's mean loss (the last stage's).
+    /// The batch's mean loss: the last stage's running sum, or the value the gradient this
+    /// rank last took carried (Note [The loss rides with the gradients]).
     loss: f64,
     /// The gradients summed over the microbatches so far.
     acc: Option<Gradients>,
@@ -544,4 +659,29 @@ fn mix(seed: u64, k: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The median step's idle share, of the last `BUSY_STEPS` only; the sums over all.
+    #[test]
+    fn the_bubble_is_the_median_steps_and_the_idle_share_every_steps() {
+        let mut busy = Busy::default();
+        assert_eq!(busy.median_idle(), 0.0);
+        // A warm-up step idle 90%, then steps idle 10%, 20%, 10%, 10%.
+        for (computing, wall) in [(0.1, 1.0), (0.9, 1.0), (0.8, 1.0), (0.9, 1.0), (1.8, 2.0)] {
+            busy.add(computing, wall);
+        }
+        assert!((busy.median_idle() - 0.1).abs() < 1e-12);
+        assert!((1.0 - busy.computing / busy.wall - 0.25).abs() < 1e-12);
+        // The oldest are overwritten: after BUSY_STEPS steps idle 50%, no other is left.
+        for _ in 0..BUSY_STEPS {
+            busy.add(0.5, 1.0);
+        }
+        assert_eq!(busy.idle.len(), BUSY_STEPS);
+        assert!(busy.idle.iter().all(|&i| (i - 0.5).abs() < 1e-12));
+        assert_eq!(busy.steps, BUSY_STEPS + 5);
+    }
 }

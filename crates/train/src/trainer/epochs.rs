@@ -51,9 +51,9 @@ pub struct Summary {
     pub comm_fraction: f64,
     /// SHA-256 of this rank's final parameters in canonical order.
     pub param_digest: String,
-    /// Under `--pp`: the share of its steps this rank did not compute (the pipeline's bubble,
-    /// measured) and the schedule's in theory.
-    pub pipeline_bubble: Option<(f64, f64)>,
+    /// Under `--pp`: the pipeline's bubble, measured and in theory (Note [The measured bubble]
+    /// in `pipeline/stage.rs`).
+    pub pipeline_bubble: Option<crate::pipeline::Bubble>,
     /// Under `--outer`: what the outer syncs cost this rank.
     pub outer: Option<phalanx_ddp::outer::OuterStats>,
     /// Per-epoch records.
@@ -545,7 +545,10 @@ impl Context<'_> {
                     hasher.finish()
                 }
             },
-            pipeline_bubble: self.mp.as_ref().and_then(ModelParallel::bubble),
+            pipeline_bubble: match &self.mp {
+                Some(mp) => mp.bubble()?,
+                None => None,
+            },
             outer: outer.map(|o| o.stats()),
             records: totals.records.clone(),
         }))
