@@ -29,10 +29,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
-    Identity, KvClient, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, KvClient, PutOptions, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
 };
 
+use super::connect;
+use super::failure::{not_carried_out, unsure, Failure};
 use super::lease::{self, EtcdLease};
 use super::options::EtcdOptions;
 use super::poll::{PollClient, POLL_ATTEMPT};
@@ -92,62 +94,8 @@ impl EtcdStore {
             .enable_all()
             .build()
             .map_err(|e| fail("connect", format!("cannot start the client's runtime: {e}")))?;
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(o.connect_timeout.min(Duration::from_secs(5)))
-            .with_require_leader(true)
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(5));
-        if o.tls() {
-            options = options.with_tls(tls(o).map_err(|r| fail("connect", r))?);
-        }
-        if let Some((user, password)) = &o.user {
-            options = options.with_user(user.clone(), password.clone());
-        }
-        let urls: Vec<String> = o
-            .endpoints
-            .iter()
-            .map(|e| match (e.contains("://"), o.tls()) {
-                (true, _) => e.clone(),
-                (false, true) => format!("https://{e}"),
-                (false, false) => format!("http://{e}"),
-            })
-            .collect();
-        let deadline = Instant::now() + o.connect_timeout;
-        let (client, poll) = loop {
-            let attempt = runtime.block_on(async {
-                let mut client = tokio::time::timeout(
-                    o.connect_timeout,
-                    Client::connect(&urls, Some(options.clone())),
-                )
-                .await
-                .map_err(|_| "no answer".to_string())?
-                .map_err(|e| e.to_string())?;
-                // The channel connects lazily: a read proves a member (with a leader) answers.
-                tokio::time::timeout(Duration::from_secs(5), client.get("/phalanx/", None))
-                    .await
-                    .map_err(|_| "no answer".to_string())?
-                    .map_err(|e| e.to_string())?;
-                let poll = tokio::time::timeout(
-                    o.connect_timeout,
-                    PollClient::connect(&urls, options.clone()),
-                )
-                .await
-                .map_err(|_| "no answer".to_string())?
-                .map_err(|e| e.to_string())?;
-                Ok::<_, String>((client, poll))
-            });
-            match attempt {
-                Ok(connected) => break connected,
-                // A wrong password or certificate will not get better by waiting.
-                Err(e) if is_refusal(&e) => return Err(fail("connect", refusal_hint(e))),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(fail(
-                        "connect",
-                        format!("no member answered within {:.0?}: {e}", o.connect_timeout),
-                    ))
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(200)),
-            }
-        };
+        let (client, poll) =
+            connect::connect(&runtime, o).map_err(|reason| fail("connect", reason))?;
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 runtime,
@@ -718,110 +666,11 @@ enum Read {
     Missing(i64),
 }
 
-/// What became of a request that did not succeed.
-enum Failure {
-    /// Nothing answered in time (`last`: the last refusal seen, if any).
-    Timeout {
-        timeout: Duration,
-        last: Option<String>,
-    },
-    /// It may or may not have landed ([`unsure`]).
-    Unsure(etcd_client::Error),
-    /// It was refused (a wrong request, a permission, …).
-    Refused(etcd_client::Error),
-}
-
-/// Whether `e` says the request was surely not carried out: no connection to a member, or a
-/// member that refused it for want of a leader (`require_leader` refuses before proposing).
-fn not_carried_out(e: &etcd_client::Error) -> bool {
-    let text = format!("{e:?}");
-    text.contains("ConnectError")
-        || text.contains("tcp connect error")
-        || text.contains("etcdserver: no leader")
-}
-
-/// Whether `e` leaves open whether the request landed: a proposal in flight when the leader
-/// changed, a member that timed out waiting for the commit, a connection that broke after
-/// sending, a member that did not answer an attempt in time.
-fn unsure(e: &etcd_client::Error) -> bool {
-    let text = format!("{e:?}");
-    [
-        "leader changed",
-        "request timed out",
-        "Unavailable",
-        "Cancelled",
-        "transport error",
-        "h2 protocol error",
-        "connection reset",
-        "broken pipe",
-        // An attempt that got no answer in time (`request`): a member cut off, or slow.
-        "TimedOut",
-    ]
-    .iter()
-    .any(|m| text.contains(m))
-}
-
 /// A number below `n` (`n` > 0), from the system's random source; retries need no more.
 fn rand_below(n: u64) -> u64 {
     let mut b = [0u8; 8];
     let _ = getrandom::fill(&mut b);
     u64::from_le_bytes(b) % n.max(1)
-}
-
-/// Errors that retrying cannot mend.
-fn is_refusal(e: &str) -> bool {
-    let e = e.to_ascii_lowercase();
-    [
-        "authentication failed",
-        "invalid auth",
-        "permission denied",
-        "certificate",
-        "tls",
-        "user name",
-    ]
-    .iter()
-    .any(|m| e.contains(m))
-}
-
-/// A refusal in words a user can act on, before the client's own (`e`).
-fn refusal_hint(e: String) -> String {
-    let l = e.to_ascii_lowercase();
-    let hint = if l.contains("invalid peer certificate") {
-        "the members' certificate is not signed by the CA this client trusts (--rdzv-conf \
-         cacert=…, PHALANX_ETCD_CACERT), or does not name the address dialled"
-    } else if ["badcertificate", "certificaterequired", "unknownca"]
-        .iter()
-        .any(|m| l.contains(m))
-    {
-        "the members refused this client's certificate: they want one signed by their CA \
-         (--rdzv-conf cert=…,key=…, PHALANX_ETCD_CERT and PHALANX_ETCD_KEY)"
-    } else {
-        return e;
-    };
-    format!("{hint}; etcd's client said: {e}")
-}
-
-fn tls(o: &EtcdOptions) -> std::result::Result<TlsOptions, String> {
-    let read = |p: &std::path::Path, what: &str| {
-        std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
-    };
-    let mut t = TlsOptions::new();
-    if let Some(ca) = &o.cacert {
-        let pem = read(ca, "CA certificate (cacert)")?;
-        if !pem.starts_with(b"-----BEGIN") {
-            return Err(format!(
-                "{} (cacert) is not a PEM certificate",
-                ca.display()
-            ));
-        }
-        t = t.ca_certificate(Certificate::from_pem(pem));
-    }
-    if let Some((cert, key)) = &o.identity {
-        let c = read(cert, "client certificate (cert)")?;
-        let k = read(key, "client key (key)")?;
-        t = t.identity(Identity::from_pem(c, k));
-    }
-    Ok(t)
 }
 
 impl Store for EtcdStore {

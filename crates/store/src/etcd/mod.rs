@@ -1,6 +1,8 @@
 //! The job's store in etcd: [`EtcdOptions`] (where the cluster is and how to reach it, read
 //! from `PHALANX_ETCD_*`), compiled in every build, and the client, `EtcdStore` with its
-//! `EtcdLease` and the client of its polls (`client.rs`, `lease.rs`, `poll.rs`), behind the crate's `etcd` feature (on by default).
+//! `EtcdLease` and the client of its polls (`client.rs`, `lease.rs`, `poll.rs`; connecting in
+//! `connect.rs`, telling a failed request's fate in `failure.rs`), behind the crate's `etcd`
+//! feature (on by default).
 //!
 //! Note [A build without the etcd client]: the client brings gRPC with it (tonic, hyper, h2,
 //! tower, rustls, ring), which the fuzz targets' decoders never reach: in their sanitized
@@ -12,6 +14,10 @@
 
 #[cfg(feature = "etcd")]
 mod client;
+#[cfg(feature = "etcd")]
+mod connect;
+#[cfg(feature = "etcd")]
+mod failure;
 #[cfg(feature = "etcd")]
 mod lease;
 mod options;
