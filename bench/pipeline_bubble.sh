@@ -5,7 +5,9 @@
 # `pipeline_bubble` (the busiest stage's idle share in its median step), the theory
 # `(p − 1)/(v·m + p − 1)`, `pipeline_imbalance`, each rank's `pipeline_idle` over the whole run,
 # and samples/s; then the medians. BASELINE=path/to/another/phalanx interleaves a second build
-# (an older commit's) on the same runs: its samples/s and, where it reports one, its bubble.
+# (an older commit's) on the same runs: its samples/s and its bubble, which before 2026-12
+# was each rank's own idle share over the run (printed as its idle per rank, and its "bubble"
+# is then rank 0's).
 #
 #   [ROUNDS=3] [STEPS=100] [BATCH=8] [SCHEDULES="1f1b gpipe interleaved"] [BASELINE=…] \
 #     bash bench/pipeline_bubble.sh
@@ -19,16 +21,22 @@ cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bins=("$here/target/release/phalanx")
 [ -n "${BASELINE:-}" ] && bins+=("$BASELINE")
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+log=$(mktemp)
+trap 'rm -f "$out" "$log"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
   for schedule in $SCHEDULES; do
-    extra=()
+    extra=(--depth 2)
     [ "$schedule" = interleaved ] && extra=(--virtual-stages 2 --depth 4)
     for bin in "${bins[@]}"; do
-      "$bin" train --standalone --nproc-per-node 2 --model gpt --pp 2 --microbatches 8 \
+      if ! "$bin" train --standalone --nproc-per-node 2 --model gpt --pp 2 --microbatches 8 \
         --pp-schedule "$schedule" "${extra[@]}" --dropout 0 --batch-size "$BATCH" \
-        --max-steps "$STEPS" --json 2>/dev/null | sed 's/^\[rank [0-9]*\]: //' \
-        | grep '"event":"summary"' | sed "s|^|$schedule $bin |" >>"$out"
+        --max-steps "$STEPS" --json >"$log" 2>&1; then
+        echo "$bin train --pp-schedule $schedule failed:" >&2
+        tail -20 "$log" >&2
+        exit 1
+      fi
+      sed 's/^\[rank [0-9]*\]: //' "$log" | grep '"event":"summary"' \
+        | sed "s|^|$schedule $bin |" >>"$out"
     done
   done
 done

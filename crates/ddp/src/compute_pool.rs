@@ -178,11 +178,13 @@ pub fn threads_per_rank() -> usize {
     (cores / local_ranks).max(1)
 }
 
-/// Whether every rank of this host has a core of its own: a rank that waits with nothing else
-/// to do may then spin on its core rather than sleep (a pipeline stage does).
+/// Whether the compute threads of every rank of this host fit in its cores, so that each rank
+/// has cores of its own: a rank that waits with nothing else to do may then spin on them
+/// rather than sleep (a pipeline stage does). Without a launcher's variables this process
+/// counts as the host's one rank.
 pub fn ranks_have_cores() -> bool {
     let (local_ranks, cores) = host();
-    local_ranks <= cores
+    on_compute_pool(rayon::current_num_threads) * local_ranks <= cores
 }
 
 /// Whether a pool of `threads` spins on this host, under `PHALANX_POOL_SPIN` and the

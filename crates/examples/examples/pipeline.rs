@@ -225,12 +225,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => mine,
     };
     let digest: f64 = whole.iter().flatten().map(|&v| f64::from(v)).sum();
-    let bubble = match &stage {
-        Some(s) => {
-            let b = s.bubble()?;
-            format!("; bubble {:.2} (1F1B's theory {:.2})", b.measured, b.theory)
-        }
-        None => String::new(),
+    let bubble = match stage.as_ref().map(PipelineStage::bubble).transpose()? {
+        Some(Some(b)) => format!("; bubble {:.2} (1F1B's theory {:.2})", b.measured, b.theory),
+        _ => String::new(),
     };
     println!(
         "rank {} (stage {} of {stages}): held {held} of {} tensors; parameters sum \

@@ -306,7 +306,12 @@ impl ModelParallel {
 
     /// The pipeline's measured bubble and its theory, under `--pp`.
     pub(crate) fn bubble(&self) -> Result<Option<crate::pipeline::Bubble>> {
-        self.pp.as_ref().map(PipelineStage::bubble).transpose()
+        Ok(self
+            .pp
+            .as_ref()
+            .map(PipelineStage::bubble)
+            .transpose()?
+            .flatten())
     }
 }
 

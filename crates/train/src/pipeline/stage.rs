@@ -6,23 +6,23 @@
 //! else to do. Measured on this project's 2-core virtual machine (`--pp 2 --microbatches 8`,
 //! the default GPT), a wait that slept in `poll(2)` woke about 1 ms after its message came, a
 //! third of a microbatch's forward and backward: the step ran at 222 samples/s with 0.26 and
-//! 0.28 of each rank idle. So where every rank of the host has a core of its own, the pipeline's
-//! group spins up to [`STAGE_WAIT_SPIN`] before it sleeps
+//! 0.28 of each rank idle. So where the ranks' compute threads fit in the host's cores, the
+//! pipeline's group spins up to [`STAGE_WAIT_SPIN`] before it sleeps
 //! ([`ProcessGroup::set_wait_spin`]); the core it spins on is the rank's own, idle otherwise.
-//! Where ranks outnumber cores (`--tp 2 --pp 2` on 2 cores) the peer may need that core, and
-//! the group keeps the transport's short spin.
+//! Where they do not (`--tp 2 --pp 2` on 2 cores) the peer may need that core, and the group
+//! keeps the transport's short spin.
 //!
 //! Note [The loss rides with the gradients]
 //! Every stage reports the batch's loss, which only the last stage computes. It used to be
 //! broadcast from the last stage at the end of each step: a collective that kept the last
 //! stage waiting for the first stage's last backward, and every stage waiting for a wake-up,
 //! 1–2 ms of a 30 ms step. Instead every gradient message carries one more value: the loss
-//! its sender knew when it sent it (the last stage's running sum; another stage's, the value
-//! of the gradient it last took). A rank's last backward is of the last microbatch on its
+//! its sender knew when it sent it: on the rank that holds the last stage, its running sum; on
+//! another, the value of the gradient it last took. A rank's last backward is of the last microbatch on its
 //! first chunk, and its gradient comes down the chain of the last microbatch's backwards,
 //! which starts on the last stage after its last forward: so the value it brings is the whole
 //! batch's loss, on every rank, with no message of its own. A rank that holds the last stage
-//! keeps its own sum.
+//! keeps its own sum, and sends it with the gradients of its other chunks (interleaved).
 //!
 //! Note [The measured bubble]
 //! The schedule's theory, `(p − 1)/(v·m + p − 1)`, is the share of a step a stage waits when
@@ -99,7 +99,10 @@ impl PipelineStage {
     /// Cuts `model` for this rank of `pp` as `options` say (Note [Pipeline run]); `row` is
     /// the shape `[seq, width]` of one sample's activation between two stages. Every rank
     /// passes the same whole model. Refused, naming the numbers, where the schedule or the
-    /// cut does not fit the model.
+    /// cut does not fit the model. `pp` is the stage's own: where the ranks' compute threads
+    /// fit in the host's cores, its waits spin up to [`STAGE_WAIT_SPIN`] from here on (Note
+    /// [A stage's waits spin]), so a group that also runs work overlapped with compute is not
+    /// one to pass.
     pub fn cut<M: Classifier>(
         pp: Arc<ProcessGroup>,
         options: &PipelineOptions,
@@ -198,8 +201,8 @@ impl PipelineStage {
     }
 
     /// The bubble measured over the steps so far, next to the schedule's in theory (Note [The
-    /// measured bubble]). A collective of the pipeline.
-    pub fn bubble(&self) -> Result<Bubble> {
+    /// measured bubble]); `None` before a step ran. A collective of the pipeline.
+    pub fn bubble(&self) -> Result<Option<Bubble>> {
         let busy = self.busy.borrow();
         let mine = [busy.computing, busy.wall, busy.median_idle()];
         let mut all = vec![0f64; 3 * self.pp.world_size()];
@@ -209,12 +212,16 @@ impl PipelineStage {
             .max_by(|a, b| a[0].total_cmp(&b[0]))
             .unwrap_or(&mine);
         let lightest = all.chunks(3).map(|s| s[0]).fold(f64::INFINITY, f64::min);
-        Ok(Bubble {
+        // Every stage of a pipeline runs the same steps.
+        if busy.steps == 0 {
+            return Ok(None);
+        }
+        Ok(Some(Bubble {
             measured: busiest[2],
             theory: self.full.0.bubble(),
             imbalance: 1.0 - lightest / busiest[0].max(1e-12),
             idle: 1.0 - busy.computing / busy.wall.max(1e-12),
-        })
+        }))
     }
 
     /// One step's forward and backward of `features`/`labels` through the pipeline, with the
@@ -558,12 +565,14 @@ impl Busy {
         self.steps += 1;
     }
 
-    /// The idle share of the median step of the last [`BUSY_STEPS`] (of the run so far, if
-    /// none ran: 0).
+    /// The idle share of the median step of the last [`BUSY_STEPS`] (the lower of the middle
+    /// two, so that of two steps the warm-up is not the one taken; 0 before a step ran).
     fn median_idle(&self) -> f64 {
         let mut idle = self.idle.clone();
         idle.sort_by(f64::total_cmp);
-        idle.get(idle.len() / 2).copied().unwrap_or(0.0)
+        idle.get(idle.len().saturating_sub(1) / 2)
+            .copied()
+            .unwrap_or(0.0)
     }
 }
 
@@ -670,6 +679,11 @@ mod tests {
     fn the_bubble_is_the_median_steps_and_the_idle_share_every_steps() {
         let mut busy = Busy::default();
         assert_eq!(busy.median_idle(), 0.0);
+        // Of two steps, the lower: the warm-up is not taken.
+        busy.add(0.1, 1.0);
+        busy.add(0.9, 1.0);
+        assert!((busy.median_idle() - 0.1).abs() < 1e-12);
+        let mut busy = Busy::default();
         // A warm-up step idle 90%, then steps idle 10%, 20%, 10%, 10%.
         for (computing, wall) in [(0.1, 1.0), (0.9, 1.0), (0.8, 1.0), (0.9, 1.0), (1.8, 2.0)] {
             busy.add(computing, wall);
