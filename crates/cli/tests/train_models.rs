@@ -655,7 +655,8 @@ fn json_output_is_plain_json_lines() {
 
 /// Pipeline parallelism against the same batches on one rank, dropout off (with dropout each
 /// microbatch on each stage draws its own masks: Note [Pipeline run]): each schedule on 2
-/// stages (interleaved with 2 chunks per rank over 4 blocks), `--tp 2 --pp 2
+/// stages (interleaved with 2 chunks per rank over 4 blocks, and in one round of 3
+/// microbatches), `--tp 2 --pp 2
 /// --sequence-parallel` on 4 ranks (the stages send their positions only; `--tp 2 --pp 2`
 /// without it is run by the checkpoint tests), and `--pp 2` on 4 ranks against DDP on 2, the
 /// last three with `--grad-clip 0.1` (every step
@@ -723,6 +724,24 @@ fn gpt_pipeline_trains_as_one_rank_does() {
         .concat(),
     );
     close(&interleaved, &one[0], "interleaved");
+    // One round of 3 microbatches, more than --pp (Note [Rounds of microbatches]).
+    let round = gpt_run(
+        &[
+            &[
+                "--nproc-per-node",
+                "2",
+                "--pp",
+                "2",
+                "--pp-schedule",
+                "interleaved",
+                "--microbatches",
+                "3",
+            ],
+            &deep[..],
+        ]
+        .concat(),
+    );
+    close(&round, &one[0], "interleaved in one round of 3");
     let mesh = gpt_run(
         &[
             &[
@@ -1008,11 +1027,11 @@ fn pipeline_shapes_that_do_not_fit_are_named() {
             "--pp-schedule",
             "interleaved",
             "--microbatches",
-            "3",
+            "5",
             "--depth",
             "4",
         ]),
-        &["--microbatches 3 is not a multiple of --pp 2"],
+        &["--microbatches 5 does not split into 2 equal rounds"],
     );
     refused_saying(
         &gpt(&["--microbatches", "4"]),

@@ -22,6 +22,19 @@
 //! and keeps it. The
 //! tests run every program of every schedule for many shapes through a model of the transport
 //! in which a message moves only when both ends are waiting for it, and find no deadlock.
+//!
+//! Note [Rounds of microbatches]
+//! Interleaved 1F1B sends the microbatches round the ranks in rounds: a rank runs a round's
+//! microbatches through its first chunk, then through its second, and so on, so a round must
+//! hold at least `p` microbatches for the last rank's output of the first to be back on rank 0
+//! when rank 0 starts the round on its next chunk. Megatron takes rounds of exactly `p` and
+//! so needs `m` to be a multiple of `p`; PyTorch's `ScheduleInterleaved1F1B` takes
+//! `max(1, ⌊m / p⌋)` rounds of `g = m / rounds` microbatches and needs only that they divide
+//! `m`, and so do we: any `m` below `2p` is one round (below `p` the ranks wait for each
+//! other between chunks, and the lowering in ticks places those waits), and the warm-up is
+//! `2 (p − 1 − rank) + (v − 1) g` forwards. That matters beyond the flag's range: a short last
+//! batch of fewer rows than `--microbatches` takes the most microbatches that fit, and one of
+//! fewer rows than `--pp` is a round of its own instead of a refusal.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -152,12 +165,15 @@ impl Schedule {
                      --virtual-stages {chunks} must be at least 2"
                 ))
             }
-            PipelineSchedule::Interleaved if !microbatches.is_multiple_of(ranks) => {
+            PipelineSchedule::Interleaved if !interleaved_fits(ranks, microbatches) => {
+                let rounds = microbatches / ranks;
                 return Err(format!(
                     "--pp-schedule interleaved sends the microbatches round the {ranks} ranks \
-                     in groups of {ranks}: --microbatches {microbatches} is not a multiple of \
-                     --pp {ranks}"
-                ))
+                     in rounds of equal size, at least {ranks} each: --microbatches \
+                     {microbatches} does not split into {rounds} equal rounds (use fewer than \
+                     {twice} microbatches, or a multiple of --pp {ranks})",
+                    twice = 2 * ranks,
+                ));
             }
             PipelineSchedule::Gpipe | PipelineSchedule::OneFOneB if chunks != 1 => {
                 return Err(format!(
@@ -210,6 +226,12 @@ impl Schedule {
         stage % self.ranks
     }
 
+    /// Interleaved 1F1B's microbatches per round: `m / max(1, ⌊m / p⌋)` (Note [Rounds of
+    /// microbatches]); `p` where `m` is a multiple of it.
+    pub fn per_round(&self) -> usize {
+        self.microbatches / (self.microbatches / self.ranks).max(1)
+    }
+
     /// The schedule's bubble in theory, the share of a step a rank waits when every stage's
     /// forward and backward take the same time: `(p − 1) / (v·m + p − 1)`.
     pub fn bubble(&self) -> f64 {
@@ -232,12 +254,14 @@ impl Schedule {
                 one_f_one_b(m, warmup, |k| forward(0, k), |k| backward(0, k))
             }
             PipelineSchedule::Interleaved => {
-                // Megatron's order: the k-th forward runs chunk (k / p) mod v on microbatch
-                // (k / (p·v))·p + k mod p; the backwards take the chunks in reverse.
-                let mb = |k: usize| (k / (p * v)) * p + k % p;
-                let chunk = |k: usize| (k / p) % v;
+                // Megatron's order over rounds of g microbatches (Note [Rounds of
+                // microbatches]): the k-th forward runs chunk (k / g) mod v on microbatch
+                // (k / (g·v))·g + k mod g; the backwards take the chunks in reverse.
+                let g = self.per_round();
+                let mb = |k: usize| (k / (g * v)) * g + k % g;
+                let chunk = |k: usize| (k / g) % v;
                 let total = m * v;
-                let warmup = ((p - rank - 1) * 2 + (v - 1) * p).min(total);
+                let warmup = ((p - rank - 1) * 2 + (v - 1) * g).min(total);
                 one_f_one_b(
                     total,
                     warmup,
@@ -365,6 +389,12 @@ impl Schedule {
         }
         programs
     }
+}
+
+/// Whether interleaved 1F1B takes `microbatches` on `ranks` ranks: they split into
+/// `max(1, ⌊m / p⌋)` rounds of equal size (Note [Rounds of microbatches]).
+pub(super) fn interleaved_fits(ranks: usize, microbatches: usize) -> bool {
+    microbatches.is_multiple_of((microbatches / ranks).max(1))
 }
 
 /// `total` forwards and backwards in 1F1B order: `warmup` forwards, then a forward and a
@@ -530,9 +560,9 @@ mod tests {
     fn bad_shapes_are_named() {
         let e = Schedule::new(PipelineSchedule::Interleaved, 2, 1, 4).unwrap_err();
         assert!(e.contains("--virtual-stages 1 must be at least 2"), "{e}");
-        let e = Schedule::new(PipelineSchedule::Interleaved, 4, 2, 6).unwrap_err();
+        let e = Schedule::new(PipelineSchedule::Interleaved, 4, 2, 9).unwrap_err();
         assert!(
-            e.contains("--microbatches 6 is not a multiple of --pp 4"),
+            e.contains("--microbatches 9 does not split into 2 equal rounds"),
             "{e}"
         );
         let e = Schedule::new(PipelineSchedule::OneFOneB, 2, 2, 4).unwrap_err();
@@ -541,6 +571,37 @@ mod tests {
             .parse::<PipelineSchedule>()
             .unwrap_err()
             .contains("gpipe, 1f1b"));
+    }
+
+    /// PyTorch's rule (Note [Rounds of microbatches]): one round below `2p`, else rounds of
+    /// equal size; Megatron's rounds of `p` where `m` is a multiple of it.
+    #[test]
+    fn interleaved_rounds_are_pytorchs() {
+        let fits: Vec<usize> = (1..=13).filter(|&m| interleaved_fits(4, m)).collect();
+        assert_eq!(fits, [1, 2, 3, 4, 5, 6, 7, 8, 10, 12]);
+        let per_round = |m| {
+            Schedule::new(PipelineSchedule::Interleaved, 4, 2, m)
+                .unwrap()
+                .per_round()
+        };
+        assert_eq!(
+            [1, 3, 4, 6, 8, 10, 12].map(per_round),
+            [1, 3, 4, 6, 4, 5, 4]
+        );
+        // Rounds of p: Megatron's order, unchanged.
+        let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 4).unwrap();
+        let f = |chunk, mb| Action::Forward { chunk, mb };
+        assert_eq!(
+            s.actions(0)[..6],
+            [
+                f(0, 0),
+                f(0, 1),
+                f(1, 0),
+                f(1, 1),
+                f(0, 2),
+                Action::Backward { chunk: 1, mb: 0 }
+            ]
+        );
     }
 
     #[test]
