@@ -125,7 +125,14 @@ fn spin_setting() -> Option<bool> {
 /// Whether a pool of `threads` spins under `setting` with `local_ranks` ranks on a host of
 /// `cores` (Note [Warm pool]).
 fn spins(setting: Option<bool>, threads: usize, local_ranks: usize, cores: usize) -> bool {
-    threads > 1 && setting.unwrap_or(threads * local_ranks.max(1) <= cores)
+    threads > 1 && setting.unwrap_or(fits_in_cores(threads, local_ranks, cores))
+}
+
+/// Whether `threads` for each of `local_ranks` ranks fit in the host's `cores`: the rule by
+/// which a pool spins (Note [Warm pool]) and a rank that waits alone may spin
+/// ([`ranks_have_cores`]).
+fn fits_in_cores(threads: usize, local_ranks: usize, cores: usize) -> bool {
+    threads * local_ranks.max(1) <= cores
 }
 
 /// This thread's role for as long as it lives; the role before it comes back on drop, a panic
@@ -184,7 +191,11 @@ pub fn threads_per_rank() -> usize {
 /// counts as the host's one rank.
 pub fn ranks_have_cores() -> bool {
     let (local_ranks, cores) = host();
-    on_compute_pool(rayon::current_num_threads) * local_ranks <= cores
+    fits_in_cores(
+        on_compute_pool(rayon::current_num_threads),
+        local_ranks,
+        cores,
+    )
 }
 
 /// Whether a pool of `threads` spins on this host, under `PHALANX_POOL_SPIN` and the
