@@ -23,11 +23,13 @@
 //! each microbatch's masks on each stage apart (from the step's seed, the stage and the
 //! microbatch), so with dropout the runs differ as two seeds do.
 
+mod bubble;
 mod options;
 mod schedule;
 mod split;
 mod stage;
 
+pub use bubble::Bubble;
 pub use options::PipelineOptions;
 pub use schedule::{Action, Instr, Message, PipelineSchedule, Schedule};
-pub use stage::{Bubble, PipelineStage, WholeOf, STAGE_WAIT_SPIN};
+pub use stage::{PipelineStage, WholeOf, STAGE_WAIT_SPIN};

@@ -23,17 +23,6 @@
 //! which starts on the last stage after its last forward: so the value it brings is the whole
 //! batch's loss, on every rank, with no message of its own. A rank that holds the last stage
 //! keeps its own sum, and sends it with the gradients of its other chunks (interleaved).
-//!
-//! Note [The measured bubble]
-//! The schedule's theory, `(p − 1)/(v·m + p − 1)`, is the share of a step a stage waits when
-//! every stage computes the same. Real stages differ (the last computes the head and the
-//! loss): a lighter stage also waits for the heavier, every microbatch, which is imbalance
-//! and not the schedule's. So the bubble reported is the busiest stage's (the one that
-//! computed most over the run) idle share in its median step: the time the step loses to the
-//! fill and the drain. The median, of the last 1,024 steps, so that the first step's warm-up
-//! and a neighbour's burst on a shared machine do not count as the schedule's; each rank's
-//! own idle share over the whole run, every step counted, and the imbalance (how much less
-//! the lightest stage computed than the busiest) are reported beside it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -46,6 +35,7 @@ use burn::tensor::{Gradients, Int, Tensor, TensorData};
 use phalanx_ddp::fsdp::seed_step;
 use phalanx_pg::{P2POp, ProcessGroup};
 
+use super::bubble::{Bubble, Busy};
 use super::options::PipelineOptions;
 use super::schedule::{Action, Instr, Message, Schedule};
 use super::split::stage_starts;
@@ -60,19 +50,6 @@ const STAGE_EVAL_ROWS: usize = 256;
 /// stage's waits spin]): longer than a microbatch's compute at the shapes this project runs,
 /// so that a wait that does sleep has waited long enough for a wake-up not to matter.
 pub const STAGE_WAIT_SPIN: Duration = Duration::from_millis(20);
-
-/// A pipeline's bubble over a run (Note [The measured bubble]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bubble {
-    /// The share of its steps the busiest stage did not compute.
-    pub measured: f64,
-    /// The schedule's in theory: `(p − 1)/(v·m + p − 1)`.
-    pub theory: f64,
-    /// How much less the lightest stage computed than the busiest: `1 − lightest/busiest`.
-    pub imbalance: f64,
-    /// The share of its steps this rank did not compute.
-    pub idle: f64,
-}
 
 /// One rank's stage of a pipeline (Note [Pipeline run]): its group, its schedule, the width
 /// of the activations it sends, and the time it computed and waited. PyTorch's
@@ -203,25 +180,7 @@ impl PipelineStage {
     /// The bubble measured over the steps so far, next to the schedule's in theory (Note [The
     /// measured bubble]); `None` before a step ran. A collective of the pipeline.
     pub fn bubble(&self) -> Result<Option<Bubble>> {
-        let busy = self.busy.borrow();
-        let mine = [busy.computing, busy.wall, busy.median_idle()];
-        let mut all = vec![0f64; 3 * self.pp.world_size()];
-        self.pp.allgather(&mine, &mut all)?;
-        let busiest = all
-            .chunks(3)
-            .max_by(|a, b| a[0].total_cmp(&b[0]))
-            .unwrap_or(&mine);
-        let lightest = all.chunks(3).map(|s| s[0]).fold(f64::INFINITY, f64::min);
-        // Every stage of a pipeline runs the same steps.
-        if busy.steps == 0 {
-            return Ok(None);
-        }
-        Ok(Some(Bubble {
-            measured: busiest[2],
-            theory: self.full.0.bubble(),
-            imbalance: 1.0 - lightest / busiest[0].max(1e-12),
-            idle: 1.0 - busy.computing / busy.wall.max(1e-12),
-        }))
+        self.busy.borrow().bubble(&self.pp, self.full.0.bubble())
     }
 
     /// One step's forward and backward of `features`/`labels` through the pipeline, with the
@@ -537,45 +496,6 @@ impl PipelineStage {
     }
 }
 
-/// The steps this rank's last [`BUSY_STEPS`] idle shares are kept of.
-const BUSY_STEPS: usize = 1024;
-
-/// What a rank computed and waited in its steps (Note [The measured bubble]).
-#[derive(Debug, Default)]
-struct Busy {
-    /// Seconds computing, summed over the run.
-    computing: f64,
-    /// Seconds in the steps, summed over the run.
-    wall: f64,
-    /// The idle share of each of the last [`BUSY_STEPS`] steps, the oldest overwritten.
-    idle: Vec<f64>,
-    /// Steps so far.
-    steps: usize,
-}
-
-impl Busy {
-    fn add(&mut self, computing: f64, wall: f64) {
-        self.computing += computing;
-        self.wall += wall;
-        let idle = 1.0 - computing / wall.max(1e-12);
-        match self.idle.len() < BUSY_STEPS {
-            true => self.idle.push(idle),
-            false => self.idle[self.steps % BUSY_STEPS] = idle,
-        }
-        self.steps += 1;
-    }
-
-    /// The idle share of the median step of the last [`BUSY_STEPS`] (the lower of the middle
-    /// two, so that of two steps the warm-up is not the one taken; 0 before a step ran).
-    fn median_idle(&self) -> f64 {
-        let mut idle = self.idle.clone();
-        idle.sort_by(f64::total_cmp);
-        idle.get(idle.len().saturating_sub(1) / 2)
-            .copied()
-            .unwrap_or(0.0)
-    }
-}
-
 /// What a step holds while its program runs.
 #[derive(Default)]
 struct Running {
@@ -668,34 +588,4 @@ fn mix(seed: u64, k: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The median step's idle share, of the last `BUSY_STEPS` only; the sums over all.
-    #[test]
-    fn the_bubble_is_the_median_steps_and_the_idle_share_every_steps() {
-        let mut busy = Busy::default();
-        assert_eq!(busy.median_idle(), 0.0);
-        // Of two steps, the lower: the warm-up is not taken.
-        busy.add(0.1, 1.0);
-        busy.add(0.9, 1.0);
-        assert!((busy.median_idle() - 0.1).abs() < 1e-12);
-        let mut busy = Busy::default();
-        // A warm-up step idle 90%, then steps idle 10%, 20%, 10%, 10%.
-        for (computing, wall) in [(0.1, 1.0), (0.9, 1.0), (0.8, 1.0), (0.9, 1.0), (1.8, 2.0)] {
-            busy.add(computing, wall);
-        }
-        assert!((busy.median_idle() - 0.1).abs() < 1e-12);
-        assert!((1.0 - busy.computing / busy.wall - 0.25).abs() < 1e-12);
-        // The oldest are overwritten: after BUSY_STEPS steps idle 50%, no other is left.
-        for _ in 0..BUSY_STEPS {
-            busy.add(0.5, 1.0);
-        }
-        assert_eq!(busy.idle.len(), BUSY_STEPS);
-        assert!(busy.idle.iter().all(|&i| (i - 0.5).abs() < 1e-12));
-        assert_eq!(busy.steps, BUSY_STEPS + 5);
-    }
 }

@@ -52,7 +52,7 @@ pub struct Summary {
     /// SHA-256 of this rank's final parameters in canonical order.
     pub param_digest: String,
     /// Under `--pp`: the pipeline's bubble, measured and in theory (Note [The measured bubble]
-    /// in `pipeline/stage.rs`).
+    /// in `pipeline/bubble.rs`).
     pub pipeline_bubble: Option<crate::pipeline::Bubble>,
     /// Under `--outer`: what the outer syncs cost this rank.
     pub outer: Option<phalanx_ddp::outer::OuterStats>,
