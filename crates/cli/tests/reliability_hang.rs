@@ -216,12 +216,11 @@ fn a_stopped_rank_of_a_cut_model_is_named_in_its_subgroups() {
             .any(|l| l.starts_with("group ") && l.contains("ranks [2, 3]")),
         "{ours}"
     );
-    // Rank 3 is named either directly, where a peer waits with it in a collective, or through
-    // the chain a peer waits behind (Note [Waiting behind another group] in fr_trace): which
-    // one depends on where in the schedule SIGSTOP found it. Where its tensor-parallel peer
-    // had gone on to a point-to-point exchange (which the analysis does not match, as
-    // PyTorch's does not), rank 0 waits in an all-reduce that rank 1 never issued, behind
-    // rank 3 in their pipeline group.
+    // Rank 3 is named directly where a peer waits with it in a collective or, in their pair,
+    // in an exchange (Note [Point-to-point waits] in fr_trace), and through the chain a peer
+    // waits behind (Note [Waiting behind another group]): rank 0 waits in an all-reduce that
+    // rank 1 never issued, behind rank 3 in their pipeline pair. Which lines a run gives
+    // depends on where in the schedule SIGSTOP found rank 3.
     let named = ours
         .lines()
         .filter(|l| {

@@ -25,7 +25,8 @@
 //! ```
 //!
 //! The groups are matched across the dumps in `groups.rs` (Note [Groups across dumps]), and
-//! judged in `verdict.rs` (Note [Naming the culprit], Note [Waiting behind another group]).
+//! judged in `verdict.rs` (Note [Naming the culprit], Note [Waiting behind another group],
+//! Note [Point-to-point waits]).
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use phalanx_pg::flight_recorder::pickle::Value;
 
 use super::groups::groups;
-use super::verdict::{calls_of, verdict, Analysis};
+use super::verdict::{calls_of, p2p_of, verdict, Analysis};
 
 /// A dump of group "0" over `ranks` holding `calls` (sequence number, op, count, state).
 fn dump(ranks: &str, cfg_key: &str, calls: &[(i64, &str, i64, &str)]) -> Value {
@@ -33,7 +33,12 @@ fn dump_in(groups: &[(&str, &str)], calls: &[(&str, Calls<'_>)]) -> Value {
                     Value::Tuple(vec![s(of), s("default_pg")]),
                 ),
                 (s("collective_seq_id"), Value::Int(seq)),
-                (s("is_p2p"), Value::Bool(false)),
+                (
+                    s("is_p2p"),
+                    Value::Bool(
+                        op == "coalesced" || op.starts_with("send") || op.starts_with("recv"),
+                    ),
+                ),
                 (s("profiling_name"), Value::Str(format!("nccl:{op}"))),
                 (
                     s("input_sizes"),
@@ -60,7 +65,13 @@ fn dump_in(groups: &[(&str, &str)], calls: &[(&str, Calls<'_>)]) -> Value {
 
 fn report(dumps: BTreeMap<usize, Value>) -> String {
     let g = groups(&dumps).unwrap().into_iter().next_back().unwrap();
-    verdict(&g.ranks, &dumps, &calls_of(&dumps, &g.names)).text
+    verdict(
+        &g.ranks,
+        &dumps,
+        &calls_of(&dumps, &g.names),
+        &p2p_of(&dumps, &g.names),
+    )
+    .text
 }
 
 /// Ranks number their subgroups each in its own order (Note [Groups across dumps]): rank
@@ -87,7 +98,14 @@ fn a_subgroup_is_matched_across_dumps_by_its_ranks_not_its_name() {
         pair.names,
         BTreeMap::from([(0, "1".into()), (2, "2".into())])
     );
-    let r = verdict(&pair.ranks, &dumps, &calls_of(&dumps, &pair.names)).text;
+    let names = &pair.names;
+    let r = verdict(
+        &pair.ranks,
+        &dumps,
+        &calls_of(&dumps, names),
+        &p2p_of(&dumps, names),
+    )
+    .text;
     assert!(
         r.contains("culprit: rank 2 never issued #1 all_reduce"),
         "{r}"
@@ -294,5 +312,61 @@ fn a_missing_dump_nobody_waits_for_names_nobody() {
         r.contains("no dump from rank 2 (stopped, hung, killed, or ended before writing one)")
             && !r.contains("culprit"),
         "{r}"
+    );
+}
+
+/// Note [Point-to-point waits]: a pipeline's rank 3 stopped. Its stage peer rank 1 failed in
+/// their send and receive, so it never issued the all-reduce its tensor-parallel partner
+/// rank 0 waits in; rank 3's own partner rank 2 has nothing under way. The pair of ranks 1
+/// and 3 names rank 3 from rank 1's unfinished exchange, and the pair of ranks 0 and 1 names it
+/// through rank 1.
+#[test]
+fn a_rank_waiting_point_to_point_in_a_pair_names_its_silent_peer() {
+    let tp_0 = [
+        (0, "all_reduce", 8, "completed"),
+        (1, "all_reduce", 8, "started"),
+    ];
+    let tp_1 = [(0, "all_reduce", 8, "completed")];
+    let exchange = [(0, "coalesced", 16, "started")];
+    let dumps = BTreeMap::from([
+        (0, dump_in(&[("1", "[0, 1]")], &[("1", &tp_0)])),
+        (
+            1,
+            dump_in(
+                &[("1", "[0, 1]"), ("2", "[1, 3]")],
+                &[("1", &tp_1), ("2", &exchange)],
+            ),
+        ),
+        (2, dump_in(&[("1", "[2, 3]")], &[("1", &tp_1)])),
+    ]);
+    let a = Analysis::new(&dumps).unwrap();
+    let at = |ranks: [usize; 2]| a.groups.iter().position(|g| g.ranks == ranks).unwrap();
+    let stage = a.text(at([1, 3]));
+    assert!(
+        stage.ends_with(
+            "culprit: rank 3 wrote no dump (stopped, hung or killed) while rank 1 waits in a \
+             point-to-point coalesced (started) with it"
+        ),
+        "{stage}"
+    );
+    let tp = a.text(at([0, 1]));
+    assert!(
+        tp.contains("culprit: rank 3, behind which rank 1 waits in another group")
+            && tp.contains("rank 1 waits in a point-to-point coalesced of group")
+            && tp.contains("(ranks [1, 3]) with rank 3, which wrote no dump"),
+        "{tp}"
+    );
+    // Rank 3's partner waits for nobody: no evidence there.
+    assert!(a.text(at([2, 3])).contains("nobody here waits for it"));
+    // Both ends dumped: the wait is reported, and nobody named.
+    let mut both = dumps.clone();
+    both.insert(3, dump_in(&[("2", "[1, 3]")], &[("2", &exchange)]));
+    let a = Analysis::new(&both).unwrap();
+    let pair = a.groups.iter().position(|g| g.ranks == [1, 3]).unwrap();
+    assert!(
+        a.text(pair)
+            .ends_with("ranks 1, 3 wait in a point-to-point coalesced (started), with a rank that wrote its dump"),
+        "{}",
+        a.text(pair)
     );
 }

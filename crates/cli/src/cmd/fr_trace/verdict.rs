@@ -18,6 +18,27 @@ pub(super) struct Call {
 }
 
 impl Call {
+    /// One entry of a dump.
+    fn of(e: &Value) -> Call {
+        let text = |k: &str| e.get(k).map_or("?".into(), Value::repr);
+        let profiling = e
+            .get("profiling_name")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let state = e.get("state").and_then(Value::as_str).unwrap_or("?");
+        Call {
+            op: profiling
+                .rsplit(':')
+                .next()
+                .unwrap_or(profiling)
+                .to_string(),
+            sizes: text("input_sizes"),
+            dtypes: text("input_dtypes"),
+            state: state.to_string(),
+            done: state == "completed" || e.get("retired").and_then(Value::as_int) == Some(1),
+        }
+    }
+
     fn signature(&self) -> (&str, &str, &str) {
         (&self.op, &self.sizes, &self.dtypes)
     }
@@ -35,45 +56,52 @@ pub(super) fn calls_of(
 ) -> BTreeMap<usize, BTreeMap<i64, Call>> {
     let mut out = BTreeMap::new();
     for (rank, d) in dumps {
-        let Some(name) = names.get(rank).map(String::as_str) else {
-            continue;
-        };
         let mut by_seq = BTreeMap::new();
-        for e in d.get("entries").and_then(Value::as_seq).unwrap_or(&[]) {
-            let pg = e.get("process_group").and_then(Value::as_seq);
-            let pg_name = pg.and_then(|p| p.first()).and_then(Value::as_str);
-            let p2p = e.get("is_p2p").and_then(Value::as_int) == Some(1);
-            if pg_name != Some(name) || p2p {
-                continue;
-            }
+        for e in entries_in(d, names.get(rank), false) {
             let Some(seq) = e.get("collective_seq_id").and_then(Value::as_int) else {
                 continue;
             };
-            let text = |k: &str| e.get(k).map_or("?".into(), Value::repr);
-            let profiling = e
-                .get("profiling_name")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            let state = e.get("state").and_then(Value::as_str).unwrap_or("?");
-            by_seq.insert(
-                seq,
-                Call {
-                    op: profiling
-                        .rsplit(':')
-                        .next()
-                        .unwrap_or(profiling)
-                        .to_string(),
-                    sizes: text("input_sizes"),
-                    dtypes: text("input_dtypes"),
-                    state: state.to_string(),
-                    done: state == "completed"
-                        || e.get("retired").and_then(Value::as_int) == Some(1),
-                },
-            );
+            by_seq.insert(seq, Call::of(e));
         }
-        out.insert(*rank, by_seq);
+        if names.contains_key(rank) {
+            out.insert(*rank, by_seq);
+        }
     }
     out
+}
+
+/// Each rank's point-to-point operation under way in the group each rank calls
+/// `names[rank]`: its last one there, where it never completed (Note [Point-to-point waits]).
+pub(super) fn p2p_of(
+    dumps: &BTreeMap<usize, Value>,
+    names: &BTreeMap<usize, String>,
+) -> BTreeMap<usize, Call> {
+    dumps
+        .iter()
+        .filter_map(|(rank, d)| {
+            let last = Call::of(entries_in(d, names.get(rank), true).last()?);
+            (!last.done).then_some((*rank, last))
+        })
+        .collect()
+}
+
+/// A dump's entries in the group it calls `name`: its point-to-point ones (`p2p`) or its
+/// collectives.
+fn entries_in<'a>(d: &'a Value, name: Option<&String>, p2p: bool) -> Vec<&'a Value> {
+    let Some(name) = name else {
+        return Vec::new();
+    };
+    d.get("entries")
+        .and_then(Value::as_seq)
+        .unwrap_or(&[])
+        .iter()
+        .filter(|e| {
+            let pg = e.get("process_group").and_then(Value::as_seq);
+            let pg_name = pg.and_then(|p| p.first()).and_then(Value::as_str);
+            let is_p2p = e.get("is_p2p").and_then(Value::as_int) == Some(1);
+            pg_name == Some(name.as_str()) && is_p2p == p2p
+        })
+        .collect()
 }
 
 /// One group's verdict (Note [Naming the culprit]).
@@ -118,6 +146,7 @@ pub(super) fn verdict(
     ranks: &[usize],
     dumps: &BTreeMap<usize, Value>,
     calls: &BTreeMap<usize, BTreeMap<i64, Call>>,
+    p2p: &BTreeMap<usize, Call>,
 ) -> Verdict {
     let (dumped, missing): (Vec<usize>, Vec<usize>) =
         ranks.iter().partition(|r| dumps.contains_key(r));
@@ -132,7 +161,9 @@ pub(super) fn verdict(
         .filter_map(|&r| of(r).keys().next_back().copied())
         .max();
     let (Some(start), Some(end)) = (start, end) else {
-        return Verdict::plain("no collectives recorded".into());
+        let head = "no collectives recorded";
+        return p2p_verdict(head, ranks, &missing, p2p)
+            .unwrap_or_else(|| Verdict::plain(head.into()));
     };
     let mut last_done: Option<(i64, String)> = None;
     let head = |last: &Option<(i64, String)>| match last {
@@ -231,6 +262,9 @@ pub(super) fn verdict(
         last_done = Some((seq, first.op.clone()));
     }
     let head = head(&last_done);
+    if let Some(v) = p2p_verdict(&head, ranks, &missing, p2p) {
+        return v;
+    }
     if missing.is_empty() {
         Verdict::plain(format!(
             "{head}; every recorded collective matches and completed"
@@ -248,11 +282,61 @@ pub(super) fn verdict(
     }
 }
 
+// Note [Point-to-point waits]
+// A pipeline's stages wait for each other in sends and receives (`batch_isend_irecv`), which
+// are not numbered with the group's collectives and so are not lined up with them (nor does
+// PyTorch's analysis). But a rank that failed waiting in one recorded it unfinished: where a
+// rank of a group of two wrote no dump and the other waits in a point-to-point operation of
+// that group, its peer can only be the silent rank, which is named as a stopped rank that
+// others wait for in a collective is. In a larger group the dump does not say which peer an
+// operation waits for (a batch may hold several), so the wait is reported, and nobody named.
+
+/// The verdict of a group where a rank waits in a point-to-point operation (Note
+/// [Point-to-point waits]); `None` where none does.
+fn p2p_verdict(
+    head: &str,
+    ranks: &[usize],
+    missing: &[usize],
+    p2p: &BTreeMap<usize, Call>,
+) -> Option<Verdict> {
+    let waiting: Vec<usize> = ranks
+        .iter()
+        .copied()
+        .filter(|r| p2p.contains_key(r))
+        .collect();
+    let first = p2p.get(waiting.first()?)?;
+    let verb = if waiting.len() == 1 { "waits" } else { "wait" };
+    let waits = format!(
+        "{} {verb} in a point-to-point {} ({})",
+        ranks_word(&waiting),
+        first.op,
+        first.state
+    );
+    Some(match (missing, ranks.len()) {
+        ([], _) => Verdict::plain(format!("{head}; {waits}, with a rank that wrote its dump")),
+        (_, 2) => Verdict::naming(
+            format!(
+                "{head}\n  culprit: {} wrote no dump (stopped, hung or killed) while {waits} \
+                 with it",
+                ranks_word(missing)
+            ),
+            missing,
+        ),
+        _ => Verdict::plain(format!(
+            "{head}\n  no dump from {} (stopped, hung, killed, or ended before writing one); \
+             {waits}, with a peer the dump does not name",
+            ranks_word(missing)
+        )),
+    })
+}
+
 /// Every group's calls and verdict, read together (Note [Waiting behind another group]).
 pub(super) struct Analysis {
     pub(super) groups: Vec<Group>,
     /// Each group's collectives, by rank and sequence number.
     pub(super) calls: Vec<BTreeMap<usize, BTreeMap<i64, Call>>>,
+    /// Each group's point-to-point operations under way, by rank.
+    p2p: Vec<BTreeMap<usize, Call>>,
     pub(super) verdicts: Vec<Verdict>,
     /// The ranks that wrote a dump.
     dumped: BTreeSet<usize>,
@@ -267,10 +351,11 @@ pub(super) struct Analysis {
 // unfinished, in another group whose verdict names somebody else, the report follows the
 // chain and names that group's culprit, through the waiting rank and the group it waits in
 // (to any depth, each group once). A rank with no collective of its own under way may wait
-// in a send or a receive (a pipeline's, which the analysis leaves out) or between two
-// collectives; if it shares a group with a rank that wrote no dump (the smallest such group),
-// that rank is named: a rank that wrote its dump was alive when the job failed, one that
-// wrote none was stopped, hung or killed. A chain that leads back into the group itself (two
+// in a send or a receive (a pipeline's, which are not lined up with the collectives: Note
+// [Point-to-point waits]) or between two collectives; if it shares a group with a rank that
+// wrote no dump (the group it waits in point-to-point, else the smallest such group), that
+// rank is named: a rank that wrote its dump was alive when the job failed, one that wrote
+// none was stopped, hung or killed. A chain that leads back into the group itself (two
 // groups each waiting for the other: collectives issued in different orders) names nobody
 // through it: the group's own verdict stands.
 //
@@ -278,14 +363,16 @@ impl Analysis {
     pub(super) fn new(dumps: &BTreeMap<usize, Value>) -> anyhow::Result<Analysis> {
         let groups = groups(dumps)?;
         let calls: Vec<_> = groups.iter().map(|g| calls_of(dumps, &g.names)).collect();
+        let p2p: Vec<_> = groups.iter().map(|g| p2p_of(dumps, &g.names)).collect();
         let verdicts = groups
             .iter()
-            .zip(&calls)
-            .map(|(g, c)| verdict(&g.ranks, dumps, c))
+            .enumerate()
+            .map(|(i, g)| verdict(&g.ranks, dumps, &calls[i], &p2p[i]))
             .collect();
         Ok(Analysis {
             groups,
             calls,
+            p2p,
             verdicts,
             dumped: dumps.keys().copied().collect(),
         })
@@ -367,7 +454,8 @@ impl Analysis {
             let Some((j, seq, call)) = waits else {
                 // No collective of its own under way (it waits in a send or receive, or between
                 // two collectives): the ranks without a dump that share a group with it.
-                // The smallest such group: the world holds every rank, a subgroup says more.
+                // The group it waits in point-to-point, else the smallest such group: the
+                // world holds every rank, a subgroup says more (Note [Point-to-point waits]).
                 let (j, silent) = (0..groups.len())
                     .filter_map(|j| {
                         let g = &groups[j];
@@ -380,12 +468,22 @@ impl Analysis {
                         (!seen.contains(&j) && g.ranks.contains(&r) && !silent.is_empty())
                             .then_some((j, silent))
                     })
-                    .min_by_key(|(j, _)| groups[*j].ranks.len())?;
-                via.push(format!(
-                    "rank {r} shares {} with {}, which wrote no dump",
-                    self.group(j),
-                    ranks_word(&silent)
-                ));
+                    .min_by_key(|(j, _)| {
+                        (!self.p2p[*j].contains_key(&r), groups[*j].ranks.len())
+                    })?;
+                via.push(match self.p2p[j].get(&r) {
+                    Some(op) => format!(
+                        "rank {r} waits in a point-to-point {} of {} with {}, which wrote no dump",
+                        op.op,
+                        self.group(j),
+                        ranks_word(&silent)
+                    ),
+                    None => format!(
+                        "rank {r} shares {} with {}, which wrote no dump",
+                        self.group(j),
+                        ranks_word(&silent)
+                    ),
+                });
                 roots.extend(silent);
                 continue;
             };
