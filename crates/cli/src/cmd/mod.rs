@@ -9,8 +9,6 @@ pub(crate) mod sampler;
 pub(crate) mod sizes;
 pub(crate) mod store;
 pub(crate) mod train;
-pub(crate) mod train_setup;
-pub(crate) mod train_stop;
 
 /// Burn's CPU backend sizes its thread pool to every core; with several ranks per host that
 /// oversubscribes the cores. Give each rank its share unless the user chose. Also keeps freed

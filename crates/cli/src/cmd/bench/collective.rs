@@ -99,7 +99,7 @@ pub(crate) fn run(args: Args, coll: Collective) -> anyhow::Result<ExitCode> {
     if args.dtype == DType::U8 && coll.reduces() {
         bail!("--dtype u8 is not a reducible type; use f32, f64, bf16, f16, i32 or i64");
     }
-    crate::cmd::train_setup::check_backend(args.backend)?;
+    crate::cmd::train::setup::check_backend(args.backend)?;
     if args.backend != BackendType::Mpi && !phalanx_launch::started_by_launcher() {
         let mut launch = args.launch.clone();
         if args.json {
@@ -110,7 +110,7 @@ pub(crate) fn run(args: Args, coll: Collective) -> anyhow::Result<ExitCode> {
         }
         return phalanx_launch::relaunch_self(&launch);
     }
-    let pg = crate::cmd::train_setup::join_group(args.backend)?;
+    let pg = crate::cmd::train::setup::join_group(args.backend)?;
     if pg.rank() == 0 && !args.json {
         println!(
             "# phalanx bench {}: {} ranks, backend {}, op {}, {} iters (median), warmup {}",

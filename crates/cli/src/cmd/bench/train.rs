@@ -74,7 +74,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.steps == 0 || args.batch_size == 0 {
         bail!("--steps and --batch-size must be at least 1");
     }
-    crate::cmd::train_setup::check_backend(args.backend)?;
+    crate::cmd::train::setup::check_backend(args.backend)?;
     if args.backend == BackendType::Mpi {
         // mpirun started the ranks: measure this world, and rank 0 prints its row.
         if let Some(row) = measure(&args)? {
@@ -295,7 +295,7 @@ fn print_rows(args: &Args, rows: &[Row]) {
 /// Measures this rank's world; rank 0 returns its row.
 fn measure(args: &Args) -> anyhow::Result<Option<Row>> {
     crate::cmd::limit_compute_threads();
-    let pg = Arc::new(crate::cmd::train_setup::join_group(args.backend)?);
+    let pg = Arc::new(crate::cmd::train::setup::join_group(args.backend)?);
     let t = phalanx_train::on_compute_pool(|| {
         throughput::measure(
             pg.clone(),
