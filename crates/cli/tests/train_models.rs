@@ -497,6 +497,65 @@ fn tensor_parallel_sizes_that_do_not_fit_are_named() {
     );
 }
 
+/// An epoch whose last batch has fewer rows than `--pp` under interleaved 1F1B: it runs as one
+/// round of one microbatch (Note [Rounds of microbatches]) instead of stopping the run, and the
+/// two epochs end where one rank ends them. A verse five times over is 51 windows of 8 tokens,
+/// 45 of them for training: 4 batches of 11 rows, then one of 1.
+#[test]
+fn interleaved_takes_a_last_batch_of_fewer_rows_than_its_stages() {
+    let _busy = launch_util::one_at_a_time();
+    let dir = TempDir::new("gpt_short");
+    let path = dir.path().join("corpus.txt");
+    let verse =
+        "Shall I compare thee to a summer's day? Thou art more lovely and more temperate.\n";
+    std::fs::write(&path, verse.repeat(5)).unwrap();
+    let corpus = format!("text:{}", path.display());
+    let run = |ranks: &[&str]| {
+        let small = [
+            "--model",
+            "gpt",
+            "--dataset",
+            &corpus,
+            "--seq-len",
+            "8",
+            "--hidden",
+            "32",
+            "--depth",
+            "4",
+            "--heads",
+            "2",
+            "--test-fraction",
+            "0.1",
+            "--batch-size",
+            "11",
+            "--epochs",
+            "2",
+            "--dropout",
+            "0",
+        ];
+        let f = train(&[ranks, &small[..]].concat());
+        json_events(&f.stdout, "summary")
+    };
+    let one = run(&["--nproc-per-node", "1"]);
+    let pp = run(&[
+        "--nproc-per-node",
+        "2",
+        "--pp",
+        "2",
+        "--pp-schedule",
+        "interleaved",
+    ]);
+    assert_eq!(pp.len(), 2, "{pp:?}");
+    for rank in &pp {
+        assert_eq!(rank["epochs"], 2, "{rank}");
+        assert_eq!(rank["param_digest"], pp[0]["param_digest"], "{pp:?}");
+        for field in ["train_loss", "test_loss"] {
+            let r = relative(rank, &one[0], field);
+            assert!(r < 1e-5, "{field} {} vs {}", rank[field], one[0][field]);
+        }
+    }
+}
+
 /// A user's own text (`text:PATH`) for whole epochs: each epoch line carries the validation
 /// loss and its perplexity, in text and in `--json`.
 #[test]
