@@ -420,7 +420,10 @@ impl Group {
                     }
                 })
                 .collect();
-            let done = pg.batch_isend_irecv(batch).wait()?;
+            // On this thread, which waits for the batch with nothing else to do (the GIL is
+            // released): handing it to the group's worker and back cost two thread wake-ups
+            // per exchange, each as long as a small exchange (docs/collectives.md).
+            let done = pg.batch_send_recv(batch)?;
             for (op, &(is_send, ptr, n, _, _)) in done.iter().zip(&ops) {
                 if !is_send {
                     // SAFETY: see `slice_mut`.
