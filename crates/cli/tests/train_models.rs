@@ -499,7 +499,7 @@ fn tensor_parallel_sizes_that_do_not_fit_are_named() {
 
 /// An epoch whose last batch has fewer rows than `--pp` under interleaved 1F1B: it runs as one
 /// round of one microbatch (Note [Rounds of microbatches]) instead of stopping the run, and the
-/// two epochs end where one rank ends them. A verse five times over is 51 windows of 8 tokens,
+/// two epochs end where one rank ends them. A verse five times over is 50 windows of 8 tokens,
 /// 45 of them for training: 4 batches of 11 rows, then one of 1.
 #[test]
 fn interleaved_takes_a_last_batch_of_fewer_rows_than_its_stages() {

@@ -21,7 +21,7 @@ use crate::Result;
 pub struct Bubble {
     /// The share of its steps the busiest stage did not compute.
     pub measured: f64,
-    /// The schedule's in theory: `(p − 1)/(v·m + p − 1)`.
+    /// The schedule's in theory: `(p − 1)/(v·m + p − 1)` ([`Schedule::bubble`](super::Schedule::bubble)).
     pub theory: f64,
     /// How much less the lightest stage computed than the busiest: `1 − lightest/busiest`.
     pub imbalance: f64,

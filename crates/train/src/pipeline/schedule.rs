@@ -233,10 +233,17 @@ impl Schedule {
     }
 
     /// The schedule's bubble in theory, the share of a step a rank waits when every stage's
-    /// forward and backward take the same time: `(p − 1) / (v·m + p − 1)`.
+    /// forward and backward take the same time: `(p − 1) / (v·m + p − 1)`. With fewer
+    /// microbatches than ranks, interleaved's one round also waits `p − m` at each of its
+    /// `v − 1` changes of chunk (Note [Rounds of microbatches]), which both terms gain.
     pub fn bubble(&self) -> f64 {
-        let p = self.ranks as f64;
-        (p - 1.0) / ((self.chunks * self.microbatches) as f64 + p - 1.0)
+        let (p, v, m) = (
+            self.ranks as f64,
+            self.chunks as f64,
+            self.microbatches as f64,
+        );
+        let between = (v - 1.0) * (p - m).max(0.0);
+        (p - 1.0 + between) / (v * m + p - 1.0 + between)
     }
 
     /// `rank`'s compute actions in order (Note [Schedules as data]).
@@ -540,6 +547,20 @@ mod tests {
         }
     }
 
+    /// Every rank ends on the backward of the last microbatch through its first chunk: the
+    /// gradient that brings it the whole batch's loss (Note [The loss rides with the
+    /// gradients] in stage.rs).
+    #[test]
+    fn every_rank_ends_on_the_last_microbatchs_backward_through_its_first_chunk() {
+        for s in shapes() {
+            for rank in 0..s.ranks() {
+                let last = *s.actions(rank).last().unwrap();
+                let mb = s.microbatches() - 1;
+                assert_eq!(last, Action::Backward { chunk: 0, mb }, "{s:?} rank {rank}");
+            }
+        }
+    }
+
     #[test]
     fn one_f_one_b_holds_at_most_p_microbatches() {
         let s = Schedule::new(PipelineSchedule::OneFOneB, 4, 1, 8).unwrap();
@@ -588,6 +609,18 @@ mod tests {
             [1, 3, 4, 6, 8, 10, 12].map(per_round),
             [1, 3, 4, 6, 4, 5, 4]
         );
+        // A round of 3 on 2 ranks: the first chunk takes microbatches 0-2, then the second.
+        let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 3).unwrap();
+        let forwards: Vec<Action> = s
+            .actions(1)
+            .into_iter()
+            .filter(|a| matches!(a, Action::Forward { .. }))
+            .collect();
+        let f = |chunk, mb| Action::Forward { chunk, mb };
+        assert_eq!(
+            forwards,
+            [f(0, 0), f(0, 1), f(0, 2), f(1, 0), f(1, 1), f(1, 2)]
+        );
         // Rounds of p: Megatron's order, unchanged.
         let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 4).unwrap();
         let f = |chunk, mb| Action::Forward { chunk, mb };
@@ -610,5 +643,15 @@ mod tests {
         assert!((s.bubble() - 1.0 / 9.0).abs() < 1e-12);
         let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 8).unwrap();
         assert!((s.bubble() - 1.0 / 17.0).abs() < 1e-12);
+        // One round of fewer microbatches than ranks: the 4 chunks of one microbatch run one
+        // after another, so each rank waits half the step.
+        let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 1).unwrap();
+        assert!((s.bubble() - 0.5).abs() < 1e-12);
+        // p = 4, v = 2, m = 2: (3 + 2) / (4 + 3 + 2).
+        let s = Schedule::new(PipelineSchedule::Interleaved, 4, 2, 2).unwrap();
+        assert!((s.bubble() - 5.0 / 9.0).abs() < 1e-12);
+        // Without chunks, fewer microbatches change nothing but m.
+        let s = Schedule::new(PipelineSchedule::OneFOneB, 4, 1, 2).unwrap();
+        assert!((s.bubble() - 3.0 / 5.0).abs() < 1e-12);
     }
 }
