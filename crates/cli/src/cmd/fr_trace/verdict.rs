@@ -289,7 +289,12 @@ pub(super) fn verdict(
 // rank of a group of two wrote no dump and the other waits in a point-to-point operation of
 // that group, its peer can only be the silent rank, which is named as a stopped rank that
 // others wait for in a collective is. In a larger group the dump does not say which peer an
-// operation waits for (a batch may hold several), so the wait is reported, and nobody named.
+// operation waits for (a batch may hold several), so the wait is reported, and nobody named;
+// and a chain through a silent rank (Note [Waiting behind another group]) prefers such a
+// group only where it is a pair. The same race as a collective's applies: a peer that failed
+// elsewhere, and was stopped by the launcher before it wrote its dump, leaves its partner's
+// exchange unfinished and looks silent; where the job's own failure named its culprit
+// first (the launcher's diagnosis, the ranks' errors), that is the one to trust.
 
 /// The verdict of a group where a rank waits in a point-to-point operation (Note
 /// [Point-to-point waits]); `None` where none does.
@@ -423,6 +428,12 @@ impl Analysis {
             .any(|r| skipped.present.contains(r) || skipped.absent.contains(r))
     }
 
+    /// Whether rank `r` waits point-to-point in group `j` of two ranks, where its peer can
+    /// only be the other one (Note [Point-to-point waits]).
+    fn waits_in_pair(&self, j: usize, r: usize) -> bool {
+        self.groups[j].ranks.len() == 2 && self.p2p[j].contains_key(&r)
+    }
+
     /// "group 3 (ranks [2, 3])".
     fn group(&self, j: usize) -> String {
         let g = &self.groups[j];
@@ -468,22 +479,22 @@ impl Analysis {
                         (!seen.contains(&j) && g.ranks.contains(&r) && !silent.is_empty())
                             .then_some((j, silent))
                     })
-                    .min_by_key(|(j, _)| {
-                        (!self.p2p[*j].contains_key(&r), groups[*j].ranks.len())
-                    })?;
-                via.push(match self.p2p[j].get(&r) {
-                    Some(op) => format!(
+                    .min_by_key(|(j, _)| (!self.waits_in_pair(*j, r), groups[*j].ranks.len()))?;
+                via.push(
+                    match self.p2p[j].get(&r).filter(|_| self.waits_in_pair(j, r)) {
+                        Some(op) => format!(
                         "rank {r} waits in a point-to-point {} of {} with {}, which wrote no dump",
                         op.op,
                         self.group(j),
                         ranks_word(&silent)
                     ),
-                    None => format!(
-                        "rank {r} shares {} with {}, which wrote no dump",
-                        self.group(j),
-                        ranks_word(&silent)
-                    ),
-                });
+                        None => format!(
+                            "rank {r} shares {} with {}, which wrote no dump",
+                            self.group(j),
+                            ranks_word(&silent)
+                        ),
+                    },
+                );
                 roots.extend(silent);
                 continue;
             };
