@@ -46,26 +46,55 @@ fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds()
 
 /// Fail-fast under `--tp 2 --pp 2`, as under DDP: a rank killed mid-step (its pipeline peers
 /// wait on its activations, its tensor-parallel peer on its all-reduce) is named as the root
-/// cause and every process is gone within 2 s.
+/// cause and every process is gone within 2 s. The same under interleaved 1F1B alone, whose
+/// stages send each message when it is made and receive it when it is needed (Note
+/// [Schedules as data]): its peer may be waiting in a send or in a receive.
 #[test]
 fn sigkill_of_a_rank_of_a_cut_model_is_named_and_everything_stops_within_two_seconds() {
-    let mut cmd = phalanx();
-    cmd.args(["train", "--standalone", "--nproc-per-node", "4"])
-        .args(["--model", "gpt", "--depth", "2", "--tp", "2", "--pp", "2"])
-        .args(["--max-steps", "1000000"]);
-    let job = start(cmd);
-    let procs = wait_for_workers(job.pid(), 4);
-    std::thread::sleep(Duration::from_millis(3000));
-    let victim = procs.iter().find(|(_, r)| *r == 2).unwrap().0;
-    let killed = Instant::now();
-    unsafe { libc::kill(victim, libc::SIGKILL) };
-    let f = job.wait(Duration::from_secs(30));
-    let took = killed.elapsed();
-    assert!(took < Duration::from_secs(2), "took {took:?}\n{}", f.stderr);
-    assert_ne!(f.code(), Some(0));
-    assert!(f.stderr.contains("root cause: rank 2"), "{}", f.stderr);
-    let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
-    assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
+    let layouts: [(&[&str], u32); 2] = [
+        (
+            &[
+                "--nproc-per-node",
+                "4",
+                "--depth",
+                "2",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+            ],
+            2,
+        ),
+        (&["--nproc-per-node", "2", "--depth", "4", "--pp", "2"], 1),
+    ];
+    for (layout, victim_rank) in layouts {
+        let mut cmd = phalanx();
+        cmd.args(["train", "--standalone", "--model", "gpt"])
+            .args(layout)
+            .args(["--max-steps", "1000000"]);
+        if victim_rank == 1 {
+            cmd.args(["--pp-schedule", "interleaved", "--virtual-stages", "2"]);
+        }
+        let world: usize = layout[1].parse().unwrap();
+        let job = start(cmd);
+        let procs = wait_for_workers(job.pid(), world);
+        std::thread::sleep(Duration::from_millis(3000));
+        let victim = procs.iter().find(|(_, r)| *r == victim_rank).unwrap().0;
+        let killed = Instant::now();
+        unsafe { libc::kill(victim, libc::SIGKILL) };
+        let f = job.wait(Duration::from_secs(30));
+        let took = killed.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "{layout:?} took {took:?}\n{}",
+            f.stderr
+        );
+        assert_ne!(f.code(), Some(0));
+        let cause = format!("root cause: rank {victim_rank}");
+        assert!(f.stderr.contains(&cause), "{layout:?}: {}", f.stderr);
+        let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
+        assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
+    }
 }
 
 /// SIGUSR1 to one rank of a model cut across ranks (`--tp 2 --pp 2`): every rank stops after

@@ -17,6 +17,19 @@
 //! other stream keeps it in the connection's `early` queue and reads on; a later receive of
 //! that stream takes its frames from the queue first, in order. Within one stream frames must
 //! still match exactly, so a real mismatch fails as before, naming both calls.
+//!
+//! Note [Sends that read]: a point-to-point send completes without its receive posted, whatever
+//! its size, as `isend` does. One that fits in the socket buffers does so anyway; a larger one
+//! waits for its peer to read. Two ranks that each send the other a large message with no
+//! receive posted (a pipeline sends an activation as soon as it is computed and receives one
+//! only when it is needed) would then wait for each other forever. So a point-to-point step
+//! that waits also reads whole frames from every peer it posted no receive for, into that
+//! connection's `early` queue, where the receive that matches them takes them in order. A
+//! send then waits only for its peer to be in a point-to-point step of its own, never for the
+//! matching receive: where every rank's program would run to its end with sends that never
+//! wait, it does here, whatever the messages' sizes (a peer that receives from this rank in
+//! its step reads this send's frame, the next of the pair; one that does not reads it ahead).
+//! Collective steps do not read ahead: their sends and receives are paired.
 
 use std::{
     collections::VecDeque,
@@ -45,8 +58,9 @@ pub(crate) struct Conn {
     pub(crate) stream: TcpStream,
     /// False while a frame is half written: an abort frame may then not be sent.
     pub(crate) at_frame_boundary: bool,
-    /// Complete frames of the other stream that arrived before their receive (Note [Early
-    /// frames]), oldest first.
+    /// Complete frames that arrived before their receive: of the other stream (Note [Early
+    /// frames]), or read while a point-to-point send waited (Note [Sends that read]), oldest
+    /// first.
     pub(crate) early: VecDeque<(Fingerprint, Vec<u8>)>,
 }
 
@@ -147,6 +161,12 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     }
     let mut deadline = Timeout::new(timeout);
     let mut idle_since: Option<Instant> = None;
+    // Note [Sends that read]: what a point-to-point step reads ahead, by peer (a collective
+    // step reads nothing ahead and allocates nothing for it).
+    let mut ahead: Vec<Ahead> = match point_to_point(during) {
+        true => (0..conns.len()).map(|_| Ahead::new()).collect(),
+        false => Vec::new(),
+    };
     loop {
         let mut progressed = false;
         for s in ss.iter_mut().filter(|s| s.done < s.total()) {
@@ -215,7 +235,25 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             .map(|r| r.peer)
             .collect();
         if pending_s.is_empty() && pending_r.is_empty() {
+            for (peer, frame) in ahead.iter_mut().enumerate() {
+                if frame.done > 0 {
+                    let mut rest = Timeout::new(timeout);
+                    let c = conn(conns, peer, during)?;
+                    frame.finish(c, peer, during, &mut rest, aborted)?;
+                }
+            }
             return Ok(());
+        }
+        // Note [Sends that read]: a waiting step reads what its peers sent without a receive.
+        let readers: Vec<usize> = (0..ahead.len())
+            .filter(|&p| p != me && !ahead[p].ended && !pending_r.contains(&p))
+            .filter(|&p| conns[p].is_some())
+            .collect();
+        for &peer in &readers {
+            let c = conn(conns, peer, during)?;
+            if ahead[peer].read(c, peer)? {
+                progressed = true;
+            }
         }
         if progressed {
             deadline.progress();
@@ -241,7 +279,122 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
                 after: timeout,
             });
         };
-        poll(conns, &pending_s, &pending_r, left)?;
+        let mut readable = pending_r;
+        readable.extend(readers.iter().filter(|&&p| !ahead[p].ended));
+        poll(conns, &pending_s, &readable, left)?;
+    }
+}
+
+/// A frame read ahead from a peer while a point-to-point step waits (Note [Sends that read]),
+/// a few bytes at a time as they come: its sender may be waiting for this rank to read its
+/// own frame meanwhile.
+struct Ahead {
+    header: [u8; HEADER_LEN],
+    /// Bytes of the frame read so far, its header's included.
+    done: usize,
+    /// The payload, sized once the header is in.
+    data: Vec<u8>,
+    /// The peer closed the connection: it sends no more (its error, if any, reaches the
+    /// receive that needs its frames).
+    ended: bool,
+}
+
+impl Ahead {
+    fn new() -> Ahead {
+        Ahead {
+            header: [0; HEADER_LEN],
+            done: 0,
+            data: Vec::new(),
+            ended: false,
+        }
+    }
+
+    /// Reads what `c` has of the frame without waiting: whether a byte came. A whole frame
+    /// goes to the connection's `early` queue and this starts afresh.
+    fn read(&mut self, c: &mut Conn, peer: usize) -> Result<bool> {
+        let mut any = false;
+        loop {
+            let res = match self.done < HEADER_LEN {
+                true => c.stream.read(&mut self.header[self.done..]),
+                false => c.stream.read(&mut self.data[self.done - HEADER_LEN..]),
+            };
+            let n = match res {
+                Ok(0) => {
+                    self.ended = true;
+                    return Ok(any);
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(any),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.ended = true;
+                    return Ok(any);
+                }
+            };
+            any = true;
+            let was = self.done;
+            self.done += n;
+            if was < HEADER_LEN && self.done == HEADER_LEN {
+                match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
+                    Header::Data { len, .. } => self.data = vec![0; len],
+                    Header::Abort { len } => return Err(abort_reason(c, peer, len)),
+                }
+            }
+            if self.done == HEADER_LEN + self.data.len() && self.done >= HEADER_LEN {
+                self.complete(c);
+            }
+        }
+    }
+
+    /// Reads the rest of a begun frame, waiting for it: at the end of a step, which must not
+    /// leave half a frame read. Its sender is writing it, in a step that waits for no one
+    /// else (this rank's sends of the step are done).
+    fn finish(
+        &mut self,
+        c: &mut Conn,
+        peer: usize,
+        during: &Fingerprint,
+        deadline: &mut Timeout,
+        aborted: &dyn Fn() -> Option<String>,
+    ) -> Result<()> {
+        if self.done == 0 {
+            return Ok(());
+        }
+        if self.done < HEADER_LEN {
+            let at = self.done;
+            read_fully(c, peer, during, &mut self.header[at..], deadline, aborted)?;
+            self.done = HEADER_LEN;
+            match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
+                Header::Data { len, .. } => self.data = vec![0; len],
+                Header::Abort { len } => return Err(abort_reason(c, peer, len)),
+            }
+        }
+        let at = self.done - HEADER_LEN;
+        read_fully(c, peer, during, &mut self.data[at..], deadline, aborted)?;
+        self.complete(c);
+        Ok(())
+    }
+
+    /// Queues the whole frame and starts afresh.
+    fn complete(&mut self, c: &mut Conn) {
+        let done = std::mem::replace(self, Ahead::new());
+        let Ok(Header::Data { fp, .. }) = frame::decode(&done.header) else {
+            unreachable!("a frame is completed once its data header is read");
+        };
+        c.early.push_back((fp, done.data));
+    }
+}
+
+/// The reason in an abort frame of `len` bytes whose header was read: read in a blocking way
+/// for at most a second, as it is the last thing the peer sent.
+fn abort_reason(c: &mut Conn, peer: usize, len: usize) -> Error {
+    let mut reason = vec![0u8; len];
+    let _ = c.stream.set_nonblocking(false);
+    let _ = c.stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let got = c.stream.read_exact(&mut reason).is_ok();
+    Error::PeerAborted {
+        peer,
+        reason: String::from_utf8_lossy(if got { &reason } else { &[] }).into_owned(),
     }
 }
 

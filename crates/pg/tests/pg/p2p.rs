@@ -64,6 +64,42 @@ fn four_ranks_ring_of_send_recv_with_allreduces_of_all_1000_rounds() {
     assert_eq!(spawn_ranks(4, ring), vec![1000; 4]);
 }
 
+/// Every rank sends `rounds` messages of `len` floats to the next rank round a ring with no
+/// receive posted, then receives the previous rank's: each send is larger than the socket
+/// buffers, so it completes only because the peer's own waiting send reads it ahead (Note
+/// [Sends that read]). A pipeline that sends each activation when it is made and receives it
+/// when it is needed relies on this.
+fn sends_before_receives(pg: ProcessGroup, len: usize, rounds: u32) -> bool {
+    let (r, n) = (pg.rank(), pg.world_size());
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    assert!(pg.sends_complete_alone());
+    for round in 0..rounds {
+        pg.send(&vec![(r as u32 * 10 + round) as f32; len], next, round)
+            .unwrap();
+    }
+    for round in 0..rounds {
+        let mut got = vec![0f32; len];
+        pg.recv(&mut got, prev, round).unwrap();
+        let want = (prev as u32 * 10 + round) as f32;
+        assert!(got.iter().all(|&v| v == want), "rank {r} round {round}");
+    }
+    true
+}
+
+#[test]
+fn large_sends_complete_with_no_receive_posted() {
+    // 16 MiB each: more than loopback's socket buffers hold.
+    let len = 4 << 20;
+    assert_eq!(
+        spawn_ranks_tcp(2, move |pg| sends_before_receives(pg, len, 2)),
+        [true; 2]
+    );
+    assert_eq!(
+        spawn_ranks(3, move |pg| sends_before_receives(pg, len, 3)),
+        [true; 3]
+    );
+}
+
 /// Rank 0 sends, then enters an allreduce; rank 1 enters the allreduce first and receives
 /// after it. Rank 1's allreduce finds the message first on the connection and keeps it.
 fn send_runs_ahead(pg: ProcessGroup, len: usize) -> f64 {

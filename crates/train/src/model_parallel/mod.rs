@@ -179,7 +179,10 @@ impl ModelParallel {
                     false => cfg.seq_len,
                 };
                 let row = [positions, cfg.hidden];
-                let (stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
+                let (mut stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
+                if tp > 1 {
+                    stage.pair_sends();
+                }
                 model = with_stable_ids(cut);
                 Some(stage)
             }

@@ -1,6 +1,6 @@
 //! Pipeline schedules as data: each rank's list of compute actions (PyTorch pipelining's
 //! `pipeline_order`), and the program it runs, with the messages between stages placed
-//! ([`Schedule::program`]).
+//! ([`Schedule::program`], as [`Lowering`] says).
 //!
 //! Note [Schedules as data]
 //! A schedule says, for each rank, in which order it runs the forward and the backward of
@@ -9,8 +9,22 @@
 //! 1F1B (Megatron's) the same over `v` chunks per rank, the rank's virtual stages `rank`,
 //! `rank + p`, … A forward needs its input activation from the previous stage, a backward the
 //! gradient of its output from the next; a forward sends its output on, a backward the
-//! gradient of its input back. [`Schedule::programs`] lowers the actions into each rank's
-//! program of computes and exchanges by running the schedule in lock-step ticks: in each tick
+//! gradient of its input back. [`Schedule::program`] lowers the actions into each rank's
+//! program of computes and exchanges, in one of two ways.
+//!
+//! Where a group's sends complete with no receive posted (the native backend's, Note [Sends
+//! that read] in phalanx-transport), [`Lowering::AsNeeded`]: each message is sent right after
+//! the compute that made it and received right before the compute that needs it. A rank then
+//! waits only for what it needs, when it needs it, which is what the schedules' theory
+//! assumes. Each pair of ranks must then send its messages in the order the receiver takes
+//! them, as the transport matches them in order; every schedule here does (a test checks it).
+//! Interleaved 1F1B runs ahead by design, and this is what it needs: at `p 2, v 2, m 8` its
+//! busiest stage waited 0.17–0.19 of each step lowered in ticks and 0.07–0.09 so (docs/train.md),
+//! while 1F1B and GPipe, which need nearly every message in the tick it arrives, measured the
+//! same both ways.
+//!
+//! Where a send may wait for its receive (MPI's and NCCL's large messages),
+//! [`Lowering::LockStep`] runs the schedule in lock-step ticks: in each tick
 //! every message computed in the tick before moves, its send and its receive in one exchange on
 //! each end (`batch_isend_irecv`, all of a tick's messages at once), then every rank computes
 //! its next action if what it needs is there. Every exchange of a tick then meets its peers'
@@ -19,9 +33,13 @@
 //! that holds each send until its own next receive, as the first version did, deadlocks
 //! interleaved 1F1B: two ranks each send the other a gradient that the other takes only after
 //! its own send went.) A rank receives a message it needs later, as interleaved schedules have,
-//! and keeps it. The
-//! tests run every program of every schedule for many shapes through a model of the transport
-//! in which a message moves only when both ends are waiting for it, and find no deadlock.
+//! and keeps it, and waits for it there: 20 of 24 receives on rank 1 of interleaved 1F1B at
+//! `p 2, v 2, m 8`, each tying that rank to its peer's progress at that tick. The tests run
+//! every lock-step program of every schedule for many shapes through a model of the transport
+//! in which a message moves only when both ends are waiting for it, and every as-needed one
+//! through a model in which a send completes at once; neither deadlocks. (An as-needed
+//! program does deadlock on the first model: two ranks each wait in a send the other has not
+//! yet received.)
 //!
 //! Note [Rounds of microbatches]
 //! Interleaved 1F1B sends the microbatches round the ranks in rounds: a rank runs a round's
@@ -131,6 +149,18 @@ pub enum Instr {
     },
     /// A forward or backward.
     Compute(Action),
+}
+
+/// Where a program's exchanges go (Note [Schedules as data]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lowering {
+    /// Each message moves in the exchange of the tick after it was computed, its send and its
+    /// receive together: free of deadlocks where a send waits for its receive (MPI, NCCL).
+    LockStep,
+    /// Each message is sent right after the compute that made it and received right before
+    /// the compute that needs it: for a group whose sends complete with no receive posted
+    /// ([`phalanx_pg::ProcessGroup::sends_complete_alone`]).
+    AsNeeded,
 }
 
 /// A pipeline schedule: `ranks` stages, `chunks` virtual stages per rank, `microbatches` per
@@ -332,15 +362,46 @@ impl Schedule {
         id as u32
     }
 
-    /// `rank`'s program: its actions with the exchanges between them (Note [Schedules as
-    /// data]).
-    pub fn program(&self, rank: usize) -> Vec<Instr> {
-        self.programs().swap_remove(rank)
+    /// `rank`'s program: its actions with the exchanges between them, placed as `lowering`
+    /// says (Note [Schedules as data]).
+    pub fn program(&self, rank: usize, lowering: Lowering) -> Vec<Instr> {
+        match lowering {
+            Lowering::LockStep => self.lock_step().swap_remove(rank),
+            Lowering::AsNeeded => self.as_needed(rank),
+        }
+    }
+
+    /// `rank`'s program with each message sent in an exchange of its own right after the
+    /// compute that made it, and received in one of its own right before the compute that
+    /// needs it (Note [Schedules as data]).
+    fn as_needed(&self, rank: usize) -> Vec<Instr> {
+        let mut program = Vec::new();
+        for action in self.actions(rank) {
+            // A message between two chunks of this rank (`--pp 1` with chunks) stays here.
+            if let Some(msg) = self.needs(rank, action) {
+                if self.rank_of(msg.from) != rank {
+                    program.push(Instr::Exchange {
+                        sends: Vec::new(),
+                        recvs: vec![msg],
+                    });
+                }
+            }
+            program.push(Instr::Compute(action));
+            if let Some(msg) = self.sends(rank, action) {
+                if self.rank_of(msg.to()) != rank {
+                    program.push(Instr::Exchange {
+                        sends: vec![msg],
+                        recvs: Vec::new(),
+                    });
+                }
+            }
+        }
+        program
     }
 
     /// Every rank's program, from a run of the schedule in lock-step ticks (Note [Schedules
     /// as data]).
-    pub fn programs(&self) -> Vec<Vec<Instr>> {
+    fn lock_step(&self) -> Vec<Vec<Instr>> {
         let p = self.ranks;
         let actions: Vec<Vec<Action>> = (0..p).map(|r| self.actions(r)).collect();
         let mut next = vec![0usize; p];
@@ -426,16 +487,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Runs every rank's program against a transport in which a message moves only when its
-    /// sender and receiver both wait for it, stepping each exchange as
-    /// `send_recv_batch` does (the k-th send to and receive from each peer in step k).
-    /// Returns whether every program ran to its end.
-    fn runs_to_the_end(s: &Schedule) -> bool {
+    /// Runs every rank's program, lowered as `lowering` says, against a transport in which a
+    /// message moves only when its sender and receiver both wait for it, stepping each
+    /// exchange as `send_recv_batch` does (the k-th send to and receive from each peer in
+    /// step k). Returns whether every program ran to its end.
+    fn runs_to_the_end(s: &Schedule, lowering: Lowering) -> bool {
         // Each rank's program as steps of posted operations (sends, receives).
         type Step = (Vec<Message>, Vec<Message>);
         let steps_of = |rank: usize| -> Vec<Step> {
             let mut out = Vec::new();
-            for instr in s.program(rank) {
+            for instr in s.program(rank, lowering) {
                 let Instr::Exchange { sends, recvs } = instr else {
                     continue;
                 };
@@ -505,6 +566,58 @@ mod tests {
         }
     }
 
+    /// Runs every rank's program, lowered as `lowering` says, against a transport in which a
+    /// send completes at once and a receive waits for its message to be sent (Note [Sends
+    /// that read] in phalanx-transport). Returns whether every program ran to its end.
+    fn runs_with_sends_that_complete_alone(s: &Schedule, lowering: Lowering) -> bool {
+        let programs: Vec<Vec<Instr>> = (0..s.ranks()).map(|r| s.program(r, lowering)).collect();
+        let mut pc = vec![0usize; s.ranks()];
+        let mut sent: HashSet<Message> = HashSet::new();
+        loop {
+            let mut moved = false;
+            for r in 0..s.ranks() {
+                while let Some(instr) = programs[r].get(pc[r]) {
+                    if let Instr::Exchange { sends, recvs } = instr {
+                        sent.extend(sends.iter().copied());
+                        if !recvs.iter().all(|m| sent.contains(m)) {
+                            break;
+                        }
+                    }
+                    pc[r] += 1;
+                    moved = true;
+                }
+            }
+            if (0..s.ranks()).all(|r| pc[r] == programs[r].len()) {
+                return true;
+            }
+            if !moved {
+                return false;
+            }
+        }
+    }
+
+    /// Each pair's messages in the order its sender sends them and in the order its receiver
+    /// takes them, by (sender, receiver).
+    fn pair_orders(s: &Schedule, lowering: Lowering) -> [HashMap<(usize, usize), Vec<Message>>; 2] {
+        let mut orders = [HashMap::new(), HashMap::new()];
+        for rank in 0..s.ranks() {
+            for instr in s.program(rank, lowering) {
+                let Instr::Exchange { sends, recvs } = instr else {
+                    continue;
+                };
+                for msg in sends {
+                    let pair = (rank, s.rank_of(msg.to()));
+                    orders[0].entry(pair).or_insert_with(Vec::new).push(msg);
+                }
+                for msg in recvs {
+                    let pair = (s.rank_of(msg.from), rank);
+                    orders[1].entry(pair).or_insert_with(Vec::new).push(msg);
+                }
+            }
+        }
+        orders
+    }
+
     fn shapes() -> Vec<Schedule> {
         let mut all = Vec::new();
         for p in 1..=6 {
@@ -525,7 +638,39 @@ mod tests {
     #[test]
     fn every_program_runs_to_its_end_without_a_deadlock() {
         for s in shapes() {
-            assert!(runs_to_the_end(&s), "{s:?} deadlocks");
+            assert!(runs_to_the_end(&s, Lowering::LockStep), "{s:?} deadlocks");
+            for lowering in [Lowering::LockStep, Lowering::AsNeeded] {
+                assert!(
+                    runs_with_sends_that_complete_alone(&s, lowering),
+                    "{s:?} {lowering:?} deadlocks where sends complete alone"
+                );
+            }
+        }
+    }
+
+    /// Why MPI and NCCL keep the lock-step lowering: where a send waits for its receive, an
+    /// as-needed program of interleaved 1F1B deadlocks (Note [Schedules as data]).
+    #[test]
+    fn an_as_needed_program_needs_sends_that_complete_alone() {
+        let s = Schedule::new(PipelineSchedule::Interleaved, 2, 2, 8).unwrap();
+        assert!(!runs_to_the_end(&s, Lowering::AsNeeded));
+        assert!(runs_to_the_end(&s, Lowering::LockStep));
+    }
+
+    /// The transport matches each pair's messages in order: every sender sends its messages
+    /// to a peer in the order that peer receives them, and each once.
+    #[test]
+    fn every_pair_receives_in_the_order_it_was_sent() {
+        for s in shapes() {
+            for lowering in [Lowering::LockStep, Lowering::AsNeeded] {
+                let [sent, received] = pair_orders(&s, lowering);
+                assert_eq!(sent, received, "{s:?} {lowering:?}");
+                let mut all: Vec<Message> = sent.into_values().flatten().collect();
+                let count = all.len();
+                all.sort_by_key(|m| (m.grad, m.from, m.mb));
+                all.dedup();
+                assert_eq!(all.len(), count, "{s:?} {lowering:?}: a message sent twice");
+            }
         }
     }
 

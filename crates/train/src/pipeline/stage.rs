@@ -37,7 +37,7 @@ use phalanx_pg::{P2POp, ProcessGroup};
 
 use super::bubble::{Bubble, Busy};
 use super::options::PipelineOptions;
-use super::schedule::{Action, Instr, Message, Schedule};
+use super::schedule::{Action, Instr, Lowering, Message, Schedule};
 use super::split::stage_starts;
 use crate::model::StageOutput;
 use crate::step::{batch_tensor, score_logits, Score};
@@ -70,6 +70,8 @@ pub struct PipelineStage {
     /// The schedule of a full batch and this rank's program of it, lowered once (a short
     /// last batch lowers its own).
     full: (Schedule, Vec<Instr>),
+    /// Where the programs' exchanges go (Note [Schedules as data]).
+    lowering: Lowering,
 }
 
 impl PipelineStage {
@@ -133,14 +135,29 @@ impl PipelineStage {
         if phalanx_ddp::ranks_have_cores() {
             pp.set_wait_spin(STAGE_WAIT_SPIN);
         }
+        let lowering = match pp.sends_complete_alone() {
+            true => Lowering::AsNeeded,
+            false => Lowering::LockStep,
+        };
         let stage = PipelineStage {
             pp,
             options: options.clone(),
             row,
             busy: RefCell::new(Busy::default()),
-            full: (schedule, schedule.program(rank)),
+            full: (schedule, schedule.program(rank, lowering)),
+            lowering,
         };
         Ok((stage, model))
+    }
+
+    /// Pairs each send with its receive in lock-step ticks from here on (Note [Schedules as
+    /// data]), for a stage whose compute runs collectives of another group (tensor
+    /// parallelism). There a send that waits for a peer busy in such a collective could wait
+    /// behind a chain of them that comes back to this rank's own; ticks keep every wait of
+    /// the pipeline's group paired.
+    pub(crate) fn pair_sends(&mut self) {
+        self.lowering = Lowering::LockStep;
+        self.full.1 = self.full.0.program(self.pp.rank(), Lowering::LockStep);
     }
 
     /// The pipeline's ranks.
@@ -203,7 +220,7 @@ impl PipelineStage {
             true => (self.full.0, &self.full.1),
             false => {
                 let schedule = self.options.schedule_for(rows)?;
-                short = schedule.program(self.pp.rank());
+                short = schedule.program(self.pp.rank(), self.lowering);
                 (schedule, &short)
             }
         };
