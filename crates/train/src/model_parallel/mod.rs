@@ -180,7 +180,10 @@ impl ModelParallel {
                 };
                 let row = [positions, cfg.hidden];
                 let (mut stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
-                if tp > 1 {
+                // A stage whose compute runs collectives of another group: tensor
+                // parallelism's, or the data-parallel all-gather of a block's parameters at
+                // its first pass under `full` and `hybrid` (Note [Microbatched units]).
+                if tp > 1 || cfg.sharding.shards_parameters() {
                     stage.pair_sends();
                 }
                 model = with_stable_ids(cut);

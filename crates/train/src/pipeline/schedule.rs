@@ -23,7 +23,9 @@
 //! while 1F1B and GPipe, which need nearly every message in the tick it arrives, measured the
 //! same both ways.
 //!
-//! Where a send may wait for its receive (MPI's and NCCL's large messages),
+//! Where a send may wait for its receive (MPI's and NCCL's large messages), or for a peer busy
+//! in a collective of another group (a stage that also runs tensor parallelism, or gathers a
+//! fully sharded block's parameters mid-step: `PipelineStage::pair_sends`),
 //! [`Lowering::LockStep`] runs the schedule in lock-step ticks: in each tick
 //! every message computed in the tick before moves, its send and its receive in one exchange on
 //! each end (`batch_isend_irecv`, all of a tick's messages at once), then every rank computes

@@ -152,9 +152,9 @@ impl PipelineStage {
 
     /// Pairs each send with its receive in lock-step ticks from here on (Note [Schedules as
     /// data]), for a stage whose compute runs collectives of another group (tensor
-    /// parallelism). There a send that waits for a peer busy in such a collective could wait
-    /// behind a chain of them that comes back to this rank's own; ticks keep every wait of
-    /// the pipeline's group paired.
+    /// parallelism's, a fully sharded block's all-gather). There a send that waits for a peer
+    /// busy in such a collective could wait behind a chain of them that comes back to this
+    /// rank's own; ticks keep every wait of the pipeline's group paired.
     pub(crate) fn pair_sends(&mut self) {
         self.lowering = Lowering::LockStep;
         self.full.1 = self.full.0.program(self.pp.rank(), Lowering::LockStep);
