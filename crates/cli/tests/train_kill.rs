@@ -51,31 +51,30 @@ fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds()
 /// [Schedules as data]): its peer may be waiting in a send or in a receive.
 #[test]
 fn sigkill_of_a_rank_of_a_cut_model_is_named_and_everything_stops_within_two_seconds() {
-    let layouts: [(&[&str], u32); 2] = [
+    // (the cut's flags, the world, the rank killed)
+    let layouts: [(&[&str], usize, u32); 2] = [
+        (&["--depth", "2", "--tp", "2", "--pp", "2"], 4, 2),
         (
             &[
-                "--nproc-per-node",
-                "4",
                 "--depth",
-                "2",
-                "--tp",
-                "2",
+                "4",
                 "--pp",
+                "2",
+                "--pp-schedule",
+                "interleaved",
+                "--virtual-stages",
                 "2",
             ],
             2,
+            1,
         ),
-        (&["--nproc-per-node", "2", "--depth", "4", "--pp", "2"], 1),
     ];
-    for (layout, victim_rank) in layouts {
+    for (layout, world, victim_rank) in layouts {
         let mut cmd = phalanx();
         cmd.args(["train", "--standalone", "--model", "gpt"])
+            .args(["--nproc-per-node", &world.to_string()])
             .args(layout)
             .args(["--max-steps", "1000000"]);
-        if victim_rank == 1 {
-            cmd.args(["--pp-schedule", "interleaved", "--virtual-stages", "2"]);
-        }
-        let world: usize = layout[1].parse().unwrap();
         let job = start(cmd);
         let procs = wait_for_workers(job.pid(), world);
         std::thread::sleep(Duration::from_millis(3000));

@@ -177,10 +177,10 @@ impl ProcessGroup {
     }
 
     /// Whether a send here completes with no receive posted for it, whatever its size, once
-    /// its peer is in any point-to-point operation of the group or comes to one: the native
-    /// backend's sends do (Note [Sends that read] in phalanx-transport). MPI's and NCCL's
-    /// large sends may wait for their receive, so a program of sends and receives that relies
-    /// on this pairs each send with its receive there instead.
+    /// its peer waits in a point-to-point operation of the group (any, not only the matching
+    /// receive): the native backend's sends do (Note [Sends that read] in phalanx-transport).
+    /// MPI's and NCCL's large sends may wait for their receive, so a program of sends and
+    /// receives that relies on this pairs each send with its receive there instead.
     ///
     /// ```
     /// let alone = phalanx_testing::spawn_ranks(2, |pg| pg.sends_complete_alone());

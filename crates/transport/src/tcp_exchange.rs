@@ -23,12 +23,17 @@
 //! waits for its peer to read. Two ranks that each send the other a large message with no
 //! receive posted (a pipeline sends an activation as soon as it is computed and receives one
 //! only when it is needed) would then wait for each other forever. So a point-to-point step
-//! that waits also reads whole frames from every peer it posted no receive for, into that
-//! connection's `early` queue, where the receive that matches them takes them in order. A
-//! send then waits only for its peer to be in a point-to-point step of its own, never for the
-//! matching receive: where every rank's program would run to its end with sends that never
-//! wait, it does here, whatever the messages' sizes (a peer that receives from this rank in
-//! its step reads this send's frame, the next of the pair; one that does not reads it ahead).
+//! that waits also reads whole frames from every peer it has no receive pending from, into
+//! that connection's `early` queue, where the receive that matches them takes them in order.
+//! A send then waits only until its peer waits in a point-to-point step of its own (or is in a
+//! receive from this rank), never for the matching receive: where every rank's program would
+//! run to its end with sends that never wait, it does here, whatever the messages' sizes (a
+//! peer that receives from this rank reads this send's frame, the next of the pair; one that
+//! waits on another reads it ahead). A large send to a peer that is computing still waits for
+//! that compute to end. Reading ahead is not the step's own progress: it keeps the step
+//! spinning but does not put off its timeout. What is read ahead is held in memory until its
+//! receive comes, as an MPI library holds unexpected messages: a peer that streams sends to a
+//! rank busy with another peer grows that rank's queue instead of meeting TCP's back-pressure.
 //! Collective steps do not read ahead: their sends and receives are paired.
 
 use std::{
@@ -234,29 +239,35 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             .filter(|r| r.done < r.total())
             .map(|r| r.peer)
             .collect();
+        // Note [Sends that read]: the peers a waiting point-to-point step reads ahead from.
+        let reads_from = |peer: usize, ahead: &[Ahead], conns: &[Option<Conn>]| {
+            peer != me && !ahead[peer].ended && !pending_r.contains(&peer) && conns[peer].is_some()
+        };
         if pending_s.is_empty() && pending_r.is_empty() {
+            // A frame begun is read to its end: the step must not leave half of it unread.
             for (peer, frame) in ahead.iter_mut().enumerate() {
                 if frame.done > 0 {
-                    let mut rest = Timeout::new(timeout);
                     let c = conn(conns, peer, during)?;
-                    frame.finish(c, peer, during, &mut rest, aborted)?;
+                    frame.finish(c, peer, during, &mut deadline, aborted)?;
                 }
             }
             return Ok(());
         }
-        // Note [Sends that read]: a waiting step reads what its peers sent without a receive.
-        let readers: Vec<usize> = (0..ahead.len())
-            .filter(|&p| p != me && !ahead[p].ended && !pending_r.contains(&p))
-            .filter(|&p| conns[p].is_some())
-            .collect();
-        for &peer in &readers {
-            let c = conn(conns, peer, during)?;
-            if ahead[peer].read(c, peer)? {
-                progressed = true;
-            }
-        }
         if progressed {
             deadline.progress();
+            idle_since = None;
+            continue;
+        }
+        // Waiting: read what the peers sent without a receive here. That is not this step's
+        // progress (its deadline still runs), but it keeps the step spinning.
+        let mut read_ahead = false;
+        for peer in 0..ahead.len() {
+            if reads_from(peer, &ahead, conns) {
+                let c = conn(conns, peer, during)?;
+                read_ahead |= ahead[peer].read(c, peer)?;
+            }
+        }
+        if read_ahead {
             idle_since = None;
             continue;
         }
@@ -279,8 +290,10 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
                 after: timeout,
             });
         };
-        let mut readable = pending_r;
-        readable.extend(readers.iter().filter(|&&p| !ahead[p].ended));
+        let mut readable: Vec<usize> = (0..ahead.len())
+            .filter(|&p| reads_from(p, &ahead, conns))
+            .collect();
+        readable.extend(&pending_r);
         poll(conns, &pending_s, &readable, left)?;
     }
 }
@@ -292,10 +305,12 @@ struct Ahead {
     header: [u8; HEADER_LEN],
     /// Bytes of the frame read so far, its header's included.
     done: usize,
+    /// The frame's fingerprint, once its header is in.
+    fp: Option<Fingerprint>,
     /// The payload, sized once the header is in.
     data: Vec<u8>,
-    /// The peer closed the connection: it sends no more (its error, if any, reaches the
-    /// receive that needs its frames).
+    /// The peer closed the connection: it sends no more. Its error, if any, reaches the
+    /// receive that needs its frames, or the step that sends to it.
     ended: bool,
 }
 
@@ -304,6 +319,7 @@ impl Ahead {
         Ahead {
             header: [0; HEADER_LEN],
             done: 0,
+            fp: None,
             data: Vec::new(),
             ended: false,
         }
@@ -314,9 +330,9 @@ impl Ahead {
     fn read(&mut self, c: &mut Conn, peer: usize) -> Result<bool> {
         let mut any = false;
         loop {
-            let res = match self.done < HEADER_LEN {
-                true => c.stream.read(&mut self.header[self.done..]),
-                false => c.stream.read(&mut self.data[self.done - HEADER_LEN..]),
+            let res = match self.fp {
+                None => c.stream.read(&mut self.header[self.done..]),
+                Some(_) => c.stream.read(&mut self.data[self.done - HEADER_LEN..]),
             };
             let n = match res {
                 Ok(0) => {
@@ -326,29 +342,27 @@ impl Ahead {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(any),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // A reset or another failure of a link this step neither sends nor receives
+                // on: as a close, for the operation that needs the link to report.
                 Err(_) => {
                     self.ended = true;
                     return Ok(any);
                 }
             };
             any = true;
-            let was = self.done;
             self.done += n;
-            if was < HEADER_LEN && self.done == HEADER_LEN {
-                match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
-                    Header::Data { len, .. } => self.data = vec![0; len],
-                    Header::Abort { len } => return Err(abort_reason(c, peer, len)),
-                }
+            if self.fp.is_none() && self.done == HEADER_LEN {
+                self.begin(c, peer)?;
             }
-            if self.done == HEADER_LEN + self.data.len() && self.done >= HEADER_LEN {
+            if self.fp.is_some() && self.done == HEADER_LEN + self.data.len() {
                 self.complete(c);
             }
         }
     }
 
-    /// Reads the rest of a begun frame, waiting for it: at the end of a step, which must not
-    /// leave half a frame read. Its sender is writing it, in a step that waits for no one
-    /// else (this rank's sends of the step are done).
+    /// Reads the rest of a begun frame, waiting for it within the step's `deadline`: at the
+    /// end of a step, which must not leave half a frame read. Its sender is writing it in a
+    /// step of its own, whose writes go on while this rank reads.
     fn finish(
         &mut self,
         c: &mut Conn,
@@ -357,17 +371,11 @@ impl Ahead {
         deadline: &mut Timeout,
         aborted: &dyn Fn() -> Option<String>,
     ) -> Result<()> {
-        if self.done == 0 {
-            return Ok(());
-        }
-        if self.done < HEADER_LEN {
+        if self.fp.is_none() {
             let at = self.done;
             read_fully(c, peer, during, &mut self.header[at..], deadline, aborted)?;
             self.done = HEADER_LEN;
-            match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
-                Header::Data { len, .. } => self.data = vec![0; len],
-                Header::Abort { len } => return Err(abort_reason(c, peer, len)),
-            }
+            self.begin(c, peer)?;
         }
         let at = self.done - HEADER_LEN;
         read_fully(c, peer, during, &mut self.data[at..], deadline, aborted)?;
@@ -375,26 +383,39 @@ impl Ahead {
         Ok(())
     }
 
+    /// Takes the frame's whole header: a data frame's payload is sized; an abort frame ends
+    /// the step with its reason.
+    fn begin(&mut self, c: &mut Conn, peer: usize) -> Result<()> {
+        match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
+            Header::Data { fp, len } => {
+                self.fp = Some(fp);
+                self.data = vec![0; len];
+                Ok(())
+            }
+            Header::Abort { len } => Err(abort_reason(c, peer, Vec::new(), len)),
+        }
+    }
+
     /// Queues the whole frame and starts afresh.
     fn complete(&mut self, c: &mut Conn) {
         let done = std::mem::replace(self, Ahead::new());
-        let Ok(Header::Data { fp, .. }) = frame::decode(&done.header) else {
-            unreachable!("a frame is completed once its data header is read");
-        };
+        let fp = done.fp.expect("a frame is completed once its header is in");
         c.early.push_back((fp, done.data));
     }
 }
 
-/// The reason in an abort frame of `len` bytes whose header was read: read in a blocking way
-/// for at most a second, as it is the last thing the peer sent.
-fn abort_reason(c: &mut Conn, peer: usize, len: usize) -> Error {
-    let mut reason = vec![0u8; len];
+/// The error of a peer's abort frame of `len` bytes, of which `have` were read: the rest is
+/// read in a blocking way for at most a second, as it is the last thing the peer sent.
+fn abort_reason(c: &mut Conn, peer: usize, mut have: Vec<u8>, len: usize) -> Error {
+    let mut rest = vec![0u8; len.saturating_sub(have.len())];
     let _ = c.stream.set_nonblocking(false);
     let _ = c.stream.set_read_timeout(Some(Duration::from_secs(1)));
-    let got = c.stream.read_exact(&mut reason).is_ok();
+    if c.stream.read_exact(&mut rest).is_ok() {
+        have.extend_from_slice(&rest);
+    }
     Error::PeerAborted {
         peer,
-        reason: String::from_utf8_lossy(if got { &reason } else { &[] }).into_owned(),
+        reason: String::from_utf8_lossy(&have).into_owned(),
     }
 }
 
@@ -476,17 +497,8 @@ fn take_header(
                 return accept(me, r.peer, &r.fp, &theirs, len, r.buf.len());
             }
             Header::Abort { len } => {
-                let mut reason = r.buf[..read.min(len)].to_vec();
-                let mut rest = vec![0u8; len - reason.len()];
-                let _ = c.stream.set_nonblocking(false);
-                let _ = c.stream.set_read_timeout(Some(Duration::from_secs(1)));
-                if c.stream.read_exact(&mut rest).is_ok() {
-                    reason.extend_from_slice(&rest);
-                }
-                return Err(Error::PeerAborted {
-                    peer: r.peer,
-                    reason: String::from_utf8_lossy(&reason).into_owned(),
-                });
+                let have = r.buf[..read.min(len)].to_vec();
+                return Err(abort_reason(c, r.peer, have, len));
             }
         }
     }

@@ -86,10 +86,23 @@ fn sends_before_receives(pg: ProcessGroup, len: usize, rounds: u32) -> bool {
     true
 }
 
+/// Floats in a message larger than a connection's socket buffers can hold at most (the send
+/// buffer's and the receive buffer's largest sizes, `tcp_wmem` and `tcp_rmem`), and at least
+/// 16 MiB.
+fn more_than_socket_buffers() -> usize {
+    let largest = |name: &str| -> usize {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .ok()
+            .and_then(|s| s.split_whitespace().last()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let bytes = (largest("tcp_wmem") + largest("tcp_rmem") + (1 << 20)).max(16 << 20);
+    bytes / 4
+}
+
 #[test]
 fn large_sends_complete_with_no_receive_posted() {
-    // 16 MiB each: more than loopback's socket buffers hold.
-    let len = 4 << 20;
+    let len = more_than_socket_buffers();
     assert_eq!(
         spawn_ranks_tcp(2, move |pg| sends_before_receives(pg, len, 2)),
         [true; 2]
@@ -98,6 +111,31 @@ fn large_sends_complete_with_no_receive_posted() {
         spawn_ranks(3, move |pg| sends_before_receives(pg, len, 3)),
         [true; 3]
     );
+}
+
+/// A large send waits while its peer computes, reading ahead from a third rank whose group has
+/// already closed: the closed link ends nothing (it is the link of no operation here), and the
+/// send completes once its peer receives.
+#[test]
+fn a_waiting_send_reads_past_a_closed_link() {
+    let len = more_than_socket_buffers();
+    let done = spawn_ranks_tcp(3, move |pg| match pg.rank() {
+        0 => {
+            pg.send(&vec![1f32; len], 1, 0).unwrap();
+            true
+        }
+        1 => {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let mut got = vec![0f32; len];
+            pg.recv(&mut got, 0, 0).unwrap();
+            got.iter().all(|&v| v == 1.0)
+        }
+        _ => {
+            drop(pg);
+            true
+        }
+    });
+    assert_eq!(done, [true; 3]);
 }
 
 /// Rank 0 sends, then enters an allreduce; rank 1 enters the allreduce first and receives

@@ -31,5 +31,5 @@ mod stage;
 
 pub use bubble::Bubble;
 pub use options::PipelineOptions;
-pub use schedule::{Action, Instr, Message, PipelineSchedule, Schedule};
+pub use schedule::{Action, Instr, Lowering, Message, PipelineSchedule, Schedule};
 pub use stage::{PipelineStage, WholeOf, STAGE_WAIT_SPIN};

@@ -16,8 +16,10 @@
 //! that read] in phalanx-transport), [`Lowering::AsNeeded`]: each message is sent right after
 //! the compute that made it and received right before the compute that needs it. A rank then
 //! waits only for what it needs, when it needs it, which is what the schedules' theory
-//! assumes. Each pair of ranks must then send its messages in the order the receiver takes
-//! them, as the transport matches them in order; every schedule here does (a test checks it).
+//! assumes (a send larger than the socket buffers also waits for its receiver to end the
+//! compute it is in). Each pair of ranks must then send its messages in the order the receiver
+//! takes them, as the transport matches them in order; every schedule here does (a test checks
+//! it).
 //! Interleaved 1F1B runs ahead by design, and this is what it needs: at `p 2, v 2, m 8` its
 //! busiest stage waited 0.17–0.19 of each step lowered in ticks and 0.07–0.09 so (docs/train.md),
 //! while 1F1B and GPipe, which need nearly every message in the tick it arrives, measured the
@@ -370,6 +372,14 @@ impl Schedule {
         match lowering {
             Lowering::LockStep => self.lock_step().swap_remove(rank),
             Lowering::AsNeeded => self.as_needed(rank),
+        }
+    }
+
+    /// Every rank's program, lowered as `lowering` says.
+    pub fn programs(&self, lowering: Lowering) -> Vec<Vec<Instr>> {
+        match lowering {
+            Lowering::LockStep => self.lock_step(),
+            Lowering::AsNeeded => (0..self.ranks).map(|r| self.as_needed(r)).collect(),
         }
     }
 

@@ -81,7 +81,10 @@ impl PipelineStage {
     /// cut does not fit the model. `pp` is the stage's own: where the ranks' compute threads
     /// fit in the host's cores, its waits spin up to [`STAGE_WAIT_SPIN`] from here on (Note
     /// [A stage's waits spin]), so a group that also runs work overlapped with compute is not
-    /// one to pass.
+    /// one to pass. Where `pp`'s sends complete with no receive posted (the native backend),
+    /// each message is sent when it is made and received when it is needed; a stage whose
+    /// compute runs collectives of another group (tensor parallelism, a fully sharded
+    /// block's all-gather) calls [`pair_sends`](Self::pair_sends) next.
     pub fn cut<M: Classifier>(
         pp: Arc<ProcessGroup>,
         options: &PipelineOptions,
@@ -155,7 +158,7 @@ impl PipelineStage {
     /// parallelism's, a fully sharded block's all-gather). There a send that waits for a peer
     /// busy in such a collective could wait behind a chain of them that comes back to this
     /// rank's own; ticks keep every wait of the pipeline's group paired.
-    pub(crate) fn pair_sends(&mut self) {
+    pub fn pair_sends(&mut self) {
         self.lowering = Lowering::LockStep;
         self.full.1 = self.full.0.program(self.pp.rank(), Lowering::LockStep);
     }
