@@ -259,7 +259,8 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             continue;
         }
         // Waiting: read what the peers sent without a receive here. That is not this step's
-        // progress (its deadline still runs), but it keeps the step spinning.
+        // progress: it keeps the step spinning, but a peer that streams to this rank puts off
+        // neither its timeout nor its abort (below, once the deadline has passed).
         let mut read_ahead = false;
         for peer in 0..ahead.len() {
             if reads_from(peer, &ahead, conns) {
@@ -267,7 +268,7 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
                 read_ahead |= ahead[peer].read(c, peer)?;
             }
         }
-        if read_ahead {
+        if read_ahead && deadline.remaining().is_some() && aborted().is_none() {
             idle_since = None;
             continue;
         }
