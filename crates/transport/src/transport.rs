@@ -51,7 +51,7 @@ pub trait Transport: Send {
     /// Tells every peer that this rank gives up, and why, then closes the connections.
     /// Later calls fail with [`crate::Error::Aborted`].
     fn abort(&mut self, reason: &str);
-    /// How long a wait spins before it sleeps (Note [Spin then poll] in `tcp_exchange.rs`):
+    /// How long a wait spins before it sleeps (Note [Spin then poll] in `tcp_exchange/mod.rs`):
     /// longer for a caller that waits with nothing else to do on a core of its own. A
     /// transport that does not spin ignores it.
     fn set_wait_spin(&mut self, _spin: std::time::Duration) {}

@@ -36,10 +36,11 @@
 //! rank busy with another peer grows that rank's queue instead of meeting TCP's back-pressure.
 //! Collective steps do not read ahead: their sends and receives are paired.
 
+mod ahead;
+mod conn;
+
 use std::{
-    collections::VecDeque,
     io::{self, IoSlice, IoSliceMut, Read, Write},
-    net::TcpStream,
     os::fd::AsRawFd,
     time::{Duration, Instant},
 };
@@ -50,34 +51,13 @@ use crate::{
     frame::{self, Header, HEADER_LEN},
     CollectiveKind, Error, Fingerprint, RecvReq, Result, SendReq,
 };
+use ahead::Ahead;
+pub(crate) use conn::Conn;
+use conn::{closed, io_err, POLL_SLICE_MS};
 
 /// How long to spin on non-blocking calls before sleeping in poll, unless the transport was
 /// told otherwise (Note [Spin then poll]).
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
-/// Longest single poll sleep, so that an abort from another thread is noticed promptly.
-const POLL_SLICE_MS: i32 = 100;
-
-/// One connection to a peer.
-#[derive(Debug)]
-pub(crate) struct Conn {
-    pub(crate) stream: TcpStream,
-    /// False while a frame is half written: an abort frame may then not be sent.
-    pub(crate) at_frame_boundary: bool,
-    /// Complete frames that arrived before their receive: of the other stream (Note [Early
-    /// frames]), or read while a point-to-point send waited (Note [Sends that read]), oldest
-    /// first.
-    pub(crate) early: VecDeque<(Fingerprint, Vec<u8>)>,
-}
-
-impl Conn {
-    pub(crate) fn new(stream: TcpStream) -> Conn {
-        Conn {
-            stream,
-            at_frame_boundary: true,
-            early: VecDeque::new(),
-        }
-    }
-}
 
 /// Whether a frame belongs to the point-to-point stream of its pair of ranks rather than to
 /// the group's collective stream.
@@ -166,12 +146,9 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     }
     let mut deadline = Timeout::new(timeout);
     let mut idle_since: Option<Instant> = None;
-    // Note [Sends that read]: what a point-to-point step reads ahead, by peer (a collective
-    // step reads nothing ahead and allocates nothing for it).
-    let mut ahead: Vec<Ahead> = match point_to_point(during) {
-        true => (0..conns.len()).map(|_| Ahead::new()).collect(),
-        false => Vec::new(),
-    };
+    // Note [Sends that read]: what a point-to-point step reads ahead, by peer, made when the
+    // step first waits (a step that never waits, and a collective step, allocate nothing).
+    let mut ahead: Vec<Ahead> = Vec::new();
     loop {
         let mut progressed = false;
         for s in ss.iter_mut().filter(|s| s.done < s.total()) {
@@ -261,6 +238,9 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
         // Waiting: read what the peers sent without a receive here. That is not this step's
         // progress: it keeps the step spinning, but a peer that streams to this rank puts off
         // neither its timeout nor its abort (below, once the deadline has passed).
+        if ahead.is_empty() && point_to_point(during) {
+            ahead = (0..conns.len()).map(|_| Ahead::new()).collect();
+        }
         let mut read_ahead = false;
         for peer in 0..ahead.len() {
             if reads_from(peer, &ahead, conns) {
@@ -296,127 +276,6 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             .collect();
         readable.extend(&pending_r);
         poll(conns, &pending_s, &readable, left)?;
-    }
-}
-
-/// A frame read ahead from a peer while a point-to-point step waits (Note [Sends that read]),
-/// a few bytes at a time as they come: its sender may be waiting for this rank to read its
-/// own frame meanwhile.
-struct Ahead {
-    header: [u8; HEADER_LEN],
-    /// Bytes of the frame read so far, its header's included.
-    done: usize,
-    /// The frame's fingerprint, once its header is in.
-    fp: Option<Fingerprint>,
-    /// The payload, sized once the header is in.
-    data: Vec<u8>,
-    /// The peer closed the connection: it sends no more. Its error, if any, reaches the
-    /// receive that needs its frames, or the step that sends to it.
-    ended: bool,
-}
-
-impl Ahead {
-    fn new() -> Ahead {
-        Ahead {
-            header: [0; HEADER_LEN],
-            done: 0,
-            fp: None,
-            data: Vec::new(),
-            ended: false,
-        }
-    }
-
-    /// Reads what `c` has of the frame without waiting: whether a byte came. A whole frame
-    /// goes to the connection's `early` queue and this starts afresh.
-    fn read(&mut self, c: &mut Conn, peer: usize) -> Result<bool> {
-        let mut any = false;
-        loop {
-            let res = match self.fp {
-                None => c.stream.read(&mut self.header[self.done..]),
-                Some(_) => c.stream.read(&mut self.data[self.done - HEADER_LEN..]),
-            };
-            let n = match res {
-                Ok(0) => {
-                    self.ended = true;
-                    return Ok(any);
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(any),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // A reset or another failure of a link this step neither sends nor receives
-                // on: as a close, for the operation that needs the link to report.
-                Err(_) => {
-                    self.ended = true;
-                    return Ok(any);
-                }
-            };
-            any = true;
-            self.done += n;
-            if self.fp.is_none() && self.done == HEADER_LEN {
-                self.begin(c, peer)?;
-            }
-            if self.fp.is_some() && self.done == HEADER_LEN + self.data.len() {
-                self.complete(c);
-            }
-        }
-    }
-
-    /// Reads the rest of a begun frame, waiting for it within the step's `deadline`: at the
-    /// end of a step, which must not leave half a frame read. Its sender is writing it in a
-    /// step of its own, whose writes go on while this rank reads.
-    fn finish(
-        &mut self,
-        c: &mut Conn,
-        peer: usize,
-        during: &Fingerprint,
-        deadline: &mut Timeout,
-        aborted: &dyn Fn() -> Option<String>,
-    ) -> Result<()> {
-        if self.fp.is_none() {
-            let at = self.done;
-            read_fully(c, peer, during, &mut self.header[at..], deadline, aborted)?;
-            self.done = HEADER_LEN;
-            self.begin(c, peer)?;
-        }
-        let at = self.done - HEADER_LEN;
-        read_fully(c, peer, during, &mut self.data[at..], deadline, aborted)?;
-        self.complete(c);
-        Ok(())
-    }
-
-    /// Takes the frame's whole header: a data frame's payload is sized; an abort frame ends
-    /// the step with its reason.
-    fn begin(&mut self, c: &mut Conn, peer: usize) -> Result<()> {
-        match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
-            Header::Data { fp, len } => {
-                self.fp = Some(fp);
-                self.data = vec![0; len];
-                Ok(())
-            }
-            Header::Abort { len } => Err(abort_reason(c, peer, Vec::new(), len)),
-        }
-    }
-
-    /// Queues the whole frame and starts afresh.
-    fn complete(&mut self, c: &mut Conn) {
-        let done = std::mem::replace(self, Ahead::new());
-        let fp = done.fp.expect("a frame is completed once its header is in");
-        c.early.push_back((fp, done.data));
-    }
-}
-
-/// The error of a peer's abort frame of `len` bytes, of which `have` were read: the rest is
-/// read in a blocking way for at most a second, as it is the last thing the peer sent.
-fn abort_reason(c: &mut Conn, peer: usize, mut have: Vec<u8>, len: usize) -> Error {
-    let mut rest = vec![0u8; len.saturating_sub(have.len())];
-    let _ = c.stream.set_nonblocking(false);
-    let _ = c.stream.set_read_timeout(Some(Duration::from_secs(1)));
-    if c.stream.read_exact(&mut rest).is_ok() {
-        have.extend_from_slice(&rest);
-    }
-    Error::PeerAborted {
-        peer,
-        reason: String::from_utf8_lossy(&have).into_owned(),
     }
 }
 
@@ -482,7 +341,7 @@ fn take_header(
                 if data.len() < len {
                     let have = data.len();
                     data.resize(len, 0);
-                    read_fully(c, r.peer, &r.fp, &mut data[have..], deadline, aborted)?;
+                    c.read_fully(r.peer, &r.fp, &mut data[have..], deadline, aborted)?;
                 }
                 c.early.push_back((theirs, data));
                 // What was read past that frame starts the next one.
@@ -499,55 +358,10 @@ fn take_header(
             }
             Header::Abort { len } => {
                 let have = r.buf[..read.min(len)].to_vec();
-                return Err(abort_reason(c, r.peer, have, len));
+                return Err(c.abort_reason(r.peer, have, len));
             }
         }
     }
-}
-
-/// Reads exactly `buf.len()` bytes from a non-blocking connection, waiting in `poll(2)`, within
-/// the exchange's progress timeout.
-fn read_fully(
-    c: &mut Conn,
-    peer: usize,
-    fp: &Fingerprint,
-    buf: &mut [u8],
-    deadline: &mut Timeout,
-    aborted: &dyn Fn() -> Option<String>,
-) -> Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match c.stream.read(&mut buf[done..]) {
-            Ok(0) => return Err(closed(peer, fp)),
-            Ok(n) => {
-                done += n;
-                deadline.progress();
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(reason) = aborted() {
-                    return Err(Error::Aborted { reason });
-                }
-                let Some(left) = deadline.remaining() else {
-                    return Err(Error::Timeout {
-                        during: fp.to_string(),
-                        waiting_for: vec![peer],
-                        after: deadline.limit(),
-                    });
-                };
-                let mut fd = libc::pollfd {
-                    fd: c.stream.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ms = (left.as_millis() as i32).clamp(1, POLL_SLICE_MS);
-                // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut fd, 1, ms) };
-            }
-            Err(e) => return Err(io_err(peer, "recv", e, fp)),
-        }
-    }
-    Ok(())
 }
 
 fn poll(conns: &[Option<Conn>], sends: &[usize], recvs: &[usize], left: Duration) -> Result<()> {
@@ -581,25 +395,4 @@ fn poll(conns: &[Option<Conn>], sends: &[usize], recvs: &[usize], left: Duration
         }
     }
     Ok(())
-}
-
-fn closed(peer: usize, fp: &Fingerprint) -> Error {
-    Error::PeerClosed {
-        peer,
-        during: fp.to_string(),
-    }
-}
-
-fn io_err(peer: usize, op: &'static str, e: io::Error, fp: &Fingerprint) -> Error {
-    match e.kind() {
-        io::ErrorKind::BrokenPipe
-        | io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::UnexpectedEof => closed(peer, fp),
-        _ => Error::Io {
-            peer,
-            op,
-            source: e,
-        },
-    }
 }

@@ -1,0 +1,121 @@
+//! One connection of the TCP mesh as the progress engine sees it: the socket, whether a frame
+//! is half written, the frames that came before their receive, and the blocking reads a step
+//! makes on it within its deadline.
+
+use std::{
+    collections::VecDeque,
+    io::{self, Read},
+    net::TcpStream,
+    os::fd::AsRawFd,
+    time::Duration,
+};
+
+use phalanx_core::Timeout;
+
+use crate::{Error, Fingerprint, Result};
+
+/// Longest single poll sleep, so that an abort from another thread is noticed promptly.
+pub(super) const POLL_SLICE_MS: i32 = 100;
+
+/// One connection to a peer.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    /// False while a frame is half written: an abort frame may then not be sent.
+    pub(crate) at_frame_boundary: bool,
+    /// Complete frames that arrived before their receive: of the other stream (Note [Early
+    /// frames]), or read while a point-to-point send waited (Note [Sends that read]), oldest
+    /// first.
+    pub(crate) early: VecDeque<(Fingerprint, Vec<u8>)>,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            at_frame_boundary: true,
+            early: VecDeque::new(),
+        }
+    }
+
+    /// The error of a peer's abort frame of `len` bytes, of which `have` were read: the rest is
+    /// read in a blocking way for at most a second, as it is the last thing the peer sent.
+    pub(super) fn abort_reason(&mut self, peer: usize, mut have: Vec<u8>, len: usize) -> Error {
+        let mut rest = vec![0u8; len.saturating_sub(have.len())];
+        let _ = self.stream.set_nonblocking(false);
+        let _ = self.stream.set_read_timeout(Some(Duration::from_secs(1)));
+        if self.stream.read_exact(&mut rest).is_ok() {
+            have.extend_from_slice(&rest);
+        }
+        Error::PeerAborted {
+            peer,
+            reason: String::from_utf8_lossy(&have).into_owned(),
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes from a non-blocking connection, waiting in `poll(2)`, within
+    /// the exchange's progress timeout.
+    pub(super) fn read_fully(
+        &mut self,
+        peer: usize,
+        fp: &Fingerprint,
+        buf: &mut [u8],
+        deadline: &mut Timeout,
+        aborted: &dyn Fn() -> Option<String>,
+    ) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.stream.read(&mut buf[done..]) {
+                Ok(0) => return Err(closed(peer, fp)),
+                Ok(n) => {
+                    done += n;
+                    deadline.progress();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Some(reason) = aborted() {
+                        return Err(Error::Aborted { reason });
+                    }
+                    let Some(left) = deadline.remaining() else {
+                        return Err(Error::Timeout {
+                            during: fp.to_string(),
+                            waiting_for: vec![peer],
+                            after: deadline.limit(),
+                        });
+                    };
+                    let mut fd = libc::pollfd {
+                        fd: self.stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    let ms = (left.as_millis() as i32).clamp(1, POLL_SLICE_MS);
+                    // SAFETY: one valid pollfd for the duration of the call.
+                    unsafe { libc::poll(&mut fd, 1, ms) };
+                }
+                Err(e) => return Err(io_err(peer, "recv", e, fp)),
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn closed(peer: usize, fp: &Fingerprint) -> Error {
+    Error::PeerClosed {
+        peer,
+        during: fp.to_string(),
+    }
+}
+
+pub(super) fn io_err(peer: usize, op: &'static str, e: io::Error, fp: &Fingerprint) -> Error {
+    match e.kind() {
+        io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::UnexpectedEof => closed(peer, fp),
+        _ => Error::Io {
+            peer,
+            op,
+            source: e,
+        },
+    }
+}
