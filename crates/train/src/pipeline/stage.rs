@@ -24,7 +24,7 @@
 //! batch's loss, on every rank, with no message of its own. A rank that holds the last stage
 //! keeps its own sum, and sends it with the gradients of its other chunks (interleaved).
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -67,9 +67,11 @@ pub struct PipelineStage {
     row: [usize; 2],
     /// What this rank computed and waited: the measured bubble.
     busy: RefCell<Busy>,
-    /// The schedule of a full batch and this rank's program of it, lowered once (a short
-    /// last batch lowers its own).
-    full: (Schedule, Vec<Instr>),
+    /// The schedule of a full batch.
+    full: Schedule,
+    /// This rank's program of `full`, lowered once at the first step with the lowering then
+    /// in force (a short last batch lowers its own).
+    program: OnceCell<Vec<Instr>>,
     /// Where the programs' exchanges go (Note [Schedules as data]).
     lowering: Lowering,
 }
@@ -147,7 +149,8 @@ impl PipelineStage {
             options: options.clone(),
             row,
             busy: RefCell::new(Busy::default()),
-            full: (schedule, schedule.program(rank, lowering)),
+            full: schedule,
+            program: OnceCell::new(),
             lowering,
         };
         Ok((stage, model))
@@ -160,7 +163,7 @@ impl PipelineStage {
     /// rank's own; ticks keep every wait of the pipeline's group paired.
     pub fn pair_sends(&mut self) {
         self.lowering = Lowering::LockStep;
-        self.full.1 = self.full.0.program(self.pp.rank(), Lowering::LockStep);
+        self.program = OnceCell::new();
     }
 
     /// The pipeline's ranks.
@@ -200,7 +203,7 @@ impl PipelineStage {
     /// The bubble measured over the steps so far, next to the schedule's in theory (Note [The
     /// measured bubble]); `None` before a step ran. A collective of the pipeline.
     pub fn bubble(&self) -> Result<Option<Bubble>> {
-        self.busy.borrow().bubble(&self.pp, self.full.0.bubble())
+        self.busy.borrow().bubble(&self.pp, self.full.bubble())
     }
 
     /// One step's forward and backward of `features`/`labels` through the pipeline, with the
@@ -220,7 +223,11 @@ impl PipelineStage {
         // A short last batch takes as many microbatches as it can.
         let short;
         let (schedule, program) = match rows >= self.options.microbatches {
-            true => (self.full.0, &self.full.1),
+            true => (
+                self.full,
+                self.program
+                    .get_or_init(|| self.full.program(self.pp.rank(), self.lowering)),
+            ),
             false => {
                 let schedule = self.options.schedule_for(rows)?;
                 short = schedule.program(self.pp.rank(), self.lowering);
@@ -356,7 +363,7 @@ impl PipelineStage {
     /// stage.
     pub fn score<M: Classifier>(&self, model: &M, x: &[f32], y: &[i64]) -> Result<Score> {
         let model = model.valid();
-        let schedule = self.full.0;
+        let schedule = self.full;
         let (rank, dim, last) = (self.pp.rank(), model.input_dim(), schedule.stages() - 1);
         let device = model.device();
         let mut total = Score::default();
