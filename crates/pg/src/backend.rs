@@ -36,6 +36,14 @@ pub(crate) trait Backend {
         false
     }
 
+    /// Whether a send completes with no receive posted for it, whatever its size, once its
+    /// peer waits in any point-to-point operation ([`crate::ProcessGroup::sends_complete_alone`]).
+    /// A library whose large sends may wait for their receive (MPI's rendezvous protocol,
+    /// NCCL) does not promise it.
+    fn sends_complete_alone(&self) -> bool {
+        false
+    }
+
     /// Reduces `buf` across ranks in place.
     fn allreduce<T: Element>(
         &mut self,

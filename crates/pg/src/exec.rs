@@ -86,6 +86,11 @@ impl Exec {
         dispatch!(&self.backend, b => b.picks_algorithm())
     }
 
+    /// Whether a send completes with no receive posted for it.
+    pub(crate) fn sends_complete_alone(&self) -> bool {
+        dispatch!(&self.backend, b => b.sends_complete_alone())
+    }
+
     pub(crate) fn allreduce<T: Element>(
         &mut self,
         seq: u64,

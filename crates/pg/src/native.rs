@@ -78,6 +78,12 @@ impl Backend for Native {
         true
     }
 
+    /// A waiting point-to-point step reads its other peers' frames ahead (Note [Sends that
+    /// read] in phalanx-transport).
+    fn sends_complete_alone(&self) -> bool {
+        true
+    }
+
     fn allreduce<T: Element>(
         &mut self,
         seq: u64,

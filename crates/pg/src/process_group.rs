@@ -111,6 +111,7 @@ impl ProcessGroup {
         ProcessGroup {
             shared: Arc::new(Shared {
                 backend: exec.name(),
+                sends_complete_alone: exec.sends_complete_alone(),
                 label: std::sync::OnceLock::new(),
                 fault_tolerant: std::sync::atomic::AtomicBool::new(false),
                 rank: placement.rank,
@@ -187,7 +188,7 @@ impl ProcessGroup {
     /// assert_eq!(alone, vec![true, true]);
     /// ```
     pub fn sends_complete_alone(&self) -> bool {
-        self.shared.backend == "native"
+        self.shared.sends_complete_alone
     }
 
     /// This rank, its group's size and backend: what the argument checks (`check.rs`) see.

@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     pub(crate) reported: Mutex<Vec<(&'static str, Algorithm)>>,
     /// The backend's name (`native`, `mpi`, `nccl`), fixed for the group's lifetime.
     pub(crate) backend: &'static str,
+    /// The backend's promise about sends, fixed for the group's lifetime and read without the
+    /// `exec` lock ([`crate::ProcessGroup::sends_complete_alone`]).
+    pub(crate) sends_complete_alone: bool,
     /// Whether this group is a fault-tolerant generation, or a subgroup of one (Note [FT
     /// generations]): its failures neither wait for a dead peer's word (the launcher names
     /// the dead rank, and every millisecond is the survivors') nor for the store longer than
