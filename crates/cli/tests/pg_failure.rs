@@ -3,9 +3,9 @@
 
 mod launch_util;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use launch_util::{alive, phalanx, start, survivors, wait_for_workers};
+use launch_util::{alive, kill_mid_run, phalanx};
 
 #[test]
 fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {
@@ -23,17 +23,18 @@ fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {
         "--warmup",
         "0",
     ]);
-    let run = start(cmd);
-    let procs = wait_for_workers(run.pid(), 3);
-    std::thread::sleep(Duration::from_millis(500));
-    let (victim, _) = procs.iter().copied().find(|(_, r)| *r == 1).unwrap();
-    let killed_at = Instant::now();
-    unsafe { libc::kill(victim, libc::SIGKILL) };
-    let f = run.wait(Duration::from_secs(20));
-    let took = killed_at.elapsed();
+    let k = kill_mid_run(
+        cmd,
+        3,
+        1,
+        Duration::from_millis(500),
+        Duration::from_secs(20),
+    );
+    let f = &k.finished;
     assert!(
-        took < Duration::from_secs(2),
-        "launcher took {took:?} to exit\n{}",
+        k.took < Duration::from_secs(2),
+        "launcher took {:?} to exit\n{}",
+        k.took,
         f.stderr
     );
     assert_ne!(f.code(), Some(0));
@@ -48,7 +49,6 @@ fn sigkill_of_a_rank_in_allreduce_is_named_within_two_seconds() {
         "{}",
         f.stderr
     );
-    let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
-    assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
-    assert!(!alive(victim));
+    assert!(k.left.is_empty());
+    assert!(!alive(k.victim));
 }

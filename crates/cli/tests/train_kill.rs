@@ -4,9 +4,9 @@
 
 mod launch_util;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use launch_util::{alive, phalanx, run, start, survivors, wait_for_workers, TempDir};
+use launch_util::{alive, kill_mid_run, phalanx, run, start, wait_for_workers, TempDir};
 
 #[test]
 fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds() {
@@ -22,15 +22,20 @@ fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds()
             "--epochs",
             "50",
         ]);
-        let job = start(cmd);
-        let procs = wait_for_workers(job.pid(), 3);
-        std::thread::sleep(Duration::from_millis(1500));
-        let victim = procs.iter().find(|(_, r)| *r == victim_rank).unwrap().0;
-        let killed = Instant::now();
-        unsafe { libc::kill(victim, libc::SIGKILL) };
-        let f = job.wait(Duration::from_secs(30));
-        let took = killed.elapsed();
-        assert!(took < Duration::from_secs(2), "took {took:?}\n{}", f.stderr);
+        let k = kill_mid_run(
+            cmd,
+            3,
+            victim_rank,
+            Duration::from_millis(1500),
+            Duration::from_secs(30),
+        );
+        let f = &k.finished;
+        assert!(
+            k.took < Duration::from_secs(2),
+            "took {:?}\n{}",
+            k.took,
+            f.stderr
+        );
         assert_ne!(f.code(), Some(0));
         assert!(
             f.stderr
@@ -38,9 +43,8 @@ fn sigkill_of_a_training_rank_is_named_and_everything_stops_within_two_seconds()
             "{}",
             f.stderr
         );
-        let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
-        assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
-        assert!(!alive(victim));
+        assert!(k.left.is_empty());
+        assert!(!alive(k.victim));
     }
 }
 
@@ -75,24 +79,24 @@ fn sigkill_of_a_rank_of_a_cut_model_is_named_and_everything_stops_within_two_sec
             .args(["--nproc-per-node", &world.to_string()])
             .args(layout)
             .args(["--max-steps", "1000000"]);
-        let job = start(cmd);
-        let procs = wait_for_workers(job.pid(), world);
-        std::thread::sleep(Duration::from_millis(3000));
-        let victim = procs.iter().find(|(_, r)| *r == victim_rank).unwrap().0;
-        let killed = Instant::now();
-        unsafe { libc::kill(victim, libc::SIGKILL) };
-        let f = job.wait(Duration::from_secs(30));
-        let took = killed.elapsed();
+        let k = kill_mid_run(
+            cmd,
+            world,
+            victim_rank,
+            Duration::from_millis(3000),
+            Duration::from_secs(30),
+        );
+        let f = &k.finished;
         assert!(
-            took < Duration::from_secs(2),
-            "{layout:?} took {took:?}\n{}",
+            k.took < Duration::from_secs(2),
+            "{layout:?} took {:?}\n{}",
+            k.took,
             f.stderr
         );
         assert_ne!(f.code(), Some(0));
         let cause = format!("root cause: rank {victim_rank}");
         assert!(f.stderr.contains(&cause), "{layout:?}: {}", f.stderr);
-        let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
-        assert!(survivors(&pids, Duration::from_secs(1)).is_empty());
+        assert!(k.left.is_empty());
     }
 }
 

@@ -174,3 +174,43 @@ pub fn failure_seen_and_next_step_after(err: &str, killed: SystemTime) -> (Optio
         .map(|seen| (seen - of_day(killed)).rem_euclid(86_400.0));
     (seen, seen.map_or(noticed, |s| s) + step)
 }
+
+/// A run SIGKILLed mid-way: what it printed, how long after the kill its launcher exited, and
+/// whether every worker was gone within a second of that.
+pub struct Killed {
+    pub finished: Finished,
+    pub took: Duration,
+    pub victim: i32,
+    pub left: Vec<i32>,
+}
+
+/// Starts `cmd` (a launcher of `world` workers), lets it run for `after`, SIGKILLs the worker
+/// of rank `victim_rank`, and waits up to `deadline` for the launcher to exit.
+pub fn kill_mid_run(
+    cmd: Command,
+    world: usize,
+    victim_rank: u32,
+    after: Duration,
+    deadline: Duration,
+) -> Killed {
+    let job = start(cmd);
+    let procs = wait_for_workers(job.pid(), world);
+    std::thread::sleep(after);
+    let victim = procs
+        .iter()
+        .find(|(_, r)| *r == victim_rank)
+        .expect("the victim's rank is among the workers")
+        .0;
+    let killed = std::time::Instant::now();
+    // SAFETY: a plain kill(2) of a worker this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let finished = job.wait(deadline);
+    let took = killed.elapsed();
+    let pids: Vec<i32> = procs.iter().map(|(p, _)| *p).collect();
+    Killed {
+        finished,
+        took,
+        victim,
+        left: survivors(&pids, Duration::from_secs(1)),
+    }
+}
