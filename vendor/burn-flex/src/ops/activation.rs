@@ -396,7 +396,8 @@ fn softmax_row_f32_scalar(input: &[f32], output: &mut [f32]) {
     }
     let mut sum = 0.0f32;
     for (i, &x) in input.iter().enumerate() {
-        let e = (x - max_val).exp();
+        // Note [exp of a masked score] in unary.rs.
+        let e = super::unary::exp_f32(x - max_val);
         output[i] = e;
         sum += e;
     }
@@ -443,7 +444,8 @@ fn softmax_row_f32_simd<S: macerator::Simd>(input: &[f32], output: &mut [f32]) {
     // here still lands us at memory bandwidth.
     let mut sum = 0.0f32;
     for idx in 0..len {
-        let e = (input[idx] - max_val).exp();
+        // Note [exp of a masked score] in unary.rs.
+        let e = super::unary::exp_f32(input[idx] - max_val);
         output[idx] = e;
         sum += e;
     }
@@ -528,7 +530,7 @@ macro_rules! softmax_row_half {
             }
             let mut sum = 0.0f32;
             for (i, &x) in input.iter().enumerate() {
-                let e = (x.to_f32() - max_val).exp();
+                let e = super::unary::exp_f32(x.to_f32() - max_val);
                 output[i] = <$T>::from_f32(e);
                 sum += e;
             }

@@ -898,6 +898,43 @@ fn exp_f32_is_libm_exp_bitwise() {
     assert_eq!(bits(&got), bits(&want), "exp of a tensor against libm's");
 }
 
+/// The fused softmax over the last dimension (the evaluation's causal attention) on rows with
+/// masked scores (−1e9) and rows of ordinary ones, against the same three passes with libm's
+/// `expf`: bitwise (Note [exp of a masked score] in `unary.rs`).
+#[test]
+fn softmax_of_masked_scores_is_the_libm_softmax_bitwise() {
+    let mut rng = Rng(0x5eed_50f7);
+    for (rows, len) in [(128usize, 128usize), (9, 37), (4, 1), (3, 300)] {
+        let mut values = rng.values(rows * len);
+        for (r, row) in values.chunks_mut(len).enumerate() {
+            // A causal mask: row r sees its first r + 1 positions.
+            for v in row.iter_mut().skip(r + 1) {
+                *v = -1.0e9;
+            }
+            for v in row.iter_mut().take(r + 1) {
+                *v *= 20.0;
+            }
+        }
+        let got = f32_values(super::activation::softmax(
+            f32_tensor(&values, &[rows, len]),
+            1,
+        ));
+        let mut want = vec![0.0f32; rows * len];
+        for (row, out) in values.chunks(len).zip(want.chunks_mut(len)) {
+            let row: Vec<f32> = row.iter().map(|&v| v as f32).collect();
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for (o, &x) in out.iter_mut().zip(&row) {
+                *o = (x - max).exp();
+                sum += *o;
+            }
+            let inv = 1.0f32 / sum;
+            out.iter_mut().for_each(|o| *o *= inv);
+        }
+        assert_bitwise(&format!("softmax of {rows} rows of {len}"), &got, &want);
+    }
+}
+
 /// `lhs` `[batch, m, k]` times `rhs` (`[batch, k, n]`, or `[k, n]` for every batch item when
 /// `shared`), by a direct loop over the f32 values.
 fn matmul_reference(
