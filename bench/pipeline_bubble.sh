@@ -7,9 +7,10 @@
 # and samples/s; then the medians. BASELINE=path/to/another/phalanx interleaves a second build
 # (an older commit's) on the same runs: its samples/s and its bubble, which before 2026-12
 # was each rank's own idle share over the run (printed as its idle per rank, and its "bubble"
-# is then rank 0's).
+# is then rank 0's). TP=2 runs each stage as a tensor-parallel pair (`--tp 2`, 4 ranks), whose
+# stages compute with the all-reduces of another group.
 #
-#   [ROUNDS=3] [STEPS=100] [BATCH=8] [SCHEDULES="1f1b gpipe interleaved"] [BASELINE=…] \
+#   [ROUNDS=3] [STEPS=100] [BATCH=8] [SCHEDULES="1f1b gpipe interleaved"] [TP=1] [BASELINE=…] \
 #     bash bench/pipeline_bubble.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +18,7 @@ ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-100}
 BATCH=${BATCH:-8}
 SCHEDULES=${SCHEDULES:-1f1b gpipe interleaved}
+TP=${TP:-1}
 cargo build --release -q -p phalanx-cli --manifest-path "$here/Cargo.toml"
 bins=("$here/target/release/phalanx")
 [ -n "${BASELINE:-}" ] && bins+=("$BASELINE")
@@ -28,7 +30,7 @@ for r in $(seq 1 "$ROUNDS"); do
     extra=(--depth 2)
     [ "$schedule" = interleaved ] && extra=(--virtual-stages 2 --depth 4)
     for bin in "${bins[@]}"; do
-      if ! "$bin" train --standalone --nproc-per-node 2 --model gpt --pp 2 --microbatches 8 \
+      if ! "$bin" train --standalone --nproc-per-node $((2 * TP)) --tp "$TP" --model gpt --pp 2 --microbatches 8 \
         --pp-schedule "$schedule" "${extra[@]}" --dropout 0 --batch-size "$BATCH" \
         --max-steps "$STEPS" --json >"$log" 2>&1; then
         echo "$bin train --pp-schedule $schedule failed:" >&2
@@ -40,7 +42,7 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-python3 - "$out" "${bins[0]}" <<'PY'
+python3 - "$out" "${bins[0]}" "$((2 * TP))" <<'PY'
 import collections, json, statistics as st, sys
 runs = collections.defaultdict(list)
 lines = [l.split(" ", 2) for l in open(sys.argv[1])]
@@ -48,7 +50,8 @@ for schedule, bin, summary in lines:
     runs[(schedule, bin)].append(json.loads(summary))
 for (schedule, bin), ranks in runs.items():
     which = "this build" if bin == sys.argv[2] else bin
-    by_run = [ranks[i:i + 2] for i in range(0, len(ranks), 2)]
+    world = int(sys.argv[3])
+    by_run = [ranks[i:i + world] for i in range(0, len(ranks), world)]
     print(f"{schedule} ({which}):")
     for run in by_run:
         r0 = next(r for r in run if r["rank"] == 0)

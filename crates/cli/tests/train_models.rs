@@ -819,6 +819,19 @@ fn gpt_pipeline_trains_as_one_rank_does() {
     assert_eq!(mesh.len(), 4);
     assert_eq!(mesh[0]["world"], 4, "{mesh:?}");
     close(&mesh, &one[0], "--tp 2 --pp 2 --sequence-parallel");
+    // Interleaved under tensor parallelism: each message sent when it is made while the
+    // stages compute with the tensor-parallel all-reduces, read by the pipeline's background
+    // progress (Note [Background progress] in phalanx-transport).
+    let mesh = gpt_run(
+        &[
+            &["--nproc-per-node", "4", "--tp", "2", "--pp", "2"][..],
+            &["--pp-schedule", "interleaved"],
+            &deep[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(mesh.len(), 4);
+    close(&mesh, &one[0], "--tp 2 --pp 2 interleaved");
     let ddp = gpt_run(&[&["--nproc-per-node", "2"], &deep[..]].concat());
     let pp_dp = gpt_run(&[&["--nproc-per-node", "4", "--pp", "2"], &deep[..]].concat());
     close(&pp_dp, &ddp[0], "--pp 2 on 4 ranks against DDP on 2");

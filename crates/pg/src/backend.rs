@@ -98,6 +98,13 @@ pub(crate) trait Backend {
     /// backend whose waits are not its own ignores it.
     fn set_wait_spin(&mut self, _spin: std::time::Duration) {}
 
+    /// Starts reading the peers' messages ahead between operations
+    /// ([`crate::ProcessGroup::start_progress`]); a backend whose library moves its own bytes
+    /// (MPI, NCCL) ignores it.
+    fn start_progress(&mut self) -> phalanx_transport::Result<()> {
+        Ok(())
+    }
+
     // === What not every backend offers: `ProcessGroup` refuses these before they get here
     // (`check::Caller::native`, `check::Caller::batch`), so the defaults never run. ===
 

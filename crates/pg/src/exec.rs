@@ -238,6 +238,10 @@ impl Exec {
         dispatch!(&mut self.backend, b => b.set_wait_spin(spin))
     }
 
+    pub(crate) fn start_progress(&mut self) -> phalanx_transport::Result<()> {
+        dispatch!(&mut self.backend, b => b.start_progress())
+    }
+
     /// NCCL's allreduce of GPU memory in place (`Avg` divides on the device, `ncclAvg`).
     ///
     /// # Safety

@@ -175,6 +175,12 @@ impl Backend for Native {
         self.transport.set_wait_spin(spin)
     }
 
+    fn start_progress(&mut self) -> phalanx_transport::Result<()> {
+        // Point-to-point messages go over TCP only (Note [Background progress] in
+        // phalanx-transport).
+        self.transport.start_progress()
+    }
+
     fn abort(&mut self, _rank: usize, cause: &str) {
         if let Some(g) = self.shm.as_mut() {
             g.abort(cause);

@@ -191,6 +191,36 @@ impl ProcessGroup {
         self.shared.sends_complete_alone
     }
 
+    /// Reads the peers' point-to-point messages ahead on a thread of its own while no
+    /// operation of this group runs, so that every send to this rank completes while it
+    /// computes or waits in another group, as Gloo's and NCCL's do (Note [Background progress]
+    /// in phalanx-transport). For a group of few, large messages, such as a pipeline's, whose
+    /// stages compute with collectives of other groups: each message that arrives between
+    /// operations costs a thread wake-up. Once started it runs until the group is dropped;
+    /// MPI and NCCL move their own bytes and ignore it.
+    ///
+    /// ```
+    /// let got = phalanx_testing::spawn_ranks(2, |pg| {
+    ///     pg.start_progress().unwrap();
+    ///     let mut x = [pg.rank() as f32];
+    ///     pg.allreduce(&mut x, phalanx_core::ReduceOp::Sum).unwrap();
+    ///     x[0]
+    /// });
+    /// assert_eq!(got, vec![1.0, 1.0]);
+    /// ```
+    pub fn start_progress(&self) -> Result<()> {
+        self.pending.wait_idle();
+        self.shared
+            .exec
+            .lock()
+            .unwrap()
+            .start_progress()
+            .map_err(|source| crate::Error::Setup {
+                rank: self.shared.rank,
+                source,
+            })
+    }
+
     /// This rank, its group's size and backend: what the argument checks (`check.rs`) see.
     pub(crate) fn caller(&self) -> Caller {
         Caller {

@@ -19,7 +19,7 @@ use std::{
 use crate::{
     frame,
     handshake::{self, Hello, HELLO_FIXED, PROOF_LEN},
-    tcp_exchange::{self, Conn},
+    tcp_exchange::{self, Background, Conn},
     Error, Fingerprint, RecvReq, Result, SendReq, Transport,
 };
 
@@ -87,7 +87,11 @@ impl AbortHandle {
 pub struct TcpTransport {
     rank: usize,
     world_size: usize,
-    conns: Vec<Option<Conn>>,
+    /// The connections, by peer: a step holds them for its duration, and the background
+    /// progress between steps (Note [Background progress]).
+    conns: Arc<Mutex<Vec<Option<Conn>>>>,
+    /// The thread that reads peers' frames ahead between steps, once started.
+    progress: Option<Background>,
     timeout: Duration,
     /// How long a wait spins before it sleeps (Note [Spin then poll]).
     spin: Duration,
@@ -261,7 +265,8 @@ impl TcpTransport {
         Ok(TcpTransport {
             rank: me,
             world_size: cfg.world_size,
-            conns,
+            conns: Arc::new(Mutex::new(conns)),
+            progress: None,
             timeout: cfg.timeout,
             spin: tcp_exchange::SPIN,
             abort,
@@ -291,9 +296,12 @@ impl TcpTransport {
             return Err(Error::Aborted { reason });
         }
         let abort = self.abort.clone();
+        // A poisoned lock means the background progress panicked: its state is still whole
+        // (each frame it reads goes to `early` whole or stays begun in its connection).
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let res = tcp_exchange::exchange(
             self.rank,
-            &mut self.conns,
+            &mut conns,
             during,
             sends,
             recvs,
@@ -356,9 +364,22 @@ impl Transport for TcpTransport {
         self.spin = spin;
     }
 
+    fn start_progress(&mut self) -> Result<()> {
+        if self.progress.is_none() {
+            let background = Background::start(self.conns.clone()).map_err(|source| Error::Io {
+                peer: self.rank,
+                op: "start the background progress",
+                source,
+            })?;
+            self.progress = Some(background);
+        }
+        Ok(())
+    }
+
     fn abort(&mut self, reason: &str) {
         let msg = frame::encode_abort(reason);
-        for c in self.conns.iter_mut().flatten() {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        for c in conns.iter_mut().flatten() {
             if c.at_frame_boundary {
                 let _ = c.stream.set_nonblocking(false);
                 let _ = c.stream.set_write_timeout(Some(Duration::from_millis(200)));

@@ -55,6 +55,13 @@ pub trait Transport: Send {
     /// longer for a caller that waits with nothing else to do on a core of its own. A
     /// transport that does not spin ignores it.
     fn set_wait_spin(&mut self, _spin: std::time::Duration) {}
+    /// Reads the peers' frames ahead on a thread of its own while no step runs, so that every
+    /// send to this rank completes while it computes (Note [Background progress] in
+    /// `tcp_exchange/background.rs`). For a group of few, large messages (a pipeline's). A
+    /// transport without it ignores it.
+    fn start_progress(&mut self) -> Result<()> {
+        Ok(())
+    }
 
     /// Sends one frame to `peer`.
     fn send(&mut self, fp: &Fingerprint, peer: usize, data: &[u8]) -> Result<()> {

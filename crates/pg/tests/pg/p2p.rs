@@ -3,6 +3,9 @@
 //! either stream may arrive first on a connection (Note [Early frames]), and
 //! `batch_isend_irecv` moves both directions at once.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
 use phalanx_core::ReduceOp;
 use phalanx_pg::{P2POp, ProcessGroup};
 use phalanx_testing::{spawn_ranks, spawn_ranks_tcp};
@@ -286,4 +289,94 @@ fn point_to_point_with_itself_or_a_missing_rank_is_refused() {
         assert!(a.contains("is this rank"), "{a}");
         assert!(b.contains("irecv peer 5 is not below world_size 2"), "{b}");
     }
+}
+
+/// Under background progress (Note [Background progress]) a send larger than the socket
+/// buffers completes while its peer computes: the peer here waits for the sender's word that
+/// the send completed before it receives (for 20 s at most, after which it receives anyway and
+/// the test fails, as it does without the progress).
+fn a_send_completes_while_its_peer_computes(
+    pg: ProcessGroup,
+    sent: &AtomicBool,
+    len: usize,
+) -> bool {
+    pg.start_progress().unwrap();
+    match pg.rank() {
+        0 => {
+            pg.send(&vec![1f32; len], 1, 0).unwrap();
+            sent.store(true, Ordering::SeqCst);
+            true
+        }
+        _ => {
+            let until = Instant::now() + Duration::from_secs(20);
+            while !sent.load(Ordering::SeqCst) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let before = sent.load(Ordering::SeqCst);
+            let mut got = vec![0f32; len];
+            pg.recv(&mut got, 0, 0).unwrap();
+            before && got.iter().all(|&v| v == 1.0)
+        }
+    }
+}
+
+#[test]
+fn under_background_progress_a_send_completes_while_its_peer_computes() {
+    let len = more_than_socket_buffers();
+    let sent = AtomicBool::new(false);
+    assert_eq!(
+        spawn_ranks_tcp(2, |pg| a_send_completes_while_its_peer_computes(
+            pg, &sent, len
+        )),
+        [true; 2]
+    );
+    let sent = AtomicBool::new(false);
+    assert_eq!(
+        spawn_ranks(2, |pg| a_send_completes_while_its_peer_computes(
+            pg, &sent, len
+        )),
+        [true; 2]
+    );
+}
+
+/// Under background progress, collectives and point-to-point messages of several sizes, with
+/// ranks that arrive at different times (so that a peer's frames of the next operation, of
+/// either stream, are read ahead between operations and taken from there), give the same
+/// results as without it; and a peer that leaves is reported by the receive that needs it.
+#[test]
+fn background_progress_keeps_every_result_and_reports_a_peer_that_left() {
+    let run = |pg: ProcessGroup| -> bool {
+        pg.start_progress().unwrap();
+        let (r, n) = (pg.rank(), pg.world_size());
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        for round in 0..60u32 {
+            if (round as usize + r).is_multiple_of(3) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let len = [1usize, 1000, 300_000][round as usize % 3];
+            pg.send(&vec![(r as u32 * 100 + round) as f32; len], next, round)
+                .unwrap();
+            let mut x = vec![r as f32 + round as f32; len];
+            pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+            let want = (0..n).map(|q| (q as u32 + round) as f32).sum::<f32>();
+            assert!(x.iter().all(|&v| v == want), "rank {r} round {round}");
+            let mut got = vec![0f32; len];
+            pg.recv(&mut got, prev, round).unwrap();
+            let want = (prev as u32 * 100 + round) as f32;
+            assert!(got.iter().all(|&v| v == want), "rank {r} round {round}");
+        }
+        // Rank 0 leaves; rank 1, idle meanwhile, learns it from its next receive.
+        match r {
+            0 => true,
+            _ => {
+                std::thread::sleep(Duration::from_millis(200));
+                let mut got = [0f32; 4];
+                let err = pg.recv(&mut got, 0, 99).unwrap_err().to_string();
+                assert!(err.contains("rank 0") || err.contains("peer 0"), "{err}");
+                true
+            }
+        }
+    };
+    assert_eq!(spawn_ranks_tcp(3, run), [true; 3]);
+    assert_eq!(spawn_ranks(3, run), [true; 3]);
 }

@@ -179,12 +179,14 @@ impl ModelParallel {
                     false => cfg.seq_len,
                 };
                 let row = [positions, cfg.hidden];
-                let (mut stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
-                // A stage whose compute runs collectives of another group: tensor
+                let (stage, cut) = PipelineStage::cut(group("pp"), &cfg.pp, row, model)?;
+                // A stage whose compute runs collectives of another group (tensor
                 // parallelism's, or the data-parallel all-gather of a block's parameters at
-                // its first pass under `full` and `hybrid` (Note [Microbatched units]).
+                // its first pass under `full` and `hybrid`: Note [Microbatched units]) sends
+                // each message when it is made only if its peers read it while they compute
+                // (Note [Background progress] in phalanx-transport); MPI and NCCL pair them.
                 if tp > 1 || cfg.sharding.shards_parameters() {
-                    stage.pair_sends();
+                    stage.group().start_progress()?;
                 }
                 model = with_stable_ids(cut);
                 Some(stage)

@@ -86,7 +86,8 @@ impl PipelineStage {
     /// one to pass. Where `pp`'s sends complete with no receive posted (the native backend),
     /// each message is sent when it is made and received when it is needed; a stage whose
     /// compute runs collectives of another group (tensor parallelism, a fully sharded
-    /// block's all-gather) calls [`pair_sends`](Self::pair_sends) next.
+    /// block's all-gather) starts `pp`'s background progress next
+    /// ([`ProcessGroup::start_progress`]), so that its peers' sends complete while it computes.
     pub fn cut<M: Classifier>(
         pp: Arc<ProcessGroup>,
         options: &PipelineOptions,
@@ -157,10 +158,12 @@ impl PipelineStage {
     }
 
     /// Pairs each send with its receive in lock-step ticks from here on (Note [Schedules as
-    /// data]), for a stage whose compute runs collectives of another group (tensor
-    /// parallelism's, a fully sharded block's all-gather). There a send that waits for a peer
-    /// busy in such a collective could wait behind a chain of them that comes back to this
-    /// rank's own; ticks keep every wait of the pipeline's group paired.
+    /// data]): for a stage whose compute runs collectives of another group (tensor
+    /// parallelism's, a fully sharded block's all-gather) on a group that reads nothing ahead
+    /// in the background. There a send that waits for a peer busy in such a collective could
+    /// wait behind a chain of them that comes back to this rank's own; ticks keep every wait
+    /// of the pipeline's group paired. `phalanx train` starts the group's background progress
+    /// instead ([`ProcessGroup::start_progress`]), which lets the messages go as needed.
     pub fn pair_sends(&mut self) {
         self.lowering = Lowering::LockStep;
         self.program = OnceCell::new();

@@ -1,22 +1,27 @@
-//! A frame read ahead from a peer while a step waits (Note [Sends that read] in `mod.rs`).
+//! A frame read from a peer before any receive asked for it (Note [Sends that read] in
+//! `mod.rs`): by a point-to-point step that waits, or by the connection's background progress
+//! (Note [Background progress]).
 
-use std::io::{self, Read};
+use std::{
+    collections::VecDeque,
+    io::{self, Read},
+    net::TcpStream,
+    time::Duration,
+};
 
-use phalanx_core::Timeout;
-
-use super::conn::Conn;
 use crate::{
     frame::{self, Header, HEADER_LEN},
     Error, Fingerprint, Result,
 };
 
-/// A frame read ahead from a peer while a point-to-point step waits (Note [Sends that read]),
-/// a few bytes at a time as they come: its sender may be waiting for this rank to read its
-/// own frame meanwhile.
+/// A frame read ahead from one peer, a few bytes at a time as they come: its sender may be
+/// waiting for this rank to read its own frame meanwhile. It lives in its connection, so a
+/// frame begun by one reader is finished by the next, before anything else is read there.
+#[derive(Debug, Default)]
 pub(super) struct Ahead {
     header: [u8; HEADER_LEN],
     /// Bytes of the frame read so far, its header's included.
-    pub(super) done: usize,
+    done: usize,
     /// The frame's fingerprint, once its header is in.
     fp: Option<Fingerprint>,
     /// The payload, sized once the header is in.
@@ -27,24 +32,24 @@ pub(super) struct Ahead {
 }
 
 impl Ahead {
-    pub(super) fn new() -> Ahead {
-        Ahead {
-            header: [0; HEADER_LEN],
-            done: 0,
-            fp: None,
-            data: Vec::new(),
-            ended: false,
-        }
+    /// Whether part of a frame was read and the rest was not.
+    pub(super) fn begun(&self) -> bool {
+        self.done > 0
     }
 
-    /// Reads what `c` has of the frame without waiting: whether a byte came. A whole frame
-    /// goes to the connection's `early` queue and this starts afresh.
-    pub(super) fn read(&mut self, c: &mut Conn, peer: usize) -> Result<bool> {
+    /// Reads what `stream` has of the frame without waiting: whether a byte came. A whole
+    /// frame goes to `early` and this starts afresh.
+    pub(super) fn read(
+        &mut self,
+        stream: &mut TcpStream,
+        early: &mut VecDeque<(Fingerprint, Vec<u8>)>,
+        peer: usize,
+    ) -> Result<bool> {
         let mut any = false;
         loop {
             let res = match self.fp {
-                None => c.stream.read(&mut self.header[self.done..]),
-                Some(_) => c.stream.read(&mut self.data[self.done - HEADER_LEN..]),
+                None => stream.read(&mut self.header[self.done..]),
+                Some(_) => stream.read(&mut self.data[self.done - HEADER_LEN..]),
             };
             let n = match res {
                 Ok(0) => {
@@ -64,54 +69,49 @@ impl Ahead {
             any = true;
             self.done += n;
             if self.fp.is_none() && self.done == HEADER_LEN {
-                self.begin(c, peer)?;
+                self.begin(stream, peer)?;
             }
             if self.fp.is_some() && self.done == HEADER_LEN + self.data.len() {
-                self.complete(c);
+                let done = std::mem::take(self);
+                let fp = done.fp.expect("a frame is completed once its header is in");
+                early.push_back((fp, done.data));
             }
         }
-    }
-
-    /// Reads the rest of a begun frame, waiting for it within the step's `deadline`: at the
-    /// end of a step, which must not leave half a frame read. Its sender is writing it in a
-    /// step of its own, whose writes go on while this rank reads.
-    pub(super) fn finish(
-        &mut self,
-        c: &mut Conn,
-        peer: usize,
-        during: &Fingerprint,
-        deadline: &mut Timeout,
-        aborted: &dyn Fn() -> Option<String>,
-    ) -> Result<()> {
-        if self.fp.is_none() {
-            let at = self.done;
-            c.read_fully(peer, during, &mut self.header[at..], deadline, aborted)?;
-            self.done = HEADER_LEN;
-            self.begin(c, peer)?;
-        }
-        let at = self.done - HEADER_LEN;
-        c.read_fully(peer, during, &mut self.data[at..], deadline, aborted)?;
-        self.complete(c);
-        Ok(())
     }
 
     /// Takes the frame's whole header: a data frame's payload is sized; an abort frame ends
-    /// the step with its reason.
-    fn begin(&mut self, c: &mut Conn, peer: usize) -> Result<()> {
+    /// the reading with its reason.
+    fn begin(&mut self, stream: &mut TcpStream, peer: usize) -> Result<()> {
         match frame::decode(&self.header).map_err(|source| Error::Frame { peer, source })? {
             Header::Data { fp, len } => {
                 self.fp = Some(fp);
                 self.data = vec![0; len];
                 Ok(())
             }
-            Header::Abort { len } => Err(c.abort_reason(peer, Vec::new(), len)),
+            Header::Abort { len } => {
+                self.ended = true;
+                Err(abort_reason(stream, peer, Vec::new(), len))
+            }
         }
     }
+}
 
-    /// Queues the whole frame and starts afresh.
-    fn complete(&mut self, c: &mut Conn) {
-        let done = std::mem::replace(self, Ahead::new());
-        let fp = done.fp.expect("a frame is completed once its header is in");
-        c.early.push_back((fp, done.data));
+/// The error of a peer's abort frame of `len` bytes, of which `have` were read: the rest is
+/// read in a blocking way for at most a second, as it is the last thing the peer sent.
+pub(super) fn abort_reason(
+    stream: &mut TcpStream,
+    peer: usize,
+    mut have: Vec<u8>,
+    len: usize,
+) -> Error {
+    let mut rest = vec![0u8; len.saturating_sub(have.len())];
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if stream.read_exact(&mut rest).is_ok() {
+        have.extend_from_slice(&rest);
+    }
+    Error::PeerAborted {
+        peer,
+        reason: String::from_utf8_lossy(&have).into_owned(),
     }
 }

@@ -7,11 +7,11 @@ use std::{
     io::{self, Read},
     net::TcpStream,
     os::fd::AsRawFd,
-    time::Duration,
 };
 
 use phalanx_core::Timeout;
 
+use super::ahead::Ahead;
 use crate::{Error, Fingerprint, Result};
 
 /// Longest single poll sleep, so that an abort from another thread is noticed promptly.
@@ -27,6 +27,11 @@ pub(crate) struct Conn {
     /// frames]), or read while a point-to-point send waited (Note [Sends that read]), oldest
     /// first.
     pub(crate) early: VecDeque<(Fingerprint, Vec<u8>)>,
+    /// A frame read ahead of its receive, whole or begun (Note [Sends that read]).
+    pub(super) ahead: Ahead,
+    /// What the background progress found on this link (a peer's abort, a damaged frame):
+    /// the next step that receives from the peer reports it (Note [Background progress]).
+    pub(super) failed: Option<Error>,
 }
 
 impl Conn {
@@ -35,22 +40,21 @@ impl Conn {
             stream,
             at_frame_boundary: true,
             early: VecDeque::new(),
+            ahead: Ahead::default(),
+            failed: None,
         }
     }
 
-    /// The error of a peer's abort frame of `len` bytes, of which `have` were read: the rest is
-    /// read in a blocking way for at most a second, as it is the last thing the peer sent.
-    pub(super) fn abort_reason(&mut self, peer: usize, mut have: Vec<u8>, len: usize) -> Error {
-        let mut rest = vec![0u8; len.saturating_sub(have.len())];
-        let _ = self.stream.set_nonblocking(false);
-        let _ = self.stream.set_read_timeout(Some(Duration::from_secs(1)));
-        if self.stream.read_exact(&mut rest).is_ok() {
-            have.extend_from_slice(&rest);
-        }
-        Error::PeerAborted {
-            peer,
-            reason: String::from_utf8_lossy(&have).into_owned(),
-        }
+    /// Reads ahead what the peer sent without waiting (Note [Sends that read]): whether a
+    /// byte came.
+    pub(super) fn read_ahead(&mut self, peer: usize) -> Result<bool> {
+        let Conn {
+            stream,
+            early,
+            ahead,
+            ..
+        } = self;
+        ahead.read(stream, early, peer)
     }
 
     /// Reads exactly `buf.len()` bytes from a non-blocking connection, waiting in `poll(2)`, within

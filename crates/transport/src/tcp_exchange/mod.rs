@@ -30,13 +30,18 @@
 //! run to its end with sends that never wait, it does here, whatever the messages' sizes (a
 //! peer that receives from this rank reads this send's frame, the next of the pair; one that
 //! waits on another reads it ahead). A large send to a peer that is computing still waits for
-//! that compute to end. Reading ahead is not the step's own progress: it keeps the step
+//! that compute to end, unless the peer's group reads ahead in the background (Note
+//! [Background progress] in `background.rs`). A frame is read ahead a few bytes at a time as
+//! they come, into its connection's state (`ahead.rs`): a frame begun stays there when the
+//! step ends, and the next receive from that peer finishes it before it reads anything
+//! else. Reading ahead is not the step's own progress: it keeps the step
 //! spinning but does not put off its timeout. What is read ahead is held in memory until its
 //! receive comes, as an MPI library holds unexpected messages: a peer that streams sends to a
 //! rank busy with another peer grows that rank's queue instead of meeting TCP's back-pressure.
 //! Collective steps do not read ahead: their sends and receives are paired.
 
 mod ahead;
+mod background;
 mod conn;
 
 use std::{
@@ -51,7 +56,7 @@ use crate::{
     frame::{self, Header, HEADER_LEN},
     CollectiveKind, Error, Fingerprint, RecvReq, Result, SendReq,
 };
-use ahead::Ahead;
+pub(crate) use background::Background;
 pub(crate) use conn::Conn;
 use conn::{closed, io_err, POLL_SLICE_MS};
 
@@ -131,24 +136,10 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     }
     // Frames that arrived early (Note [Early frames]) complete their receives at once.
     for r in rs.iter_mut() {
-        let c = conn(conns, r.peer, &r.fp)?;
-        let stream = point_to_point(&r.fp);
-        if let Some(i) = c
-            .early
-            .iter()
-            .position(|(fp, _)| point_to_point(fp) == stream)
-        {
-            let (theirs, data) = c.early.remove(i).expect("position is in range");
-            accept(me, r.peer, &r.fp, &theirs, data.len(), r.buf.len())?;
-            r.buf.copy_from_slice(&data);
-            r.done = r.total();
-        }
+        take_early(me, conn(conns, r.peer, &r.fp)?, r)?;
     }
     let mut deadline = Timeout::new(timeout);
     let mut idle_since: Option<Instant> = None;
-    // Note [Sends that read]: what a point-to-point step reads ahead, by peer, made when the
-    // step first waits (a step that never waits, and a collective step, allocate nothing).
-    let mut ahead: Vec<Ahead> = Vec::new();
     loop {
         let mut progressed = false;
         for s in ss.iter_mut().filter(|s| s.done < s.total()) {
@@ -178,6 +169,20 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
         }
         for r in rs.iter_mut().filter(|r| r.done < r.total()) {
             let c = conn(conns, r.peer, &r.fp)?;
+            if r.done == 0 {
+                // What was read from this link before its receive comes first: an error the
+                // background progress found there, then a frame begun ahead (Note [Sends that
+                // read]), finished before this receive reads anything.
+                if let Some(e) = c.failed.take() {
+                    return Err(e);
+                }
+                if c.ahead.begun() {
+                    progressed |= c.read_ahead(r.peer)?;
+                    if c.ahead.begun() || take_early(me, c, r)? {
+                        continue;
+                    }
+                }
+            }
             loop {
                 let res = if r.done < HEADER_LEN {
                     let (h, b) = (&mut r.header[r.done..], &mut *r.buf);
@@ -216,18 +221,18 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             .filter(|r| r.done < r.total())
             .map(|r| r.peer)
             .collect();
-        // Note [Sends that read]: the peers a waiting point-to-point step reads ahead from.
-        let reads_from = |peer: usize, ahead: &[Ahead], conns: &[Option<Conn>]| {
-            peer != me && !ahead[peer].ended && !pending_r.contains(&peer) && conns[peer].is_some()
+        // Note [Sends that read]: the peers a waiting point-to-point step reads ahead from
+        // (none for a collective step).
+        let reads_ahead = point_to_point(during);
+        let reads_from = |peer: usize, conns: &[Option<Conn>]| {
+            reads_ahead
+                && peer != me
+                && !pending_r.contains(&peer)
+                && conns[peer].as_ref().is_some_and(|c| !c.ahead.ended)
         };
         if pending_s.is_empty() && pending_r.is_empty() {
-            // A frame begun is read to its end: the step must not leave half of it unread.
-            for (peer, frame) in ahead.iter_mut().enumerate() {
-                if frame.done > 0 {
-                    let c = conn(conns, peer, during)?;
-                    frame.finish(c, peer, during, &mut deadline, aborted)?;
-                }
-            }
+            // A frame begun ahead stays in its connection: the next receive from that peer
+            // finishes it first.
             return Ok(());
         }
         if progressed {
@@ -238,14 +243,10 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
         // Waiting: read what the peers sent without a receive here. That is not this step's
         // progress: it keeps the step spinning, but a peer that streams to this rank puts off
         // neither its timeout nor its abort (below, once the deadline has passed).
-        if ahead.is_empty() && point_to_point(during) {
-            ahead = (0..conns.len()).map(|_| Ahead::new()).collect();
-        }
         let mut read_ahead = false;
-        for peer in 0..ahead.len() {
-            if reads_from(peer, &ahead, conns) {
-                let c = conn(conns, peer, during)?;
-                read_ahead |= ahead[peer].read(c, peer)?;
+        for peer in 0..conns.len() {
+            if reads_from(peer, conns) {
+                read_ahead |= conn(conns, peer, during)?.read_ahead(peer)?;
             }
         }
         if read_ahead && deadline.remaining().is_some() && aborted().is_none() {
@@ -271,12 +272,28 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
                 after: timeout,
             });
         };
-        let mut readable: Vec<usize> = (0..ahead.len())
-            .filter(|&p| reads_from(p, &ahead, conns))
-            .collect();
+        let mut readable: Vec<usize> = (0..conns.len()).filter(|&p| reads_from(p, conns)).collect();
         readable.extend(&pending_r);
         poll(conns, &pending_s, &readable, left)?;
     }
+}
+
+/// Completes receive `r` from the first frame of its stream that came early on `c` (Note
+/// [Early frames]): whether there was one.
+fn take_early(me: usize, c: &mut Conn, r: &mut RecvState<'_, '_>) -> Result<bool> {
+    let stream = point_to_point(&r.fp);
+    let Some(i) = c
+        .early
+        .iter()
+        .position(|(fp, _)| point_to_point(fp) == stream)
+    else {
+        return Ok(false);
+    };
+    let (theirs, data) = c.early.remove(i).expect("position is in range");
+    accept(me, r.peer, &r.fp, &theirs, data.len(), r.buf.len())?;
+    r.buf.copy_from_slice(&data);
+    r.done = r.total();
+    Ok(true)
 }
 
 fn conn<'c>(conns: &'c mut [Option<Conn>], peer: usize, fp: &Fingerprint) -> Result<&'c mut Conn> {
@@ -358,7 +375,7 @@ fn take_header(
             }
             Header::Abort { len } => {
                 let have = r.buf[..read.min(len)].to_vec();
-                return Err(c.abort_reason(r.peer, have, len));
+                return Err(ahead::abort_reason(&mut c.stream, r.peer, have, len));
             }
         }
     }

@@ -25,9 +25,15 @@
 //! while 1F1B and GPipe, which need nearly every message in the tick it arrives, measured the
 //! same both ways.
 //!
-//! Where a send may wait for its receive (MPI's and NCCL's large messages), or for a peer busy
-//! in a collective of another group (a stage that also runs tensor parallelism, or gathers a
-//! fully sharded block's parameters mid-step: `PipelineStage::pair_sends`),
+//! A stage that also runs tensor parallelism, or gathers a fully sharded block's parameters
+//! mid-step, computes with collectives of another group: a send waiting for a peer busy in
+//! one could wait behind a chain of such waits that comes back to its own rank. Its pipeline
+//! group reads the peers' frames ahead in the background (Note [Background progress] in
+//! phalanx-transport), so its sends complete while the peers compute, and it too lowers as
+//! needed.
+//!
+//! Where a send may wait for its receive (MPI's and NCCL's large messages, or a program of
+//! the user's own that calls `PipelineStage::pair_sends`),
 //! [`Lowering::LockStep`] runs the schedule in lock-step ticks: in each tick
 //! every message computed in the tick before moves, its send and its receive in one exchange on
 //! each end (`batch_isend_irecv`, all of a tick's messages at once), then every rank computes
