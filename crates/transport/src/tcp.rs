@@ -296,8 +296,9 @@ impl TcpTransport {
             return Err(Error::Aborted { reason });
         }
         let abort = self.abort.clone();
-        // A poisoned lock means the background progress panicked: its state is still whole
-        // (each frame it reads goes to `early` whole or stays begun in its connection).
+        // A poisoned lock: a thread panicked while it held the connections (a step, or the
+        // background progress). They are used as they are: a frame left half read fails the
+        // step that reads on by its fingerprint.
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let res = tcp_exchange::exchange(
             self.rank,

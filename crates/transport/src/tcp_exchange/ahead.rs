@@ -97,7 +97,9 @@ impl Ahead {
 }
 
 /// The error of a peer's abort frame of `len` bytes, of which `have` were read: the rest is
-/// read in a blocking way for at most a second, as it is the last thing the peer sent.
+/// read in a blocking way for at most a second, as it is the last thing the peer sent. The
+/// link is non-blocking again after it, so that a step that still sends to the peer waits
+/// within its deadline.
 pub(super) fn abort_reason(
     stream: &mut TcpStream,
     peer: usize,
@@ -110,6 +112,8 @@ pub(super) fn abort_reason(
     if stream.read_exact(&mut rest).is_ok() {
         have.extend_from_slice(&rest);
     }
+    let _ = stream.set_read_timeout(None);
+    let _ = stream.set_nonblocking(true);
     Error::PeerAborted {
         peer,
         reason: String::from_utf8_lossy(&have).into_owned(),

@@ -11,12 +11,15 @@
 //! sleeps in `poll(2)` on every connection and, when one has bytes while no step holds the
 //! connections, reads whole frames from it into its `early` queue, as a waiting step would (a
 //! frame begun stays in its connection, and the next reader finishes it first). So every send
-//! to this rank completes while it computes. A peer's abort frame or a damaged frame found
-//! there is kept in its connection and reported by the next step that receives from that peer.
-//! It costs a wake-up per frame that arrives while no step runs, and the wait for the lock when
-//! a step starts while the thread reads (non-blocking reads of what has arrived, never a wait
-//! for more), so it is for groups whose messages are few and large (a pipeline's), not for a
-//! group of small collectives.
+//! to this rank completes while it computes or waits in another group; not while it waits in
+//! a collective of this group, whose step holds the connections and reads nothing ahead. The
+//! next step finishes a frame the thread began. A peer's abort frame or a damaged frame found
+//! there is kept in its connection, and the next step that sends to or receives from that
+//! peer (any point-to-point step, which reads ahead from all) reports it; the link is read no
+//! more. It costs a wake-up per frame that arrives while no step runs, and the wait for the
+//! lock when a step starts while the thread reads (non-blocking reads of what has arrived,
+//! except the rest of a peer's abort frame, read for up to a second), so it is for groups whose
+//! messages are few and large (a pipeline's), not for a group of small collectives.
 
 use std::{
     os::fd::{AsRawFd, RawFd},
@@ -132,7 +135,10 @@ fn run(conns: &Mutex<Vec<Option<Conn>>>, fds: &[(usize, RawFd)], stop: RawFd) {
                 continue;
             }
             if let Err(e) = c.read_ahead(peer) {
+                // Nothing more is read from this link: the next step that uses it reports
+                // the error, and any step after that finds the link ended.
                 c.failed = Some(e);
+                c.ahead.ended = true;
             }
             live[i] = c.failed.is_none() && !c.ahead.ended;
         }

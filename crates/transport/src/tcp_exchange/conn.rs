@@ -57,6 +57,72 @@ impl Conn {
         ahead.read(stream, early, peer)
     }
 
+    /// What was found on this link before a step that sends to or receives from the peer:
+    /// the background progress's error (reported once; the link has ended), or a frame read
+    /// ahead whose peer ended before its last byte.
+    pub(super) fn check(&mut self, peer: usize, fp: &Fingerprint) -> Result<()> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        if self.ahead.begun() && self.ahead.ended {
+            return Err(closed(peer, fp));
+        }
+        Ok(())
+    }
+
+    /// Reads the rest of a frame begun ahead, waiting for it within `deadline`: a step leaves
+    /// none begun (its sender is writing it in a step of its own, whose writes go on while
+    /// this rank reads, and which a step of this rank that reads nothing ahead, a collective,
+    /// would otherwise leave waiting).
+    pub(super) fn finish_ahead(
+        &mut self,
+        peer: usize,
+        during: &Fingerprint,
+        deadline: &mut Timeout,
+        aborted: &dyn Fn() -> Option<String>,
+    ) -> Result<()> {
+        while self.ahead.begun() {
+            if self.read_ahead(peer)? {
+                deadline.progress();
+                continue;
+            }
+            self.check(peer, during)?;
+            if self.ahead.begun() {
+                self.wait_readable(peer, during, deadline, aborted)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits in `poll(2)` until the link is readable, for at most a slice, within `deadline`.
+    fn wait_readable(
+        &mut self,
+        peer: usize,
+        fp: &Fingerprint,
+        deadline: &mut Timeout,
+        aborted: &dyn Fn() -> Option<String>,
+    ) -> Result<()> {
+        if let Some(reason) = aborted() {
+            return Err(Error::Aborted { reason });
+        }
+        let Some(left) = deadline.remaining() else {
+            return Err(Error::Timeout {
+                during: fp.to_string(),
+                waiting_for: vec![peer],
+                after: deadline.limit(),
+            });
+        };
+        let mut fd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = (left.as_millis() as i32).clamp(1, POLL_SLICE_MS);
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut fd, 1, ms) };
+        Ok(())
+    }
+
     /// Reads exactly `buf.len()` bytes from a non-blocking connection, waiting in `poll(2)`, within
     /// the exchange's progress timeout.
     pub(super) fn read_fully(
@@ -77,24 +143,7 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Some(reason) = aborted() {
-                        return Err(Error::Aborted { reason });
-                    }
-                    let Some(left) = deadline.remaining() else {
-                        return Err(Error::Timeout {
-                            during: fp.to_string(),
-                            waiting_for: vec![peer],
-                            after: deadline.limit(),
-                        });
-                    };
-                    let mut fd = libc::pollfd {
-                        fd: self.stream.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    let ms = (left.as_millis() as i32).clamp(1, POLL_SLICE_MS);
-                    // SAFETY: one valid pollfd for the duration of the call.
-                    unsafe { libc::poll(&mut fd, 1, ms) };
+                    self.wait_readable(peer, fp, deadline, aborted)?;
                 }
                 Err(e) => return Err(io_err(peer, "recv", e, fp)),
             }

@@ -32,8 +32,9 @@
 //! waits on another reads it ahead). A large send to a peer that is computing still waits for
 //! that compute to end, unless the peer's group reads ahead in the background (Note
 //! [Background progress] in `background.rs`). A frame is read ahead a few bytes at a time as
-//! they come, into its connection's state (`ahead.rs`): a frame begun stays there when the
-//! step ends, and the next receive from that peer finishes it before it reads anything
+//! they come, into its connection's state (`ahead.rs`): a step reads a frame it began to its
+//! end before it returns (its sender waits for that, and the next step may be one that reads
+//! nothing ahead), and a step finishes a frame the background progress began before anything
 //! else. Reading ahead is not the step's own progress: it keeps the step
 //! spinning but does not put off its timeout. What is read ahead is held in memory until its
 //! receive comes, as an MPI library holds unexpected messages: a peer that streams sends to a
@@ -131,14 +132,30 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             _a: std::marker::PhantomData,
         })
         .collect();
+    let mut deadline = Timeout::new(timeout);
+    // What was read ahead before this step (Note [Background progress]) comes first: a frame
+    // begun is finished, and what was found on a link this step uses (every link, for a
+    // point-to-point step, which reads ahead from all) is reported.
+    let reads_ahead = point_to_point(during);
+    for (peer, c) in conns.iter_mut().enumerate() {
+        if let Some(c) = c.as_mut() {
+            c.finish_ahead(peer, during, &mut deadline, aborted)?;
+            if reads_ahead && peer != me {
+                c.check(peer, during)?;
+            }
+        }
+    }
     for s in &ss {
-        conn(conns, s.peer, &s.fp)?.at_frame_boundary = false;
+        let c = conn(conns, s.peer, &s.fp)?;
+        c.check(s.peer, &s.fp)?;
+        c.at_frame_boundary = false;
     }
     // Frames that arrived early (Note [Early frames]) complete their receives at once.
     for r in rs.iter_mut() {
-        take_early(me, conn(conns, r.peer, &r.fp)?, r)?;
+        let c = conn(conns, r.peer, &r.fp)?;
+        c.check(r.peer, &r.fp)?;
+        take_early(me, c, r)?;
     }
-    let mut deadline = Timeout::new(timeout);
     let mut idle_since: Option<Instant> = None;
     loop {
         let mut progressed = false;
@@ -169,20 +186,6 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
         }
         for r in rs.iter_mut().filter(|r| r.done < r.total()) {
             let c = conn(conns, r.peer, &r.fp)?;
-            if r.done == 0 {
-                // What was read from this link before its receive comes first: an error the
-                // background progress found there, then a frame begun ahead (Note [Sends that
-                // read]), finished before this receive reads anything.
-                if let Some(e) = c.failed.take() {
-                    return Err(e);
-                }
-                if c.ahead.begun() {
-                    progressed |= c.read_ahead(r.peer)?;
-                    if c.ahead.begun() || take_early(me, c, r)? {
-                        continue;
-                    }
-                }
-            }
             loop {
                 let res = if r.done < HEADER_LEN {
                     let (h, b) = (&mut r.header[r.done..], &mut *r.buf);
@@ -223,7 +226,6 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             .collect();
         // Note [Sends that read]: the peers a waiting point-to-point step reads ahead from
         // (none for a collective step).
-        let reads_ahead = point_to_point(during);
         let reads_from = |peer: usize, conns: &[Option<Conn>]| {
             reads_ahead
                 && peer != me
@@ -231,8 +233,13 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
                 && conns[peer].as_ref().is_some_and(|c| !c.ahead.ended)
         };
         if pending_s.is_empty() && pending_r.is_empty() {
-            // A frame begun ahead stays in its connection: the next receive from that peer
-            // finishes it first.
+            // A frame begun is read to its end: its sender waits for that, and the next step
+            // may be one that reads nothing ahead.
+            for (peer, c) in conns.iter_mut().enumerate() {
+                if let Some(c) = c.as_mut() {
+                    c.finish_ahead(peer, during, &mut deadline, aborted)?;
+                }
+            }
             return Ok(());
         }
         if progressed {
