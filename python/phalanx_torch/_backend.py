@@ -34,6 +34,8 @@ class PhalanxBackend(Backend):
         seconds = timeout.total_seconds() if timeout is not None else 1800.0
         self._timeout = timeout
         self._group = Group(store, rank, world_size, seconds, subgroup)
+        # Sends go at once (Note [Deferred point-to-point] in _p2p.py).
+        self._group.start_progress()
         self._store, self._shrinks = store, 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx")
         self._lock = threading.Lock()
@@ -48,12 +50,9 @@ class PhalanxBackend(Backend):
         """Runs `fn(*args)` in call order: on the caller's thread when the group is idle and
         the operation is small or blocking, else on the group's thread. `keep`: tensors whose
         memory `fn` uses beyond `result`, held until it is done. A collective counts in the
-        group's sequence number (point-to-point batches move when a rank needs them, so
-        they do not)."""
+        group's sequence number (point-to-point operations do not)."""
         if collective:
             self._seq += 1
-            if self._p2p.pending():
-                self._p2p.flush()
         blocking = opts is not None and getattr(opts, "asyncOp", True) is False
         inline = nbytes <= INLINE_BYTES or blocking
         with self._lock:

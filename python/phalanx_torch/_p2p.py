@@ -1,14 +1,20 @@
-"""Point-to-point operations of one backend: held sends and receives, and receives from any
-source.
+"""Point-to-point operations of one backend: sends at once, held receives, and receives from
+any source.
 
 Note [Deferred point-to-point]: phalanx runs a group's operations one at a time, so an irecv
 run at once would block before the matching isend of the same rank is even posted (a ring of
-`irecv; isend; wait` would hang). Sends and receives are therefore held until something needs
-them: waiting on any of them, or the next collective. Then all held ones move together
-(phalanx's batch_isend_irecv, every direction at once), in order with the collectives around
-them. What this cannot do, where Gloo can: a receive still held when the next collective
-starts completes before it, so a peer that sends only after that collective makes both wait
-until the timeout (which names the peer).
+`irecv; isend; wait` would hang). Receives are therefore held until something waits on one of
+them; then all held ones move together (phalanx's batch_isend_irecv), after the operations
+issued before. A send goes at once, in order with the group's collectives: it completes
+whatever its peer does, as Gloo's does, because every group here runs its background progress
+(Note [Background progress] in phalanx-transport): a thread that reads the peers' frames while
+no operation of the group runs, a collective that waits reads them too, and a point-to-point
+step that waits always did. So a pipeline's second stage starts on the first microbatch the
+first stage sends, not after the last one (GPipe waits on its sends only at the end), and a
+receive held past a collective does not wait for it: a peer that sends only after that
+collective is received from when the receive is waited on. (Before, sends were held too, and
+every held operation moved before the next collective: GPipe's stages ran one after the other,
+and a receive posted before a collective whose peer sent after it waited out the timeout.)
 
 Note [Receive from any source]: phalanx's transport receives from a named peer. So that a
 receive from any source (`dist.recv(t)` without `src`) can name one, every send is announced
@@ -39,40 +45,39 @@ def _announced(dst, src, tag):
 
 
 class PointToPoint:
-    """Held sends and receives of one backend (`run` runs a job in the backend's order)."""
+    """Sends and held receives of one backend (`run` runs a job in the backend's order)."""
 
     def __init__(self, native, store, run):
         self._native = native
         self._store = store
         self._run = run
         self._lock = threading.Lock()
-        self._held = []  # (is_send, tensor, peer or None, tag, work)
+        self._held = []  # receives: (tensor, peer or None, tag, work)
         self._received = {}  # (source, tag) -> messages received from it
         self._announcer = None
-
-    def pending(self):
-        return bool(self._held)
 
     def send(self, tensors, dst, tag):
         t = single(tensors, "send")
         raw(t, "send")
         self._announce(dst, tag)
-        return self._hold(True, t, dst, tag)
+        n = t.numel() * t.element_size()
+        return self._run(None, [t], self._native.p2p_batch, [(True, t.data_ptr(), n, dst, tag)],
+                         nbytes=n, collective=False)
 
     def recv(self, tensors, src, tag):
         t = single(tensors, "recv")
         raw(t, "recv")
-        return self._hold(False, t, src, tag)
+        return self._hold(t, src, tag)
 
     def recv_anysource(self, tensors, tag):
         t = single(tensors, "recv from any source")
         raw(t, "recv from any source")
-        return self._hold(False, t, None, tag)
+        return self._hold(t, None, tag)
 
-    def _hold(self, is_send, t, peer, tag):
-        work = P2PWork(self, [t], source=None if is_send else peer)
+    def _hold(self, t, peer, tag):
+        work = P2PWork(self, [t], source=peer)
         with self._lock:
-            self._held.append((is_send, t, peer, tag, work))
+            self._held.append((t, peer, tag, work))
         return work
 
     def _announce(self, dst, tag):
@@ -81,24 +86,23 @@ class PointToPoint:
         self._announcer.put(_announced(dst, self._native.rank, tag))
 
     def flush(self):
-        """Moves every held operation, in one batch (Note [Deferred point-to-point])."""
+        """Moves every held receive, in one batch (Note [Deferred point-to-point])."""
         with self._lock:
             held, self._held = self._held, []
         if not held:
             return
         try:
-            sources = [self._source(peer, tag) if not is_send else peer
-                       for is_send, _, peer, tag, _ in held]
+            sources = [self._source(peer, tag) for _, peer, tag, _ in held]
         except PhalanxError as e:
             for *_, work in held:
                 work._started(Work([], error=e))
             return
-        ops = [(is_send, t.data_ptr(), t.numel() * t.element_size(), peer, tag)
-               for (is_send, t, _, tag, _), peer in zip(held, sources)]
-        keep = [t for _, t, _, _, _ in held]
+        ops = [(False, t.data_ptr(), t.numel() * t.element_size(), peer, tag)
+               for (t, _, tag, _), peer in zip(held, sources)]
+        keep = [t for t, _, _, _ in held]
         inner = self._run(None, keep, self._native.p2p_batch, ops, collective=False)
-        for (is_send, _, _, _, work), peer in zip(held, sources):
-            work._started(inner, None if is_send else peer)
+        for (_, _, _, work), peer in zip(held, sources):
+            work._started(inner, peer)
 
     def _source(self, peer, tag):
         """The source of a receive: its peer, or for a receive from any source the lowest rank

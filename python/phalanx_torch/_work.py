@@ -96,8 +96,8 @@ class Work(dist.Work):
 
 
 class P2PWork(Work):
-    """A held send or receive (Note [Deferred point-to-point]): waiting on it moves it. A
-    receive from any source learns its source when it moves (`_source_rank()`)."""
+    """A held receive (Note [Deferred point-to-point]): waiting on it moves it. A receive from
+    any source learns its source when it moves (`_source_rank()`)."""
 
     def __init__(self, mover, result, source=None):
         self._mover = mover

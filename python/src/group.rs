@@ -193,6 +193,13 @@ impl Group {
         })
     }
 
+    /// Starts the group's background progress (Note [Background progress] in
+    /// phalanx-transport): every send to this rank completes whatever the rank does, so that
+    /// sends need not be held (Note [Deferred point-to-point] in `_p2p.py`).
+    fn start_progress(&self, py: Python<'_>) -> PyResult<()> {
+        self.detached(py, |pg| pg.start_progress())
+    }
+
     /// Seconds every wait of this group is bounded by (`PHALANX_TIMEOUT`, else the one given).
     #[getter]
     fn timeout_s(&self) -> f64 {

@@ -198,6 +198,30 @@ if world > 1:
         q.wait()
     assert y.eq(float(prv)).all(), y
     checked += 3
+    # Sends go at once and complete whatever the peer does (Note [Deferred point-to-point]):
+    # a receive posted before a collective whose peer sends only after it, and a send larger
+    # than the socket buffers issued before a collective that its peer enters first. Both hung
+    # until the timeout when sends and receives were held until the next collective.
+    n = 1 << 23
+    y = torch.empty(n)
+    r_ = dist.irecv(y, prv)
+    z = torch.ones(3)
+    dist.all_reduce(z)
+    s_ = dist.isend(torch.full((n,), float(rank)), nxt)
+    r_.wait()
+    s_.wait()
+    assert y.eq(float(prv)).all() and z.eq(world).all(), (y[:4], z)
+    if rank == 0:
+        s_ = dist.isend(torch.full((n,), 7.0), 1)
+        dist.all_reduce(z)
+        s_.wait()
+    else:
+        dist.all_reduce(z)
+        if rank == 1:
+            dist.recv(y, 0)
+            assert y.eq(7.0).all(), y[:4]
+    assert z.eq(world * world).all(), z
+    checked += 2
 
 # large operations go to the group's thread: queued in order, every temporary kept alive
 big = 1 << 19  # 2 MiB of float32

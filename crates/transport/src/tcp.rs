@@ -307,6 +307,7 @@ impl TcpTransport {
             sends,
             recvs,
             (self.timeout, self.spin),
+            self.progress.is_some(),
             &move || abort.reason(),
         );
         match res {

@@ -380,3 +380,30 @@ fn background_progress_keeps_every_result_and_reports_a_peer_that_left() {
     assert_eq!(spawn_ranks_tcp(3, run), [true; 3]);
     assert_eq!(spawn_ranks(3, run), [true; 3]);
 }
+
+/// Under background progress a collective step of the same group that waits reads ahead too:
+/// rank 2 sends rank 1 more than the socket buffers hold, then enters a ring allreduce over
+/// TCP that ranks 0 and 1 entered first. Rank 1's ring steps receive from rank 0 only, and
+/// rank 0 waits for rank 2: without the read-ahead, rank 2's send waits for rank 1, which
+/// waits for rank 0, which waits for rank 2 (until the timeout).
+#[test]
+fn under_background_progress_a_collective_that_waits_takes_a_send_ahead() {
+    let len = more_than_socket_buffers();
+    let n = 1 << 20;
+    let done = spawn_ranks_tcp(3, |pg| {
+        pg.start_progress().unwrap();
+        let mut x = vec![1f32; n];
+        if pg.rank() == 2 {
+            pg.send(&vec![3f32; len], 1, 0).unwrap();
+        }
+        pg.allreduce(&mut x, ReduceOp::Sum).unwrap();
+        let mut ok = x.iter().all(|&v| v == 3.0);
+        if pg.rank() == 1 {
+            let mut got = vec![0f32; len];
+            pg.recv(&mut got, 2, 0).unwrap();
+            ok &= got.iter().all(|&v| v == 3.0);
+        }
+        ok
+    });
+    assert_eq!(done, [true; 3]);
+}

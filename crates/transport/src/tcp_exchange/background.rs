@@ -11,9 +11,10 @@
 //! sleeps in `poll(2)` on every connection and, when one has bytes while no step holds the
 //! connections, reads whole frames from it into its `early` queue, as a waiting step would (a
 //! frame begun stays in its connection, and the next reader finishes it first). So every send
-//! to this rank completes while it computes or waits in another group; not while it waits in
-//! a collective of this group, whose step holds the connections and reads nothing ahead. The
-//! next step finishes a frame the thread began. A peer's abort frame or a damaged frame found
+//! to this rank completes while it computes or waits in another group. A step of this group
+//! holds the connections meanwhile; its collective steps then read ahead as its point-to-point
+//! steps do, once they have spun (a small exchange's spin reads nothing more), so a send to
+//! this rank completes whatever it does. The next step finishes a frame the thread began. A peer's abort frame or a damaged frame found
 //! there is kept in its connection, and the next step that sends to or receives from that
 //! peer (any point-to-point step, which reads ahead from all) reports it; the link is read no
 //! more. It costs a wake-up per frame that arrives while no step runs, and the wait for the

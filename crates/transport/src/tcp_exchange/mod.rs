@@ -39,7 +39,9 @@
 //! spinning but does not put off its timeout. What is read ahead is held in memory until its
 //! receive comes, as an MPI library holds unexpected messages: a peer that streams sends to a
 //! rank busy with another peer grows that rank's queue instead of meeting TCP's back-pressure.
-//! Collective steps do not read ahead: their sends and receives are paired.
+//! Collective steps do not read ahead (their sends and receives are paired), except in a group
+//! that started its background progress, once they have spun: there a send to a rank that
+//! waits in a collective of the same group completes too (Note [Background progress]).
 
 mod ahead;
 mod background;
@@ -102,7 +104,8 @@ impl RecvState<'_, '_> {
 
 /// Performs one exchange; see [`crate::Transport::exchange`]. Each send and receive carries
 /// its own fingerprint (point-to-point batches use one sequence per pair); `during` names the
-/// step in a timeout.
+/// step in a timeout. `collectives_read`: a collective step that waits past its spin reads the
+/// other peers' frames ahead too (under background progress: Note [Background progress]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     me: usize,
@@ -111,6 +114,7 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
     sends: impl Iterator<Item = (Fingerprint, &'s SendReq<'a>)>,
     recvs: impl Iterator<Item = (Fingerprint, &'r mut RecvReq<'b>)>,
     (timeout, spin): (Duration, Duration),
+    collectives_read: bool,
     aborted: &dyn Fn() -> Option<String>,
 ) -> Result<()> {
     let mut ss: Vec<SendState<'_>> = sends
@@ -225,9 +229,11 @@ pub(crate) fn exchange<'s, 'a: 's, 'r, 'b: 'r>(
             .map(|r| r.peer)
             .collect();
         // Note [Sends that read]: the peers a waiting point-to-point step reads ahead from
-        // (none for a collective step).
+        // (for a collective step, none, or under background progress the same once it has
+        // spun: its small exchanges' spin stays as it was).
+        let polling = idle_since.is_some_and(|t| t.elapsed() >= spin);
         let reads_from = |peer: usize, conns: &[Option<Conn>]| {
-            reads_ahead
+            (reads_ahead || (collectives_read && polling))
                 && peer != me
                 && !pending_r.contains(&peer)
                 && conns[peer].as_ref().is_some_and(|c| !c.ahead.ended)
