@@ -5,11 +5,16 @@ Note [Deferred point-to-point]: phalanx runs a group's operations one at a time,
 run at once would block before the matching isend of the same rank is even posted (a ring of
 `irecv; isend; wait` would hang). Receives are therefore held until something waits on one of
 them; then all held ones move together (phalanx's batch_isend_irecv), after the operations
-issued before. A send goes at once, in order with the group's collectives: it completes
-whatever its peer does, as Gloo's does, because every group here runs its background progress
-(Note [Background progress] in phalanx-transport): a thread that reads the peers' frames while
-no operation of the group runs, a collective that waits reads them too, and a point-to-point
-step that waits always did. So a pipeline's second stage starts on the first microbatch the
+issued before. A send goes at once, in order with the group's collectives: once it has
+started, it completes whatever its peer does, because every group here runs its background
+progress (Note [Background progress] in phalanx-transport): a thread that reads the peers'
+frames while no operation of the group runs, a collective that waits reads them too, and a
+point-to-point step that waits always did. The receiver holds such messages in memory until
+their receive (no back-pressure, as an MPI library's eager messages; Gloo's sender instead
+waits on a thread of its own for the receive to be posted). What a send still waits for is
+this rank's own operations issued before it on the group, which run first (an asynchronous
+collective whose peer enters it only after this send arrived waits out the timeout, where
+Gloo's send would go on its own). So a pipeline's second stage starts on the first microbatch the
 first stage sends, not after the last one (GPipe waits on its sends only at the end), and a
 receive held past a collective does not wait for it: a peer that sends only after that
 collective is received from when the receive is waited on. (Before, sends were held too, and

@@ -72,8 +72,8 @@ impl Conn {
 
     /// Reads the rest of a frame begun ahead, waiting for it within `deadline`: a step leaves
     /// none begun (its sender is writing it in a step of its own, whose writes go on while
-    /// this rank reads, and which a step of this rank that reads nothing ahead, a collective,
-    /// would otherwise leave waiting).
+    /// this rank reads, and which a later step of this rank that reads nothing ahead from
+    /// that peer, a collective, would otherwise leave waiting).
     pub(super) fn finish_ahead(
         &mut self,
         peer: usize,
